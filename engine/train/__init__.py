@@ -1,0 +1,1 @@
+"""Draft training: self-distillation data generation (``gen``) and draft distillation (``draft``)."""

