@@ -220,6 +220,17 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
     return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
 
 
+def eos_token_ids(loaded: LoadedModel) -> tuple[int, ...]:
+    """Stop tokens: the tokenizer's EOS plus the generation config's (an int or a list)."""
+    ids: set[int] = set()
+    if loaded.tokenizer is not None and loaded.tokenizer.eos_token_id is not None:
+        ids.add(int(loaded.tokenizer.eos_token_id))
+    gc = getattr(getattr(loaded.lm, "model", None), "generation_config", None)
+    e = getattr(gc, "eos_token_id", None)
+    ids.update([e] if isinstance(e, int) else (e or []))
+    return tuple(sorted(ids))
+
+
 def check_pair(target, draft, target_tok=None, draft_tok=None) -> None:
     """Refuse a draft/target pair that does not share a vocabulary (token-level SD needs one)."""
     tv, dv = target.vocab_size, draft.vocab_size

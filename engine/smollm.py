@@ -182,21 +182,17 @@ def load_smollm2_draft(
             raise ValueError(f"target embedding {tuple(emb.shape)} does not fit draft config")
         sd[EMBED_KEY] = emb.to(torch.float32).clone()
     sd.pop(HEAD_KEY, None)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(cfg)
-    model = model.to_empty(device="cpu")
+    model = LlamaForCausalLM(cfg)  # random init is cheap at this size and keeps buffers (rotary) correct
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     missing = [k for k in missing if k != HEAD_KEY]
     if missing or unexpected:
         raise ValueError(f"draft checkpoint mismatch: missing={missing} unexpected={unexpected}")
     model.tie_weights()
-    # Non-persistent buffers (rotary inv_freq) were created on meta: rebuild them.
     rot = model.model.rotary_emb
-    inv_freq, scale = rot.rope_init_fn(rot.config, "cpu")
-    rot.inv_freq = inv_freq
-    rot.original_inv_freq = inv_freq.clone()
-    rot.attention_scaling = scale
+    keep = {n: b.clone() for n, b in rot.named_buffers(recurse=False)}
     model.to(device=device, dtype=dtype).eval()
+    for n, b in keep.items():  # rotary frequencies stay fp32, as from_pretrained keeps them
+        setattr(rot, n, b.to(device))
     return model
 
 

@@ -8,12 +8,26 @@ from engine.models import HFModel
 
 VOCAB = 64
 
+# Test models are tiny: one thread avoids intra-op synchronisation that costs 30× on a loaded 2-core box.
+torch.set_num_threads(1)
+
 
 def tiny_llama(seed: int, layers: int = 2, hidden: int = 32, vocab: int = VOCAB) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    return LlamaForCausalLM(cfg).eval()
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg).eval()
+    # No special tokens: generate() must neither stop early nor mask prompt tokens as padding.
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = None
+    return model
+
+
+def greedy_reference(model, prompt, n):
+    x = torch.tensor([prompt])
+    out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
 
 
 def noisy_copy(model: LlamaForCausalLM, seed: int, scale: float = 0.5) -> LlamaForCausalLM:

@@ -1,0 +1,151 @@
+"""speclab command line: `python -m engine COMMAND ...` (argparse lives only here).
+
+    decode    run speculative (or autoregressive) decoding over a prompts file, write a trace
+    validate  print a trace's summary, or its first error
+    export    convert a trace between JSONL and Parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _add_decode(sub) -> None:
+    p = sub.add_parser("decode", help="decode prompts and write a per-step trace")
+    p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
+    p.add_argument("--draft", default=None, help="draft model; omit for autoregressive decoding")
+    p.add_argument("--policy", default="fixed:4", help="window policy, e.g. fixed:4, heuristic, confidence:0.4")
+    p.add_argument("--verifier", default="token")
+    p.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
+    p.add_argument("--limit", type=int, default=None, help="first N prompts")
+    p.add_argument("--per-category", type=int, default=None, help="first N prompts of each task")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 | auto (bf16)")
+    p.add_argument("--device", default="auto", help="cpu | cuda | auto")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
+    p.add_argument("--out", required=True, help="trace path (.jsonl)")
+
+
+def cmd_decode(a) -> int:
+    import torch
+
+    from engine.decode import DecodeConfig
+    from engine.models import check_pair, eos_token_ids, load_model
+    from engine.policies import parse_policy
+    from engine.prompts import encode, load_prompts
+    from engine.run import Request, run_requests
+    from engine.sampling import SamplingConfig
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, verifier=a.verifier,
+                       sampling=SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed))
+    prompts = load_prompts(a.prompts, limit=a.limit, per_category=a.per_category)
+    policy = parse_policy(a.policy) if a.draft else None
+    target = load_model(a.target, a.dtype, a.device, role="target")
+    draft = None
+    if a.draft:
+        draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target,
+                           want_hidden=bool(policy and policy.needs_hidden))
+        check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    tok = target.tokenizer
+    if tok is None:
+        raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
+    requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
+    eos = eos_token_ids(target)
+    summary = run_requests(target.lm, draft.lm if draft else None, policy, cfg, requests, a.out, eos_ids=eos,
+                           decode_text=lambda ids: tok.decode(ids),
+                           header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
+                                         "prompts_file": str(a.prompts)})
+    _print_summary(summary, a.out)
+    return 0
+
+
+def _print_summary(s: dict, path) -> None:
+    print(f"{path}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} new tokens")
+    print(f"  mean emitted per call (incl. bonus) {s['mean_emitted_per_call_incl_bonus']:.3f}   "
+          f"draft acceptance rate {s['draft_acceptance_rate']:.3f}   tokens/s {s['tokens_per_s']:.1f}")
+
+
+def cmd_validate(a) -> int:
+    from engine.trace import TraceError, load_trace
+
+    status = 0
+    for path in a.traces:
+        try:
+            t = load_trace(path)
+        except TraceError as e:
+            print(f"INVALID {e}")
+            status = 1
+            continue
+        s = t.summary
+        h = t.header
+        state = "complete" if t.complete else "INCOMPLETE (no footer)"
+        print(f"OK {path}: {state}; policy {h['policy']['spec']}; target {h['target']['name']}; "
+              f"draft {(h.get('draft') or {}).get('name')}")
+        _print_summary(s, path)
+        for w in t.warnings:
+            print(f"  warning: {w}")
+        if a.json:
+            print(json.dumps(s, indent=1))
+    return status
+
+
+def cmd_export(a) -> int:
+    from engine.trace import load_trace, to_parquet
+
+    t = load_trace(a.src)
+    dst = Path(a.dst)
+    if dst.suffix == ".parquet":
+        to_parquet(t, dst)
+    else:
+        raise ValueError("export writes Parquet (.parquet); JSONL is the engine's native output")
+    print(f"wrote {dst} ({len(t.steps)} steps)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _add_decode(sub)
+    v = sub.add_parser("validate", help="validate traces and print their summary")
+    v.add_argument("traces", nargs="+")
+    v.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    e = sub.add_parser("export", help="convert a JSONL trace to Parquet")
+    e.add_argument("src")
+    e.add_argument("dst")
+    for name, mod in EXTRA_COMMANDS.items():
+        __import__(mod, fromlist=["add_parser"]).add_parser(sub)
+    return ap
+
+
+# Commands contributed by other modules: each provides add_parser(sub) that sets `func`.
+EXTRA_COMMANDS: dict[str, str] = {}
+
+COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        fn = COMMANDS.get(a.cmd) or a.func
+        return fn(a)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the trace so far is valid (no footer)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

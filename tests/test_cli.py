@@ -1,0 +1,97 @@
+"""The CLI end to end on tiny local model directories (with a real tokenizer built offline)."""
+
+import json
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from engine.__main__ import main
+from engine.trace import load_trace
+from tests.conftest import noisy_copy, tiny_llama
+
+WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]
+
+
+def _save(model, path, vocab=WORDS):
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    target = tiny_llama(0)
+    t = _save(target, root / "target")
+    d = _save(noisy_copy(target, 1), root / "draft")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("\n".join([
+        json.dumps({"question_id": 81, "category": "writing", "turns": ["w1 w2 w3 w4", "w9"]}),
+        json.dumps({"prompt": "w5 w6 w7", "category": "qa"}),
+    ]) + "\n")
+    return t, d, prompts
+
+
+def test_decode_then_validate(model_dirs, tmp_path, capsys):
+    t, d, prompts = model_dirs
+    out = tmp_path / "trace.jsonl"
+    rc = main(["decode", "--target", str(t), "--draft", str(d), "--policy", "fixed:3", "--prompts", str(prompts),
+               "--max-new-tokens", "12", "--dtype", "fp32", "--out", str(out)])
+    assert rc == 0
+    tr = load_trace(out)
+    assert tr.complete and len(tr.requests) == 2 and tr.header["policy"]["spec"] == "fixed:3"
+    assert tr.requests[0]["category"] == "writing" and tr.requests[0]["prompt_text"] == "w1 w2 w3 w4"
+    assert tr.header["target"]["dtype"] == "float32"
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "OK" in text and "mean emitted per call (incl. bonus)" in text
+    pq = tmp_path / "trace.parquet"
+    assert main(["export", str(out), str(pq)]) == 0 and load_trace(pq).footer == tr.footer
+
+
+def test_autoregressive_cli(model_dirs, tmp_path):
+    t, _, prompts = model_dirs
+    out = tmp_path / "ar.jsonl"
+    assert main(["decode", "--target", str(t), "--prompts", str(prompts), "--max-new-tokens", "5",
+                 "--out", str(out)]) == 0
+    s = load_trace(out).summary
+    assert s["mean_emitted_per_call_incl_bonus"] == 1.0 and s["target_calls"] == 10
+
+
+def test_validate_reports_first_error(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "header", "schema": "speclab.trace", "version": 9}\n')
+    assert main(["validate", str(bad)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--target", "/nonexistent/model"], "not a model directory"),
+    (["--policy", "bogus:3"], "unknown policy 'bogus'"),
+    (["--policy", "fixed:0"], "max window must be in"),
+    (["--temperature", "-2"], "temperature must be in"),
+    (["--max-new-tokens", "0"], "max_new_tokens must be in"),
+])
+def test_bad_input_one_line_error(model_dirs, tmp_path, capsys, args, msg):
+    t, d, prompts = model_dirs
+    base = {"--target": str(t), "--draft": str(d), "--prompts": str(prompts), "--out": str(tmp_path / "x.jsonl")}
+    for k, v in zip(args[::2], args[1::2]):
+        base[k] = v
+    argv = ["decode"] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_mismatched_tokenizers_refused(model_dirs, tmp_path, capsys):
+    t, _, prompts = model_dirs
+    other = _save(tiny_llama(5, vocab=80), tmp_path / "other", vocab=WORDS + [f"x{i}" for i in range(16)])
+    assert main(["decode", "--target", str(t), "--draft", str(other), "--prompts", str(prompts),
+                 "--out", str(tmp_path / "y.jsonl")]) == 2
+    assert "draft vocabulary (80 tokens) differs from the target's (64 tokens)" in capsys.readouterr().err
