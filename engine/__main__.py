@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands contributed by other modules: each provides add_parser(sub) that sets `func`.
-EXTRA_COMMANDS: dict[str, str] = {}
+EXTRA_COMMANDS: dict[str, str] = {
+    "bench": "engine.bench",
+}
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}
 

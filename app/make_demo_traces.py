@@ -1,0 +1,77 @@
+"""Write the bundled tiny-model demo traces into traces/ so the app has data on a fresh clone.
+
+    python -m app.make_demo_traces            # traces/demo-tiny-<policy>.jsonl, a few seconds on CPU
+
+The traces come from the real decode loop (`engine.run.run_requests`) driving the tiny random
+Llama pair in `app.demo_models`, over one Spec-Bench dev question per task (bytes folded into the
+64-token vocabulary; questions from ../shared/spec_bench when present, else a few built-in lines).
+They are marked in their header (`demo`) so the Overview labels them as tiny-model demo data; real
+SmolLM2 traces written by `python -m engine decode` sit next to them and replace them as defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEV_QUESTIONS = REPO.parent / "shared" / "spec_bench" / "questions_dev.jsonl"
+# A draft-free run gives the autoregressive baseline the Compare page measures against.
+POLICIES = ["autoregressive", "fixed:2", "fixed:4", "fixed:8", "heuristic", "confidence:0.4", "cumulative:0.6"]
+FALLBACK = [("writing", "Write a short note to a friend."), ("qa", "Who wrote the Iliad?"),
+            ("math_reasoning", "What is 17 times 23?"), ("translation", "Translate 'good morning' into German.")]
+
+
+def demo_prompts(prompt_bytes: int):
+    from engine.prompts import load_prompts, task_of
+    from engine.run import Request
+    from app.demo_models import text_to_ids
+
+    if DEV_QUESTIONS.is_file():
+        seen, picked = set(), []
+        for p in load_prompts(DEV_QUESTIONS):
+            if task_of(p.category) not in seen:
+                seen.add(task_of(p.category))
+                picked.append((p.category, p.text, p.question_id))
+    else:
+        picked = [(c, t, i) for i, (c, t) in enumerate(FALLBACK)]
+    return [Request(text_to_ids(t[:prompt_bytes]), t[:prompt_bytes], c, q) for c, t, q in picked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m app.make_demo_traces", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "traces"), help="directory for demo-tiny-*.jsonl")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prompt-bytes", type=int, default=80, help="keep the first N bytes of each question")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from app.demo_models import TINY_LABEL, tiny_pair
+    from engine.decode import DecodeConfig
+    from engine.policies import parse_policy
+    from engine.run import run_requests
+    from engine.sampling import SamplingConfig
+
+    torch.set_num_threads(1)  # tiny matrices: threading costs more than it saves
+    target, draft = tiny_pair()
+    requests = demo_prompts(a.prompt_bytes)
+    cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=SamplingConfig(temperature=a.temperature))
+    command = " ".join(["python -m app.make_demo_traces", *(argv if argv is not None else sys.argv[1:])])
+    for spec in POLICIES:
+        ar = spec == "autoregressive"
+        name = spec.replace(":", "").replace(".", "")
+        out = Path(a.out) / f"demo-tiny-{name}.jsonl"
+        s = run_requests(target, None if ar else draft, None if ar else parse_policy(spec), cfg, requests, out,
+                         progress=False, decode_text=lambda ids: " ".join(map(str, ids)),
+                         header_extra={"demo": TINY_LABEL, "command": command})
+        print(f"{out}: {s['target_calls']} target calls, mean emitted per call (incl. bonus) "
+              f"{s['mean_emitted_per_call_incl_bonus']:.2f}, acceptance {s['draft_acceptance_rate']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
