@@ -42,8 +42,9 @@ def noisy_copy(model: LlamaForCausalLM, seed: int, scale: float) -> LlamaForCaus
     return draft
 
 
-def tiny_pair(seed: int = 0, noise: float = 0.5):
-    """(target, draft) as HFModel wrappers. noise 0.5 is the tests' draft: acceptance well below 1."""
+def tiny_pair(seed: int = 0, noise: float = 0.1):
+    """(target, draft) as HFModel wrappers. noise 0.1 gives a fixed:4 acceptance of about two thirds
+    on the demo prompts — a realistic trained-draft regime (0.2 already drops it to about a quarter)."""
     from engine.models import HFModel
 
     target = tiny_llama(seed)

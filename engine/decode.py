@@ -22,9 +22,10 @@ from typing import Any, Iterator
 
 import torch
 
-from engine.policies import DraftInfo, WindowPolicy
-from engine.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
-from engine.verify import VERIFIERS
+from engine.drafters import Proposal, as_drafter
+from engine.policies import WindowPolicy
+from engine.sampling import SamplingConfig, probs_from_logits
+from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class StepRecord:
     t_prefill_ms: float = 0.0  # prompt prefill of both models (step 0 only)
     finished: str | None = None  # eos | max_new_tokens on the final step
     policy_fields: dict[str, Any] = field(default_factory=dict)
+    # Multi-draft steps: every draft block (draft_tokens is the chosen one) and the chosen index.
+    all_drafts: tuple[tuple[int, ...], ...] | None = None
+    chosen: int = 0
+    decisions: tuple[int, ...] | None = None  # per-position accept (1) / reject (0) of the chosen path
 
     @property
     def window(self) -> int:
@@ -78,18 +83,56 @@ def _sync(lm) -> None:
         torch.cuda.synchronize()
 
 
+def score_paths(target, seq: list[int], prop: Proposal) -> list[torch.Tensor]:
+    """Target logits for every draft block: [len(block)+1, V] each.
+
+    K = 1 is one extend. K > 1 falls back to one extend per block with a crop in between (exact, K×
+    the cost); a target that implements `score_tree` (one pass with a tree attention mask) is used
+    instead when present.
+    """
+    last = seq[-1]
+    if prop.k == 1:
+        return [target.extend([last] + prop.tokens[0])]
+    if hasattr(target, "score_tree"):
+        return list(target.score_tree(last, prop.tokens))
+    base = target.length
+    out = []
+    for block in prop.tokens:
+        out.append(target.extend([last] + block))
+        target.crop(base)
+    return out
+
+
+def commit_target(target, seq: list[int], S: int, prop: Proposal, chosen: int, accepted: int) -> None:
+    """Leave the target cache holding exactly the accepted prefix x[:S+accepted]."""
+    if prop.k == 1 or hasattr(target, "score_tree") and hasattr(target, "commit_tree"):
+        if prop.k > 1:
+            target.commit_tree(chosen, accepted)
+        else:
+            target.crop(S + accepted)
+        return
+    # Sequential scoring left the cache at S-1: re-feed the accepted path (counted in verify time).
+    target.extend([seq[S - 1]] + prop.tokens[chosen][:accepted])
+
+
 def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
            cfg: DecodeConfig = DecodeConfig(), eos_ids: tuple[int, ...] = (),
            request_id: int = 0) -> Iterator[StepRecord]:
-    """Speculative decoding of one prompt; yields a StepRecord after every target call."""
+    """Speculative decoding of one prompt; yields a StepRecord after every target call.
+
+    `draft` is an LM (wrapped as an autoregressive drafter), any drafter (see engine.drafters), or
+    None for autoregressive decoding.
+    """
     if not prompt_ids:
         raise ValueError("empty prompt: need at least one token")
-    if draft is not None and policy is None:
+    drafter = as_drafter(draft)
+    if drafter is not None and policy is None:
         raise ValueError("a draft model needs a window policy")
-    if draft is not None and draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft vocabulary ({draft.vocab_size}) differs from the target's ({target.vocab_size})")
+    if drafter is not None and drafter.vocab_size != target.vocab_size:
+        raise ValueError(f"draft vocabulary ({drafter.vocab_size}) differs from the target's ({target.vocab_size})")
     sc = cfg.sampling
     verify = VERIFIERS[cfg.verifier]
+    multi = cfg.verifier in MULTI_DRAFT
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     eos = set(eos_ids)
     seq = list(prompt_ids)
@@ -97,10 +140,8 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     target.reset()
     if len(seq) > 1:
         target.extend(seq[:-1])
-    if draft is not None:
-        draft.reset()
-        if len(seq) > 1:
-            draft.extend(seq[:-1])
+    if drafter is not None:
+        drafter.reset(seq)
         policy.reset()
     _sync(target)
     t_prefill = (time.perf_counter() - t0) * 1e3
@@ -108,44 +149,33 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     while True:
         S = len(seq)
         remaining = cfg.max_new_tokens - generated
-        drafts: list[int] = []
-        q_rows: list[torch.Tensor] = []
-        ents: list[float] = []
-        q_shown: list[float] = []
-        cap, stop = 0, "none"
         t_d0 = time.perf_counter()
-        if draft is not None:
+        if drafter is not None:
             # Never draft past the token budget: the verify call always adds one token itself.
             cap = max(0, min(policy.propose(), remaining - 1))
-            stop = "cap"
-            while len(drafts) < cap:
-                logits = draft.extend(seq[draft.length:] if not drafts else [drafts[-1]])
-                q = probs_from_logits(logits[-1], sc)
-                # Greedy q is one-hot; policies and traces see the draft's softmax confidence instead.
-                shown = q if not sc.greedy else logits[-1].softmax(-1)
-                tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
-                drafts.append(tok)
-                q_rows.append(q)
-                q_shown.append(float(shown[tok]))
-                ents.append(float(entropy(shown)))
-                hidden = draft.last_hidden[-1] if policy.needs_hidden and draft.last_hidden is not None else None
-                info = DraftInfo(len(drafts), tok, q_shown[-1], ents[-1], hidden)
-                if not policy.keep_drafting(info) and len(drafts) < cap:
-                    stop = "policy"
-                    break
-            _sync(draft)
+            prop = drafter.propose(seq, cap, policy, sc, gen)
+            _sync(target)
+        else:
+            cap = 0
+            prop = Proposal([[]], [torch.zeros(0, target.vocab_size)], [[]], [[]], "none")
         t_v0 = time.perf_counter()
-        logits = target.extend([seq[-1]] + drafts)
-        p = probs_from_logits(logits, sc)
-        u = torch.rand(len(drafts) + 1, generator=gen, dtype=torch.float64)
-        q_mat = torch.stack(q_rows) if q_rows else p[:0]
-        res = verify(drafts, q_mat, p, u)
+        logits = score_paths(target, seq, prop)
+        p_list = [probs_from_logits(x, sc) for x in logits]
+        n_u = uniforms_needed(cfg.verifier, [len(b) for b in prop.tokens])
+        u = torch.rand(n_u, generator=gen, dtype=torch.float64)
+        if multi:
+            res = verify(prop.tokens, prop.q, p_list, u)
+            chosen = res.chosen
+        else:
+            res = verify(prop.tokens[0], prop.q[0], p_list[0], u)
+            chosen = 0
+        commit_target(target, seq, S, prop, chosen, res.accepted)
         _sync(target)
         t_v1 = time.perf_counter()
-        target.crop(S + res.accepted)
-        if draft is not None:
-            draft.crop(min(draft.length, S + res.accepted))
-            policy.update(res, len(drafts))
+        if drafter is not None:
+            drafter.commit(S + res.accepted, chosen)
+            drafter.observe(target)
+            policy.update(res, len(prop.tokens[chosen]))
         out = list(res.tokens)
         finished = None
         for i, t in enumerate(out):
@@ -157,23 +187,27 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             finished = finished or "max_new_tokens"
         seq.extend(out)
         generated += len(out)
+        drafts = prop.tokens[chosen]
         if sc.greedy and drafts:
-            soft = logits[torch.arange(len(drafts))].softmax(-1)
+            # p is one-hot under greedy; report the target's softmax probability of each drafted token.
+            soft = logits[chosen][: len(drafts)].softmax(-1)
             p_shown = tuple(soft[torch.arange(len(drafts)), torch.tensor(drafts)].tolist())
         else:
             p_shown = res.p_draft
+        fields = policy.step_fields() if drafter is not None else {}
+        fields.update(prop.fields)
         yield StepRecord(
             request_id=request_id, step=step, context_len=S, window_cap=cap,
-            draft_tokens=tuple(drafts), q_draft=tuple(q_shown), p_target=p_shown,
-            accept_probs=res.accept_probs, draft_entropy=tuple(ents), accepted=res.accepted,
+            draft_tokens=tuple(drafts), q_draft=tuple(prop.q_shown[chosen]), p_target=p_shown,
+            accept_probs=res.accept_probs, draft_entropy=tuple(prop.entropy[chosen]), accepted=res.accepted,
             emitted_tokens=tuple(out),
             correction=None if res.bonus else res.tokens[-1],
             bonus=res.tokens[-1] if res.bonus else None,
-            stop_reason=stop, t_draft_ms=(t_v0 - t_d0) * 1e3, t_verify_ms=(t_v1 - t_v0) * 1e3,
-            t_prefill_ms=t_prefill if step == 0 else 0.0, finished=finished,
-            policy_fields=policy.step_fields() if draft is not None else {},
+            stop_reason=prop.stop_reason, t_draft_ms=(t_v0 - t_d0) * 1e3, t_verify_ms=(t_v1 - t_v0) * 1e3,
+            t_prefill_ms=t_prefill if step == 0 else 0.0, finished=finished, policy_fields=fields,
+            all_drafts=tuple(tuple(b) for b in prop.tokens) if prop.k > 1 else None, chosen=chosen,
+            decisions=getattr(res, "decisions", None),
         )
         step += 1
         if finished:
             return
-

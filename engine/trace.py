@@ -225,6 +225,19 @@ def validate_step(d: dict, where: str) -> None:
         _fail(where, "stop_reason", "expected a string")
     if not isinstance(d.get("policy_fields", {}), dict):
         _fail(where, "policy_fields", "expected an object")
+    alt = d.get("all_drafts")
+    if alt is not None:
+        if not isinstance(alt, list) or not alt:
+            _fail(where, "all_drafts", "expected a non-empty list of draft blocks")
+        for k in range(len(alt)):
+            _tokens({"b": alt[k]}, "b", f"{where}: all_drafts[{k}]", MAX_WINDOW)
+        _int(d, "chosen", where, hi=len(alt) - 1)
+        if alt[d["chosen"]] != d["draft_tokens"]:
+            _fail(where, "chosen", "draft_tokens must equal all_drafts[chosen]")
+    dec = d.get("decisions")
+    if dec is not None:
+        if not isinstance(dec, list) or len(dec) != w or any(x not in (0, 1) for x in dec):
+            _fail(where, "decisions", "expected one 0/1 decision per drafted token")
     d.setdefault("window", w)
     d.setdefault("emitted", len(d["emitted_tokens"]))
 
@@ -388,7 +401,6 @@ def _load_parquet(p: Path) -> Trace:
         for r in requests:
             yield f"request {r.get('request_id')}", r
         for i, row in enumerate(table.to_pylist()):
-            row = {k: v for k, v in row.items() if v is not None or k in ("correction", "bonus", "finished")}
             try:
                 row["policy_fields"] = json.loads(row.get("policy_fields") or "{}")
             except json.JSONDecodeError:

@@ -518,7 +518,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         save_checkpoint(ckpt, draft, opt, subset, state)
         with open(log_path, "a") as f:
             f.write(json.dumps({"step": state["step"], "event": "eval", "elapsed_s": round(state["elapsed_s"], 1),
-                                "tokens": state["tokens"], "positions": state["positions"], **ev}) + "\n")
+                                "tokens": state["tokens"], "train_positions": state["positions"], **ev}) + "\n")
         export(draft, subset, exp_dir, log_path, summary(ev))
 
     if state["step"] == 0:

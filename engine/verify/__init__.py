@@ -2,10 +2,31 @@
 
 No model calls and no global state, so `engine.audit` can enumerate the very functions that the
 decode loop calls.
+
+Single-draft verifiers: fn(tokens [γ], q [γ, V], p [γ+1, V], u) → result with `.accepted`, `.tokens`.
+Multi-draft verifiers (names in MULTI_DRAFT): fn(blocks [K][γ_k], q [K × [γ_k, V]], p [K × [γ_k+1, V]], u)
+→ result that also carries `.chosen` (index of the block whose prefix was emitted).
 """
 
 from engine.verify.token import VerifyResult, verify_token
 
 VERIFIERS = {"token": verify_token}
+MULTI_DRAFT: set[str] = set()
+# Uniforms a verifier consumes per step, as a function of the block lengths; default γ + 1.
+UNIFORMS: dict = {}
 
-__all__ = ["VERIFIERS", "VerifyResult", "verify_token"]
+
+def uniforms_needed(name: str, lengths: list[int]) -> int:
+    fn = UNIFORMS.get(name)
+    return fn(lengths) if fn else lengths[0] + 1
+
+
+def register_verifier(name: str, fn, multi: bool = False, uniforms=None) -> None:
+    VERIFIERS[name] = fn
+    if multi:
+        MULTI_DRAFT.add(name)
+    if uniforms is not None:
+        UNIFORMS[name] = uniforms
+
+
+__all__ = ["MULTI_DRAFT", "VERIFIERS", "VerifyResult", "register_verifier", "uniforms_needed", "verify_token"]

@@ -1,0 +1,240 @@
+"""Traces → dataframes for every page: bundled files in traces/, plus uploads kept per browser session.
+
+Why one module: every page must see the same set of traces (an upload on the Upload page, or a
+finished Live run, shows up in Replay and Compare), and every number a page shows must come from a
+trace through `engine.trace` — so loading, validation and the frames pages plot live here once.
+
+Bundled traces are cached with `st.cache_data` keyed on (path, mtime), so editing or adding a file
+in traces/ is picked up on the next rerun. Uploads are parsed once and stored in
+`st.session_state["uploads"]`; they never leave the session. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from engine.prompts import task_of
+from engine.trace import Trace, TraceError, load_trace, loads_trace
+
+REPO = Path(__file__).resolve().parent.parent
+TRACE_DIR = Path(os.environ.get("SPECLAB_TRACES", REPO / "traces"))
+TRACE_SUFFIXES = (".jsonl", ".parquet")
+# Also set as server.maxUploadSize in .streamlit/config.toml; the page checks it itself too, because
+# AppTest and other launch paths do not read that file. 50 MB holds ~100k steps: a large sweep.
+MAX_UPLOAD_MB = 50
+UPLOADS = "uploads"  # session_state key: label -> Entry
+
+
+@dataclass
+class Entry:
+    """One loaded trace and the frames the pages draw from it."""
+
+    label: str
+    origin: str  # bundled | uploaded | live
+    trace: Trace
+    steps: pd.DataFrame
+    positions: pd.DataFrame
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- frames (pure)
+
+
+def steps_frame(trace: Trace) -> pd.DataFrame:
+    """One row per verify call. `accepted` excludes the bonus/correction token; `emitted` includes it."""
+    cols = ["request_id", "step", "context_len", "window_cap", "window", "accepted", "emitted", "stop_reason",
+            "t_draft_ms", "t_verify_ms", "t_prefill_ms", "finished"]
+    rows = [{k: s.get(k) for k in cols} | {"has_bonus": s.get("bonus") is not None,
+                                           "has_correction": s.get("correction") is not None}
+            for s in trace.steps]
+    df = pd.DataFrame(rows, columns=cols + ["has_bonus", "has_correction"])
+    df["rejected"] = df["window"] - df["accepted"]
+    df["t_ms"] = df["t_draft_ms"] + df["t_verify_ms"] + df["t_prefill_ms"]
+    g = df.groupby("request_id", sort=False)
+    df["cum_emitted"] = g["emitted"].cumsum()
+    df["cum_ms"] = g["t_ms"].cumsum()
+    return df
+
+
+def draft_fates(accepted: int, window: int) -> list[str]:
+    """Fate of each drafted token under token-level verification: the first `accepted` pass, the
+    next one is rejected, and later ones are never checked (shown as pending)."""
+    return ["accepted" if i < accepted else "rejected" if i == accepted else "pending" for i in range(window)]
+
+
+def positions_frame(trace: Trace) -> pd.DataFrame:
+    """One row per drafted token: its position in the block (1-based), probabilities and fate."""
+    rows = []
+    for s in trace.steps:
+        fates = draft_fates(s["accepted"], s["window"])
+        for i, tok in enumerate(s["draft_tokens"]):
+            rows.append({"request_id": s["request_id"], "step": s["step"], "pos": i + 1, "token": tok,
+                         "q_draft": s["q_draft"][i], "p_target": s["p_target"][i],
+                         "accept_prob": s["accept_probs"][i], "draft_entropy": s["draft_entropy"][i],
+                         "fate": fates[i]})
+    cols = ["request_id", "step", "pos", "token", "q_draft", "p_target", "accept_prob", "draft_entropy", "fate"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def requests_frame(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per prompt: category, task, the prompt text, and its totals from the steps."""
+    agg = steps.groupby("request_id").agg(target_calls=("step", "size"), new_tokens=("emitted", "sum"),
+                                          accepted=("accepted", "sum"), drafted=("window", "sum"),
+                                          decode_ms=("t_ms", "sum"))
+    rows = []
+    for rid, r in sorted(trace.requests.items()):
+        rows.append({"request_id": rid, "category": r.get("category", ""), "task": task_of(r.get("category", "")),
+                     "question_id": r.get("question_id"), "prompt_text": r.get("prompt_text", ""),
+                     "prompt_ids": r["prompt_ids"], "finished": (trace.ends.get(rid) or {}).get("finished")})
+    df = pd.DataFrame(rows, columns=["request_id", "category", "task", "question_id", "prompt_text", "prompt_ids",
+                                     "finished"])
+    return df.join(agg, on="request_id").fillna({"target_calls": 0, "new_tokens": 0})
+
+
+def describe(trace: Trace) -> dict[str, Any]:
+    """Header facts and the engine's own summary (engine.trace.summarize) for cards and pickers."""
+    h = trace.header
+    draft = (h.get("draft") or {}).get("name")
+    tasks = sorted({task_of(p.get("category", "")) for p in h.get("prompts", [])}
+                   or {task_of(r.get("category", "")) for r in trace.requests.values()})
+    return {"target": (h.get("target") or {}).get("name", "?"), "draft": draft,
+            "pair": f"{(h.get('target') or {}).get('name', '?')} ← {draft}" if draft else
+                    f"{(h.get('target') or {}).get('name', '?')} (no draft)",
+            "policy": (h.get("policy") or {}).get("spec", "?"), "tasks": tasks, "demo": h.get("demo"),
+            "verifier": h.get("verifier"), "temperature": (h.get("sampling") or {}).get("temperature"),
+            "complete": trace.complete, "warnings": list(trace.warnings), "command": h.get("command"),
+            "summary": trace.summary}
+
+
+def make_entry(label: str, origin: str, trace: Trace) -> Entry:
+    steps = steps_frame(trace)
+    return Entry(label, origin, trace, steps, positions_frame(trace), describe(trace))
+
+
+# ---------------------------------------------------------------- bundled
+
+
+def bundled_paths(directory: Path = TRACE_DIR) -> list[Path]:
+    return sorted(p for p in directory.glob("*") if p.suffix in TRACE_SUFFIXES and p.is_file())
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _load_bundled(path: str, mtime: float) -> Entry:  # mtime is part of the cache key
+    return make_entry(Path(path).name, "bundled", load_trace(path))
+
+
+def bundled() -> tuple[dict[str, Entry], dict[str, str]]:
+    """Every trace in traces/, and a one-line error for each file that does not load."""
+    ok, bad = {}, {}
+    for p in bundled_paths():
+        try:
+            e = _load_bundled(str(p), p.stat().st_mtime)
+            ok[e.label] = e
+        except TraceError as err:
+            bad[p.name] = str(err)
+    return ok, bad
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def uploads() -> dict[str, Entry]:
+    return st.session_state.setdefault(UPLOADS, {})
+
+
+def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[str | None, str | None]:
+    """Parse an uploaded (or live-recorded) trace into the session. Returns (label, error line).
+
+    The error is the loader's own one-line message (file, line/row, field), or a size message; no
+    exception escapes, so a bad file cannot break the page or the session's other traces."""
+    if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
+        return None, f"{name}: {len(data) / 1e6:.1f} MB exceeds the {MAX_UPLOAD_MB} MB upload limit"
+    if not name.endswith(TRACE_SUFFIXES):
+        return None, f"{name}: expected a .jsonl or .parquet trace"
+    digest = hashlib.sha1(data).hexdigest()[:8]
+    label = f"{origin}: {name}"
+    store = uploads()
+    if label in store and store[label].info.get("digest") == digest:
+        return label, None
+    try:
+        trace = loads_trace(data, name=name)
+    except TraceError as e:
+        return None, str(e)
+    except Exception as e:  # a parser bug must still not take the page down; say what and where
+        return None, f"{name}: could not be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    entry = make_entry(label, origin, trace)
+    entry.info["digest"] = digest
+    store[label] = entry
+    return label, None
+
+
+def remove_upload(label: str) -> None:
+    uploads().pop(label, None)
+
+
+def all_traces() -> dict[str, Entry]:
+    """Bundled traces first (sorted by file name), then this session's uploads and live runs."""
+    ok, _ = bundled()
+    return {**ok, **uploads()}
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def _tokenizer_file(name: str | None) -> Path | None:
+    """Where a trace's target tokenizer lives, found without importing torch.
+
+    Bundled SmolLM2 names map to engine.smollm's converted cache ($SPECLAB_CACHE or
+    ~/.cache/speclab/smollm2-135m-instruct); a local model directory works if it has tokenizer.json.
+    Hub ids are not tried: the app never reaches the network."""
+    if not name:
+        return None
+    if name in ("smollm2-135m", "smollm2-135m-instruct", "smollm2-draft"):
+        root = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab"))
+        f = root / "smollm2-135m-instruct" / "tokenizer.json"
+    else:
+        f = Path(name).expanduser() / "tokenizer.json"
+    return f if f.is_file() else None
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def tokenizer_for(name: str | None):
+    """A `tokenizers.Tokenizer` for the trace's target, or None (the pages then show token ids)."""
+    f = _tokenizer_file(name)
+    if f is None:
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(f))
+    except Exception:  # an unreadable tokenizer only costs us the text view
+        return None
+
+
+def token_texts(tokenizer, ids: list[int]) -> list[str]:
+    """One display string per token id: decoded text when a tokenizer is known, else ⟨id⟩."""
+    if tokenizer is None:
+        return [f"⟨{i}⟩" for i in ids]
+    return [tokenizer.decode([int(i)], skip_special_tokens=False) for i in ids]
+
+
+def entry_tokenizer(entry: Entry):
+    return tokenizer_for(entry.info.get("target"))
+
+
+def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None) -> str | None:
+    """The trace a page opens on: the preferred policy (the usual fixed baseline), else the first
+    speculative trace, else anything. `skip` avoids picking the same trace twice (Compare)."""
+    labels = [k for k in entries if k != skip] or list(entries)
+    for test in (lambda e: e.info["policy"] == prefer, lambda e: e.info["draft"] is not None, lambda e: True):
+        for k in labels:
+            if test(entries[k]):
+                return k
+    return None

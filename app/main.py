@@ -1,0 +1,17 @@
+"""speclab app: `streamlit run app/main.py`. The page registry and nothing else; each page is one
+thin file in app/pages/, shared loading lives in app/data.py and every figure in app/plots.py."""
+
+import streamlit as st
+
+st.set_page_config(page_title="speclab", page_icon=":material/fast_forward:", layout="wide")
+
+PAGES = [
+    st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
+    st.Page("pages/replay.py", title="Replay", icon=":material/play_circle:"),
+    st.Page("pages/windows.py", title="Windows", icon=":material/query_stats:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("pages/live.py", title="Live", icon=":material/bolt:"),
+    st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
+]
+
+st.navigation(PAGES).run()

@@ -1,0 +1,126 @@
+"""Replay: one trace, one prompt, one verify call at a time — slider, prev/next and play/pause."""
+
+import streamlit as st
+
+from app import data, plots, tokens
+
+st.title("Replay")
+ss = st.session_state
+entries = data.all_traces()
+if not entries:
+    st.warning("No traces loaded: add files to `traces/` or use the Upload page.")
+    st.stop()
+
+
+def _reset() -> None:
+    ss["replay_step"], ss["replay_playing"] = 0, False
+
+
+c1, c2 = st.columns([2, 3])
+names = list(entries)
+label = c1.selectbox("Trace", names, index=names.index(data.default_label(entries)), key="replay_trace",
+                     on_change=_reset)
+e = entries[label]
+reqs = data.requests_frame(e.trace, e.steps).set_index("request_id")
+rid = c2.selectbox("Prompt", list(reqs.index), key="replay_req", on_change=_reset,
+                   format_func=lambda r: f"#{r} · {reqs.at[r, 'task']} · {str(reqs.at[r, 'prompt_text'])[:80]}")
+if rid not in reqs.index:  # the trace changed under a stale prompt choice
+    rid = reqs.index[0]
+raw = [s for s in e.trace.steps if s["request_id"] == rid]
+steps = e.steps[e.steps["request_id"] == rid]
+pos = e.positions[e.positions["request_id"] == rid]
+if not raw:
+    st.warning("This prompt has no verify steps in the trace.")
+    st.stop()
+n = len(raw)
+info = e.info
+st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['verifier']} · "
+           f"temperature {info['temperature']} · {n} verify calls"
+           + (" · :violet-badge[tiny-model demo]" if info["demo"] else ""))
+
+tok = data.entry_tokenizer(e)
+ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])}
+texts = dict(zip(ids, data.token_texts(tok, list(ids))))
+if tok is None:
+    st.caption(f"No tokenizer for target `{info['target']}` on this machine: tokens shown as ⟨id⟩.")
+with st.expander("Prompt and final output (from the trace)"):
+    st.text(reqs.at[rid, "prompt_text"] or " ".join(map(str, reqs.at[rid, "prompt_ids"])))
+    st.text((e.trace.ends.get(rid) or {}).get("output_text") or "(no output_text recorded)")
+
+ss.setdefault("replay_playing", False)
+ss["replay_step"] = min(ss.get("replay_step", 0), n - 1)
+
+
+def _move(d: int) -> None:
+    ss["replay_step"] = max(0, min(n - 1, ss["replay_step"] + d))
+
+
+def _toggle_play() -> None:
+    ss["replay_playing"] = not ss["replay_playing"]
+    if ss["replay_playing"] and ss["replay_step"] >= n - 1:
+        ss["replay_step"] = 0
+
+
+b = st.columns([1, 1, 1, 3])
+b[0].button("◀ Prev", on_click=_move, args=(-1,), width="stretch")
+b[1].button("Next ▶", on_click=_move, args=(1,), width="stretch")
+b[2].button("⏸ Pause" if ss["replay_playing"] else "⏵ Play", on_click=_toggle_play, key="replay_play",
+            width="stretch", type="primary")
+speed = b[3].select_slider("Speed (steps per second)", options=[0.5, 1, 2, 4, 8], value=2, key="replay_speed")
+
+
+@st.fragment(run_every=1.0 / speed if ss["replay_playing"] else None)
+def step_view() -> None:
+    if ss["replay_playing"]:
+        if ss["replay_step"] >= n - 1:
+            ss["replay_playing"] = False
+            st.rerun()  # whole page: redraw the Play button and stop the timer
+        ss["replay_step"] += 1
+    if n > 1:
+        k = st.slider("Step", 0, n - 1, key="replay_step")
+    else:
+        k = 0
+    s = raw[k]
+    earlier = [p for prev in raw[:k] for p in tokens.emitted_pieces(prev, texts)]
+    st.markdown(f"**Step {k} of {n - 1}** — generated text so far; the outlined block is this step",
+                help="colours: " + ", ".join(f"{k2} = {v}" for k2, v in tokens.FATE_HELP.items()))
+    st.markdown(tokens.strip(earlier, tokens.step_pieces(s, texts)), unsafe_allow_html=True)
+    st.markdown(tokens.legend(), unsafe_allow_html=True)
+
+    m = st.columns(6)
+    m[0].metric("window (drafted)", s["window"])
+    m[1].metric("accepted", s["accepted"], help="excl. bonus")
+    m[2].metric("emitted", s["emitted"], help="incl. correction/bonus")
+    m[3].metric("stop reason", s["stop_reason"] + (f" · {s['policy_fields']['stop']}" if "stop" in s["policy_fields"]
+                                                   else ""))
+    m[4].metric("draft ms", f"{s['t_draft_ms']:.2f}")
+    m[5].metric("verify ms", f"{s['t_verify_ms']:.2f}")
+    block = pos[pos["step"] == k].assign(text=lambda d: d["token"].map(texts))
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Drafted block**")
+        if len(block):
+            st.dataframe(block[["pos", "text", "token", "fate", "q_draft", "p_target", "accept_prob", "draft_entropy"]],
+                         hide_index=True, width="stretch",
+                         column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                        for c in ("q_draft", "p_target", "accept_prob", "draft_entropy")})
+        else:
+            st.caption("Nothing drafted: an autoregressive target call.")
+    with right:
+        st.markdown("**Policy fields this step**")
+        fields = s.get("policy_fields") or {}
+        fig = plots.policy_scores(fields, s["window"])
+        if fig is not None:
+            st.plotly_chart(fig, theme=None, key="replay_scores")
+        if fields:
+            st.json(fields, expanded=True)
+        else:
+            st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
+    st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, key="replay_timeline")
+    if len(pos):
+        st.plotly_chart(plots.position_heatmap(pos, cursor=k), theme=None, key="replay_heatmap")
+
+
+step_view()
+if len(e.positions):
+    st.plotly_chart(plots.position_rate(e.positions), theme=None, key="replay_rate")

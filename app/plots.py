@@ -1,0 +1,200 @@
+"""Pure figure builders: dataframe in, plotly figure out. No Streamlit calls, so tests assert on
+`fig.to_dict()` and every page draws the same thing the same way.
+
+One colour map for every token fate, used by charts and by the token strips (app.tokens):
+accepted green, rejected red, correction orange, bonus blue, pending (drafted but never checked)
+grey — the Leviathan et al. / SpeculatoViz convention, with orange for corrections so blue can mean
+the free bonus token. Pages pass `theme=None` to st.plotly_chart so Streamlit keeps these colours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+COLORS = {
+    "accepted": "#2e9d4f",
+    "rejected": "#d62728",
+    "correction": "#ff8c1a",
+    "bonus": "#1f6fd1",
+    "pending": "#a0a0a0",
+}
+# Policies and series that are not token fates (lines in comparison charts): a colour-blind-safe cycle.
+SERIES = ["#332288", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#CC6677", "#AA4499", "#882255"]
+TEMPLATE = "plotly_white"
+
+
+def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 320) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=dict(text=title, x=0, font=dict(size=15)), height=height,
+                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=1.02, x=1,
+                                                                       xanchor="right", yanchor="bottom"))
+    fig.update_xaxes(title_text=x)
+    fig.update_yaxes(title_text=y)
+    return fig
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+# ---------------------------------------------------------------- replay
+
+
+def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
+    """Stacked tokens per verify call (accepted / rejected drafts, then the correction or bonus),
+    the drafted window as a step line, and a cursor at the replayed step. `steps` is one request."""
+    x = steps["step"]
+    fig = go.Figure()
+    for name, y in (("accepted", steps["accepted"]), ("rejected", steps["rejected"]),
+                    ("correction", steps["has_correction"].astype(int)), ("bonus", steps["has_bonus"].astype(int))):
+        fig.add_bar(x=x, y=y, name=name, marker_color=COLORS[name],
+                    hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>")
+    fig.add_scatter(x=x, y=steps["window"], name="window (drafted)", mode="lines", line_shape="hvh",
+                    line=dict(color="#222222", width=1.5, dash="dot"))
+    fig.update_layout(barmode="stack", bargap=0.1)
+    if cursor is not None:
+        fig.add_vline(x=cursor, line_color="#222222", line_width=2, opacity=0.6)
+    return _style(fig, "Tokens per verify call", "step (verify call)", "tokens")
+
+
+def position_heatmap(positions: pd.DataFrame, cursor: int | None = None) -> go.Figure:
+    """Accept probability h_i = min(1, p/q) of each drafted token: rows are steps, columns are the
+    token's position in the drafted block. Blank cells were not drafted. `positions` is one request."""
+    grid = positions.pivot_table(index="step", columns="pos", values="accept_prob", aggfunc="first")
+    fates = positions.pivot_table(index="step", columns="pos", values="fate", aggfunc="first")
+    fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
+                               colorscale=[[0, COLORS["rejected"]], [0.5, "#f2f2f2"], [1, COLORS["accepted"]]],
+                               customdata=fates.reindex_like(grid).values,
+                               colorbar=dict(title="h", thickness=12),
+                               hovertemplate="step %{y}, position %{x}<br>accept prob %{z:.3f}<br>%{customdata}"
+                                             "<extra></extra>"))
+    if cursor is not None:
+        fig.add_hline(y=cursor, line_color="#222222", line_width=1.5, opacity=0.7)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(dtick=1)
+    return _style(fig, "Accept probability by block position", "position in drafted block", "step")
+
+
+def position_rate(positions: pd.DataFrame) -> go.Figure:
+    """vLLM's per-position acceptance rate: of the drafted tokens at position i, the share accepted."""
+    rate = positions.assign(ok=positions["fate"].eq("accepted")).groupby("pos")["ok"].agg(["mean", "size"])
+    fig = go.Figure(go.Bar(x=rate.index, y=rate["mean"], marker_color=COLORS["accepted"], customdata=rate["size"],
+                           hovertemplate="position %{x}<br>accepted %{y:.1%} of %{customdata} drafts<extra></extra>"))
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    fig.update_xaxes(dtick=1)
+    return _style(fig, "Acceptance rate by block position (whole trace)", "position in drafted block",
+                  "accepted", height=260)
+
+
+def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
+    """Whatever per-token numbers a policy logged (e.g. PACER's block scores), against any scalar
+    field whose name mentions a threshold. None when the policy logged no per-token list."""
+    lists = {k: v for k, v in fields.items() if isinstance(v, list) and v
+             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)}
+    if not lists:
+        return None
+    fig = go.Figure()
+    for i, (k, v) in enumerate(lists.items()):
+        fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
+                        line=dict(color=SERIES[i % len(SERIES)]))
+    for k, v in fields.items():
+        if "threshold" in k.lower() and isinstance(v, (int, float)) and not isinstance(v, bool):
+            fig.add_hline(y=v, line_dash="dash", line_color=COLORS["rejected"], annotation_text=f"{k} = {v:g}")
+    fig.update_xaxes(dtick=1, range=[0.5, max(window, max(len(v) for v in lists.values())) + 0.5])
+    return _style(fig, "Policy scores this step", "position / block", "score", height=260)
+
+
+# ---------------------------------------------------------------- compare
+
+
+def cumulative_compare(curves: dict[str, pd.DataFrame], cursor: int | None = None) -> go.Figure:
+    """Tokens generated after each verify call, one line per trace: step-aligned, so the vertical gap
+    is how far ahead one policy is after the same number of target calls."""
+    fig = go.Figure()
+    for i, (label, df) in enumerate(curves.items()):
+        fig.add_scatter(x=df["step"] + 1, y=df["cum_emitted"], name=label, mode="lines", line_shape="hv",
+                        line=dict(color=SERIES[i % len(SERIES)], width=2),
+                        hovertemplate="%{x} target calls<br>%{y} tokens<extra>" + label + "</extra>")
+    if cursor is not None:
+        fig.add_vline(x=cursor + 1, line_color="#222222", line_width=1.5, opacity=0.6)
+    return _style(fig, "Tokens generated vs target calls", "target calls", "tokens generated (incl. bonus)")
+
+
+def time_compare(curves: dict[str, pd.DataFrame]) -> go.Figure:
+    """Tokens generated against decode time (draft + verify + prefill), one line per trace."""
+    fig = go.Figure()
+    for i, (label, df) in enumerate(curves.items()):
+        fig.add_scatter(x=df["cum_ms"], y=df["cum_emitted"], name=label, mode="lines", line_shape="hv",
+                        line=dict(color=SERIES[i % len(SERIES)], width=2))
+    return _style(fig, "Tokens generated vs decode time", "decode time (ms)", "tokens generated (incl. bonus)")
+
+
+# ---------------------------------------------------------------- windows
+
+
+def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None = None,
+                      adaptive: pd.DataFrame | None = None, theory: pd.DataFrame | None = None,
+                      group: str | None = None) -> go.Figure:
+    """Fixed windows as a line (one per `group`), the oracle as a dashed line, adaptive policies as
+    markers at their mean window, and the i.i.d. closed form as a dotted curve."""
+    fig = go.Figure()
+    groups = [(None, fixed)] if group is None or group not in fixed else list(fixed.groupby(group, sort=False))
+    for i, (g, df) in enumerate(groups):
+        fig.add_scatter(x=df[x], y=df[y], mode="lines+markers", name=f"fixed γ{'' if g is None else f' · {g}'}",
+                        line=dict(color=SERIES[i % len(SERIES)], width=2))
+    if theory is not None and len(theory):
+        fig.add_scatter(x=theory[x], y=theory[y], mode="lines", name="i.i.d. theory",
+                        line=dict(color="#777777", dash="dot"))
+    if oracle is not None:
+        fig.add_hline(y=oracle, line_dash="dash", line_color=COLORS["bonus"],
+                      annotation_text=f"oracle {oracle:.2f}×", annotation_position="top left")
+    if adaptive is not None and len(adaptive):
+        fig.add_scatter(x=adaptive[x], y=adaptive[y], mode="markers+text", name="adaptive policies",
+                        text=adaptive["policy"], textposition="top center",
+                        marker=dict(symbol="diamond", size=11, color=COLORS["correction"]))
+    fig.update_xaxes(dtick=1)
+    return _style(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive",
+                  height=380)
+
+
+def cost_curve(gammas: list[int], cost_fn, label: str) -> go.Figure:
+    """Verify-call cost relative to one target forward, as the cost model prices it."""
+    fig = go.Figure(go.Scatter(x=gammas, y=[cost_fn(g) for g in gammas], mode="lines+markers", name=label,
+                               line=dict(color=SERIES[0])))
+    fig.update_xaxes(dtick=1)
+    return _style(fig, "Cost of one speculative step", "window γ", "cost (target forwards)", height=280)
+
+
+def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "policy", ecdf: bool = False) -> go.Figure:
+    """Distribution of tokens per verify call by policy: grouped histogram (discrete, dtick 1) or ECDF."""
+    fig = go.Figure()
+    label = "emitted tokens per call (incl. bonus)" if x == "emitted" else "accepted drafts per call (excl. bonus)"
+    for i, (name, g) in enumerate(df.groupby(color, sort=False)):
+        c = SERIES[i % len(SERIES)]
+        if ecdf:
+            v = g[x].sort_values().reset_index(drop=True)
+            fig.add_scatter(x=v, y=(v.index + 1) / len(v), mode="lines", line_shape="hv", name=str(name),
+                            line=dict(color=c))
+        else:
+            share = g[x].value_counts(normalize=True).sort_index()
+            fig.add_bar(x=share.index, y=share.values, name=str(name), marker_color=c)
+    fig.update_xaxes(dtick=1)
+    if ecdf:
+        fig.update_yaxes(range=[0, 1.02])
+    return _style(fig, "Accepted length per verify call", label, "cumulative share" if ecdf else "share of calls",
+                  height=320)
+
+
+def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go.Figure:
+    """Oracle ÷ best-fixed ratio per task as bars, with 1× (no gain) as a reference line."""
+    fig = go.Figure()
+    groups = [(None, df)] if color is None or color not in df else list(df.groupby(color, sort=False))
+    for i, (g, d) in enumerate(groups):
+        fig.add_bar(x=d[x], y=d[y], name="" if g is None else str(g), marker_color=SERIES[i % len(SERIES)])
+    fig.add_hline(y=1.0, line_color="#555555", line_dash="dot")
+    fig.update_layout(barmode="group", showlegend=color is not None)
+    return _style(fig, "Oracle ÷ best fixed window", x, "ratio", height=300)

@@ -1,0 +1,78 @@
+"""Token strips: generated text as HTML spans coloured by each token's fate (colours from app.plots).
+
+HTML rather than Streamlit's `:green-background[...]` markdown because the strip needs the exact
+chart colours and a hover tooltip per token (draft/target/accept probability). Every piece of text
+goes through `html.escape`, so token text can never inject markup.
+"""
+
+from __future__ import annotations
+
+import html
+
+from app.plots import COLORS, rgba
+
+FATE_ALPHA = 0.32  # light tint: the text stays readable on every fate colour
+LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "pending")
+FATE_HELP = {
+    "accepted": "draft token accepted by the target",
+    "rejected": "draft token rejected (first mismatch)",
+    "correction": "target's replacement token at the rejection",
+    "bonus": "free token after every draft was accepted",
+    "pending": "drafted after the rejection: never checked",
+}
+
+
+def _text(tok: str) -> str:
+    # Newlines and tabs inside a span would collapse; show them as visible marks.
+    return html.escape(tok).replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+def span(tok: str, fate: str | None, tip: str = "") -> str:
+    t = _text(tok)
+    if fate is None:
+        return f'<span title="{html.escape(tip)}">{t}</span>'
+    style = f"background:{rgba(COLORS[fate], FATE_ALPHA)};border-bottom:2px solid {COLORS[fate]};border-radius:3px;"
+    if fate in ("rejected", "pending"):
+        style += "text-decoration:line-through;"
+    return f'<span class="tok-{fate}" style="{style}" title="{html.escape(tip or fate)}">{t}</span>'
+
+
+def strip(pieces: list[tuple[str, str | None, str]], current: list[tuple[str, str | None, str]] | None = None) -> str:
+    """(text, fate or None for plain context, tooltip) → one wrapped block of HTML. `current` (the
+    replayed step's block) follows the text inside an outline, so the eye finds it at once."""
+    body = "".join(span(t, f, tip) for t, f, tip in pieces)
+    if current:
+        body += ('<span class="current-step" style="outline:2px solid #222;outline-offset:2px;border-radius:4px;">'
+                 + "".join(span(t, f, tip) for t, f, tip in current) + "</span>")
+    return (f'<div class="token-strip" style="font-family:ui-monospace,monospace;font-size:0.92rem;'
+            f'line-height:1.9;white-space:pre-wrap;word-break:break-word;">{body}</div>')
+
+
+def legend() -> str:
+    items = "".join(f'{span(name, name, FATE_HELP[name])}&nbsp;&nbsp;' for name in LEGEND_ORDER)
+    return f'<div style="font-size:0.85rem;">{items}</div>'
+
+
+def step_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]:
+    """One verify call as strip pieces: drafted tokens by fate, then the correction or bonus token.
+
+    `texts` maps token id → display text. Emitted tokens may be cut short by EOS or the token
+    budget; then the correction/bonus is omitted, as it was never emitted."""
+    from app.data import draft_fates
+
+    out = []
+    fates = draft_fates(step["accepted"], step["window"])
+    for i, (tok, fate) in enumerate(zip(step["draft_tokens"], fates)):
+        tip = (f"position {i + 1} · {fate} · draft q={step['q_draft'][i]:.3f} · target p={step['p_target'][i]:.3f}"
+               f" · accept h={step['accept_probs'][i]:.3f}")
+        out.append((texts[tok], fate, tip))
+    if len(step["emitted_tokens"]) > step["accepted"]:
+        last = step["emitted_tokens"][-1]
+        kind = "bonus" if step.get("bonus") is not None else "correction"
+        out.append((texts[last], kind, FATE_HELP[kind]))
+    return out
+
+
+def emitted_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]:
+    """Only what a step added to the text: accepted drafts and the correction/bonus (for live views)."""
+    return [p for p in step_pieces(step, texts) if p[1] not in ("rejected", "pending")]

@@ -1,0 +1,114 @@
+"""Cost model of one speculative step, and the Leviathan / i.i.d.-oracle closed forms.
+
+Units: one target forward of a single token = 1 (so autoregressive decoding costs 1 per token).
+A step with window γ (γ drafted tokens, γ+1 tokens verified by one target forward) costs
+
+    cost(γ) = γ · c + v(γ),      v(0) = 1
+
+c = draft cost per drafted token ÷ target single-token forward; v(γ) = t_target(γ+1 tokens) ÷
+t_target(1 token) — flat (v ≡ 1, Leviathan's assumption) or measured. Beyond the measured range v
+is extrapolated linearly from its last two points.
+
+Closed forms (α = per-token acceptance, i.i.d.; "emitted" includes the bonus token):
+
+    E[emitted per call] = (1 − α^{γ+1}) / (1 − α)                      Leviathan Eq. 1
+    S_fixed(γ)          = (1 − α^{γ+1}) / ((1 − α)(γc + 1))            Leviathan Thm 3.8
+    S_oracle(a)         = 1 / (cα + 1 − α)      window = accepted run L, nothing wasted
+    S_oracle(b)         = 1 / (c + 1 − α)       window = L + 1, the mismatching draft is wasted
+
+(the oracle forms by renewal-reward over geometric L: E[L+1] / E[Lc + 1], project notes §2.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class CostModel:
+    c: float = 0.05  # draft/target cost ratio per token: a ~10–20× smaller draft, memory-bound regime
+    verify: tuple[float, ...] = ()  # v(γ) for γ = 0..len−1; empty = flat (every verify costs one forward)
+    target_ms: float | None = None  # ms of one single-token target forward, to report simulated ms
+    label: str = ""  # how the app and tables name this model ("c=0.05 flat", "measured")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.c <= 100.0:
+            raise ValueError(f"cost ratio c must be in [0, 100], got {self.c}")
+        if any(not v > 0 for v in self.verify):
+            raise ValueError("verify costs must be positive")
+        if not self.label:
+            object.__setattr__(self, "label", f"c={self.c:g} " + ("measured-verify" if self.verify else "flat"))
+
+    @classmethod
+    def flat(cls, c: float) -> "CostModel":
+        """User-set ratio c; verifying any window costs one target forward (Leviathan)."""
+        return cls(c=c, label=f"c={c:g} flat")
+
+    @classmethod
+    def from_timings(cls, timings: dict[str, Any], flat_verify: bool = False, c: float | None = None) -> "CostModel":
+        """From a reference header's `timings` (target_ms_by_tokens, draft_ms_per_token).
+
+        c = draft_ms_per_token / t(1); v(γ) = t(γ+1) / t(1). With `c` given, only v is measured."""
+        if not timings or not timings.get("target_ms_by_tokens"):
+            raise ValueError("this reference has no timings (made with --no-timing): set a cost ratio with --c")
+        t = [float(x) for x in timings["target_ms_by_tokens"]]
+        t1 = t[0] if t[0] > 0 else 1e-9
+        ratio = float(timings["draft_ms_per_token"]) / t1 if c is None else c
+        verify = () if flat_verify else tuple(max(x / t1, 1e-9) for x in t)
+        label = f"measured c={ratio:.3g}" + (" flat" if flat_verify else "") if c is None else f"c={c:g} measured-verify"
+        return cls(c=ratio, verify=verify, target_ms=t1, label=label)
+
+    def v(self, window: int) -> float:
+        """Relative cost of verifying `window` drafts (a forward of window+1 tokens)."""
+        if not self.verify:
+            return 1.0
+        if window < len(self.verify):
+            return self.verify[window]
+        if len(self.verify) == 1:
+            return self.verify[0]
+        slope = max(0.0, self.verify[-1] - self.verify[-2])
+        return self.verify[-1] + slope * (window - len(self.verify) + 1)
+
+    def step(self, window: int) -> float:
+        """cost(γ) = γ·c + v(γ), in target single-token forwards."""
+        return window * self.c + self.v(window)
+
+
+def expected_emitted(alpha: float, gamma: int) -> float:
+    """E[emitted per call, incl. bonus] = (1 − α^{γ+1}) / (1 − α); γ+1 when α = 1."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """S = (1 − α^{γ+1}) / ((1 − α)(γc + 1)), flat verify cost."""
+    return expected_emitted(alpha, gamma) / (gamma * c + 1.0)
+
+
+def oracle_speedup(alpha: float, c: float, variant: str = "a") -> float:
+    """i.i.d. oracle: (a) 1 / (cα + 1 − α), (b) 1 / (c + 1 − α)."""
+    if variant not in ("a", "b"):
+        raise ValueError(f"oracle variant must be 'a' or 'b', got {variant!r}")
+    return 1.0 / ((c * alpha if variant == "a" else c) + 1.0 - alpha)
+
+
+def iid_theory(alpha: float, c: float, gammas: Sequence[int] = range(1, 17)) -> pd.DataFrame:
+    """Closed-form overlay: one row per γ (E emitted, S_fixed), plus the oracle (a)/(b) values and
+    ratios to the best γ in `gammas` on every row (columns best_gamma, s_best_fixed, ratio_a, ratio_b)."""
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+    gammas = list(gammas)
+    if not gammas or min(gammas) < 1:
+        raise ValueError("gammas must be positive integers")
+    rows = [{"gamma": g, "expected_emitted_per_call": expected_emitted(alpha, g),
+             "speedup": leviathan_speedup(alpha, g, c)} for g in gammas]
+    df = pd.DataFrame(rows)
+    best = df.loc[df["speedup"].idxmax()]
+    sa, sb = oracle_speedup(alpha, c, "a"), oracle_speedup(alpha, c, "b")
+    return df.assign(alpha=alpha, c=c, best_gamma=int(best["gamma"]), s_best_fixed=float(best["speedup"]),
+                     s_oracle_a=sa, s_oracle_b=sb, ratio_a=sa / float(best["speedup"]),
+                     ratio_b=sb / float(best["speedup"]), exact="closed form (i.i.d. acceptance)")
