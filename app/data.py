@@ -24,7 +24,7 @@ from engine.prompts import task_of
 from engine.trace import Trace, TraceError, load_trace, loads_trace
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE_DIR = Path(os.environ.get("SPECLAB_TRACES", REPO / "traces"))
+TRACES_ENV = "SPECLAB_TRACES"  # another folder of bundled traces (tests; a lab's own sweep directory)
 TRACE_SUFFIXES = (".jsonl", ".parquet")
 # Also set as server.maxUploadSize in .streamlit/config.toml; the page checks it itself too, because
 # AppTest and other launch paths do not read that file. 50 MB holds ~100k steps: a large sweep.
@@ -121,8 +121,40 @@ def make_entry(label: str, origin: str, trace: Trace) -> Entry:
 # ---------------------------------------------------------------- bundled
 
 
-def bundled_paths(directory: Path = TRACE_DIR) -> list[Path]:
-    return sorted(p for p in directory.glob("*") if p.suffix in TRACE_SUFFIXES and p.is_file())
+REFERENCE_SCHEMA = "speclab.reference"  # engine.reference files share traces/ and are told apart by schema
+REF_UPLOADS = "uploaded_refs"  # session_state key: label -> (Reference, digest)
+
+
+def schema_of(head: bytes) -> str | None:
+    """The `schema` of a JSONL file's first line, without parsing the rest (None if unreadable)."""
+    import json
+
+    try:
+        d = json.loads(head.split(b"\n", 1)[0])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return d.get("schema") if isinstance(d, dict) else None
+
+
+def _peek(p: Path) -> bytes:
+    with open(p, "rb") as f:
+        return f.readline(1 << 20)
+
+
+def trace_dir() -> Path:
+    return Path(os.environ.get(TRACES_ENV) or REPO / "traces")
+
+
+def bundled_paths(directory: Path | None = None, kind: str = "trace") -> list[Path]:
+    """traces/*.jsonl|*.parquet that are decode traces (kind 'trace') or reference runs ('reference')."""
+    out = []
+    for p in sorted((directory or trace_dir()).glob("*")):
+        if p.suffix not in TRACE_SUFFIXES or not p.is_file():
+            continue
+        is_ref = p.suffix == ".jsonl" and schema_of(_peek(p)) == REFERENCE_SCHEMA
+        if is_ref == (kind == "reference"):
+            out.append(p)
+    return out
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -159,6 +191,8 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[s
     if not name.endswith(TRACE_SUFFIXES):
         return None, f"{name}: expected a .jsonl or .parquet trace"
     digest = hashlib.sha1(data).hexdigest()[:8]
+    if name.endswith(".jsonl") and schema_of(data[: 1 << 20]) == REFERENCE_SCHEMA:
+        return add_reference_bytes(name, data, digest)
     label = f"{origin}: {name}"
     store = uploads()
     if label in store and store[label].info.get("digest") == digest:
@@ -177,6 +211,43 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[s
 
 def remove_upload(label: str) -> None:
     uploads().pop(label, None)
+    st.session_state.setdefault(REF_UPLOADS, {}).pop(label, None)
+
+
+# ---------------------------------------------------------------- reference runs (Windows page)
+# engine.reference is imported only here, lazily: it needs torch, which the other pages avoid.
+
+
+def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None, str | None]:
+    from engine.reference import loads_reference
+
+    label = f"uploaded: {name}"
+    try:
+        ref = loads_reference(data, name=name)
+    except TraceError as e:  # ReferenceFormatError is a TraceError: same one-line form
+        return None, str(e)
+    st.session_state.setdefault(REF_UPLOADS, {})[label] = (ref, digest)
+    return label, None
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _load_reference(path: str, mtime: float):
+    from engine.reference import load_reference
+
+    return load_reference(path)
+
+
+def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
+    """Reference runs: label -> (Reference, cache key), bundled then uploaded; plus load errors."""
+    ok, bad = {}, {}
+    for p in bundled_paths(kind="reference"):
+        mtime = p.stat().st_mtime
+        try:
+            ok[p.name] = (_load_reference(str(p), mtime), f"{p.name}@{mtime}")
+        except TraceError as err:
+            bad[p.name] = str(err)
+    ok.update(st.session_state.get(REF_UPLOADS, {}))
+    return ok, bad
 
 
 def all_traces() -> dict[str, Entry]:
@@ -229,6 +300,14 @@ def entry_tokenizer(entry: Entry):
     return tokenizer_for(entry.info.get("target"))
 
 
+def pick(key: str, options: list, default) -> None:
+    """Point a selectbox's session value at a valid option before the widget is drawn (so another
+    page can preselect it, and a vanished upload falls back to `default`) without passing `index`,
+    which Streamlit rejects alongside a session-set value."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = default
+
+
 def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None) -> str | None:
     """The trace a page opens on: the preferred policy (the usual fixed baseline), else the first
     speculative trace, else anything. `skip` avoids picking the same trace twice (Compare)."""
@@ -238,3 +317,35 @@ def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str 
             if test(entries[k]):
                 return k
     return None
+
+
+# ---------------------------------------------------------------- cached engine.analysis calls
+# `_refs` is not hashed (Reference objects are plain data but large); `key` names them instead.
+
+
+@st.cache_data(max_entries=32, show_spinner="Replaying every policy over the reference runs…")
+def window_table(_refs: list, key: tuple, cost: str | float):
+    from engine import analysis
+
+    return analysis.window_table(_refs, cost)
+
+
+@st.cache_data(max_entries=16, show_spinner="Computing the oracle ÷ best-fixed table…")
+def oracle_ratio_table(_refs: list, key: tuple, costs: tuple):
+    from engine import analysis
+
+    return analysis.oracle_ratio_table(_refs, costs=costs)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def reference_positions(_refs: list, key: tuple):
+    from engine import analysis
+
+    return analysis.positions_frame(_refs)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def variability_table(_refs: list, key: tuple, cost: str | float):
+    from engine import analysis
+
+    return analysis.variability_table(_refs, cost)

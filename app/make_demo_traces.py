@@ -5,7 +5,8 @@
 The traces come from the real decode loop (`engine.run.run_requests`) driving the tiny random
 Llama pair in `app.demo_models`, over one Spec-Bench dev question per task (bytes folded into the
 64-token vocabulary; questions from ../shared/spec_bench when present, else a few built-in lines).
-They are marked in their header (`demo`) so the Overview labels them as tiny-model demo data; real
+A reference run (`engine.reference`, demo-tiny-reference.jsonl) over the same prompts feeds the
+Windows page. All are marked in their header (`demo`) so the Overview labels them as tiny-model demo data; real
 SmolLM2 traces written by `python -m engine decode` sit next to them and replace them as defaults.
 """
 
@@ -70,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
                          header_extra={"demo": TINY_LABEL, "command": command})
         print(f"{out}: {s['target_calls']} target calls, mean emitted per call (incl. bonus) "
               f"{s['mean_emitted_per_call_incl_bonus']:.2f}, acceptance {s['draft_acceptance_rate']:.2f}")
+    # The reference run the Windows page analyses: any policy, the oracle included, replays from it.
+    from engine.reference import ReferenceConfig, build_reference
+
+    ref = Path(a.out) / "demo-tiny-reference.jsonl"
+    build_reference(target, draft, [{"prompt_ids": r.prompt_ids, "category": r.category,
+                                     "question_id": r.question_id, "text": r.text} for r in requests],
+                    ReferenceConfig(max_new_tokens=a.max_new_tokens, sampling=cfg.sampling, timing_repeats=3),
+                    ref, progress=False, header_extra={"demo": TINY_LABEL, "command": command})
+    print(f"{ref}: reference run over {len(requests)} prompts")
     return 0
 
 

@@ -161,12 +161,14 @@ def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None 
                   height=380)
 
 
-def cost_curve(gammas: list[int], cost_fn, label: str) -> go.Figure:
-    """Verify-call cost relative to one target forward, as the cost model prices it."""
-    fig = go.Figure(go.Scatter(x=gammas, y=[cost_fn(g) for g in gammas], mode="lines+markers", name=label,
-                               line=dict(color=SERIES[0])))
+def cost_curve(df: pd.DataFrame, x: str = "gamma") -> go.Figure:
+    """Cost of one speculative step by window, one line per column (e.g. verify v(γ), step γc + v(γ)),
+    in units of one single-token target forward — as the cost model prices it."""
+    fig = go.Figure()
+    for i, col in enumerate(c for c in df.columns if c != x):
+        fig.add_scatter(x=df[x], y=df[col], mode="lines+markers", name=col, line=dict(color=SERIES[i % len(SERIES)]))
     fig.update_xaxes(dtick=1)
-    return _style(fig, "Cost of one speculative step", "window γ", "cost (target forwards)", height=280)
+    return _style(fig, "Cost of one speculative step", "window γ", "cost (target forwards)", height=300)
 
 
 def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "policy", ecdf: bool = False) -> go.Figure:

@@ -130,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands contributed by other modules: each provides add_parser(sub) that sets `func`.
 EXTRA_COMMANDS: dict[str, str] = {
+    "sweep": "engine.sweep",
     "bench": "engine.bench",
+    "analysis": "engine.analysis_cli",
+    "pacer": "engine.pacer_cli",
 }
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}

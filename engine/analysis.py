@@ -50,23 +50,29 @@ def _refs(refs: Refs) -> list[Reference]:
 
 
 def cost_for(ref: Reference, cost: CostLike) -> CostModel:
-    """A CostModel as given; a float = flat c; 'measured' = the reference's own timings."""
+    """A CostModel as given; a float = flat c; 'measured' = the reference's own timings (c and v);
+    '0.05@measured' = user-set c with the reference's measured verify curve v(γ)."""
     if isinstance(cost, CostModel):
         return cost
     if isinstance(cost, str):
-        if cost != "measured":
-            raise ValueError(f"cost must be a CostModel, a number or 'measured', got {cost!r}")
-        return CostModel.from_timings(ref.header.get("timings"))
+        if cost == "measured":
+            return CostModel.from_timings(ref.header.get("timings"))
+        c, at, what = cost.partition("@")
+        try:
+            value = float(c)
+        except ValueError:
+            value = None
+        if value is None or (at and what != "measured"):
+            raise ValueError(f"cost must be a number, 'measured' or 'C@measured', got {cost!r}")
+        return CostModel.from_timings(ref.header.get("timings"), c=value) if at else CostModel.flat(value)
     return CostModel.flat(float(cost))
 
 
 def _label(cost: CostLike, refs: list[Reference]) -> str:
     if isinstance(cost, CostModel):
         return cost.label
-    if cost == "measured":
-        labels = {cost_for(r, cost).label for r in refs}
-        return labels.pop() if len(labels) == 1 else "measured (per reference)"
-    return CostModel.flat(float(cost)).label
+    labels = {cost_for(r, cost).label for r in refs}
+    return labels.pop() if len(labels) == 1 else f"{cost} (per reference)"
 
 
 def has_timings(refs: Refs) -> bool:
@@ -185,7 +191,7 @@ def _ratio_tables(refs, costs, gammas, policies, progress):
     alpha = _alpha(refs)
     wide, long = [], []
     for cost in costs:
-        if isinstance(cost, str) and cost == "measured" and not has_timings(refs):
+        if isinstance(cost, str) and cost.endswith("measured") and not has_timings(refs):
             continue
         wt = window_table(refs, cost, gammas, policies, progress=progress)
         for task, g in wt.groupby("task", sort=False):
@@ -194,7 +200,7 @@ def _ratio_tables(refs, costs, gammas, policies, progress):
             sa = float(g.loc[g["policy"] == "oracle:a", "speedup"].iloc[0])
             sb = float(g.loc[g["policy"] == "oracle:b", "speedup"].iloc[0])
             sf = float(bf["speedup"])
-            c = cost_for(refs[0], cost).c if not isinstance(cost, CostModel) else cost.c
+            c = float(np.mean([cost_for(r, cost).c for r in refs]))
             a = float(min(alpha.get(task, math.nan), 0.999999))
             best_iid = max(leviathan_speedup(a, k, c) for k in gammas)
             row = {"task": task, "cost": wt["cost"].iloc[0], "c": c, "alpha": a, "best_gamma": int(bf["gamma"]),
@@ -262,6 +268,27 @@ def variability_table(refs: Refs, cost: CostLike | None = None, gammas: Iterable
 
 
 # ------------------------------------------------------------------ ordinary decode traces
+
+
+def load_any(path) -> tuple[str, object]:
+    """('reference', Reference) or ('trace', engine.trace.Trace), by the first line's schema."""
+    import json
+    from pathlib import Path
+
+    from engine.trace import load_trace
+
+    p = Path(path)
+    if p.suffix == ".parquet":
+        return "trace", load_trace(p)
+    if not p.is_file():
+        raise ValueError(f"{p}: no such file")
+    with open(p, "rb") as f:
+        first = f.readline()
+    try:
+        schema = json.loads(first).get("schema")
+    except (ValueError, AttributeError):
+        schema = None
+    return ("reference", load_reference(p)) if schema == "speclab.reference" else ("trace", load_trace(p))
 
 
 def trace_accepted_frame(traces) -> pd.DataFrame:

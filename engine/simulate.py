@@ -123,7 +123,8 @@ def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostMode
             stop = "oracle"
         else:
             cap = max(0, min(pol.propose(), remaining - 1))
-            window = 0
+            # A policy that never overrides keep_drafting (fixed, heuristic) drafts up to its cap.
+            window = 0 if type(pol).keep_drafting is not WindowPolicy.keep_drafting else cap
             while window < cap:
                 sig = _signal(req, pos, window)
                 window += 1

@@ -1,2 +1,90 @@
+"""Compare: two traces over the same prompts, step-aligned — target calls and time saved or lost."""
+
+import pandas as pd
 import streamlit as st
-st.title("todo")
+
+from app import data, plots, tokens
+
+st.title("Compare")
+entries = data.all_traces()
+if len(entries) < 2:
+    st.info("Comparing needs two traces: bundled ones in `traces/`, uploads, or Live runs.")
+    st.stop()
+names = list(entries)
+a_label = data.default_label(entries)
+others = [k for k in names if k != a_label and entries[k].info["draft"]
+          and entries[k].info["policy"] != entries[a_label].info["policy"]]
+b_default = others[0] if others else next(k for k in names if k != a_label)
+c1, c2 = st.columns(2)
+data.pick("cmp_a", names, a_label)
+data.pick("cmp_b", names, b_default)
+la = c1.selectbox("Trace A", names, key="cmp_a")
+lb = c2.selectbox("Trace B", names, key="cmp_b")
+A, B = entries[la], entries[lb]
+if la == lb:
+    st.warning("Pick two different traces.")
+    st.stop()
+
+sa, sb = A.info["summary"], B.info["summary"]
+m = st.columns(4)
+m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], sb["target_calls"] - sa["target_calls"],
+            delta_color="inverse", help=f"delta vs A ({A.info['policy']}): {sa['target_calls']} calls")
+m[1].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
+            delta_color="inverse", help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
+m[2].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
+            help=f"A: {sa['tokens_per_s']:.1f}")
+m[3].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}",
+            f"{sb['mean_emitted_per_call_incl_bonus'] - sa['mean_emitted_per_call_incl_bonus']:+.2f}",
+            help=f"incl. bonus; A: {sa['mean_emitted_per_call_incl_bonus']:.2f}")
+st.caption(f"A = {la} ({A.info['pair']}) · B = {lb} ({B.info['pair']}) · deltas are B − A")
+
+ra = data.requests_frame(A.trace, A.steps)
+rb = data.requests_frame(B.trace, B.steps)
+pairs = ra.assign(key=ra["prompt_ids"].map(tuple)).merge(rb.assign(key=rb["prompt_ids"].map(tuple)), on="key",
+                                                         suffixes=("_a", "_b"))
+if pairs.empty:
+    st.warning("The two traces share no prompts (identical prompt token ids), so only totals compare.")
+    st.stop()
+same = [A.trace.ends.get(x, {}).get("output_ids") == B.trace.ends.get(y, {}).get("output_ids")
+        for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
+table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
+                      "calls A": pairs["target_calls_a"], "calls B": pairs["target_calls_b"],
+                      "Δ calls": pairs["target_calls_b"] - pairs["target_calls_a"],
+                      "ms A": pairs["decode_ms_a"], "ms B": pairs["decode_ms_b"],
+                      "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
+st.subheader(f"{len(pairs)} shared prompts")
+st.dataframe(table, hide_index=True, width="stretch",
+             column_config={k: st.column_config.NumberColumn(format="%.1f") for k in ("ms A", "ms B", "Δ ms")})
+if not all(same):
+    st.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
+
+row = st.selectbox("Prompt, step by step", range(len(pairs)), key="cmp_prompt",
+                   format_func=lambda i: f"#{pairs['request_id_a'].iat[i]} · {pairs['task_a'].iat[i]} · "
+                                         f"{str(pairs['prompt_text_a'].iat[i])[:80]}")
+ida, idb = int(pairs["request_id_a"].iat[row]), int(pairs["request_id_b"].iat[row])
+steps = {"A": [s for s in A.trace.steps if s["request_id"] == ida], "B": [s for s in B.trace.steps if s["request_id"] == idb]}
+n = max(len(v) for v in steps.values())
+k = st.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
+cols = st.columns(2)
+for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
+    seq = steps[side]
+    tok = data.entry_tokenizer(e)
+    ids = {t for s in seq for t in (*s["draft_tokens"], *s["emitted_tokens"])}
+    texts = dict(zip(ids, data.token_texts(tok, list(ids))))
+    with col.container(border=True):
+        st.markdown(f"**{side} · {e.info['policy']}**")
+        if k < len(seq):
+            earlier = [p for s in seq[:k] for p in tokens.emitted_pieces(s, texts)]
+            st.markdown(tokens.strip(earlier, tokens.step_pieces(seq[k], texts)), unsafe_allow_html=True)
+            done = sum(s["emitted"] for s in seq[: k + 1])
+            st.caption(f"after {k + 1} target calls: {done} tokens · this step drafted {seq[k]['window']}, "
+                       f"accepted {seq[k]['accepted']} (excl. bonus)")
+        else:
+            st.markdown(tokens.strip([p for s in seq for p in tokens.emitted_pieces(s, texts)]), unsafe_allow_html=True)
+            st.caption(f"finished after {len(seq)} target calls")
+st.markdown(tokens.legend(), unsafe_allow_html=True)
+curves = {f"A · {A.info['policy']}": A.steps[A.steps["request_id"] == ida],
+          f"B · {B.info['policy']}": B.steps[B.steps["request_id"] == idb]}
+left, right = st.columns(2)
+left.plotly_chart(plots.cumulative_compare(curves, cursor=k), theme=None, key="cmp_cum")
+right.plotly_chart(plots.time_compare(curves), theme=None, key="cmp_time")

@@ -18,14 +18,13 @@ def _reset() -> None:
 
 c1, c2 = st.columns([2, 3])
 names = list(entries)
-label = c1.selectbox("Trace", names, index=names.index(data.default_label(entries)), key="replay_trace",
-                     on_change=_reset)
+data.pick("replay_trace", names, data.default_label(entries))
+label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset)
 e = entries[label]
 reqs = data.requests_frame(e.trace, e.steps).set_index("request_id")
+data.pick("replay_req", list(reqs.index), reqs.index[0])
 rid = c2.selectbox("Prompt", list(reqs.index), key="replay_req", on_change=_reset,
                    format_func=lambda r: f"#{r} · {reqs.at[r, 'task']} · {str(reqs.at[r, 'prompt_text'])[:80]}")
-if rid not in reqs.index:  # the trace changed under a stale prompt choice
-    rid = reqs.index[0]
 raw = [s for s in e.trace.steps if s["request_id"] == rid]
 steps = e.steps[e.steps["request_id"] == rid]
 pos = e.positions[e.positions["request_id"] == rid]

@@ -1,2 +1,36 @@
+"""Upload: add JSONL or Parquet traces (or reference runs) to this session; every page then sees them."""
+
 import streamlit as st
-st.title("todo")
+
+from app import data
+
+st.title("Upload")
+st.write(f"Trace files from `python -m engine decode` (JSONL, or Parquet from `python -m engine export`), or "
+         f"reference runs for the Windows page. Limit **{data.MAX_UPLOAD_MB} MB** per file. Files stay in this "
+         f"browser session only.")
+
+files = st.file_uploader("Trace files", type=["jsonl", "parquet"], accept_multiple_files=True, key="upload_files",
+                         max_upload_size=data.MAX_UPLOAD_MB)
+for f in files or []:
+    label, err = data.add_trace_bytes(f.name, f.getvalue())
+    if err:
+        st.error(err)
+    else:
+        st.success(f"Loaded **{f.name}** — open it in Replay, Compare or Windows.")
+
+ups = data.uploads()
+refs = st.session_state.get(data.REF_UPLOADS, {})
+st.subheader(f"In this session: {len(ups)} traces, {len(refs)} reference runs")
+for label, e in list(ups.items()):
+    s = e.info["summary"]
+    a, b = st.columns([5, 1])
+    a.markdown(f"**{label}** — {e.info['pair']} · `{e.info['policy']}` · {s['target_calls']} target calls · "
+               f"{s['mean_emitted_per_call_incl_bonus']:.2f} emitted per call (incl. bonus)"
+               + ("" if e.info["complete"] else " · :orange-badge[interrupted: no footer]"))
+    for w in e.info["warnings"]:
+        a.caption(f"warning: {w}")
+    b.button("Remove", key=f"rm-{label}", on_click=data.remove_upload, args=(label,))
+for label, (ref, _) in list(refs.items()):
+    a, b = st.columns([5, 1])
+    a.markdown(f"**{label}** — reference run, {len(ref.requests)} prompts, mode {ref.header.get('mode')}")
+    b.button("Remove", key=f"rm-{label}", on_click=data.remove_upload, args=(label,))

@@ -1,0 +1,65 @@
+"""Sweeps: the per-task table of a `python -m engine sweep` folder and a policy × task speedup heatmap."""
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from app import sweep_plots
+from engine.sweep import SUMMARY_NAME, load_sweep_summary
+
+st.title("Sweeps")
+st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
+           "one trace per task and `summary.parquet`, one row per task.")
+
+REPO = Path(__file__).resolve().parents[2]
+found = sorted(str(p.parent) for p in (REPO / "runs").glob(f"**/{SUMMARY_NAME}")) if (REPO / "runs").is_dir() else []
+default = os.environ.get("SPECLAB_SWEEP_DIR") or (found[0] if found else "")
+folder = st.selectbox("Sweep folder", found, index=found.index(default) if default in found else None,
+                      accept_new_options=True, placeholder="path to a sweep folder")
+if not folder:
+    st.info("No sweep folder yet. Try: `.venv/bin/python -m engine.sweep_bench --make-tiny` then "
+            "`.venv/bin/python -m engine sweep docs/examples/sweep-tiny.toml --out runs/sweep-tiny/out`.")
+    st.stop()
+
+
+@st.cache_data(show_spinner="Loading sweep summary…")
+def _load(path: str, stamp: float):
+    return load_sweep_summary(path)
+
+
+p = Path(folder)
+stamp = (p / SUMMARY_NAME).stat().st_mtime if (p / SUMMARY_NAME).is_file() else 0.0
+try:
+    df = _load(str(p), stamp)
+except (FileNotFoundError, ValueError) as e:
+    st.error(str(e))
+    st.stop()
+if df.empty:
+    st.warning("This sweep has no finished tasks yet.")
+    st.stop()
+
+st.write(f"**{len(df)} tasks** · {df['policy'].nunique()} policies · {df['task'].nunique()} tasks · "
+         f"{int(df['new_tokens'].sum())} tokens")
+facets = sweep_plots.facet_values(df)
+view = df
+if facets:
+    cols = st.columns(len(facets))
+    for col, (name, values) in zip(cols, facets.items()):
+        pick = col.selectbox(name, values, key=f"sweep_{name}")
+        view = view[view[name] == pick]
+
+st.plotly_chart(sweep_plots.speedup_heatmap(view), theme=None, width="stretch")
+st.caption("Speedup = tokens/s ÷ tokens/s of the autoregressive task on the same prompts, pooled over shards "
+           "(Σ tokens ÷ Σ decode time). Workers that share CPU cores slow each other: compare cells of one "
+           "sweep, not across sweeps run with different worker counts.")
+st.subheader("Per policy and task")
+st.dataframe(sweep_plots.policy_task_table(view), hide_index=True, width="stretch",
+             column_config={"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
+                            "emitted_per_call_incl_bonus": st.column_config.NumberColumn(
+                                "emitted/call (incl. bonus)", format="%.2f"),
+                            "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)",
+                                                                             format="%.2f"),
+                            "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")})
+with st.expander("Every task (one row per trace)"):
+    st.dataframe(view, hide_index=True, width="stretch")

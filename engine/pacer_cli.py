@@ -1,0 +1,276 @@
+"""`python -m engine pacer ...`: PACER data, training, offline sweep and benchmark (argparse lives here).
+
+    pacer data    simulated decoding with a fixed window on ShareGPT prompts → safetensors shards
+    pacer train   train M_B (BCE), export weights + model card
+    pacer sweep   replay b / t₀ / ρ and the baselines over held-out steps (engine.pacer_sim)
+    pacer bench   engine.bench.run_bench with PACER configs (draft loaded with hidden states)
+
+Importing this module registers the `pacer` policy (engine.pacer), so `decode --policy pacer:...`
+works from the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import engine.pacer  # noqa: F401  (registers the policy)
+
+SPEC_BENCH_DEV = Path(__file__).resolve().parents[2] / "shared/spec_bench/questions_dev.jsonl"
+
+
+def _load_pair(a):
+    import torch
+
+    from engine.models import check_pair, eos_token_ids, load_model
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    target = load_model(a.target, a.dtype, a.device, role="target")
+    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=True)
+    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    return target, draft, eos_token_ids(target)
+
+
+def measure_verify(target, ids: list[int], kmax: int = 17, reps: int = 5) -> list[float]:
+    """Median ms of a k-token target forward on a warm cache, k = 1..kmax."""
+    import time
+
+    target.reset()
+    target.extend(ids)
+    n, out = target.length, []
+    for k in range(1, kmax + 1):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            target.extend(ids[-1:] * k)
+            ts.append((time.perf_counter() - t0) * 1e3)
+            target.crop(n)
+        out.append(statistics.median(ts))
+    return out
+
+
+def cmd_data(a) -> int:
+    from engine.prompts import encode
+    from engine.train.pacer_data import PacerDataConfig, generate
+
+    cfg = PacerDataConfig(out_dir=a.out_dir, n_train=a.n_train, n_heldout=a.n_heldout, window=a.window,
+                          max_new_tokens=a.max_new_tokens,
+                          temperatures=tuple(float(t) for t in a.temperatures.split(",")), seed=a.seed)
+    target, draft, eos = _load_pair(a)
+    ids = encode(target.tokenizer, "Explain how a hash map works, with an example.")
+    costs = {"t_verify_ms": measure_verify(target.lm, ids, cfg.window + 1)}
+    out = generate(cfg, target.lm, draft.lm, target.tokenizer, eos, costs)
+    print(f"wrote shards to {out}")
+    return 0
+
+
+def cmd_train(a) -> int:
+    from engine.train.cli import dataclass_from_args
+    from engine.train.pacer import PacerTrainConfig, train, write_card
+    from engine.train.pacer_data import default_data_dir
+
+    cfg = dataclass_from_args(PacerTrainConfig, a)
+    s = train(cfg)
+    ho = s["heldout"]
+    print(f"held-out AUC {ho['auc']:.4f}  ECE {ho['ece']:.4f}  BCE {ho['bce']:.4f}  ({s['params']} params, "
+          f"best step {s['best_step']}, {s['wall_s']:.0f} s) → {cfg.out}")
+    if a.card:
+        man = Path(cfg.data_dir or default_data_dir()) / "manifest.json"
+        write_card(s, a.card, " ".join(["python -m engine", *sys.argv[1:]]),
+                   json.loads(man.read_text()) if man.exists() else {})
+    return 0
+
+
+def _variants(specs: list[str]) -> dict[str, str]:
+    out = {}
+    for v in specs or []:
+        tag, eq, path = v.partition("=")
+        if not eq or not tag or not path:
+            raise ValueError(f"--variant expects TAG=PATH, got {v!r}")
+        out[tag] = path
+    return out
+
+
+def cmd_sweep(a) -> int:
+    import torch
+
+    from engine import pacer_sim as sim
+    from engine.pacer import load_weights
+    from engine.train.pacer_data import default_data_dir, load_split
+
+    torch.set_num_threads(a.threads or 1)
+    ho = load_split(a.data_dir, "heldout")
+    models = {"main": load_weights(a.weights)[0]}
+    models.update({t: load_weights(p)[0] for t, p in _variants(a.variant).items()})
+    man = json.loads((Path(a.data_dir or default_data_dir()) / "manifest.json").read_text())
+    full = ho.window == int(ho.window.max())
+    t_d = float(torch.median(ho.t_draft_ms[full] / ho.window[full]))
+    t_mb = sim.measure_mb_ms(models["main"], int(ho.hidden.shape[1]))
+    costs = sim.Costs(t_d, tuple(man["costs"]["t_verify_ms"]), t_mb)
+    steps = sim.steps_from(ho, sim.score_models(ho, models))
+    res: dict = {"costs": asdict(costs), "variants": _variants(a.variant), "weights": a.weights, "splits": {}}
+    for name, sel in (("all", steps), ("greedy", [s for s in steps if s.temperature == 0]),
+                      ("sampled", [s for s in steps if s.temperature > 0])):
+        if not sel:
+            continue
+        grid = sim.sweep(sel, costs)
+        r = {"steps": len(sel), "sweep": grid, "baselines": sim.baselines(sel, costs), "ablations": {}}
+        best = grid[0]
+        r["ablations"]["pacer (best)"] = best
+        for b in (1, 2, 4):
+            r["ablations"][f"b={b} (best t, rho)"] = next(x for x in grid if x["b"] == b)
+        r["ablations"]["rho=1 (best b, t)"] = next(x for x in grid if x["rho"] == 1.0)
+        for tag in models:
+            if tag != "main":
+                g = sim.sweep(sel, costs, tag=tag)
+                r["ablations"][f"{tag} (best)"] = g[0]
+                same = best["b"], best["t"], best["rho"]
+                r["ablations"][f"{tag} (at main's best b, t, rho)"] = next(
+                    x for x in g if (x["b"], x["t"], x["rho"]) == same)
+        res["splits"][name] = r
+    text = format_sweep(res)
+    print(text)
+    if a.out:
+        _atomic_json(res, Path(a.out))
+    if a.markdown:
+        with open(a.markdown, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def format_sweep(res: dict) -> str:
+    c = res["costs"]
+    lines = [f"\nCosts: t_d = {c['t_draft']:.2f} ms/draft token, t_v(1) = {c['t_verify'][0]:.2f} ms, "
+             f"t_v(17) = {c['t_verify'][-1]:.2f} ms, M_B call = {c['t_mb']:.2f} ms. Replay of held-out steps, "
+             "steps independent (engine/pacer_sim.py).\n"]
+    for name, r in res["splits"].items():
+        lines.append(f"\n**{name}** ({r['steps']} held-out steps)\n")
+        lines.append("| policy | sim. speedup vs AR | emitted/call (incl. bonus) | mean window | wasted/call |")
+        lines.append("|---|---|---|---|---|")
+        rows = [(k, v) for k, v in r["ablations"].items()] + list(r["baselines"].items())
+        for k, v in rows:
+            label = k if "b" not in v else f"{k}: pacer b={v['b']},t={v['t']},rho={v['rho']}"
+            lines.append(f"| {label} | {v['speedup']:.3f}× | {v['emitted_per_call']:.2f} | {v['mean_window']:.2f} | "
+                         f"{v['wasted_per_call']:.2f} |")
+    return "\n".join(lines)
+
+
+def _atomic_json(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
+def _variant_class(tag: str, path: str):
+    from engine.pacer import Pacer
+
+    class Variant(Pacer):
+        name = f"pacer-{tag}"
+
+        def __init__(self, weights: str | None = None, **kw) -> None:
+            super().__init__(weights=weights or path, **kw)
+
+    return Variant
+
+
+def per_task_subset(path: Path, k: int) -> tuple[Path, list]:
+    """First k prompts of each Spec-Bench task (file order) → a temp JSONL; returns it and the ids."""
+    from engine.prompts import task_of
+
+    seen: dict[str, int] = {}
+    keep, ids = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        task = task_of(d.get("category", ""))
+        if seen.get(task, 0) < k:
+            seen[task] = seen.get(task, 0) + 1
+            keep.append(line)
+            ids.append(d.get("question_id"))
+    tmp = Path(tempfile.mkdtemp()) / "subset.jsonl"
+    tmp.write_text("\n".join(keep) + "\n")
+    return tmp, ids
+
+
+def cmd_bench(a) -> int:
+    from engine.bench import BenchConfig, append_markdown, format_table, run_bench
+    from engine.pacer import Pacer
+    from engine.policies import parse_policy, register_policy
+
+    keys = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights"}
+    for tag, path in _variants(a.variant).items():
+        register_policy(f"pacer-{tag}", _variant_class(tag, path), "threshold", keys)
+    assert Pacer.needs_hidden
+    cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(";") if s.strip()),
+                      temperatures=tuple(float(t) for t in a.temperatures.split(",")),
+                      max_new_tokens=a.max_new_tokens, per_category=10_000, warmup=a.warmup)
+    for s in cfg.configs:
+        if s != "ar" and not s.startswith("hf:"):
+            parse_policy(s)
+    subset, qids = per_task_subset(Path(a.prompts), a.per_task)
+    target, draft, eos = _load_pair(a)
+    result = run_bench(target.lm, draft.lm, target.tokenizer, subset, cfg, eos=eos)
+    command = " ".join(["python -m engine", *sys.argv[1:]])
+    result.update(command=command, question_ids=qids, variants=_variants(a.variant))
+    print(format_table(result))
+    if a.out:
+        _atomic_json(result, Path(a.out))
+    if a.markdown:
+        append_markdown(result, Path(a.markdown), command, a.machine)
+    return 0
+
+
+def _pair_args(p) -> None:
+    p.add_argument("--target", default="smollm2-135m")
+    p.add_argument("--draft", default="smollm2-draft")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None)
+
+
+def add_parser(sub) -> None:
+    from engine.train.cli import add_dataclass_args
+    from engine.train.pacer import PacerTrainConfig
+    from engine.train.pacer_data import PacerDataConfig
+
+    p = sub.add_parser("pacer", help="PACER pre-verifier: data, train, sweep, bench")
+    ps = p.add_subparsers(dest="pacer_cmd", required=True)
+    d = ps.add_parser("data", help="simulated decoding on ShareGPT prompts → training shards")
+    _pair_args(d)
+    d.add_argument("--out-dir", default="")
+    for k in ("n_train", "n_heldout", "window", "max_new_tokens", "seed"):
+        d.add_argument("--" + k.replace("_", "-"), type=int, default=getattr(PacerDataConfig, k))
+    d.add_argument("--temperatures", default=",".join(str(t) for t in PacerDataConfig.temperatures))
+    d.set_defaults(func=cmd_data)
+    t = ps.add_parser("train", help="train M_B and export safetensors weights")
+    add_dataclass_args(t, PacerTrainConfig)
+    t.add_argument("--card", default=None, help="write a model card (markdown) here")
+    t.set_defaults(func=cmd_train)
+    s = ps.add_parser("sweep", help="offline replay of b/t/rho and baselines on held-out steps")
+    s.add_argument("--data-dir", default="")
+    s.add_argument("--weights", default=str(engine.pacer.DEFAULT_WEIGHTS))
+    s.add_argument("--variant", action="append", help="TAG=PATH: another M_B to compare (e.g. nope=...)")
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--out", default=None)
+    s.add_argument("--markdown", default=None)
+    s.set_defaults(func=cmd_sweep)
+    b = ps.add_parser("bench", help="interleaved benchmark incl. PACER (configs separated by ';')")
+    _pair_args(b)
+    b.add_argument("--prompts", default=str(SPEC_BENCH_DEV))
+    b.add_argument("--per-task", type=int, default=2)
+    b.add_argument("--configs", default="ar;fixed:4;heuristic;confidence;pacer")
+    b.add_argument("--variant", action="append", help="TAG=PATH registers policy pacer-TAG with those weights")
+    b.add_argument("--temperatures", default="0,0.7")
+    b.add_argument("--max-new-tokens", type=int, default=64)
+    b.add_argument("--warmup", type=int, default=1)
+    b.add_argument("--out", default=None)
+    b.add_argument("--markdown", default=None)
+    b.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
+    b.set_defaults(func=cmd_bench)

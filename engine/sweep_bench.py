@@ -1,0 +1,136 @@
+"""The same sweep with 1 and with N local Ray workers: wall-clock ratio (docs/benchmarks.md).
+
+    python -m engine.sweep_bench                                   # tiny grid, 1 vs 2 workers
+    python -m engine.sweep_bench --grid docs/examples/sweep-smollm2.toml --workers 1 2
+    python -m engine.sweep_bench --make-tiny                       # only build the tiny models
+
+Each worker count runs the whole grid into a fresh folder (nothing is skipped), in one Ray session,
+so both runs pay the same start-up; the printed wall time covers actor start, model loading in each
+actor, decoding and the summary. Ray's own start (~5 s) is not included.
+
+`make_tiny_models` builds the untrained two-layer Llama pair of the tests with a character-level
+tokenizer (lower-case letters, digits, punctuation; no EOS), so text prompts encode to varied ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_DIR = REPO / "runs" / "sweep-tiny" / "models"
+TINY_CHARS = " etaoinshrdlucmfwypvbgkqjxz0123456789.,?!:;-()'\"/"
+
+
+def tiny_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0}
+    for ch in TINY_CHARS:
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+
+
+def tiny_llama(seed: int, vocab: int = 64, layers: int = 2, hidden: int = 32):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = None
+    return model
+
+
+def make_tiny_models(root: str | os.PathLike = TINY_DIR, noise: float = 0.1, seed: int = 0, layers: int = 2,
+                     hidden: int = 32) -> tuple[Path, Path]:
+    """Write root/target and root/draft (target + `noise` × std weight noise); returns their paths."""
+    import torch
+
+    root = Path(root)
+    target = tiny_llama(seed, layers=layers, hidden=hidden)
+    draft = tiny_llama(seed + 1, layers=layers, hidden=hidden)
+    draft.load_state_dict(target.state_dict())
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * p.std() * torch.randn(p.shape, generator=g))
+    tok = tiny_tokenizer()
+    out = []
+    for name, model in (("target", target), ("draft", draft)):
+        d = root / name
+        model.save_pretrained(d)
+        tok.save_pretrained(d)
+        out.append(d)
+    return out[0], out[1]
+
+
+def bench(grid_path: str, worker_counts: list[int], threads: int | None, keep: str | None) -> dict:
+    import ray
+
+    from engine.models import software_versions
+    from engine.sweep import expand_grid, init_ray, load_grid, run_sweep
+
+    grid = load_grid(grid_path)
+    n_tasks = len(expand_grid(grid))
+    init_ray(num_cpus=max(worker_counts))
+    results = []
+    root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sweep-bench-"))
+    for n in worker_counts:
+        out = root / f"workers-{n}"
+        if out.exists():
+            raise ValueError(f"{out} exists: the benchmark needs fresh folders")
+        load0 = os.getloadavg()
+        r = run_sweep(grid, out, workers=n, threads=threads, progress=False)
+        if r.failed:
+            raise RuntimeError(f"{len(r.failed)} tasks failed: {next(iter(r.failed.values()))}")
+        results.append({"workers": n, "wall_s": round(r.wall_s, 2), "tasks": r.executed, "tokens": r.tokens,
+                        "load_before": [round(x, 2) for x in load0]})
+        print(f"workers={n}: {r.executed} tasks, {r.tokens} tokens, {r.wall_s:.2f} s wall "
+              f"(load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f})", flush=True)
+    base = results[0]["wall_s"]
+    for x in results[1:]:
+        print(f"wall-clock ratio {results[0]['workers']} / {x['workers']} workers: {base / x['wall_s']:.2f}x")
+    ray.shutdown()
+    return {"grid": grid_path, "tasks": n_tasks, "runs": results, "cpus": os.cpu_count(),
+            "software": {**software_versions(), "ray": ray.__version__}, "host": platform.node()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.sweep_bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grid", default=str(REPO / "docs" / "examples" / "sweep-tiny.toml"))
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts, first is the baseline")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: the grid's)")
+    ap.add_argument("--keep", default=None, help="folder for the runs' outputs (default: a temp folder)")
+    ap.add_argument("--make-tiny", action="store_true", help=f"only build the tiny models into {TINY_DIR}")
+    ap.add_argument("--json", default=None, help="also write the result as JSON here")
+    a = ap.parse_args(argv)
+    if a.make_tiny or not (TINY_DIR / "target" / "config.json").exists():
+        t, d = make_tiny_models()
+        print(f"tiny models: {t}, {d}")
+        if a.make_tiny:
+            return 0
+    t0 = time.time()
+    result = bench(a.grid, a.workers, a.threads, a.keep)
+    result["total_s"] = round(time.time() - t0, 1)
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""D-PACE / DFlash / uniform position weights, the training-trace format, and a resumable smoke run."""
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+from engine.train.dpace import (BlockTrainConfig, dflash_gamma, dflash_weights, dpace_weights, make_objective,
+                                surrogate, train_run)
+from engine.train.dpace_trace import TrainingTraceError, TrainingTraceWriter, load_training_trace
+
+
+def brute_force(q, valid, alpha, variant="full"):
+    """The formula, literally: w̄_j = Σ_{m ≥ j, valid} Π_{i ≤ m, valid} q̃_i (cumulative: Π_{i≤j};
+    continuation: w̄_j / Π_{i≤j}); invalid positions contribute factor 1 and weight 0."""
+    B = len(q)
+    qt = [((1 - alpha) * q[i] + alpha) if valid[i] else 1.0 for i in range(B)]
+    pref = [math.prod(qt[: j + 1]) for j in range(B)]
+    out = []
+    for j in range(B):
+        if not valid[j]:
+            out.append(0.0)
+            continue
+        full = sum(pref[m] for m in range(j, B) if valid[m])
+        out.append({"full": full, "cumulative": pref[j], "continuation": full / pref[j]}[variant])
+    return out
+
+
+@pytest.mark.parametrize("variant", ["full", "cumulative", "continuation"])
+def test_dpace_weights_equal_brute_force(variant):
+    g = torch.Generator().manual_seed(0)
+    for B, alpha in itertools.product([2, 5, 8], [0.0, 0.3, 0.5, 1.0]):
+        q = torch.rand(6, B, generator=g, dtype=torch.float64) * 0.98 + 0.01
+        valid = torch.rand(6, B, generator=g) > 0.25
+        valid[:, 0] = False
+        w = dpace_weights(-q.log(), valid, alpha, variant)
+        for r in range(6):
+            ref = brute_force(q[r].tolist(), valid[r].tolist(), alpha, variant)
+            assert torch.allclose(w[r], torch.tensor(ref, dtype=torch.float64), rtol=1e-10, atol=1e-12), (B, alpha)
+
+
+def test_dpace_weights_are_detached():
+    logits = torch.randn(3, 8, 11, requires_grad=True)
+    labels = torch.randint(0, 11, (3, 8))
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(3, 8)
+    valid = torch.ones(3, 8, dtype=torch.bool)
+    valid[:, 0] = False
+    for name in ("dpace", "dpace-mean", "dpace-cum", "dpace-cont"):
+        obj = make_objective(name, alpha=0.5)
+        w = obj.weights(ce, valid)
+        assert not w.requires_grad and w.grad_fn is None
+        loss, _ = obj.loss(ce, valid, 3)
+        (g,) = torch.autograd.grad(loss, logits)
+        # No gradient flows through the weights: the gradient is that of Σ sg(w)·ce.
+        ce2 = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(3, 8)
+        ref_loss = (ce2 * w).sum() / (w.sum() if obj.reduction == "mean" else 3)
+        (g2,) = torch.autograd.grad(ref_loss, logits)
+        assert torch.allclose(g, g2, atol=1e-6)
+
+
+def test_alpha_one_is_linear_schedule_and_cumulative_is_uniform():
+    """α = 1 → q̃ ≡ 1: full D-PACE gives w̄_j = B − j (the fixed linear schedule), so the official
+    sum-normalised loss is Σ_j (B − j)·ce_j / batch; cumulative-only gives uniform weights."""
+    B = 8
+    ce = torch.rand(4, 3, B) * 5
+    valid = torch.ones(4, 3, B, dtype=torch.bool)
+    valid[..., 0] = False
+    w = dpace_weights(ce, valid, 1.0)
+    assert torch.equal(w[0, 0], torch.tensor([0, 7, 6, 5, 4, 3, 2, 1], dtype=w.dtype))
+    obj = make_objective("dpace", alpha=1.0)
+    loss, _ = obj.loss(ce, valid, 4)
+    assert torch.allclose(loss, (ce * torch.tensor([0, 7, 6, 5, 4, 3, 2, 1.0])).sum() / 4)
+    assert torch.equal(dpace_weights(ce, valid, 1.0, "cumulative"), valid.float())
+    # Under the weighted-mean normalisation the linear schedule is normalised to shares (B−j)/Σ.
+    lm, _ = make_objective("dpace-mean", alpha=1.0).loss(ce, valid, 4)
+    lin = torch.tensor([0, 7, 6, 5, 4, 3, 2, 1.0])
+    assert torch.allclose(lm, (ce * lin).sum() / (lin.sum() * 12))
+
+
+def test_dpace_properties():
+    g = torch.Generator().manual_seed(1)
+    q = torch.rand(5, 9, generator=g, dtype=torch.float64) * 0.9 + 0.05
+    valid = torch.ones(5, 9, dtype=torch.bool)
+    valid[:, 0] = False
+    w = dpace_weights(-q.log(), valid, 0.5)
+    assert (w[:, 1:-1] >= w[:, 2:]).all()  # non-increasing along the block
+    qt = 0.5 * q + 0.5
+    assert torch.allclose(w[:, 1], surrogate(qt, valid))  # w̄_1 = S̃
+    # Invalid positions are no-ops: same weights as the block with them removed.
+    v2 = valid.clone()
+    v2[:, 4] = False
+    w2 = dpace_weights(-q.log(), v2, 0.5)
+    keep = [0, 1, 2, 3, 5, 6, 7, 8]
+    w3 = dpace_weights(-q[:, keep].log(), v2[:, keep], 0.5)
+    assert w2[:, 4].abs().max() == 0 and torch.allclose(w2[:, keep], w3)
+
+
+def test_alpha_zero_gradient_is_surrogate_ascent():
+    logits = torch.randn(2, 6, 7, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 7, (2, 6))
+    valid = torch.ones(2, 6, dtype=torch.bool)
+    valid[:, 0] = False
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(2, 6)
+    loss, _ = make_objective("dpace", alpha=0.0).loss(ce, valid, 1)
+    (g,) = torch.autograd.grad(loss, logits)
+    q = torch.exp(-torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                                                      reduction="none")).view(2, 6)
+    (gs,) = torch.autograd.grad(-surrogate(q, valid).sum(), logits)
+    assert torch.allclose(g, gs, atol=1e-10)
+
+
+def test_dflash_decay_values():
+    assert (dflash_gamma(16), dflash_gamma(10), dflash_gamma(8)) == (7.0, 5.0, 4.0)
+    w = dflash_weights(16, 7.0)
+    assert w[0] == 0 and w[1] == 1 and math.isclose(float(w[2]), math.exp(-1 / 7), rel_tol=1e-6)
+    shares = (w[1:] / w[1:].sum() * 100).tolist()
+    expect = [15.1, 13.1, 11.3, 9.8, 8.5, 7.4, 6.4, 5.5, 4.8, 4.2, 3.6, 3.1, 2.7, 2.4, 2.0]
+    assert [round(x, 1) for x in shares] == pytest.approx(expect, abs=0.051)
+    w8 = dflash_weights(8, 4.0)
+    assert torch.allclose(w8[1:], torch.exp(-torch.arange(7.0) / 4))
+
+
+def test_uniform_and_dflash_reduce_to_weighted_mean():
+    ce = torch.rand(2, 3, 8)
+    valid = torch.rand(2, 3, 8) > 0.3
+    valid[..., 0] = False
+    lu, _ = make_objective("uniform").loss(ce, valid, 2)
+    assert torch.allclose(lu, ce[valid].mean())
+    ld, _ = make_objective("dflash", block_size=8).loss(ce, valid, 2)
+    w = dflash_weights(8, 4.0) * valid
+    assert torch.allclose(ld, (ce * w).sum() / w.sum())
+    with pytest.raises(ValueError):
+        make_objective("dpace", alpha=1.5)
+    with pytest.raises(ValueError):
+        make_objective("nope")
+
+
+# ------------------------------------------------------------------ training traces
+
+
+def _header(**kw):
+    h = {"objective": "dpace", "alpha": 0.5, "gamma": None, "seed": 0, "block_size": 4, "steps": 10}
+    h.update(kw)
+    return h
+
+
+def _write(path, lines):
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines) + "\n")
+
+
+def good_records():
+    log = {"type": "log", "step": 1, "loss": 1.0, "lr": 1e-3, "q": [0.5, 0.4, 0.3], "weight_share": [0.5, 0.3, 0.2],
+           "surrogate": 0.9, "wall_s": 0.1}
+    ev = {"type": "eval", "step": 1, "tau_offline": 1.5, "accept_by_pos": [0.5, 0.2, 0.1], "hist": [5, 3, 1, 1],
+          "n_anchors": 10}
+    return log, ev
+
+
+def test_trace_roundtrip(tmp_path):
+    log, ev = good_records()
+    w = TrainingTraceWriter(tmp_path / "t.jsonl", _header())
+    w.write(log)
+    off = w.offset
+    w.write(ev)
+    w.close()
+    t = load_training_trace(tmp_path / "t.jsonl")
+    assert len(t.logs) == 1 and len(t.evals) == 1 and not t.complete
+    # resume: truncate to the checkpoint offset, then append
+    w = TrainingTraceWriter(tmp_path / "t.jsonl", None, resume_offset=off)
+    w.write({"type": "footer", "final": {}})
+    w.close()
+    t = load_training_trace(tmp_path / "t.jsonl")
+    assert len(t.evals) == 0 and t.complete
+
+
+@pytest.mark.parametrize("mutate,line,field", [
+    (lambda h, lg, ev: lg.update(q=[0.5, 0.4]), 2, "q"),
+    (lambda h, lg, ev: lg.update(q=[0.5, 1.4, 0.3]), 2, "q[1]"),
+    (lambda h, lg, ev: lg.update(loss="x"), 2, "loss"),
+    (lambda h, lg, ev: lg.pop("surrogate"), 2, "surrogate"),
+    (lambda h, lg, ev: ev.update(tau_offline=0.5), 3, "tau_offline"),
+    (lambda h, lg, ev: ev.update(hist=[1, 2, 3, 4.5]), 3, "hist[3]"),
+    (lambda h, lg, ev: h.update(objective="magic"), 1, "objective"),
+    (lambda h, lg, ev: h.update(version=7), 1, "version"),
+    (lambda h, lg, ev: ev.update(type="weird"), 3, "type"),
+])
+def test_trace_loader_rejects_malformed(tmp_path, mutate, line, field):
+    log, ev = good_records()
+    h = {"type": "header", "schema": "speclab.dpace_trace", "version": 1, **_header()}
+    mutate(h, log, ev)
+    _write(tmp_path / "bad.jsonl", [h, log, ev])
+    with pytest.raises(TrainingTraceError) as e:
+        load_training_trace(tmp_path / "bad.jsonl")
+    msg = str(e.value)
+    assert f"line {line}" in msg and f"'{field}'" in msg and "\n" not in msg
+
+
+def test_trace_loader_rejects_bad_json_and_missing_header(tmp_path):
+    _write(tmp_path / "a.jsonl", ['{"type": "log",'])
+    with pytest.raises(TrainingTraceError, match="line 1: invalid JSON"):
+        load_training_trace(tmp_path / "a.jsonl")
+    log, _ = good_records()
+    _write(tmp_path / "b.jsonl", [log])
+    with pytest.raises(TrainingTraceError, match="line 1: field 'type'"):
+        load_training_trace(tmp_path / "b.jsonl")
+
+
+# ------------------------------------------------------------------ smoke run (tiny target built here)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    from safetensors.torch import save_file
+
+    from engine.train.tiny_target import TinyConfig, build_target, greedy_continue
+
+    root = tmp_path_factory.mktemp("tiny")
+    cfg = TinyConfig(hidden=32, layers=4, heads=4, ffn=64)
+    tgt = build_target(cfg).eval()
+    tgt.save_pretrained(root / "target")
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 256, (24, 8), generator=g).tolist()
+    seqs = greedy_continue(tgt, prompts, 24)
+    save_file({"train_ids": seqs[:16].to(torch.int16).contiguous(), "heldout_ids": seqs[16:].to(torch.int16).contiguous()},
+              str(root / "data.safetensors"), metadata={"prompt_len": "8"})
+    return root
+
+
+def test_train_run_smoke_and_resume(tiny_data, tmp_path):
+    base = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path), objective="dpace", steps=8, batch=2,
+                            anchors=4, block_size=4, ffn=64, log_every=2, eval_every=4, ckpt_every=4, eval_seqs=4,
+                            final_eval_seqs=8)
+    final = train_run(base, progress=False)
+    t = load_training_trace(tmp_path / base.tag / "trace.jsonl")
+    assert t.complete and [r["step"] for r in t.logs] == [2, 4, 6, 8]
+    assert all(abs(sum(r["weight_share"]) - 1) < 1e-3 for r in t.logs)
+    assert 1.0 <= final["tau_offline"] <= 4.0
+    # resume: a run killed after its step-4 checkpoint continues to the same result
+    import shutil
+
+    run2 = tmp_path / "r2"
+    cfg2 = BlockTrainConfig(**{**base.__dict__, "runs_dir": str(run2)})
+    cfg_half = BlockTrainConfig(**{**cfg2.__dict__})
+    d = run2 / cfg2.tag
+    train_run(cfg_half, progress=False)
+    ref = json.loads((d / "final.json").read_text())
+    shutil.rmtree(run2)
+    # simulate a kill: run with steps=8 but stop at the checkpoint by raising from the progress path
+    import engine.train.dpace as dp
+
+    orig = dp._lr
+    calls = {"n": 0}
+
+    def boom(cfg, step):
+        calls["n"] += 1
+        if step == 6:
+            raise KeyboardInterrupt
+        return orig(cfg, step)
+
+    dp._lr = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_run(cfg2, progress=False)
+    finally:
+        dp._lr = orig
+    assert (d / "ckpt.pt").is_file() and not (d / "final.json").exists()
+    res = train_run(cfg2, progress=False)
+    assert res["tau_offline"] == pytest.approx(ref["tau_offline"])
+    t2 = load_training_trace(d / "trace.jsonl")
+    assert [r["step"] for r in t2.logs] == [2, 4, 6, 8]

@@ -1,0 +1,247 @@
+"""Grid sweeps on a local 2-CPU Ray instance with tiny model directories (built in tmp dirs)."""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from engine import sweep  # noqa: E402
+from engine.sweep_bench import make_tiny_models  # noqa: E402
+from engine.trace import load_trace  # noqa: E402
+
+PROMPTS = [
+    {"question_id": 1, "category": "writing", "turns": ["write a note about the sea."]},
+    {"question_id": 2, "category": "qa", "turns": ["who wrote hamlet?"]},
+    {"question_id": 3, "category": "qa", "turns": ["what is 2 + 2?"]},
+    {"question_id": 4, "category": "translation", "turns": ["translate: le chat dort."]},
+]
+
+
+def toml_value(v):
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(v)
+
+
+def grid_text(policies, temperatures=(0.0,), max_new_tokens=16, shard_size=1, extra_pairs=""):
+    pol = ", ".join(toml_value(p) for p in policies)
+    return f"""
+shard_size = {shard_size}
+max_new_tokens = [{max_new_tokens}]
+temperatures = [{", ".join(str(t) for t in temperatures)}]
+policies = [{pol}]
+threads = 1
+[[pairs]]
+target = "models/target"
+draft = "models/draft"
+dtype = "fp32"
+{extra_pairs}
+[[prompts]]
+file = "prompts.jsonl"
+"""
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("sweep")
+    make_tiny_models(r / "models")
+    (r / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return r
+
+
+def write_grid(root, name, text):
+    p = root / name
+    p.write_text(text)
+    return p
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def log_events(out, event):
+    lines = [json.loads(x) for x in (out / sweep.LOG_NAME).read_text().splitlines()]
+    return [x for x in lines if x["event"] == event]
+
+
+def check_traces(out, tasks):
+    files = sorted(p.name for p in (out / "traces").iterdir())
+    assert files == sorted(f"{t.task_id}.jsonl" for t in tasks), "one trace per task, no leftover tmp files"
+    for t in tasks:
+        tr = load_trace(out / "traces" / f"{t.task_id}.jsonl")
+        assert tr.complete and tr.header["sweep"]["task_id"] == t.task_id
+        assert len(tr.requests) == len(t.prompts) and tr.header["policy"]["spec"] == (
+            "autoregressive" if t.config["policy"] == "autoregressive" else t.config["policy"])
+
+
+# ------------------------------------------------------------------ no Ray needed
+
+
+def test_task_ids_are_stable_hashes(root):
+    a = sweep.expand_grid(sweep.load_grid(write_grid(root, "a.toml", grid_text(["autoregressive", "fixed:3"]))))
+    # Same work spelled differently (policy spelling, order, an extra verifier list) → the same ids.
+    b = sweep.expand_grid(sweep.load_grid(write_grid(root, "b.toml", grid_text(
+        [{"name": "fixed", "params": {"gamma": 3}}, "ar"]).replace("threads = 1", 'verifiers = ["token"]'))))
+    assert len(a) == 2 * 4 and {t.task_id for t in a} == {t.task_id for t in b}
+    assert len({t.task_id for t in a}) == len(a)
+    # Shards never mix tasks: qa has 2 prompts, so shard_size=2 gives 3 shards per config.
+    c = sweep.expand_grid(sweep.load_grid(write_grid(root, "c.toml", grid_text(["fixed:3"], shard_size=2))))
+    assert sorted((t.meta["task"], len(t.prompts)) for t in c) == [("mt_bench", 1), ("qa", 2), ("translation", 1)]
+    # Changing a prompt's text changes only that shard's id.
+    other = root / "other"
+    other.mkdir(exist_ok=True)
+    (other / "prompts.jsonl").write_text("".join(
+        json.dumps({**p, "turns": ["changed"]} if p["question_id"] == 4 else p) + "\n" for p in PROMPTS))
+    shutil.copytree(root / "models", other / "models", dirs_exist_ok=True)
+    d = sweep.expand_grid(sweep.load_grid(write_grid(other, "a.toml", grid_text(["autoregressive", "fixed:3"]))))
+    assert len({t.task_id for t in a} - {t.task_id for t in d}) == 2  # translation shard × 2 policies
+
+
+@pytest.mark.parametrize("text,msg", [
+    (grid_text(["bogus:1"]), "unknown policy 'bogus'"),
+    ("colour = 3\n" + grid_text(["fixed:2"]), "unknown keys"),
+    ('verifiers = ["nope"]\n' + grid_text(["fixed:2"]), "unknown verifier 'nope'"),
+    (grid_text(["fixed:2"]).replace("dtype = \"fp32\"", "dtype = \"fp8\""), "unknown dtype"),
+])
+def test_bad_grid_one_line_error(root, text, msg):
+    with pytest.raises(ValueError, match=msg):
+        sweep.expand_grid(sweep.load_grid(write_grid(root, "bad.toml", text)))
+
+
+def test_dry_run_lists_tasks(root, tmp_path, capsys):
+    ap = argparse.ArgumentParser()
+    sweep.add_parser(ap.add_subparsers())
+    g = write_grid(root, "dry.toml", grid_text(["autoregressive", "fixed:3"]))
+    a = ap.parse_args(["sweep", str(g), "--out", str(tmp_path / "o"), "--dry-run"])
+    assert a.func(a) == 0
+    out = capsys.readouterr().out
+    assert out.count("todo ") == 8 and "8 tasks, 0 done, 8 to run" in out
+
+
+# ------------------------------------------------------------------ on Ray
+
+
+@pytest.fixture(scope="module")
+def first_sweep(root, local_ray, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "sweep"
+    grid = sweep.load_grid(write_grid(root, "grid.toml", grid_text(["autoregressive", "fixed:3"])))
+    res = sweep.run_sweep(grid, out, workers=2, progress=False)
+    return grid, out, res
+
+
+def test_two_worker_sweep_completes(first_sweep):
+    grid, out, res = first_sweep
+    tasks = sweep.expand_grid(grid)
+    assert res.ok and res.executed == res.tasks == 8 and res.workers == 2 and res.skipped == 0
+    check_traces(out, tasks)
+    written = log_events(out, "written")
+    assert len({e["pid"] for e in written}) == 2, "both workers ran tasks"
+    df = sweep.load_sweep_summary(out)
+    assert len(df) == 8 and df["task_id"].is_unique
+    assert set(df["task"]) == {"mt_bench", "qa", "translation"}
+    ar = df[df["policy"] == "autoregressive"]
+    assert (ar["emitted_per_call_incl_bonus"] == 1.0).all() and (ar["speedup"] == 1.0).all()
+    spec = df[df["policy"] == "fixed:3"]
+    assert (spec["emitted_per_call_incl_bonus"] > 1.0).all() and spec["speedup"].notna().all()
+    assert ((spec["acceptance_rate"] >= 0) & (spec["acceptance_rate"] <= 1)).all()
+    m = sweep.speedup_matrix(df)
+    assert list(m.index) == ["fixed:3"] and sorted(m.columns) == ["mt_bench", "qa", "translation"]
+
+
+def test_rerun_does_no_work(first_sweep):
+    grid, out, _ = first_sweep
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "traces").iterdir()}
+    res = sweep.run_sweep(grid, out, workers=2, progress=False)
+    assert res.executed == 0 and res.skipped == 8 and res.workers == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "traces").iterdir()} == before
+
+
+def test_changed_grid_runs_only_new_tasks(first_sweep, root, tmp_path):
+    grid, out, _ = first_sweep
+    out2 = tmp_path / "sweep"
+    shutil.copytree(out, out2)
+    # One truncated trace (a run killed before the footer) is redone too.
+    old = sweep.expand_grid(grid)
+    victim = out2 / "traces" / f"{old[0].task_id}.jsonl"
+    victim.write_text("\n".join(victim.read_text().splitlines()[:-1]) + "\n")
+    grid2 = sweep.load_grid(write_grid(root, "grid2.toml", grid_text(["autoregressive", "fixed:3", "fixed:2"])))
+    res = sweep.run_sweep(grid2, out2, workers=2, progress=False)
+    assert res.ok and res.tasks == 12 and res.executed == 4 + 1 and res.skipped == 7
+    check_traces(out2, sweep.expand_grid(grid2))
+    ran = {e["task_id"] for e in log_events(out2, "written")} - {e["task_id"] for e in log_events(out, "written")}
+    new = {t.task_id for t in sweep.expand_grid(grid2)} - {t.task_id for t in old}
+    assert ran == new and len(sweep.load_sweep_summary(out2)) == 12
+
+
+def test_killed_worker_task_is_retried_once(root, local_ray, tmp_path):
+    grid = sweep.load_grid(write_grid(root, "kill.toml", grid_text(["fixed:3"], max_new_tokens=96)))
+    out = tmp_path / "sweep"
+    killed: dict = {}
+
+    def kill_when_writing(ev):
+        tmp = ev["tmp"]
+        deadline = time.time() + 60
+        while time.time() < deadline and not os.path.exists(tmp):
+            time.sleep(0.002)
+        if os.path.exists(tmp):  # the worker is mid-task: its trace is half written
+            os.kill(ev["pid"], signal.SIGKILL)
+            killed.update(ev)
+
+    def on_event(event, ev):
+        if event == "submit" and not killed.get("armed"):
+            killed["armed"] = True
+            threading.Thread(target=kill_when_writing, args=(ev,), daemon=True).start()
+
+    res = sweep.run_sweep(grid, out, workers=2, progress=False, on_event=on_event)
+    assert "pid" in killed, "the worker was killed mid-task"
+    tasks = sweep.expand_grid(grid)
+    assert res.ok and res.retried >= 1 and res.executed + res.present == len(tasks) == 4
+    check_traces(out, tasks)
+    died = log_events(out, "worker_died")
+    assert [e["task_id"] for e in died] == [killed["task_id"]]
+    written = Counter(e["task_id"] for e in log_events(out, "written"))
+    assert written == Counter({t.task_id: 1 for t in tasks}), "every task written exactly once"
+    redo = [e for e in log_events(out, "written") if e["task_id"] == killed["task_id"]]
+    assert redo[0]["pid"] != killed["pid"] and redo[0]["attempt"] == 2
+    assert len(sweep.load_sweep_summary(out)) == 4
+
+
+def test_failing_task_is_reported_not_retried(root, local_ray, tmp_path):
+    bad = '[[pairs]]\ntarget = "models/nonexistent"\ndtype = "fp32"\n'
+    grid = sweep.load_grid(write_grid(root, "fail.toml", grid_text(["autoregressive"], extra_pairs=bad)
+                                      .replace('file = "prompts.jsonl"', 'file = "prompts.jsonl"\nlimit = 1')))
+    res = sweep.run_sweep(grid, tmp_path / "sweep", workers=1, progress=False)
+    assert res.executed == 1 and len(res.failed) == 1 and res.retried == 0
+    assert "cannot load target" in next(iter(res.failed.values()))
+
+
+def test_speedup_plots_from_a_summary_table():
+    pd = pytest.importorskip("pandas")
+    from app import sweep_plots
+
+    rows = []
+    for policy, tps in (("autoregressive", 100.0), ("fixed:4", 150.0)):
+        for task in ("qa", "rag"):
+            rows.append({"task_id": f"{policy}-{task}", "pair": "p", "target": "t", "dtype": "fp32",
+                         "policy": policy, "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                         "seed": 0, "max_new_tokens": 8, "chat": True, "task": task, "shard_hash": task,
+                         "prompts": 1, "new_tokens": 8, "decode_ms": 8 / tps * 1e3, "target_calls": 4,
+                         "accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4, "tokens_per_s": tps})
+    df = sweep.add_speedup(pd.DataFrame(rows))
+    assert df.loc[df["policy"] == "fixed:4", "speedup"].round(6).tolist() == [1.5, 1.5]
+    fig = sweep_plots.speedup_heatmap(df).to_dict()
+    assert fig["data"][0]["type"] == "heatmap" and fig["data"][0]["y"] == ["fixed:4"]
+    table = sweep_plots.policy_task_table(df)
+    assert table.set_index(["policy", "task"]).loc[("fixed:4", "qa"), "speedup"] == pytest.approx(1.5)
+    assert sweep_plots.facet_values(df) == {}
