@@ -152,13 +152,17 @@ def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None 
     if oracle is not None:
         fig.add_hline(y=oracle, line_dash="dash", line_color=COLORS["bonus"],
                       annotation_text=f"oracle {oracle:.2f}×", annotation_position="top left")
-    if adaptive is not None and len(adaptive):
-        fig.add_scatter(x=adaptive[x], y=adaptive[y], mode="markers+text", name="adaptive policies",
-                        text=adaptive["policy"], textposition="top center",
-                        marker=dict(symbol="diamond", size=11, color=COLORS["correction"]))
+    symbols = ["diamond", "square", "triangle-up", "star", "cross", "x", "pentagon", "hexagon"]
+    for i, (_, row) in enumerate((adaptive if adaptive is not None else pd.DataFrame()).iterrows()):
+        # One trace per policy (legend + hover), no text labels: adaptive policies often coincide.
+        fig.add_scatter(x=[row[x]], y=[row[y]], mode="markers", name=str(row["policy"]),
+                        marker=dict(symbol=symbols[i % len(symbols)], size=12, color=SERIES[(i + 3) % len(SERIES)],
+                                    line=dict(width=1, color="#222222")),
+                        hovertemplate=f"{row['policy']}<br>mean window %{{x:.2f}}<br>speedup %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(dtick=1)
-    return _style(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive",
-                  height=380)
+    _style(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive", height=400)
+    fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top"))
+    return fig
 
 
 def cost_curve(df: pd.DataFrame, x: str = "gamma") -> go.Figure:

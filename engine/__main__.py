@@ -132,8 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
 EXTRA_COMMANDS: dict[str, str] = {
     "sweep": "engine.sweep",
     "bench": "engine.bench",
+    "audit": "engine.audit",
+    "multibench": "engine.multibench",
     "analysis": "engine.analysis_cli",
     "pacer": "engine.pacer_cli",
+    "dpace": "engine.train.dpace_cli",
 }
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}

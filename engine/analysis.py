@@ -179,9 +179,9 @@ def policy_positions(refs: Refs, costs: Sequence[CostLike] = DEFAULT_COSTS, gamm
 def oracle_ratio_table(refs: Refs, costs: Sequence[CostLike] = DEFAULT_COSTS, gammas: Iterable[int] = range(1, 17),
                        policies: Iterable[str] = DEFAULT_POLICIES, progress: bool = False) -> pd.DataFrame:
     """The 1.4× table: per task (and 'all') and cost model, best fixed γ*, S_fixed*, S_oracle(a)/(b),
-    ratio_a/ratio_b = S_oracle/S_fixed*, the i.i.d. closed-form ratios at the same α and c, and one
-    `pos:<policy>` column per adaptive policy (0 = best fixed, 1 = oracle (a)). 'measured' is skipped
-    when a reference has no timings."""
+    ratio_a/ratio_b = S_oracle/S_fixed*, the i.i.d. closed-form ratios (flat verify) at the same α
+    and c, and one `pos:<policy>` column per adaptive policy (0 = best fixed, 1 = oracle (a)).
+    'measured' is skipped when a reference has no timings."""
     return _ratio_tables(refs, costs, gammas, policies, progress)[0]
 
 

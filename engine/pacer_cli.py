@@ -54,6 +54,20 @@ def measure_verify(target, ids: list[int], kmax: int = 17, reps: int = 5) -> lis
     return out
 
 
+def measure_loop_costs(target, draft, tok, eos, window: int = 16) -> dict:
+    """t_d from real fixed-window decode steps (draft ms per drafted token, loop overhead included)
+    and t_v(k), k = 1..window+1, on a warm cache — under the current thread/load conditions."""
+    from engine.decode import DecodeConfig, decode
+    from engine.policies import Fixed
+    from engine.prompts import encode
+
+    ids = encode(tok, "Explain how a hash map works, with an example.")
+    per_tok = [r.t_draft_ms / r.window for r in decode(target, draft, ids, Fixed(window), DecodeConfig(64), eos)
+               if r.window == window]
+    return {"t_draft_ms": statistics.median(per_tok) if per_tok else float("nan"),
+            "t_verify_ms": measure_verify(target, ids, window + 1)}
+
+
 def cmd_data(a) -> int:
     from engine.prompts import encode
     from engine.train.pacer_data import PacerDataConfig, generate
@@ -62,9 +76,12 @@ def cmd_data(a) -> int:
                           max_new_tokens=a.max_new_tokens,
                           temperatures=tuple(float(t) for t in a.temperatures.split(",")), seed=a.seed)
     target, draft, eos = _load_pair(a)
-    ids = encode(target.tokenizer, "Explain how a hash map works, with an example.")
-    costs = {"t_verify_ms": measure_verify(target.lm, ids, cfg.window + 1)}
-    out = generate(cfg, target.lm, draft.lm, target.tokenizer, eos, costs)
+    costs = None
+    if a.split in ("all", "heldout"):  # the sweep's cost model: measured once, by the held-out process
+        ids = encode(target.tokenizer, "Explain how a hash map works, with an example.")
+        costs = {"t_verify_ms": measure_verify(target.lm, ids, cfg.window + 1)}
+    splits = ("heldout", "train") if a.split == "all" else (a.split,)
+    out = generate(cfg, target.lm, draft.lm, target.tokenizer, eos, costs, splits)
     print(f"wrote shards to {out}")
     return 0
 
@@ -103,15 +120,20 @@ def cmd_sweep(a) -> int:
     from engine.pacer import load_weights
     from engine.train.pacer_data import default_data_dir, load_split
 
-    torch.set_num_threads(a.threads or 1)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     ho = load_split(a.data_dir, "heldout")
     models = {"main": load_weights(a.weights)[0]}
     models.update({t: load_weights(p)[0] for t, p in _variants(a.variant).items()})
     man = json.loads((Path(a.data_dir or default_data_dir()) / "manifest.json").read_text())
     full = ho.window == int(ho.window.max())
-    t_d = float(torch.median(ho.t_draft_ms[full] / ho.window[full]))
+    t_d, t_v = float(torch.median(ho.t_draft_ms[full] / ho.window[full])), man["costs"]["t_verify_ms"]
+    if a.measure:  # re-measure on the pair under the benchmark's own conditions
+        target, draft, eos = _load_pair(a)
+        m = measure_loop_costs(target.lm, draft.lm, target.tokenizer, eos, len(t_v) - 1)
+        t_d, t_v = m["t_draft_ms"], m["t_verify_ms"]
     t_mb = sim.measure_mb_ms(models["main"], int(ho.hidden.shape[1]))
-    costs = sim.Costs(t_d, tuple(man["costs"]["t_verify_ms"]), t_mb)
+    costs = sim.Costs(t_d, tuple(t_v), t_mb)
     steps = sim.steps_from(ho, sim.score_models(ho, models))
     res: dict = {"costs": asdict(costs), "variants": _variants(a.variant), "weights": a.weights, "splits": {}}
     for name, sel in (("all", steps), ("greedy", [s for s in steps if s.temperature == 0]),
@@ -245,6 +267,8 @@ def add_parser(sub) -> None:
     d = ps.add_parser("data", help="simulated decoding on ShareGPT prompts → training shards")
     _pair_args(d)
     d.add_argument("--out-dir", default="")
+    d.add_argument("--split", default="all", choices=["all", "heldout", "train"],
+                   help="generate one split only (run two single-thread processes side by side)")
     for k in ("n_train", "n_heldout", "window", "max_new_tokens", "seed"):
         d.add_argument("--" + k.replace("_", "-"), type=int, default=getattr(PacerDataConfig, k))
     d.add_argument("--temperatures", default=",".join(str(t) for t in PacerDataConfig.temperatures))
@@ -257,7 +281,8 @@ def add_parser(sub) -> None:
     s.add_argument("--data-dir", default="")
     s.add_argument("--weights", default=str(engine.pacer.DEFAULT_WEIGHTS))
     s.add_argument("--variant", action="append", help="TAG=PATH: another M_B to compare (e.g. nope=...)")
-    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--measure", action="store_true", help="re-measure t_d, t_v on the pair (else: the recording's)")
+    _pair_args(s)
     s.add_argument("--out", default=None)
     s.add_argument("--markdown", default=None)
     s.set_defaults(func=cmd_sweep)

@@ -307,10 +307,10 @@ class SweepWorker:
     def ping(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "host": socket.gethostname()}
 
-    def _pair(self, task: Task):
+    def _pair(self, task: Task, want_hidden: bool = False):
         from engine.models import check_pair, load_model
 
-        key = task.pair_key
+        key = (task.pair_key, want_hidden)
         if key in self._pairs:
             self._pairs[key] = self._pairs.pop(key)  # most recently used last
             return self._pairs[key]
@@ -320,14 +320,15 @@ class SweepWorker:
         target = load_model(_resolve_ref(task.models["target"]), dtype, self.device, role="target")
         draft = None
         if task.models["draft"] is not None:
-            draft = load_model(_resolve_ref(task.models["draft"]), dtype, self.device, role="draft", target=target)
+            draft = load_model(_resolve_ref(task.models["draft"]), dtype, self.device, role="draft", target=target,
+                               want_hidden=want_hidden)
             check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
         self._pairs[key] = (target, draft)
         return target, draft
 
     def run(self, task: Task, out_dir: str, tmp_name: str) -> dict[str, Any]:
         from engine.decode import DecodeConfig
-        from engine.models import eos_token_ids, load_model
+        from engine.models import eos_token_ids
         from engine.policies import parse_policy
         from engine.prompts import encode
         from engine.run import Request, run_requests
@@ -341,12 +342,8 @@ class SweepWorker:
         c = task.config
         ar = c["policy"] == AUTOREGRESSIVE
         policy = None if ar else parse_policy(c["policy"])
-        if policy is not None and policy.needs_hidden and task.models["draft"] is not None:
-            target = load_model(_resolve_ref(task.models["target"]), c["dtype"], self.device, role="target")
-            draft = load_model(_resolve_ref(task.models["draft"]), c["dtype"], self.device, role="draft",
-                               target=target, want_hidden=True)  # hidden-state policies: not cached
-        else:
-            target, draft = self._pair(task)
+        # Policies that read draft hidden states (PACER) get a draft loaded with want_hidden.
+        target, draft = self._pair(task, want_hidden=bool(policy is not None and policy.needs_hidden))
         tok = target.tokenizer
         if tok is None:
             raise ValueError(f"target {c['target']!r} has no tokenizer; cannot encode text prompts")
@@ -385,9 +382,11 @@ class SweepResult:
     retried: int = 0  # attempts lost to a dead worker and resubmitted
     failed: dict[str, str] = field(default_factory=dict)  # task id → error
     workers: int = 0  # actors started
+    startup_s: float = 0.0  # from the driver's start until the first worker was ready (Ray, actor, imports)
     tokens: int = 0
     wall_s: float = 0.0
     summary_path: str | None = None
+    started: float = field(default=0.0, repr=False)  # perf_counter at the start
 
     @property
     def ok(self) -> bool:
@@ -435,15 +434,16 @@ def run_sweep(grid: dict[str, Any] | str | os.PathLike, out_dir: str | os.PathLi
     for stale in (out / "traces").glob(".*.tmp"):  # left by a killed worker of an earlier run
         stale.unlink(missing_ok=True)
     res = SweepResult(str(out), tasks=len(tasks))
-    t_start = time.perf_counter()
-    todo = [t for t in tasks if valid_trace(trace_path(out, t.task_id), t.task_id) is None]
-    res.skipped = len(tasks) - len(todo)
+    t_start = res.started = time.perf_counter()
+    done = {t.task_id: tr for t in tasks if (tr := valid_trace(trace_path(out, t.task_id), t.task_id)) is not None}
+    todo = [t for t in tasks if t.task_id not in done]
+    res.skipped = len(done)
     _log(out, "sweep_start", tasks=len(tasks), todo=len(todo), grid=grid.get("_path"))
     emit = on_event or (lambda ev, info: None)
     if todo:
         _drive(todo, out, res, grid, workers, address, threads, progress, max_attempts, emit)
+    res.summary_path = str(write_summary(out, [t.task_id for t in tasks], loaded=done))
     res.wall_s = time.perf_counter() - t_start
-    res.summary_path = str(write_summary(out, [t.task_id for t in tasks]))
     _log(out, "sweep_end", executed=res.executed, skipped=res.skipped, failed=len(res.failed),
          retried=res.retried, wall_s=round(res.wall_s, 3))
     return res
@@ -496,6 +496,7 @@ def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: i
                     try:
                         info[a] = ray.get(ref)
                         idle.append(a)
+                        res.startup_s = res.startup_s or time.perf_counter() - res.started
                     except RayActorError as e:  # gone for good (restarts exhausted)
                         _log(out, "worker_lost", error=str(e).splitlines()[0])
                     continue
@@ -547,8 +548,10 @@ def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: i
 # ------------------------------------------------------------------ summary
 
 
-def summary_rows(out_dir: str | os.PathLike, task_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per complete task trace in out_dir/traces (restricted to `task_ids` when given)."""
+def summary_rows(out_dir: str | os.PathLike, task_ids: list[str] | None = None,
+                 loaded: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per complete task trace in out_dir/traces (restricted to `task_ids` when given);
+    `loaded` maps task ids to traces already loaded (and validated) by the caller."""
     from engine.trace import TraceError, load_trace
 
     tdir = Path(out_dir) / "traces"
@@ -556,12 +559,14 @@ def summary_rows(out_dir: str | os.PathLike, task_ids: list[str] | None = None) 
              else sorted(p for p in tdir.glob("*.jsonl") if not p.name.startswith(".")))
     rows = []
     for p in paths:
-        if not p.is_file():
-            continue
-        try:
-            t = load_trace(p)
-        except TraceError:
-            continue
+        t = (loaded or {}).get(p.stem)
+        if t is None:
+            if not p.is_file():
+                continue
+            try:
+                t = load_trace(p)
+            except TraceError:
+                continue
         sw = t.header.get("sweep")
         if not t.complete or not sw:
             continue
@@ -601,10 +606,11 @@ def add_speedup(df):
     return df
 
 
-def write_summary(out_dir: str | os.PathLike, task_ids: list[str] | None = None) -> Path:
+def write_summary(out_dir: str | os.PathLike, task_ids: list[str] | None = None,
+                  loaded: dict[str, Any] | None = None) -> Path:
     import pandas as pd
 
-    df = add_speedup(pd.DataFrame(summary_rows(out_dir, task_ids), columns=None))
+    df = add_speedup(pd.DataFrame(summary_rows(out_dir, task_ids, loaded)))
     path = Path(out_dir) / SUMMARY_NAME
     tmp = path.with_name(f".{SUMMARY_NAME}.{os.getpid()}.tmp")
     df.to_parquet(tmp, index=False)

@@ -335,6 +335,10 @@ def test_trace_table_reports_censoring_and_cost(models, tmp_path):
     assert allr["max_window"] == 4 and "censored at window 4" in allr["note"]
     assert 0 < allr["censored_frac"] < 1 and allr["c_measured"] > 0
     assert an.load_any(path)[0] == "trace"
+    out = tmp_path / "out"
+    assert _cli(["analyze", str(path), "--out", str(out)]) == 0
+    assert "censored" in json.loads((out / "summary.json").read_text())["notes"][0]
+    assert len(pd.read_csv(out / "trace_accepted.csv")) == len(tr.steps)
 
 
 def _cli(argv):

@@ -44,10 +44,10 @@ def test_dpace_weights_equal_brute_force(variant):
 def test_dpace_weights_are_detached():
     logits = torch.randn(3, 8, 11, requires_grad=True)
     labels = torch.randint(0, 11, (3, 8))
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(3, 8)
     valid = torch.ones(3, 8, dtype=torch.bool)
     valid[:, 0] = False
     for name in ("dpace", "dpace-mean", "dpace-cum", "dpace-cont"):
+        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(3, 8)
         obj = make_objective(name, alpha=0.5)
         w = obj.weights(ce, valid)
         assert not w.requires_grad and w.grad_fn is None
@@ -242,9 +242,8 @@ def test_train_run_smoke_and_resume(tiny_data, tmp_path):
 
     run2 = tmp_path / "r2"
     cfg2 = BlockTrainConfig(**{**base.__dict__, "runs_dir": str(run2)})
-    cfg_half = BlockTrainConfig(**{**cfg2.__dict__})
     d = run2 / cfg2.tag
-    train_run(cfg_half, progress=False)
+    train_run(cfg2, progress=False)
     ref = json.loads((d / "final.json").read_text())
     shutil.rmtree(run2)
     # simulate a kill: run with steps=8 but stop at the checkpoint by raising from the progress path
@@ -270,3 +269,39 @@ def test_train_run_smoke_and_resume(tiny_data, tmp_path):
     assert res["tau_offline"] == pytest.approx(ref["tau_offline"])
     t2 = load_training_trace(d / "trace.jsonl")
     assert [r["step"] for r in t2.logs] == [2, 4, 6, 8]
+
+
+def test_online_eval_report_and_plots(tiny_data, tmp_path):
+    """Online decoding through the engine is exact (outputs equal autoregressive), the report's paired
+    differences are computed per seed, and the dashboard's figures build from the results dir."""
+    from app import dpace_plots
+    from engine.train.dpace_eval import online_eval, paired_ci, write_results
+
+    base = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path / "runs"), steps=4, batch=2, anchors=4,
+                            block_size=4, ffn=64, log_every=2, eval_every=2, ckpt_every=100, eval_seqs=2,
+                            final_eval_seqs=2)
+    for obj in ("dflash", "dpace"):
+        for seed in (0, 1):
+            train_run(BlockTrainConfig(**{**base.__dict__, "objective": obj, "seed": seed}), progress=False)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello world, this is a test", "category": "a"}\n'
+                       '{"prompt": "another prompt", "category": "b"}\n')
+    runs = sorted((tmp_path / "runs").glob("B4-*"))
+    res = online_eval(runs, tiny_data, str(prompts), per_category=1, max_new_tokens=12, prompt_len=8,
+                      traces_dir=tmp_path / "dec", progress=False)
+    assert all(r["outputs_equal_ar"] and 1.0 <= r["tau_online"] <= 4.0 for r in res.values())
+    from engine.trace import load_trace
+
+    assert load_trace(tmp_path / "dec" / f"{runs[0].name}.jsonl").complete
+    out = write_results(tmp_path / "runs", 4, tmp_path / "results")
+    dp = next(r for r in out["summary"] if r["objective"] == "dpace")
+    assert dp["diff_vs_dflash_offline"]["n"] == 2 and dp["seeds"] == [0, 1]
+    ci = paired_ci([0.1, 0.2, 0.3])
+    assert ci["t_lo"] < 0.2 < ci["t_hi"] and ci["boot_lo"] <= 0.2 <= ci["boot_hi"]
+    summary, traces, bad = dpace_plots.load_results(tmp_path / "results")
+    assert len(traces) == 4 and not bad
+    logs, evals = dpace_plots.logs_frame(traces), dpace_plots.evals_frame(traces)
+    label = logs["label"].iloc[0]
+    for fig in (dpace_plots.weight_heatmap(logs, label), dpace_plots.share_profiles(logs, label),
+                dpace_plots.tau_curves(evals), dpace_plots.alpha_sweep(summary), dpace_plots.objectives_bar(summary)):
+        assert fig.to_dict()["data"]

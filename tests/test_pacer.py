@@ -285,3 +285,30 @@ def test_cli_decode_with_pacer(model_dirs, tmp_path):  # noqa: F811
     assert all("blocks" in s["policy_fields"] for s in tr.steps)
     assert main(["decode", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--out",
                  str(tmp_path / "x.jsonl"), "--policy", f"pacer:weights={tmp_path / 'nope.safetensors'}"]) == 2
+
+
+def test_cli_bench_with_pacer_variant(model_dirs, tmp_path):  # noqa: F811
+    from engine.__main__ import main
+
+    t, d, prompts = model_dirs
+    w = tmp_path / "w.safetensors"
+    save_weights(tiny_mb(), w)
+    out, md = tmp_path / "b.json", tmp_path / "b.md"
+    assert main(["pacer", "bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-task", "1",
+                 "--max-new-tokens", "10", "--configs", "ar;fixed:2;pacer-tiny:b=2,t=0.5,max=6", "--variant",
+                 f"tiny={w}", "--temperatures", "0,0.7", "--dtype", "fp32", "--warmup", "0", "--out", str(out),
+                 "--markdown", str(md)]) == 0
+    res = json.loads(out.read_text())
+    assert not res["greedy_mismatches"] and res["question_ids"] == [81, None]
+    assert {r["config"] for r in res["rows"]} == {"ar", "fixed:2", "pacer-tiny:b=2,t=0.5,max=6"}
+    assert "pacer-tiny" in md.read_text()
+
+
+def test_shard_claims_are_exclusive(tmp_path):
+    from engine.train.pacer_data import _claim
+
+    p = tmp_path / "train-00000.safetensors"
+    assert _claim(p) and not _claim(p)  # a second worker skips the shard
+    p.write_bytes(b"x")
+    (tmp_path / "train-00000.safetensors.lock").unlink()
+    assert not _claim(p)  # finished shards are never claimed

@@ -61,10 +61,10 @@ def _toggle_play() -> None:
 
 
 b = st.columns([1, 1, 1, 3])
-b[0].button("◀ Prev", on_click=_move, args=(-1,), width="stretch")
-b[1].button("Next ▶", on_click=_move, args=(1,), width="stretch")
-b[2].button("⏸ Pause" if ss["replay_playing"] else "⏵ Play", on_click=_toggle_play, key="replay_play",
-            width="stretch", type="primary")
+b[0].button("Prev", icon=":material/skip_previous:", on_click=_move, args=(-1,), width="stretch")
+b[1].button("Next", icon=":material/skip_next:", on_click=_move, args=(1,), width="stretch")
+b[2].button("Pause" if ss["replay_playing"] else "Play", on_click=_toggle_play, key="replay_play", width="stretch",
+            icon=":material/pause:" if ss["replay_playing"] else ":material/play_arrow:", type="primary")
 speed = b[3].select_slider("Speed (steps per second)", options=[0.5, 1, 2, 4, 8], value=2, key="replay_speed")
 
 

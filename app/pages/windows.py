@@ -1,6 +1,8 @@
 """Windows: what a per-step window could buy over the best fixed γ, from engine.analysis over
 reference runs — fixed γ sweep, the oracle, adaptive policies, the cost model and the 1.4× table."""
 
+import importlib
+
 import pandas as pd
 import streamlit as st
 
@@ -11,7 +13,7 @@ st.caption("Every policy replayed offline over reference runs (one target run + 
            "so fixed γ, the per-step oracle and adaptive policies are compared on identical outputs.")
 
 try:
-    from engine import analysis
+    analysis = importlib.import_module("engine.analysis")
 except Exception as e:  # the analysis module is optional for the rest of the app
     st.warning(f"Window analysis is unavailable: `engine.analysis` could not be imported "
                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The other pages still work.")

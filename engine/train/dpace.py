@@ -149,10 +149,10 @@ class BlockTrainConfig:
     target_layers: tuple = (1, 2, 3)  # 0-indexed outputs of the 4-layer tiny target
     heads: int = 4
     ffn: int = 384
-    steps: int = 600
+    steps: int = 400
     batch: int = 4  # sequences per step
     anchors: int = 16  # random anchors per sequence (all in one forward, block-masked)
-    lr: float = 1e-3
+    lr: float = 2e-3
     warmup: float = 0.04
     clip: float = 1.0
     weight_decay: float = 0.0

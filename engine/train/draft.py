@@ -59,6 +59,7 @@ class DraftConfig:
     time_budget_s: float = 4500.0  # wall-clock budget; the LR schedule follows elapsed time, so it ends on time
     max_steps: int = 1_000_000  # step cap (the time budget normally ends the run first)
     ckpt_every_s: float = 240.0  # checkpoint + export every 4 minutes
+    eval_every_s: float = 720.0  # held-out alpha is ~3 training steps of compute: every 12 min, plus at the end
     eval_max_seqs: int = 128  # held-out sequences for alpha at each checkpoint (all of them by default)
     refresh_every: int = 50  # re-scan data_dir for new shards every N steps (phase 1 may still be running)
     seed: int = 0  # model-independent randomness: batch order
@@ -514,20 +515,34 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
                 "heldout_sequences": len(held), "heldout_subset_coverage": cover,
                 "gen_config": asdict(GenConfig())}
 
-    def checkpoint(ev: dict) -> None:
+    def checkpoint(ev: dict | None) -> None:
         save_checkpoint(ckpt, draft, opt, subset, state)
+        if ev is None:  # no fresh evaluation: keep the last one in the summary
+            export(draft, subset, exp_dir, log_path, summary(last_ev))
+            return
+        last_ev.clear()
+        last_ev.update(ev)
         with open(log_path, "a") as f:
             f.write(json.dumps({"step": state["step"], "event": "eval", "elapsed_s": round(state["elapsed_s"], 1),
                                 "tokens": state["tokens"], "train_positions": state["positions"], **ev}) + "\n")
         export(draft, subset, exp_dir, log_path, summary(ev))
 
+    last_ev: dict = {}
+    if log_path.is_file():  # on resume: the last evaluation so far
+        for line in log_path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("event") == "eval":
+                last_ev = {k: v for k, v in r.items() if k not in ("step", "event", "elapsed_s", "tokens", "train_positions")}
     if state["step"] == 0:
         ev = evaluate()
         print(f"step 0 held-out: {ev}", flush=True)
         checkpoint(ev)
 
     t_start = time.perf_counter() - state["elapsed_s"]
-    last_ck = time.perf_counter()
+    last_ck = last_ev_t = time.perf_counter()
     budget = cfg.time_budget_s
     bar = tqdm(total=int(budget), initial=int(state["elapsed_s"]), unit="s", desc="train (time budget)",
                dynamic_ncols=True, mininterval=10, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}]{postfix}")
@@ -577,12 +592,15 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
             log_f.flush()
         if now - last_ck >= cfg.ckpt_every_s:
             log_f.flush()
-            ev = evaluate()
-            bar.write(f"step {state['step']}: held-out alpha {ev['alpha']:.4f}, "
-                      f"emitted/call@4 {ev['emitted_per_call_g4']:.3f}")
+            ev = None
+            if now - last_ev_t >= cfg.eval_every_s:
+                ev = evaluate()
+                last_ev_t = time.perf_counter()
+                bar.write(f"step {state['step']}: held-out alpha {ev['alpha']:.4f}, "
+                          f"emitted/call@4 {ev['emitted_per_call_g4']:.3f}")
             checkpoint(ev)
             last_ck = time.perf_counter()
-            t_start += last_ck - now  # evaluation time is not training time
+            t_start += last_ck - now  # evaluation/checkpoint time is not training time
         if stop_after_steps is not None and state["step"] >= stop_after_steps:
             save_checkpoint(ckpt, draft, opt, subset, state)
             log_f.close()

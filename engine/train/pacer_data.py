@@ -18,7 +18,8 @@ decision u_i < min(1, p_i/q_i) with the run's seeded uniforms; h_i is stored too
 Prompts: ShareGPT first user turns in the draft-training shuffle (engine.train.data, seed 0), taken
 from the END of its training list, so the draft's own training prompts (the front) are not reused.
 
-Shards (safetensors, written atomically; a killed run resumes at the next missing shard):
+Shards (safetensors, written atomically; a killed run resumes at the next missing shard; several
+processes may share one directory, each claiming shards with a lock file):
   hidden f16 [N,H]  q f32 [N]  ent f32 [N]  h f32 [N]  pos i32 [N] (1-based i)
   step_off i64 [S+1]  accepted i32 [S]  window i32 [S]  request i32 [S]  temperature f32 [S]
   t_draft_ms f32 [S]  t_verify_ms f32 [S]  (the recording run's own timings)
@@ -59,7 +60,7 @@ class PacerDataConfig:
     max_new_tokens: int = 128  # as in the draft's training data
     max_prompt_tokens: int = 320  # long ShareGPT prompts make prefill dominate; ~80% fit
     temperatures: tuple[float, ...] = (0.0, 0.7)  # request r uses temperatures[r % len]: the bench's two modes
-    shard_prompts: int = 12  # prompts per shard: a kill loses ~1 minute
+    shard_prompts: int = 8  # prompts per shard: a kill loses ~1 minute; two workers stay balanced
     seed: int = 0  # sampling seed of the simulated decoding
 
 
@@ -151,22 +152,45 @@ def pacer_prompts(tok, n_train: int, n_heldout: int, max_prompt_tokens: int) -> 
     return picked[n_heldout:], picked[:n_heldout]
 
 
-def generate(cfg: PacerDataConfig, target, draft, tok, eos=(), costs: dict | None = None) -> Path:
-    """Write train/heldout shards for (target, draft) into cfg.out_dir; returns the directory."""
+def _claim(path: Path, stale_s: float = 600.0) -> bool:
+    """Claim a shard with an O_EXCL lock file, so several processes can fill one directory.
+    A lock older than `stale_s` (a killed worker) is taken over."""
+    lock = path.with_name(path.name + ".lock")
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        if path.exists():  # another worker finished it between our check and the claim
+            lock.unlink(missing_ok=True)
+            return False
+        return True
+    except FileExistsError:
+        if time.time() - lock.stat().st_mtime > stale_s:
+            lock.touch()
+            return True
+        return False
+
+
+def generate(cfg: PacerDataConfig, target, draft, tok, eos=(), costs: dict | None = None,
+             splits: tuple[str, ...] = ("heldout", "train")) -> Path:
+    """Write train/heldout shards for (target, draft) into cfg.out_dir; returns the directory.
+
+    `splits` limits the work to some splits, so two single-thread processes can share a 2-core box."""
     out = Path(cfg.out_dir) if cfg.out_dir else default_data_dir()
     out.mkdir(parents=True, exist_ok=True)
     train, held = pacer_prompts(tok, cfg.n_train, cfg.n_heldout, cfg.max_prompt_tokens)
     jobs = []
     for split, prompts in (("heldout", held), ("train", train)):
+        if split not in splits:
+            continue
         for s in range(0, len(prompts), cfg.shard_prompts):
             jobs.append((out / f"{split}-{s // cfg.shard_prompts:05d}.safetensors", prompts[s:s + cfg.shard_prompts],
                          s + (0 if split == "heldout" else 10_000)))
     manifest = {"config": asdict(cfg), "target": target.name, "draft": draft.name, "costs": costs or {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    if costs or not (out / "manifest.json").exists():
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     bar = tqdm(total=sum(len(p) for _, p, _ in jobs), unit="prompt", desc="pacer data")
     for path, prompts, base in jobs:
-        if path.exists():
+        if path.exists() or not _claim(path):
             bar.update(len(prompts))
             continue
         reqs = []
@@ -178,6 +202,7 @@ def generate(cfg: PacerDataConfig, target, draft, tok, eos=(), costs: dict | Non
             reqs.append((rid, temp, record_request(target, draft, ids, cfg.window, dc, eos, rid)))
             bar.update(1)
         _atomic_save(_shard_tensors(reqs), path, {"format": "speclab.pacer-data", "version": "1"})
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
     bar.close()
     return out
 

@@ -233,16 +233,19 @@ def greedy_continue(model, prompts: list[list[int]], n_new: int, batch: int = 12
     """Target-greedy continuations, [len(prompts), plen + n_new] (all prompts have the same length)."""
     from transformers import DynamicCache
 
+    import inspect
+
+    kw = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
     rows = []
     for s in range(0, len(prompts), batch):
         x = torch.tensor(prompts[s:s + batch], dtype=torch.long)
         cache = DynamicCache()
-        out = model(input_ids=x, past_key_values=cache, use_cache=True)
+        out = model(input_ids=x, use_cache=True, **{kw: cache})
         seq = [x]
         for _ in range(n_new):
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             seq.append(nxt)
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            out = model(input_ids=nxt, use_cache=True, **{kw: cache})
         rows.append(torch.cat(seq, 1))
     return torch.cat(rows)
 

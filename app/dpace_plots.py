@@ -1,0 +1,139 @@
+"""Pure figure builders for the D-PACE training dashboard: training traces / summary in, plotly out.
+
+Inputs come from a results directory written by `python -m engine dpace report` (default
+docs/results/dpace/): `summary.json` and `traces/*.jsonl` (speclab.dpace_trace, loaded with
+`engine.train.dpace_trace.load_training_trace`). No Streamlit calls here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from app.plots import SERIES, _style, rgba
+
+
+def load_results(directory: str | Path) -> tuple[dict, dict[str, object], dict[str, str]]:
+    """(summary.json content or {}, {run name: TrainingTrace}, {file: one-line error})."""
+    from engine.train.dpace_trace import TrainingTraceError, load_training_trace
+
+    d = Path(directory)
+    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+    traces, bad = {}, {}
+    for p in sorted((d / "traces").glob("*.jsonl")):
+        try:
+            traces[p.stem] = load_training_trace(p)
+        except TrainingTraceError as e:
+            bad[p.name] = str(e)
+    return summary, traces, bad
+
+
+def logs_frame(traces: dict) -> pd.DataFrame:
+    """One row per (run, logging step, position): q, weight_share; plus run label / seed."""
+    rows = []
+    for name, t in traces.items():
+        h = t.header
+        for r in t.logs:
+            for i, (q, w) in enumerate(zip(r["q"], r["weight_share"]), start=1):
+                rows.append({"run": name, "label": h.get("label", h["objective"]), "objective": h["objective"],
+                             "alpha": h.get("alpha"), "seed": h["seed"], "step": r["step"], "pos": i, "q": q,
+                             "weight_share": w, "surrogate": r["surrogate"], "loss": r["loss"]})
+    return pd.DataFrame(rows)
+
+
+def evals_frame(traces: dict) -> pd.DataFrame:
+    rows = []
+    for name, t in traces.items():
+        h = t.header
+        for r in t.evals:
+            rows.append({"run": name, "label": h.get("label", h["objective"]), "objective": h["objective"],
+                         "alpha": h.get("alpha"), "seed": h["seed"], "step": r["step"],
+                         "tau_offline": r["tau_offline"], "split": r.get("split", "heldout")})
+    return pd.DataFrame(rows)
+
+
+def weight_heatmap(logs: pd.DataFrame, label: str, value: str = "weight_share") -> go.Figure:
+    """Position × training step heatmap of one objective's weight share (or q), mean over seeds."""
+    df = logs[logs["label"] == label]
+    grid = df.pivot_table(index="pos", columns="step", values=value, aggfunc="mean")
+    title = {"weight_share": "Weight share", "q": "Drafter probability q of the target token"}[value]
+    fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), colorscale="Viridis",
+                               zmin=0, zmax=float(grid.values.max()) if grid.size else 1,
+                               colorbar=dict(title=value, thickness=12),
+                               hovertemplate="step %{x}, position %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(dtick=1, autorange="reversed")
+    return _style(fig, f"{title} by block position — {label}", "training step", "block position", height=300)
+
+
+def share_profiles(logs: pd.DataFrame, label: str, n_curves: int = 4) -> go.Figure:
+    """Weight share per position at a few training steps (D-PACE Fig. a style)."""
+    df = logs[logs["label"] == label]
+    steps = sorted(df["step"].unique())
+    pick = [steps[round(i * (len(steps) - 1) / max(1, n_curves - 1))] for i in range(min(n_curves, len(steps)))]
+    fig = go.Figure()
+    for i, s in enumerate(pick):
+        g = df[df["step"] == s].groupby("pos")["weight_share"].mean()
+        fig.add_scatter(x=g.index, y=g.values, name=f"step {s}", mode="lines+markers",
+                        line=dict(color=SERIES[i % len(SERIES)]))
+    fig.update_yaxes(tickformat=".0%")
+    fig.update_xaxes(dtick=1)
+    return _style(fig, f"Weight share profile over training — {label}", "block position", "share", height=300)
+
+
+def tau_curves(evals: pd.DataFrame, labels: list[str] | None = None) -> go.Figure:
+    """Offline τ (held-out, incl. bonus) against training step: mean over seeds, band = min..max."""
+    df = evals[evals["split"] == "heldout"]
+    labels = labels or list(dict.fromkeys(df["label"]))
+    fig = go.Figure()
+    for i, lab in enumerate(labels):
+        g = df[df["label"] == lab].groupby("step")["tau_offline"].agg(["mean", "min", "max"])
+        if g.empty:
+            continue
+        c = SERIES[i % len(SERIES)]
+        fig.add_scatter(x=list(g.index) + list(g.index[::-1]), y=list(g["max"]) + list(g["min"][::-1]),
+                        fill="toself", fillcolor=rgba(c, 0.15), line=dict(width=0), showlegend=False,
+                        hoverinfo="skip")
+        fig.add_scatter(x=g.index, y=g["mean"], name=lab, mode="lines+markers", line=dict(color=c, width=2))
+    return _style(fig, "Offline τ during training (mean over seeds, band = seed range)", "training step",
+                  "τ (tokens per target call)", height=340)
+
+
+def alpha_sweep(summary: dict) -> go.Figure:
+    """Final offline (and online) τ against α for D-PACE (sum normalisation), ± sd over seeds;
+    DFlash and uniform as horizontal reference lines."""
+    rows = summary.get("summary", [])
+    sw = sorted([r for r in rows if r["objective"] == "dpace"], key=lambda r: r["alpha"])
+    fig = go.Figure()
+    if sw:
+        fig.add_scatter(x=[r["alpha"] for r in sw], y=[r["tau_offline_mean"] for r in sw], name="D-PACE offline τ",
+                        mode="lines+markers", line=dict(color=SERIES[0], width=2),
+                        error_y=dict(type="data", array=[r["tau_offline_std"] for r in sw], visible=True))
+        on = [r for r in sw if r.get("tau_online_mean") is not None]
+        if on:
+            fig.add_scatter(x=[r["alpha"] for r in on], y=[r["tau_online_mean"] for r in on],
+                            name="D-PACE online τ", mode="lines+markers", line=dict(color=SERIES[2], dash="dot"),
+                            error_y=dict(type="data", array=[r["tau_online_std"] or 0 for r in on], visible=True))
+    for j, name in enumerate(("dflash", "uniform")):
+        ref = next((r for r in rows if r["objective"] == name), None)
+        if ref is not None:
+            fig.add_hline(y=ref["tau_offline_mean"], line_dash="dash", line_color=SERIES[5 + j],
+                          annotation_text=f"{ref['label']} offline", annotation_position="bottom right")
+    fig.update_xaxes(range=[-0.05, 1.05], dtick=0.1)
+    return _style(fig, "α sweep (D-PACE, official sum normalisation)", "α (smoothing)", "τ", height=340)
+
+
+def objectives_bar(summary: dict) -> go.Figure:
+    """Final τ per objective (offline and online), mean ± sd over seeds."""
+    rows = [r for r in summary.get("summary", []) if r["objective"] != "dpace" or r["alpha"] == 0.5]
+    x = [r["label"] for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[r["tau_offline_mean"] for r in rows], name="offline", marker_color=SERIES[0],
+                error_y=dict(type="data", array=[r["tau_offline_std"] for r in rows]))
+    if any(r.get("tau_online_mean") is not None for r in rows):
+        fig.add_bar(x=x, y=[r.get("tau_online_mean") or 0 for r in rows], name="online (Spec-Bench dev)",
+                    marker_color=SERIES[2], error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
+    fig.update_layout(barmode="group")
+    return _style(fig, "τ per objective (mean ± sd over seeds)", "objective", "τ", height=340)

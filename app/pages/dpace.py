@@ -1,0 +1,51 @@
+"""D-PACE: block-drafter training dashboard — weight heatmaps, τ curves, α sweep, from committed
+training traces (docs/results/dpace/, written by `python -m engine dpace report`)."""
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app import dpace_plots as dp
+
+st.title("D-PACE training")
+st.caption("A DFlash-style block drafter trained with different position weightings on the tiny byte-level "
+           "target: uniform CE, DFlash's exponential decay, D-PACE (adaptive, detached weights) and its "
+           "ablations. Every number comes from the training traces and summary in the results directory.")
+
+root = Path(__file__).resolve().parents[2] / "docs" / "results" / "dpace"
+directory = st.text_input("Results directory", str(root), key="dpace_dir")
+summary, traces, bad = dp.load_results(directory)
+for name, err in bad.items():
+    st.error(f"Trace skipped: {err}")
+if not traces:
+    st.info("No training traces found. Produce them with `python -m engine dpace sweep` then "
+            "`python -m engine dpace report --out docs/results/dpace`.")
+    st.stop()
+
+logs, evals = dp.logs_frame(traces), dp.evals_frame(traces)
+labels = list(dict.fromkeys(logs["label"]))
+if summary.get("summary"):
+    st.plotly_chart(dp.objectives_bar(summary), theme=None, width="stretch")
+    rows = [{"objective": r["label"], "seeds": len(r["seeds"]), "τ offline": r["tau_offline_mean"],
+             "sd": r["tau_offline_std"], "Δ vs DFlash": r["diff_vs_dflash_offline"]["mean"],
+             "95% CI lo": r["diff_vs_dflash_offline"]["t_lo"], "95% CI hi": r["diff_vs_dflash_offline"]["t_hi"],
+             "τ online": r["tau_online_mean"]} for r in summary["summary"]]
+    st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+
+st.subheader("Position weights over training")
+c1, c2 = st.columns([3, 1])
+default = next((lab for lab in labels if lab.startswith("dpace(")), labels[0])
+label = c1.selectbox("Objective", labels, index=labels.index(default), key="dpace_label")
+value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True)
+st.plotly_chart(dp.weight_heatmap(logs, label, value), theme=None, width="stretch")
+st.plotly_chart(dp.share_profiles(logs, label), theme=None, width="stretch")
+
+st.subheader("τ during training")
+chosen = st.multiselect("Objectives", labels, default=[x for x in labels if "α=0.5" in x or not x.startswith("dpace")],
+                        key="dpace_curves")
+st.plotly_chart(dp.tau_curves(evals, chosen or labels), theme=None, width="stretch")
+
+if summary.get("summary"):
+    st.subheader("α sweep")
+    st.plotly_chart(dp.alpha_sweep(summary), theme=None, width="stretch")

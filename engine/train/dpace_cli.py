@@ -1,0 +1,120 @@
+"""`python -m engine dpace ...`: block-drafter (DFlash-style) training objectives on the tiny target.
+
+    prepare   train the tiny byte-level target and generate its greedy self-distillation data
+    train     one run (objective, α/γ, seed); resumable, skipped when finished
+    sweep     the objective comparison: main objectives and/or the α sweep over several seeds
+    online    decode a few Spec-Bench dev prompts with each run's drafter (τ online, CPU speedup)
+    report    summary table + copy of the training traces into a results directory
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+def _seeds(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+def add_parser(sub) -> None:
+    from engine.train.cli import add_dataclass_args
+    from engine.train.dpace import BlockTrainConfig
+    from engine.train.tiny_target import TinyConfig
+
+    p = sub.add_parser("dpace", help="block-drafter training objectives (D-PACE vs fixed schedules)",
+                       description=__doc__)
+    s = p.add_subparsers(dest="dpace_cmd", required=True)
+    pr = s.add_parser("prepare", help="tiny target + its greedy data")
+    add_dataclass_args(pr, TinyConfig)
+    pr.set_defaults(func=cmd_prepare)
+    tr = s.add_parser("train", help="one training run")
+    add_dataclass_args(tr, BlockTrainConfig)
+    tr.set_defaults(func=cmd_train)
+    sw = s.add_parser("sweep", help="all objectives × seeds (same data, steps, anchors)")
+    add_dataclass_args(sw, BlockTrainConfig)
+    sw.add_argument("--seeds", default="0,1,2")
+    sw.add_argument("--which", default="all", choices=["all", "main", "alpha"])
+    sw.add_argument("--shard", default="0/1", help="i/n: run every n-th config starting at i (parallel workers)")
+    sw.set_defaults(func=cmd_sweep)
+    on = s.add_parser("online", help="online τ and CPU speedup of finished runs")
+    on.add_argument("--data-dir", default="")
+    on.add_argument("--runs-dir", default="")
+    on.add_argument("--block-size", type=int, default=8)
+    on.add_argument("--prompts", default="/work/shared/spec_bench/questions_dev.jsonl")
+    on.add_argument("--per-category", type=int, default=1)
+    on.add_argument("--max-new-tokens", type=int, default=160)
+    on.add_argument("--prompt-len", type=int, default=48, help="bytes of each prompt kept (the training prompt length)")
+    on.add_argument("--traces-dir", default="", help="also write a decode trace per run here")
+    on.add_argument("--threads", type=int, default=1)
+    on.set_defaults(func=cmd_online)
+    rp = s.add_parser("report", help="summary table and training traces into a results dir")
+    rp.add_argument("--runs-dir", default="")
+    rp.add_argument("--block-size", type=int, default=8)
+    rp.add_argument("--out", default="docs/results/dpace")
+    rp.set_defaults(func=cmd_report)
+
+
+def cmd_prepare(a) -> int:
+    from engine.train.cli import dataclass_from_args
+    from engine.train.tiny_target import TinyConfig, prepare
+
+    print(prepare(dataclass_from_args(TinyConfig, a)))
+    return 0
+
+
+def cmd_train(a) -> int:
+    import json
+
+    from engine.train.cli import dataclass_from_args
+    from engine.train.dpace import BlockTrainConfig, train_run
+
+    print(json.dumps(train_run(dataclass_from_args(BlockTrainConfig, a)), indent=1))
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from engine.train.cli import dataclass_from_args
+    from engine.train.dpace import BlockTrainConfig, FeatureData, sweep_configs, tiny_dir, train_run
+
+    base = dataclass_from_args(BlockTrainConfig, a)
+    cfgs = sweep_configs(base, _seeds(a.seeds), a.which)
+    i, n = (int(x) for x in a.shard.split("/"))
+    cfgs = cfgs[i::n]
+    data = FeatureData(tiny_dir(base), tuple(base.target_layers), base.threads)
+    for k, c in enumerate(cfgs):
+        f = train_run(c, data=data)
+        print(f"[{k + 1}/{len(cfgs)}] {c.tag}: tau_offline {f['tau_offline']:.3f} ± {f['tau_se']:.3f} "
+              f"({f['train_wall_s']:.0f} s)", flush=True)
+    return 0
+
+
+def _runs(a) -> Path:
+    from engine.train.dpace import BlockTrainConfig, runs_dir
+
+    return runs_dir(dataclasses.replace(BlockTrainConfig(), runs_dir=a.runs_dir))
+
+
+def cmd_online(a) -> int:
+    from engine.train.dpace import BlockTrainConfig, tiny_dir
+    from engine.train.dpace_eval import online_eval
+
+    runs = _runs(a)
+    dirs = [d for d in sorted(runs.glob(f"B{a.block_size}-*")) if (d / "final.json").is_file()]
+    if not dirs:
+        raise ValueError(f"no finished B={a.block_size} runs under {runs}")
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    res = online_eval(dirs, root, a.prompts, a.per_category, a.max_new_tokens, a.prompt_len,
+                      Path(a.traces_dir) if a.traces_dir else None, a.threads)
+    for k, v in res.items():
+        print(f"{k}: tau_online {v['tau_online']:.3f}  speedup_cpu {v['speedup_cpu']:.2f}x  "
+              f"exact={v['outputs_equal_ar']}")
+    return 0
+
+
+def cmd_report(a) -> int:
+    from engine.train.dpace_eval import markdown_table, write_results
+
+    res = write_results(_runs(a), a.block_size, Path(a.out))
+    print(markdown_table(res["summary"]))
+    return 0

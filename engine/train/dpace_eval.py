@@ -1,0 +1,201 @@
+"""Online evaluation (the engine's decode loop + lossless verifier) and the results report of
+block-drafter objective comparisons.
+
+Online: each run's drafter decodes the same prompts with `engine.decode.decode` (greedy, window
+fixed at B−1 = one draft forward per target call); an autoregressive run of the same target is
+interleaved prompt by prompt so CPU load drifts hit both alike. τ_online = mean emitted tokens per
+target call (incl. the bonus/correction token). Speedup = AR wall time / block-drafter wall time on
+this CPU (tiny models: a sanity figure, not the GPU regime).
+
+Report: per objective, mean ± std over seeds of τ_offline / τ_online, and paired differences against
+the DFlash baseline (same seed = same drafter init and anchors): mean, paired-t 95% CI and a
+bootstrap 95% CI over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+
+def _prompts(path: str, per_category: int, prompt_len: int) -> list[tuple[list[int], str, str, object]]:
+    from engine.prompts import load_prompts
+    from engine.train.tiny_target import ByteTokenizer
+
+    tok = ByteTokenizer()
+    out = []
+    for p in load_prompts(path, per_category=per_category):
+        ids = tok.encode(p.text)[:prompt_len]
+        out.append((ids, tok.decode(ids), p.category, p.question_id))
+    return out
+
+
+def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
+                max_new_tokens: int = 160, prompt_len: int = 48, traces_dir: Path | None = None,
+                threads: int = 1, progress: bool = True) -> dict[str, dict]:
+    """Decode the prompts with each run's drafter and with the target alone; returns {tag: result} and
+    writes `online.json` into each run directory (skipped when present)."""
+    from tqdm import tqdm
+
+    from engine.decode import DecodeConfig, decode
+    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
+    from engine.models import HFModel
+    from engine.policies import Fixed
+    from engine.run import Request, run_requests
+    from engine.train.tiny_target import ByteTokenizer, load_target
+
+    torch.set_num_threads(threads)
+    target = load_target(root / "target")
+    prompts = _prompts(prompts_file, per_category, prompt_len)
+    cfg = DecodeConfig(max_new_tokens=max_new_tokens)
+    tok = ByteTokenizer()
+    ar_lm = HFModel(target, name="tiny-target")  # the baseline computes no layer features
+    results = {}
+    todo = [d for d in run_dirs if not (d / "online.json").is_file()]
+    for d in run_dirs:
+        if (d / "online.json").is_file():
+            results[d.name] = json.loads((d / "online.json").read_text())
+    for d in tqdm(todo, desc="online", disable=not progress):
+        model = load_block_drafter(d / "drafter")
+        B = model.config.block_size
+        ft = FeatureLM(target, model.config.target_layer_ids, name="tiny-target")
+        drafter = BlockDrafter(BlockLM.from_target(model, target), ft)
+        calls = emitted = 0
+        t_block = t_ar = 0.0
+        mismatch = 0
+        for rid, (ids, _, _, _) in enumerate(prompts):
+            t0 = time.perf_counter()
+            out = []
+            for r in decode(ft, drafter, ids, Fixed(B - 1), cfg, request_id=rid):
+                calls += 1
+                emitted += r.emitted
+                out.extend(r.emitted_tokens)
+            t1 = time.perf_counter()
+            ar = [t for r in decode(ar_lm, None, ids, None, cfg, request_id=rid) for t in r.emitted_tokens]
+            t2 = time.perf_counter()
+            t_block += t1 - t0
+            t_ar += t2 - t1
+            mismatch += int(out != ar)
+        res = {"tau_online": emitted / calls, "target_calls": calls, "new_tokens": emitted,
+               "prompts": len(prompts), "block_s": round(t_block, 3), "ar_s": round(t_ar, 3),
+               "speedup_cpu": t_ar / t_block if t_block > 0 else 0.0, "outputs_equal_ar": mismatch == 0,
+               "max_new_tokens": max_new_tokens, "prompt_len": prompt_len, "prompts_file": str(prompts_file)}
+        if traces_dir is not None:  # a standard decode trace of this drafter (app Replay/Compare pages)
+            reqs = [Request(ids, text, cat, qid) for ids, text, cat, qid in prompts]
+            trace = Path(traces_dir) / f"{d.name}.jsonl"
+            run_requests(ft, drafter, Fixed(B - 1), cfg, reqs, trace, decode_text=tok.decode, progress=False,
+                         header_extra={"drafter": {"kind": "block", "run": d.name, "block_size": B}})
+        tmp = d / "online.json.tmp"
+        tmp.write_text(json.dumps(res, indent=1))
+        os.replace(tmp, d / "online.json")
+        results[d.name] = res
+    return results
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def paired_ci(diffs: list[float], level: float = 0.95, n_boot: int = 10_000, seed: int = 0) -> dict:
+    """Mean of paired differences with a paired-t interval and a percentile bootstrap interval."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(diffs, dtype=float)
+    n = len(x)
+    m = float(x.mean()) if n else float("nan")
+    if n < 2:
+        return {"n": n, "mean": m, "t_lo": float("nan"), "t_hi": float("nan"), "boot_lo": float("nan"),
+                "boot_hi": float("nan")}
+    se = float(x.std(ddof=1) / math.sqrt(n))
+    t = float(stats.t.ppf(0.5 + level / 2, n - 1))
+    rng = np.random.default_rng(seed)
+    boots = x[rng.integers(0, n, (n_boot, n))].mean(1)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 0.5 + level / 2])
+    return {"n": n, "mean": m, "t_lo": m - t * se, "t_hi": m + t * se, "boot_lo": float(lo), "boot_hi": float(hi)}
+
+
+def collect(runs: Path, block_size: int) -> list[dict]:
+    """final.json (+ online.json) of every finished run of a block size."""
+    rows = []
+    for d in sorted(runs.glob(f"B{block_size}-*")):
+        f = d / "final.json"
+        if not f.is_file():
+            continue
+        r = json.loads(f.read_text())
+        o = d / "online.json"
+        if o.is_file():
+            r["online"] = json.loads(o.read_text())
+        rows.append(r)
+    return rows
+
+
+def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
+    import numpy as np
+
+    by: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        by.setdefault(r["label"], {})[r["seed"]] = r
+    base = next((v for k, v in by.items() if k.startswith(baseline + "(") or k == baseline), {})
+    out = []
+    for label, seeds in by.items():
+        tau = [seeds[s]["tau_offline"] for s in sorted(seeds)]
+        on = [seeds[s]["online"]["tau_online"] for s in sorted(seeds) if "online" in seeds[s]]
+        sp = [seeds[s]["online"]["speedup_cpu"] for s in sorted(seeds) if "online" in seeds[s]]
+        common = sorted(set(seeds) & set(base))
+        d_off = paired_ci([seeds[s]["tau_offline"] - base[s]["tau_offline"] for s in common])
+        d_on = paired_ci([seeds[s]["online"]["tau_online"] - base[s]["online"]["tau_online"] for s in common
+                          if "online" in seeds[s] and "online" in base[s]])
+        r0 = next(iter(seeds.values()))
+        out.append({"label": label, "objective": r0["objective"], "alpha": r0.get("alpha"),
+                    "gamma": r0.get("gamma"), "seeds": sorted(seeds), "tau_offline_mean": float(np.mean(tau)),
+                    "tau_offline_std": float(np.std(tau, ddof=1)) if len(tau) > 1 else 0.0,
+                    "tau_online_mean": float(np.mean(on)) if on else None,
+                    "tau_online_std": float(np.std(on, ddof=1)) if len(on) > 1 else None,
+                    "speedup_cpu_mean": float(np.mean(sp)) if sp else None,
+                    "diff_vs_dflash_offline": d_off, "diff_vs_dflash_online": d_on,
+                    "train_wall_s_mean": float(np.mean([seeds[s]["train_wall_s"] for s in seeds])),
+                    "accept_by_pos_mean": np.mean([seeds[s]["accept_by_pos"] for s in seeds], 0).round(4).tolist()})
+    order = {"uniform": 0, "dflash": 1, "dpace": 2, "dpace-mean": 3, "dpace-cum": 4, "dpace-cont": 5}
+    out.sort(key=lambda r: (order.get(r["objective"], 9), r["alpha"] if r["alpha"] is not None else 0))
+    return out
+
+
+def markdown_table(summary: list[dict]) -> str:
+    def ci(d):
+        if d["n"] < 2 or d["mean"] != d["mean"]:
+            return "—"
+        return f"{d['mean']:+.3f} [{d['t_lo']:+.3f}, {d['t_hi']:+.3f}]"
+
+    lines = ["| objective | seeds | τ offline (mean ± sd) | Δ vs DFlash offline, paired-t 95% CI | τ online | "
+             "Δ vs DFlash online, 95% CI | CPU speedup vs AR | train s/run |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in summary:
+        on = "—" if r["tau_online_mean"] is None else f"{r['tau_online_mean']:.3f} ± {r['tau_online_std'] or 0:.3f}"
+        sp = "—" if r["speedup_cpu_mean"] is None else f"{r['speedup_cpu_mean']:.2f}×"
+        lines.append(f"| {r['label']} | {len(r['seeds'])} | {r['tau_offline_mean']:.3f} ± {r['tau_offline_std']:.3f} "
+                     f"| {ci(r['diff_vs_dflash_offline'])} | {on} | {ci(r['diff_vs_dflash_online'])} | {sp} "
+                     f"| {r['train_wall_s_mean']:.0f} |")
+    return "\n".join(lines)
+
+
+def write_results(runs: Path, block_size: int, out: Path) -> dict:
+    """Copy training traces into `out/traces/`, write `out/summary.json` and `out/summary.md`."""
+    rows = collect(runs, block_size)
+    summary = summarize(rows)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    for d in sorted(runs.glob(f"B{block_size}-*")):
+        if (d / "final.json").is_file():
+            shutil.copyfile(d / "trace.jsonl", out / "traces" / f"{d.name}.jsonl")
+    res = {"block_size": block_size, "runs": rows, "summary": summary,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1))
+    os.replace(tmp, out / "summary.json")
+    (out / "summary.md").write_text(markdown_table(summary) + "\n")
+    return res

@@ -1,0 +1,275 @@
+"""The Streamlit app without a browser: every page through AppTest, plus the pure helpers behind them.
+
+Pages run against small tiny-model traces generated once per module by `app.make_demo_traces` into a
+temporary folder (SPECLAB_TRACES), so the assertions do not depend on whichever real traces sit in
+traces/ — one test checks separately that every bundled file there loads. The Live page runs the
+tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in test_app_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import data, plots, tokens
+
+REPO = Path(__file__).resolve().parent.parent
+MAIN = str(REPO / "app" / "main.py")
+TIMEOUT = 120  # seconds per script run: the Live page imports torch on a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    from app.make_demo_traces import main
+
+    d = tmp_path_factory.mktemp("traces")
+    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
+    return d
+
+
+@pytest.fixture()
+def app(trace_dir, monkeypatch):
+    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def broken_trace(trace_dir: Path) -> tuple[bytes, int]:
+    """A valid trace with one step's `accepted` pushed past its window; returns (bytes, 1-based line)."""
+    lines = (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes().split(b"\n")
+    i = next(k for k, ln in enumerate(lines) if b'"type": "step"' in ln)
+    lines[i] = re.sub(rb'"accepted": \d+', b'"accepted": 99', lines[i], count=1)
+    return b"\n".join(lines), i + 1
+
+
+# ---------------------------------------------------------------- pages
+
+
+def test_overview_cards(app):
+    labels = [m.label for m in app.metric]
+    n = len(data.bundled_paths(kind="trace"))
+    assert n >= 7 and labels.count("tokens/s") == n and labels.count("emitted / call") == n
+    assert any("traces loaded" in m.value for m in app.markdown)
+    assert any("tiny-model demo" in i.value for i in app.info)
+    # Every number on a card is the engine's own summary of that trace.
+    e = data.all_traces()["demo-tiny-fixed4.jsonl"]
+    assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
+
+
+def test_replay_slider_and_buttons_move_the_step(app):
+    at = goto(app, "replay")
+    assert at.selectbox(key="replay_trace").value == "demo-tiny-fixed4.jsonl"  # opens on the fixed baseline
+    assert any(m.value.startswith("**Step 0 of") for m in at.markdown)
+    at.slider(key="replay_step").set_value(3).run()
+    assert any(m.value.startswith("**Step 3 of") for m in at.markdown)
+    strip = next(m.value for m in at.markdown if "token-strip" in m.value)
+    assert strip.count('class="current-step"') == 1 and "tok-accepted" in strip
+    at.button(key="replay_play").click().run()
+    assert at.session_state["replay_playing"] is True
+    at.button(key="replay_play").click().run()
+    assert at.session_state["replay_playing"] is False
+    next_button = next(b for b in at.button if b.label == "Next")
+    next_button.click().run()
+    assert at.session_state["replay_step"] == 4
+    assert len(at.get("plotly_chart")) >= 3  # timeline, heatmap, per-position rate
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    timeline = next(f for f in figs if f["layout"]["title"]["text"] == "Tokens per verify call")
+    assert {d["name"]: d["marker"]["color"] for d in timeline["data"] if d["type"] == "bar"} == {
+        k: plots.COLORS[k] for k in ("accepted", "rejected", "correction", "bonus")}
+
+
+def test_replay_switching_trace_resets_the_step(app):
+    at = goto(app, "replay")
+    at.slider(key="replay_step").set_value(2).run()
+    at.selectbox(key="replay_trace").set_value("demo-tiny-heuristic.jsonl").run()
+    assert at.session_state["replay_step"] == 0 and not at.exception
+    assert any("heuristic" in c.value for c in at.caption)
+
+
+def test_windows_page_uses_engine_analysis(app):
+    at = goto(app, "windows")
+    got = {m.label: m.value for m in at.metric}
+    assert {"best fixed γ*", "oracle (a) speedup", "oracle ÷ best fixed"} <= set(got)
+    before = got["speedup at γ*"]
+    at.slider(key="win_c").set_value(0.3).run()
+    assert not at.exception and {m.label: m.value for m in at.metric}["speedup at γ*"] != before
+    titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
+    assert {"Speedup vs window", "Cost of one speculative step", "Oracle ÷ best fixed window"} <= titles
+    assert len(at.dataframe) >= 1
+    at.segmented_control(key="win_task").set_value("qa").run()
+    assert not at.exception
+
+
+def test_windows_page_degrades_without_analysis(app, monkeypatch):
+    monkeypatch.setitem(sys.modules, "engine.analysis", None)  # import now raises ImportError
+    at = goto(app, "windows")
+    assert any("Window analysis is unavailable" in w.value for w in at.warning)
+
+
+def test_compare_page(app):
+    at = goto(app, "compare")
+    assert at.selectbox(key="cmp_a").value != at.selectbox(key="cmp_b").value
+    assert any("target calls" in m.label for m in at.metric)
+    table = at.dataframe[0].value
+    assert len(table) == 6 and {"Δ calls", "Δ ms"} <= set(table.columns)
+    at.slider(key="cmp_step").set_value(2).run()
+    assert not at.exception
+
+
+def test_malformed_upload_shows_one_line_error_and_nothing_else_breaks(app, trace_dir):
+    at = goto(app, "upload")
+    raw, line = broken_trace(trace_dir)
+    at.file_uploader(key="upload_files").set_value(("broken.jsonl", raw, "application/json")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "\n" not in errors[0]
+    assert errors[0].startswith(f"broken.jsonl: line {line}: field 'accepted'")
+    good = (trace_dir / "demo-tiny-heuristic.jsonl").read_bytes()
+    at.file_uploader(key="upload_files").set_value(
+        [("broken.jsonl", raw, "application/json"), ("mine.jsonl", good, "application/json")]).run()
+    assert any("mine.jsonl" in s.value for s in at.success)
+    for page in ("overview", "replay", "compare"):  # the upload is visible everywhere, the bad file nowhere
+        goto(at, page)
+    assert "uploaded: mine.jsonl" in at.selectbox(key="cmp_a").options
+    assert not any("broken" in o for o in at.selectbox(key="cmp_a").options)
+
+
+def test_parquet_upload(app, trace_dir, tmp_path):
+    from engine.trace import load_trace, to_parquet
+
+    pq = tmp_path / "t.parquet"
+    to_parquet(load_trace(trace_dir / "demo-tiny-fixed2.jsonl"), pq)
+    at = goto(app, "upload")
+    at.file_uploader(key="upload_files").set_value(("t.parquet", pq.read_bytes(), "application/octet-stream")).run()
+    assert not at.error and any("t.parquet" in s.value for s in at.success)
+    at.file_uploader(key="upload_files").set_value(("junk.parquet", b"not parquet", "application/octet-stream")).run()
+    assert len(at.error) == 1 and at.error[0].value.startswith("junk.parquet: not a readable Parquet file")
+
+
+def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
+    at = goto(app, "live")
+    assert any("tiny random demo models" in w.value for w in at.warning)
+    at.number_input(key="live_max").set_value(8).run()
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    assert [m.label for m in at.metric].count("target calls") == 2
+    res = at.session_state["live_result"]
+    assert res["state"] == "finished"
+    from engine.trace import load_trace
+
+    for side in ("A", "B"):
+        t = load_trace(res["paths"][side])
+        assert t.complete and t.summary["new_tokens"] == 8
+    assert len(at.get("download_button")) == 2
+    next(b for b in at.button if b.label == "Open A in Replay").click().run()
+    assert not at.exception
+    assert at.selectbox(key="replay_trace").value.startswith("live: live-A-")
+
+
+def test_live_page_refuses_bad_input(app):
+    at = goto(app, "live")
+    at.text_area(key="live_text").set_value("   ").run()
+    at.button(key="live_run").click().run()
+    assert [e.value for e in at.error] == ["The prompt is empty: pick a question or type one."]
+    at.text_area(key="live_text").set_value("hi").run()
+    at.text_input(key="live_b").set_value("fixed:0").run()
+    at.button(key="live_run").click().run()
+    assert len(at.error) == 1 and at.error[0].value.startswith("Policy B:")
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def test_add_trace_bytes_limits(monkeypatch):
+    monkeypatch.setattr(data, "MAX_UPLOAD_MB", 0)
+    label, err = data.add_trace_bytes("x.jsonl", b"{}")
+    assert label is None and "exceeds the 0 MB upload limit" in err
+    monkeypatch.setattr(data, "MAX_UPLOAD_MB", 50)
+    assert "expected a .jsonl or .parquet" in data.add_trace_bytes("x.csv", b"a,b")[1]
+    cfg = (REPO / ".streamlit" / "config.toml").read_text()
+    assert f"maxUploadSize = {data.MAX_UPLOAD_MB}" in cfg  # the stated limit is the server's limit
+
+
+def test_draft_fates_and_step_pieces():
+    assert data.draft_fates(2, 4) == ["accepted", "accepted", "rejected", "pending"]
+    assert data.draft_fates(3, 3) == ["accepted"] * 3
+    step = {"draft_tokens": [5, 6, 7], "accepted": 1, "window": 3, "emitted_tokens": [5, 9], "bonus": None,
+            "correction": 9, "q_draft": [0.9, 0.5, 0.4], "p_target": [0.8, 0.1, 0.3], "accept_probs": [1, 0.2, 0.7]}
+    texts = {5: "a", 6: "<b>", 7: "c", 9: "d"}
+    pieces = tokens.step_pieces(step, texts)
+    assert [p[1] for p in pieces] == ["accepted", "rejected", "pending", "correction"]
+    assert [p[1] for p in tokens.emitted_pieces(step, texts)] == ["accepted", "correction"]
+    html = tokens.strip(pieces)
+    assert "&lt;b&gt;" in html and "<b>" not in html  # token text is escaped
+    assert plots.COLORS["rejected"] in html and "line-through" in html
+
+
+def test_frames_and_describe(trace_dir):
+    from engine.trace import load_trace
+
+    t = load_trace(trace_dir / "demo-tiny-heuristic.jsonl")
+    e = data.make_entry("x", "bundled", t)
+    assert len(e.steps) == len(t.steps) and e.steps["emitted"].sum() == t.summary["new_tokens"]
+    assert (e.steps["rejected"] == e.steps["window"] - e.steps["accepted"]).all()
+    assert len(e.positions) == t.summary["drafted_tokens"]
+    assert e.info["demo"] and e.info["policy"].startswith("heuristic") and "qa" in e.info["tasks"]
+    req = data.requests_frame(t, e.steps)
+    assert req["new_tokens"].sum() == t.summary["new_tokens"]
+
+
+def test_figures_are_pure_and_share_the_palette(trace_dir):
+    from engine.trace import load_trace
+
+    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
+    one = e.steps[e.steps["request_id"] == 0]
+    fig = plots.step_timeline(one, cursor=1).to_dict()
+    assert any(s.get("type") == "line" for s in fig["layout"].get("shapes", []))  # the cursor
+    heat = plots.position_heatmap(e.positions[e.positions["request_id"] == 0]).to_dict()
+    assert heat["data"][0]["type"] == "heatmap" and heat["data"][0]["zmax"] == 1
+    assert plots.policy_scores({}, 3) is None
+    pf = plots.policy_scores({"scores": [0.9, 0.4, 0.2], "threshold": 0.5, "stop": "score"}, 3).to_dict()
+    assert pf["data"][0]["y"] == (0.9, 0.4, 0.2) or list(pf["data"][0]["y"]) == [0.9, 0.4, 0.2]
+    dist = pd.DataFrame({"policy": ["a", "a", "b"], "emitted": [1, 2, 3]})
+    assert plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
+
+
+def test_bundled_traces_all_load():
+    """Whatever sits in traces/ (demo or real) must load, or the Overview reports it as broken."""
+    paths = data.bundled_paths(REPO / "traces")
+    assert paths, "traces/ should ship demo traces: python -m app.make_demo_traces"
+    from engine.trace import load_trace
+
+    for p in paths:
+        load_trace(p)
+
+
+def test_pages_other_than_live_and_windows_do_not_import_torch(trace_dir):
+    """Torch costs seconds to import; only the Live page (and engine.analysis, for now) may pull it in."""
+    code = f"""
+import os, sys
+os.environ[{data.TRACES_ENV!r}] = {str(trace_dir)!r}
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({MAIN!r}, default_timeout={TIMEOUT}).run()
+for page in ("replay", "compare", "upload", "overview"):
+    at.switch_page(f"pages/{{page}}.py").run()
+    assert not at.exception, page
+print("torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

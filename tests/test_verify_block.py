@@ -1,0 +1,129 @@
+"""Block verification (Sun et al.): exact enumeration of the real function, regression values, χ² of the loop."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.audit import audit, constant, notes_toy, toy_cases
+from engine.decode import DecodeConfig, decode
+from engine.models import TableLM
+from engine.policies import parse_policy
+from engine.sampling import SamplingConfig
+from engine.verify import verify_block, verify_token
+from engine.verify.block import verify_block_same_row
+
+GBV_TOY = (constant([2 / 3, 1 / 3]), constant([1 / 3, 2 / 3]))  # (q, p) of the paper's motivating example
+
+
+@pytest.mark.parametrize("vocab,gammas", [(2, (1, 2, 3, 4)), (3, (1, 2, 3))])
+def test_block_verifier_lossless_by_enumeration(vocab, gammas):
+    for case, (q_fn, p_fn) in toy_cases(vocab).items():
+        for g in gammas:
+            row = audit(verify_block, q_fn, p_fn, vocab, g, "block", case)
+            assert row.lossless_error <= 1e-12, row
+            assert row.first_token_error <= 1e-12 and row.mass_error <= 1e-12, row
+            assert row.fallback_mass == 0.0, row  # no zero-mass residual in float64
+            sd = audit(verify_token, q_fn, p_fn, vocab, g)
+            assert row.expected_accepted >= sd.expected_accepted - 1e-12, (case, g)  # BV ≥ SD
+
+
+@pytest.mark.parametrize("gamma,sd,bv", [(1, 2 / 3, 2 / 3), (2, 10 / 9, 11 / 9), (3, 38 / 27, 5 / 3)])
+def test_paper_toy_expected_accepted(gamma, sd, bv):
+    assert audit(verify_token, *GBV_TOY, 2, gamma).expected_accepted == pytest.approx(sd, abs=1e-12)
+    assert audit(verify_block, *GBV_TOY, 2, gamma).expected_accepted == pytest.approx(bv, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed,vocab,gamma,sd,bv", [(0, 2, 2, 1.37056, 1.41333), (0, 3, 3, 0.37161, 0.50573),
+                                                    (1, 2, 4, 0.80198, 0.89207), (2, 2, 3, 0.08481, 0.10626)])
+def test_notes_appendix_b_values(seed, vocab, gamma, sd, bv):
+    """The notes' reference checker's toys, bit for bit: same E[τ] for SD and BV (Appendix B)."""
+    q_fn, p_fn = notes_toy(vocab, seed)
+    assert audit(verify_token, q_fn, p_fn, vocab, gamma).expected_accepted == pytest.approx(sd, abs=1e-5)
+    assert audit(verify_block, q_fn, p_fn, vocab, gamma).expected_accepted == pytest.approx(bv, abs=1e-5)
+
+
+def test_same_position_z_is_detected_as_lossy():
+    q_fn, p_fn = notes_toy(2, 0)
+    row = audit(verify_block_same_row, q_fn, p_fn, 2, 2)
+    assert row.lossless_error == pytest.approx(0.24, abs=0.01)  # the notes' 2.4e-1
+
+
+def test_p_equals_q_accepts_everything():
+    q_fn, p_fn = toy_cases(3)["p=q"]
+    assert audit(verify_block, q_fn, p_fn, 3, 3).expected_accepted == pytest.approx(3.0, abs=1e-12)
+
+
+def test_gamma_one_equals_token_verification():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        q = torch.rand(1, 5, generator=g, dtype=torch.float64)
+        p = torch.rand(2, 5, generator=g, dtype=torch.float64)
+        q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
+        x = [int(torch.randint(5, (1,), generator=g))]
+        u = torch.rand(2, generator=g, dtype=torch.float64)
+        a, b = verify_block(x, q, p, u), verify_token(x, q, p, u)
+        assert a.tokens == b.tokens and a.accept_probs[0] == pytest.approx(b.accept_probs[0])
+
+
+def test_last_success_not_first_failure():
+    """τ is the last i with η_i < h_i: a failed coin before a later success does not stop the scan."""
+    q = torch.tensor([[2 / 3, 1 / 3], [2 / 3, 1 / 3]], dtype=torch.float64)
+    p = torch.tensor([[1 / 3, 2 / 3]] * 3, dtype=torch.float64)
+    # X = (0, 1): p_1 = 1/2, Z_1 = 0 → h_1 = 0; p_2 = min(1/2 · 2, 1) = 1 = h_2.
+    res = verify_block([0, 1], q, p, torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    assert res.accept_probs == pytest.approx((0.0, 1.0))
+    assert res.decisions == (0, 1) and res.accepted == 2 and res.bonus
+
+
+def test_greedy_is_prefix_match():
+    one = torch.eye(4, dtype=torch.float64)
+    q = one[[1, 2, 3]]
+    p = one[[1, 2, 0, 3]]
+    res = verify_block([1, 2, 3], q, p, torch.zeros(4, dtype=torch.float64))
+    assert res.accepted == 2 and res.tokens == (1, 2, 0)
+
+
+def _joint(lm, prompt, n):
+    cells = list(itertools.product(range(lm.vocab_size), repeat=n))
+    probs = []
+    for z in cells:
+        pr, ctx = 1.0, tuple(prompt)
+        for t in z:
+            pr *= float(lm.dist(ctx)[t])
+            ctx += (t,)
+        probs.append(pr)
+    return cells, np.array(probs)
+
+
+def chi_square_of_loop(verifier: str, draft, samples: int, policy: str = "fixed:2", n: int = 3):
+    """Sample whole continuations with the real decode loop (T = 1) and compare with the exact joint."""
+    target = TableLM(3, seed=11)
+    cells, expected = _joint(target, [0], n)
+    index = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells))
+    pol = parse_policy(policy)
+    for s in range(samples):
+        cfg = DecodeConfig(max_new_tokens=n, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=s))
+        out = [t for r in decode(target, draft, [0], pol, cfg) for t in r.emitted_tokens]
+        counts[index[tuple(out)]] += 1
+    exp = expected * samples
+    # Pool the rarest cells into one bin until it holds ≥ 5 expected counts (every other cell has ≥ 5).
+    order = np.argsort(exp)
+    n_pool, pooled = 0, 0.0
+    while n_pool < len(exp) and (pooled < 5 or exp[order[n_pool]] < 5):
+        pooled += exp[order[n_pool]]
+        n_pool += 1
+    rest = order[n_pool:]
+    obs_b = np.append(counts[rest], counts[order[:n_pool]].sum())
+    exp_b = np.append(exp[rest], pooled)
+    assert exp_b.min() >= 5 and len(exp_b) >= 10
+    return chisquare(obs_b, exp_b).pvalue, 0.5 * np.abs(counts / samples - expected).sum()
+
+
+@pytest.mark.slow
+def test_chi_square_of_the_real_loop_block():
+    pval, tv = chi_square_of_loop("block", TableLM(3, seed=12), 6_000)
+    assert pval > 1e-4, (pval, tv)
