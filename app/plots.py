@@ -62,9 +62,11 @@ def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
 
 
 def position_heatmap(positions: pd.DataFrame, cursor: int | None = None) -> go.Figure:
-    """Accept probability h_i = min(1, p/q) of each drafted token: rows are steps, columns are the
-    token's position in the drafted block. Blank cells were not drafted. `positions` is one request."""
-    grid = positions.pivot_table(index="step", columns="pos", values="accept_prob", aggfunc="first")
+    """Accept probability h_i = min(1, p/q) of each verified draft token: rows are steps, columns are
+    the token's position in the drafted block. Blank cells were not drafted, or came after the
+    rejection (pending: the verifier computed h there, but it decided nothing). One request."""
+    checked = positions.assign(accept_prob=positions["accept_prob"].where(positions["fate"] != "pending"))
+    grid = checked.pivot_table(index="step", columns="pos", values="accept_prob", aggfunc="first", dropna=False)
     fates = positions.pivot_table(index="step", columns="pos", values="fate", aggfunc="first")
     fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
                                colorscale=[[0, COLORS["rejected"]], [0.5, "#f2f2f2"], [1, COLORS["accepted"]]],

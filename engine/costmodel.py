@@ -48,13 +48,18 @@ class CostModel:
         return cls(c=c, label=f"c={c:g} flat")
 
     @classmethod
-    def from_timings(cls, timings: dict[str, Any], flat_verify: bool = False, c: float | None = None) -> "CostModel":
+    def from_timings(cls, timings: dict[str, Any], flat_verify: bool = False, c: float | None = None,
+                     monotone: bool = True) -> "CostModel":
         """From a reference header's `timings` (target_ms_by_tokens, draft_ms_per_token).
 
-        c = draft_ms_per_token / t(1); v(γ) = t(γ+1) / t(1). With `c` given, only v is measured."""
+        c = draft_ms_per_token / t(1); v(γ) = t(γ+1) / t(1). With `c` given, only v is measured.
+        `monotone` fits t(k) non-decreasing in k first (pool-adjacent-violators): a forward of more
+        tokens is not cheaper, and on a shared CPU timing noise would otherwise favour odd windows."""
         if not timings or not timings.get("target_ms_by_tokens"):
             raise ValueError("this reference has no timings (made with --no-timing): set a cost ratio with --c")
         t = [float(x) for x in timings["target_ms_by_tokens"]]
+        if monotone:
+            t = isotonic(t)
         t1 = t[0] if t[0] > 0 else 1e-9
         ratio = float(timings["draft_ms_per_token"]) / t1 if c is None else c
         verify = () if flat_verify else tuple(max(x / t1, 1e-9) for x in t)
@@ -75,6 +80,18 @@ class CostModel:
     def step(self, window: int) -> float:
         """cost(γ) = γ·c + v(γ), in target single-token forwards."""
         return window * self.c + self.v(window)
+
+
+def isotonic(y: Sequence[float]) -> list[float]:
+    """Least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in y:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, n2 = blocks.pop()
+            m1, n1 = blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
 
 
 def expected_emitted(alpha: float, gamma: int) -> float:

@@ -47,6 +47,7 @@ class MultiBenchConfig:
     temps: tuple[float, ...] = (0.1, 0.4, 0.7)  # the paper's T ablation (T = 0.4 main)
     max_new_tokens: int = 48  # CPU budget: long enough for several verify calls per run
     per_category: int = 1  # one Spec-Bench dev prompt per task (6 prompts)
+    limit: int | None = None  # first N of those prompts (None = all)
     seed: int = 0
     tree_mode: str = "tree"  # shared prefixes scored once (measured against batch with --modes)
     draft_mode: str = "auto"  # batched K-way drafting on HF models (measured against sequential)
@@ -182,7 +183,7 @@ def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig
 
     from engine.prompts import encode, load_prompts, task_of
 
-    prompts = load_prompts(prompts_file, per_category=cfg.per_category)
+    prompts = load_prompts(prompts_file, limit=cfg.limit, per_category=cfg.per_category)
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     configs = ["ar"] + cfg.configs()
     runs: list[dict] = []
@@ -234,6 +235,7 @@ def add_parser(sub) -> None:
     p.add_argument("--draft", default="smollm2-draft")
     p.add_argument("--prompts", default=str(Path(__file__).resolve().parents[2] / "shared/spec_bench/questions_dev.jsonl"))
     p.add_argument("--per-category", type=int, default=d.per_category)
+    p.add_argument("--limit", type=int, default=None, help="first N prompts of the per-task selection")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--methods", default=",".join(d.methods))
     p.add_argument("--ks", default=",".join(map(str, d.ks)))
@@ -261,7 +263,7 @@ def cmd_multibench(a) -> int:
     cfg = MultiBenchConfig(methods=tuple(m.strip() for m in a.methods.split(",")),
                            ks=tuple(int(x) for x in a.ks.split(",")), ls=tuple(int(x) for x in a.ls.split(",")),
                            temps=tuple(float(x) for x in a.temps.split(",")), max_new_tokens=a.max_new_tokens,
-                           per_category=a.per_category, tree_mode=a.tree_mode, draft_mode=a.draft_mode)
+                           per_category=a.per_category, limit=a.limit, tree_mode=a.tree_mode, draft_mode=a.draft_mode)
     unknown = set(cfg.methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(METHODS)}")

@@ -133,6 +133,8 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
     rec: dict[str, Any] = {
         "type": "request", "request_id": request_id, "prompt_ids": list(prompt), "output_ids": y,
         "finished": steps[-1].finished, "target_ms": round(t_target, 3),
+        # median single-token target forward during the run: a cross-check of the header's t(1)
+        "target_step_ms": round(statistics.median(s.t_verify_ms for s in steps), 4),
         "draft_argmax": d_tok,
         "q_top": [round(x, 7) for x in soft[idx, torch.tensor(d_tok, dtype=torch.long)].tolist()] if n else [],
         "q_target": [round(x, 7) for x in soft[idx, torch.tensor(y, dtype=torch.long)].tolist()] if n else [],
@@ -172,14 +174,14 @@ def measure_timings(target, draft, context: list[int], max_tokens: int = 17, rep
         base = lm.length
         timed(lm, feed[:2])  # warm-up
         lm.crop(base)
-        ks = range(1, max_tokens + 1) if name == "target" else (1,)
-        per_k = []
-        for k in ks:
-            ts = []
-            for _ in range(repeats if name == "target" else 4 * repeats):
-                ts.append(timed(lm, feed[:k]))
+        ks = list(range(1, max_tokens + 1)) if name == "target" else [1]
+        times: dict[int, list[float]] = {k: [] for k in ks}
+        # Round-robin over k so that load drift on a shared machine hits every k alike.
+        for _ in range(repeats if name == "target" else 4 * repeats):
+            for k in ks:
+                times[k].append(timed(lm, feed[:k]))
                 lm.crop(base)
-            per_k.append(round(statistics.median(ts), 4))
+        per_k = [round(statistics.median(times[k]), 4) for k in ks]
         if name == "target":
             out["target_ms_by_tokens"] = per_k  # index k−1: one forward of k tokens (window γ = k − 1)
         else:
@@ -210,6 +212,7 @@ def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, ou
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(header, allow_nan=False) + "\n")
+        f.flush()  # a reader peeking at a run in progress sees the schema at once
         for rid, pr in enumerate(tqdm(prompts, desc="reference", unit="req", disable=not progress)):
             rec = reference_request(target, draft, list(pr["prompt_ids"]), cfg, eos_ids, rid)
             cat = str(pr.get("category") or "")
@@ -279,9 +282,12 @@ def _check_header(d: dict, where: str) -> None:
     if t is not None:
         if not isinstance(t, dict):
             _fail(where, "timings", "expected an object or null")
-        _numbers(t, "target_ms_by_tokens", where, len(t.get("target_ms_by_tokens") or [0]), 0, 1e7)
-        if not t["target_ms_by_tokens"]:
-            _fail(where, "timings.target_ms_by_tokens", "empty")
+        tk = t.get("target_ms_by_tokens")
+        if not isinstance(tk, list) or not tk:
+            _fail(where, "timings.target_ms_by_tokens", "expected a non-empty list of ms")
+        for i, x in enumerate(tk):
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
+                _fail(where, f"timings.target_ms_by_tokens[{i}]", f"expected a non-negative number, got {x!r}")
         v = t.get("draft_ms_per_token")
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
             _fail(where, "timings.draft_ms_per_token", f"expected a non-negative number, got {v!r}")
@@ -347,6 +353,10 @@ def loads_reference(data: bytes, name: str = "upload.jsonl") -> Reference:
     return _parse(data.split(b"\n"), name, name)
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"non-finite number {name} is not allowed")
+
+
 def _parse(lines: Iterable[bytes], name: str, source: str) -> Reference:
     header, reqs, complete = None, [], False
     for i, raw in enumerate(lines, start=1):
@@ -354,7 +364,7 @@ def _parse(lines: Iterable[bytes], name: str, source: str) -> Reference:
             continue
         where = f"{name}: line {i}"
         try:
-            d = json.loads(raw.decode("utf-8"), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+            d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as e:
             raise ReferenceFormatError(f"{where}: invalid JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(d, dict):

@@ -9,8 +9,9 @@ and writes one trace, `DIR/traces/<task_id>.jsonl`.
                 the same work always has the same id, whatever the grid file looks like around it.
     resumable   a task whose trace exists, loads (engine.trace.load_trace), is complete and carries
                 its own id is skipped; a changed grid runs only the tasks that are new.
-    atomic      a worker writes `DIR/traces/.<id>.<attempt>.<nonce>.jsonl.tmp` and renames it onto
-                `<id>.jsonl` with os.replace, so a trace either exists whole or not at all.
+    atomic      a worker writes `DIR/traces/.<id>.<attempt>.<nonce>.jsonl.tmp` and moves it onto
+                `<id>.jsonl` atomically (a hard link, which never overwrites another attempt's trace;
+                os.replace where links are unsupported), so a trace exists whole or not at all.
     faults      one Ray actor per accelerator (per CPU slot without one) loads a pair once and keeps
                 it for the tasks that follow. An actor that dies mid-task is restarted by Ray
                 (max_restarts) but never retries by itself (max_task_retries=0): the driver puts the
@@ -41,6 +42,7 @@ folder); anything that is not a path is passed to engine.models.load_model as a 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -80,7 +82,7 @@ class Task:
     meta: dict[str, Any]  # not hashed: labels and where to find things
     models: dict[str, Any]  # how a worker finds the models: {"target": {...}, "draft": {...} | None}
 
-    @property
+    @functools.cached_property
     def pair_key(self) -> tuple:
         return (json.dumps(self.models, sort_keys=True), self.config["dtype"])
 
@@ -286,6 +288,23 @@ def valid_trace(path: str | os.PathLike, task_id: str):
     return t
 
 
+def publish(tmp: Path, final: Path) -> bool:
+    """Move a finished temp trace onto its final name atomically; False if another attempt got there
+    first. A hard link never overwrites, so two racing attempts (a worker the driver took for dead
+    that was only unreachable) cannot both publish. Where the filesystem has no hard links, os.replace
+    (atomic too; a race then leaves the last of two whole traces)."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        return False
+    except OSError:
+        os.replace(tmp, final)
+        return True
+    tmp.unlink(missing_ok=True)
+    return True
+
+
 # ------------------------------------------------------------------ the worker (a Ray actor)
 
 
@@ -361,10 +380,12 @@ class SweepWorker:
                                    header_extra={"sweep": {"task_id": task.task_id, "config": c, **task.meta,
                                                            "worker": info},
                                                  "command": "python -m engine sweep"})
-            os.replace(tmp, final)
+            published = publish(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        if not published:
+            return {"status": "present", **info}
         self.tasks_run += 1
         return {"status": "written", "summary": summary, "wall_s": time.perf_counter() - t0, **info}
 
@@ -437,6 +458,8 @@ def run_sweep(grid: dict[str, Any] | str | os.PathLike, out_dir: str | os.PathLi
     t_start = res.started = time.perf_counter()
     done = {t.task_id: tr for t in tasks if (tr := valid_trace(trace_path(out, t.task_id), t.task_id)) is not None}
     todo = [t for t in tasks if t.task_id not in done]
+    for t in todo:  # a final trace that does not validate (corrupt, truncated by hand, old) is redone
+        trace_path(out, t.task_id).unlink(missing_ok=True)
     res.skipped = len(done)
     _log(out, "sweep_start", tasks=len(tasks), todo=len(todo), grid=grid.get("_path"))
     emit = on_event or (lambda ev, info: None)
@@ -447,6 +470,26 @@ def run_sweep(grid: dict[str, Any] | str | os.PathLike, out_dir: str | os.PathLi
     _log(out, "sweep_end", executed=res.executed, skipped=res.skipped, failed=len(res.failed),
          retried=res.retried, wall_s=round(res.wall_s, 3))
     return res
+
+
+class _Queue:
+    """Tasks waiting for a worker, one FIFO per model pair: a worker gets a task of the pair it
+    already holds while there is one, else the oldest pair's next task."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        self._q: dict[tuple, deque] = {}
+        for t in tasks:
+            self._q.setdefault(t.pair_key, deque()).append(t)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._q.values())
+
+    def pop(self, prefer: tuple | None) -> Task:
+        key = prefer if self._q.get(prefer) else next(k for k, q in self._q.items() if q)
+        return self._q[key].popleft()
+
+    def push_front(self, task: Task) -> None:
+        self._q.setdefault(task.pair_key, deque()).appendleft(task)
 
 
 def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: int | None, address: str | None,
@@ -467,7 +510,7 @@ def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: i
     pings = {a.ping.remote(): a for a in actors}  # actors not yet (or no longer) ready
     idle: list = []
     last_pair: dict[Any, tuple] = {}
-    pending = deque(sorted(todo, key=lambda t: t.pair_key))  # keeps a pair's tasks together
+    pending = _Queue(todo)
     attempts: dict[str, int] = {}
     inflight: dict[Any, tuple] = {}  # ref → (actor, task, tmp name)
     bars = [tqdm(total=len(todo), unit="task", desc="tasks", position=0, disable=not progress),
@@ -477,8 +520,7 @@ def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: i
         while pending or inflight:
             while idle and pending:
                 a = idle.pop()
-                pick = next((t for t in pending if t.pair_key == last_pair.get(a)), pending[0])
-                pending.remove(pick)
+                pick = pending.pop(last_pair.get(a))
                 attempts[pick.task_id] = attempts.get(pick.task_id, 0) + 1
                 tmp = f".{pick.task_id}.a{attempts[pick.task_id]}.{uuid.uuid4().hex[:8]}.jsonl.tmp"
                 inflight[a.run.remote(pick, str(out), tmp)] = (a, pick, tmp)
@@ -511,7 +553,7 @@ def _drive(todo: list[Task], out: Path, res: SweepResult, grid: dict, workers: i
                     emit("worker_died", ev)
                     res.retried += 1
                     if attempts[tid] < max_attempts:
-                        pending.appendleft(task)
+                        pending.push_front(task)
                     else:
                         res.failed[tid] = f"worker died {attempts[tid]} times"
                         bars[0].update(1)

@@ -203,6 +203,11 @@ def test_cost_model():
     assert CostModel.from_timings(timings, flat_verify=True).v(5) == 1.0
     assert CostModel.from_timings(timings, c=0.3).c == 0.3
     assert CostModel.flat(0.05).step(4) == pytest.approx(1.2)
+    noisy = CostModel.from_timings({"target_ms_by_tokens": [12.0, 10.0, 11.0, 14.0], "draft_ms_per_token": 1.1})
+    assert list(noisy.verify) == pytest.approx([1.0, 1.0, 1.0, 14 / 11])  # PAV: t(1..3) pooled to 11 ms
+    assert noisy.c == pytest.approx(0.1)
+    raw = CostModel.from_timings({"target_ms_by_tokens": [12.0, 10.0], "draft_ms_per_token": 1.2}, monotone=False)
+    assert raw.verify[1] == pytest.approx(10 / 12)
     with pytest.raises(ValueError, match="cost ratio"):
         CostModel(c=-1)
     with pytest.raises(ValueError, match="no timings"):
@@ -292,6 +297,8 @@ def _corrupt(ref_path, line_no, edit):
     (1, lambda d: d.update(schema="speclab.trace"), r"line 1: field 'schema'"),
     (1, lambda d: d.update(version=9), r"line 1: field 'version': unsupported version 9"),
     (1, lambda d: d.update(mode="beam"), r"line 1: field 'mode'"),
+    (1, lambda d: d["timings"]["target_ms_by_tokens"].__setitem__(2, "fast"),
+     r"line 1: field 'timings.target_ms_by_tokens\[2\]'"),
     (2, lambda d: d["accept_run"].__setitem__(0, d["accept_run"][0] + 1), r"line 2: field 'accept_run\[0\]'"),
     (2, lambda d: d["q_top"].__setitem__(3, 1.5), r"line 2: field 'q_top\[3\]': 1.5 outside"),
     (2, lambda d: d["entropy"].pop(), r"line 2: field 'entropy': has 39 entries, expected 40"),

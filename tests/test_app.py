@@ -161,6 +161,18 @@ def test_parquet_upload(app, trace_dir, tmp_path):
     assert len(at.error) == 1 and at.error[0].value.startswith("junk.parquet: not a readable Parquet file")
 
 
+def test_reference_upload_reaches_windows(app, trace_dir):
+    at = goto(app, "upload")
+    ref = (trace_dir / "demo-tiny-reference.jsonl").read_bytes()
+    at.file_uploader(key="upload_files").set_value(("my-ref.jsonl", ref, "application/json")).run()
+    assert not at.error and any("1 reference runs" in m.value for m in at.subheader)
+    bad = ref.replace(b'"mode": "greedy"', b'"mode": "fast"', 1)
+    at.file_uploader(key="upload_files").set_value(("bad-ref.jsonl", bad, "application/json")).run()
+    assert len(at.error) == 1 and at.error[0].value.startswith("bad-ref.jsonl: line 1")
+    at = goto(at, "windows")
+    assert "uploaded: my-ref.jsonl" in at.multiselect(key="win_refs").options
+
+
 def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
     at = goto(app, "live")
     assert any("tiny random demo models" in w.value for w in at.warning)

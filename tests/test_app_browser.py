@@ -106,6 +106,7 @@ def nav(pg, title: str) -> None:
 
 
 def shot(pg, name: str) -> None:
+    pg.mouse.move(0, 0)  # no hover tooltip in the picture
     pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True, animations="disabled")
 
 
@@ -166,22 +167,35 @@ def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(pa
     page.keyboard.press("Escape")
 
 
+def set_max_tokens(pg, n: int) -> None:
+    box = pg.get_by_label("Max new tokens")
+    box.fill(str(n))
+    box.press("Enter")
+    settle(pg)
+
+
+def test_live_stop_keeps_an_interrupted_trace(page):
+    nav(page, "Live")
+    set_max_tokens(page, 512)
+    page.get_by_role("button", name="Decode").click()
+    expect(page.get_by_text("· decoding…").first).to_be_visible()
+    page.get_by_role("button", name="Stop").click()
+    expect(page.get_by_text("stopped early")).to_be_visible()
+    settle(page)
+    expect(page.get_by_text("· stopped").first).to_be_visible()
+    expect(page.get_by_test_id("stDownloadButton")).to_have_count(2)
+    shot(page, "live-stopped")
+
+
 def test_live_run_and_open_in_replay(page):
-    t0 = time.time()
     nav(page, "Live")
     expect(page.get_by_text("tiny random demo models").first).to_be_visible()
-    print("live page", time.time() - t0)
-    box = page.get_by_label("Max new tokens")
-    box.fill("24")
-    box.press("Enter")
-    settle(page)
-    print("filled", time.time() - t0)
+    set_max_tokens(page, 24)
     page.get_by_role("button", name="Decode").click()
     expect(page.get_by_role("button", name="Open A in Replay")).to_be_visible()
     settle(page)
     expect(page.get_by_text("· done")).to_have_count(2)
     expect(page.get_by_test_id("stDownloadButton")).to_have_count(2)
-    print("decoded", time.time() - t0)
     shot(page, "live")
     page.get_by_role("button", name="Open A in Replay").click()
     page.wait_for_url(re.compile("replay"))

@@ -171,3 +171,32 @@ def test_layer_ids_and_config_checks(target):
     lm = make_lm(target)
     with pytest.raises(ValueError, match="layers"):
         BlockDrafter(lm, FeatureLM(target, (1,)))
+
+
+def test_reduced_head(target):
+    lm = make_lm(target, seed=5)
+    sub = torch.tensor([0, 3, 7, 20])
+    red = BlockLM(lm.model, lm.embed_weight, lm.head_weight, vocab_subset=sub)
+    h = torch.randn(3, 32)
+    full, part = lm.logits(h), red.logits(h)
+    assert torch.allclose(part[:, sub], full[:, sub])
+    mask = torch.ones(VOCAB, dtype=torch.bool)
+    mask[sub] = False
+    assert torch.isinf(part[:, mask]).all()
+
+
+COMMITTED = __import__("pathlib").Path(__file__).resolve().parent.parent / "models" / "block-drafter-tiny"
+
+
+@pytest.mark.skipif(not (COMMITTED / "drafter" / "model.safetensors").is_file(), reason="no committed drafter")
+def test_committed_tiny_drafter_is_exact_and_accepts():
+    from engine.train.tiny_target import ByteTokenizer, load_target
+
+    tgt = load_target(COMMITTED / "target")
+    model = load_block_drafter(COMMITTED / "drafter")
+    ft = FeatureLM(tgt, model.config.target_layer_ids)
+    d = BlockDrafter(BlockLM.from_target(model, tgt), ft)
+    prompt = ByteTokenizer().encode("Write a short story about a robot who")
+    recs = list(decode(ft, d, prompt, Fixed(model.config.block_size - 1), DecodeConfig(max_new_tokens=48)))
+    assert [t for r in recs for t in r.emitted_tokens] == greedy_reference(tgt, prompt, 48)
+    assert 48 / len(recs) > 2.0  # a trained drafter: more than two tokens per target call

@@ -11,11 +11,9 @@ from collections import Counter
 
 import pytest
 
-ray = pytest.importorskip("ray")
-
-from engine import sweep  # noqa: E402
-from engine.sweep_bench import make_tiny_models  # noqa: E402
-from engine.trace import load_trace  # noqa: E402
+from engine import sweep
+from engine.sweep_bench import make_tiny_models
+from engine.trace import load_trace
 
 PROMPTS = [
     {"question_id": 1, "category": "writing", "turns": ["write a note about the sea."]},
@@ -65,6 +63,7 @@ def write_grid(root, name, text):
 
 @pytest.fixture(scope="module")
 def local_ray():
+    ray = pytest.importorskip("ray")  # only the tests that start workers need it
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -117,6 +116,15 @@ def test_task_ids_are_stable_hashes(root):
 def test_bad_grid_one_line_error(root, text, msg):
     with pytest.raises(ValueError, match=msg):
         sweep.expand_grid(sweep.load_grid(write_grid(root, "bad.toml", text)))
+
+
+def test_publish_never_overwrites(tmp_path):
+    final = tmp_path / "t.jsonl"
+    a, b = tmp_path / ".a.tmp", tmp_path / ".b.tmp"
+    a.write_text("first\n")
+    b.write_text("second\n")
+    assert sweep.publish(a, final) is True and sweep.publish(b, final) is False
+    assert final.read_text() == "first\n" and not a.exists() and not b.exists()
 
 
 def test_dry_run_lists_tasks(root, tmp_path, capsys):
@@ -227,8 +235,19 @@ def test_failing_task_is_reported_not_retried(root, local_ray, tmp_path):
 
 
 def test_speedup_plots_from_a_summary_table():
-    pd = pytest.importorskip("pandas")
     from app import sweep_plots
+
+    df = synthetic_summary()
+    assert df.loc[df["policy"] == "fixed:4", "speedup"].round(6).tolist() == [1.5, 1.5]
+    fig = sweep_plots.speedup_heatmap(df).to_dict()
+    assert fig["data"][0]["type"] == "heatmap" and fig["data"][0]["y"] == ["fixed:4"]
+    table = sweep_plots.policy_task_table(df)
+    assert table.set_index(["policy", "task"]).loc[("fixed:4", "qa"), "speedup"] == pytest.approx(1.5)
+    assert sweep_plots.facet_values(df) == {}
+
+
+def synthetic_summary():
+    import pandas as pd
 
     rows = []
     for policy, tps in (("autoregressive", 100.0), ("fixed:4", 150.0)):
@@ -238,10 +257,24 @@ def test_speedup_plots_from_a_summary_table():
                          "seed": 0, "max_new_tokens": 8, "chat": True, "task": task, "shard_hash": task,
                          "prompts": 1, "new_tokens": 8, "decode_ms": 8 / tps * 1e3, "target_calls": 4,
                          "accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4, "tokens_per_s": tps})
-    df = sweep.add_speedup(pd.DataFrame(rows))
-    assert df.loc[df["policy"] == "fixed:4", "speedup"].round(6).tolist() == [1.5, 1.5]
-    fig = sweep_plots.speedup_heatmap(df).to_dict()
-    assert fig["data"][0]["type"] == "heatmap" and fig["data"][0]["y"] == ["fixed:4"]
-    table = sweep_plots.policy_task_table(df)
-    assert table.set_index(["policy", "task"]).loc[("fixed:4", "qa"), "speedup"] == pytest.approx(1.5)
-    assert sweep_plots.facet_values(df) == {}
+    return sweep.add_speedup(pd.DataFrame(rows))
+
+
+def test_sweeps_page_renders_without_torch(tmp_path):
+    import subprocess
+    import sys
+
+    synthetic_summary().to_parquet(tmp_path / sweep.SUMMARY_NAME, index=False)
+    page = os.path.join(os.path.dirname(__file__), "..", "app", "pages", "sweeps.py")
+    code = f"""
+import os, sys
+os.environ["SPECLAB_SWEEP_DIR"] = {str(tmp_path)!r}
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({page!r}, default_timeout=120).run()
+assert not at.exception, [e.value for e in at.exception]
+assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 2, "heatmap, table, per-task table"
+print("torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

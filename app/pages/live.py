@@ -49,13 +49,13 @@ panes = {s: cols[s].empty() for s in live.SIDES}
 specs = {"A": spec_a, "B": spec_b}
 
 
-def show(side: str, steps: list[dict], done: bool, text_cache: dict) -> None:
+def show(side: str, steps: list[dict], status: str, text_cache: dict) -> None:
     """Redraw one side: the text so far (last step's block outlined) and the engine's summary numbers."""
     ids = {t for d in steps for t in (*d["draft_tokens"], *d["emitted_tokens"])}
     texts = live.token_text(pair, text_cache, ids)
     s = summarize(steps)
     with panes[side].container(border=True):
-        st.markdown(f"**{side} · {specs[side]}** " + ("· done" if done else "· decoding…"))
+        st.markdown(f"**{side} · {specs[side]}** · {status}")
         earlier = [p for d in steps[:-1] for p in tokens.emitted_pieces(d, texts)]
         st.markdown(tokens.strip(earlier, tokens.step_pieces(steps[-1], texts) if steps else None),
                     unsafe_allow_html=True)
@@ -80,7 +80,7 @@ if run:
         ss["live_result"]["paths"] = {s: str(p) for s, p in live.paths_for(out, specs).items()}
         try:
             live.run_pair(pair, ids, text, specs, policies, cfg, out,
-                          lambda side, steps, done: show(side, steps, done, caches[side]))
+                          lambda side, steps, done: show(side, steps, "done" if done else "decoding…", caches[side]))
             ss["live_result"]["state"] = "finished"
         except TimeoutError as e:
             ss["live_result"]["state"] = "busy"
@@ -99,8 +99,8 @@ if res and res["state"] != "busy":
             col.error(f"{side}: {e}")
             continue
         caches = {}
-        if t.steps:
-            show(side, t.steps, True, caches)
+        if t.steps:  # redrawn from the trace file itself: what you download is what you saw
+            show(side, t.steps, "done" if t.ends else "stopped", caches)
         name = Path(path).name
         raw = open(path, "rb").read()
         col.download_button(f"Download trace {side}", raw, file_name=name, mime="application/x-ndjson",

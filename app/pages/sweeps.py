@@ -15,7 +15,9 @@ st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` 
 REPO = Path(__file__).resolve().parents[2]
 found = sorted(str(p.parent) for p in (REPO / "runs").glob(f"**/{SUMMARY_NAME}")) if (REPO / "runs").is_dir() else []
 default = os.environ.get("SPECLAB_SWEEP_DIR") or (found[0] if found else "")
-folder = st.selectbox("Sweep folder", found, index=found.index(default) if default in found else None,
+if default and default not in found:
+    found.insert(0, default)
+folder = st.selectbox("Sweep folder", found, index=found.index(default) if default else None,
                       accept_new_options=True, placeholder="path to a sweep folder")
 if not folder:
     st.info("No sweep folder yet. Try: `.venv/bin/python -m engine.sweep_bench --make-tiny` then "

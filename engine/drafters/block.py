@@ -304,6 +304,7 @@ class BlockDrafter:
         self.target = target
         self.vocab_size = lm.vocab_size
         self.device = target.device
+        self.dtype = lm.model.fc.weight.dtype
         self.name = "block-drafter"
         self.block_size = lm.config.block_size
         self._k: list[torch.Tensor] = []

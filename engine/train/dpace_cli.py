@@ -5,6 +5,7 @@
     sweep     the objective comparison: main objectives and/or the α sweep over several seeds
     online    decode a few Spec-Bench dev prompts with each run's drafter (τ online, CPU speedup)
     report    summary table + copy of the training traces into a results directory
+    export    the best run's drafter + the tiny target, with a model card (models/block-drafter-tiny)
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ def add_parser(sub) -> None:
     from engine.train.dpace import BlockTrainConfig
     from engine.train.tiny_target import TinyConfig
 
+    import argparse
+
     p = sub.add_parser("dpace", help="block-drafter training objectives (D-PACE vs fixed schedules)",
-                       description=__doc__)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_subparsers(dest="dpace_cmd", required=True)
     pr = s.add_parser("prepare", help="tiny target + its greedy data")
     add_dataclass_args(pr, TinyConfig)
@@ -53,6 +56,12 @@ def add_parser(sub) -> None:
     rp.add_argument("--block-size", type=int, default=8)
     rp.add_argument("--out", default="docs/results/dpace")
     rp.set_defaults(func=cmd_report)
+    ex = s.add_parser("export", help="copy the best run's drafter + the tiny target into a model dir")
+    ex.add_argument("--data-dir", default="")
+    ex.add_argument("--runs-dir", default="")
+    ex.add_argument("--block-size", type=int, default=16)
+    ex.add_argument("--out", default="models/block-drafter-tiny")
+    ex.set_defaults(func=cmd_export)
 
 
 def cmd_prepare(a) -> int:
@@ -117,4 +126,17 @@ def cmd_report(a) -> int:
 
     res = write_results(_runs(a), a.block_size, Path(a.out))
     print(markdown_table(res["summary"]))
+    return 0
+
+
+def cmd_export(a) -> int:
+    import sys
+
+    from engine.train.dpace import BlockTrainConfig, tiny_dir
+    from engine.train.dpace_eval import export_best
+
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
+           + " ".join(sys.argv[1:]) + "`")
+    print(export_best(_runs(a), root, Path(a.out), a.block_size, cmd))
     return 0
