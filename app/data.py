@@ -309,9 +309,11 @@ def pick(key: str, options: list, default) -> None:
 
 
 def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None) -> str | None:
-    """The trace a page opens on: the preferred policy (the usual fixed baseline), else the first
-    speculative trace, else anything. `skip` avoids picking the same trace twice (Compare)."""
+    """The trace a page opens on: real (non-demo) traces before tiny demo ones; within those, the
+    preferred policy (the usual fixed baseline), else the first speculative trace, else anything.
+    `skip` avoids picking the same trace twice (Compare)."""
     labels = [k for k in entries if k != skip] or list(entries)
+    labels.sort(key=lambda k: bool(entries[k].info["demo"]))  # stable: keeps file order within each group
     for test in (lambda e: e.info["policy"] == prefer, lambda e: e.info["draft"] is not None, lambda e: True):
         for k in labels:
             if test(entries[k]):

@@ -92,22 +92,55 @@ def position_rate(positions: pd.DataFrame) -> go.Figure:
                   "accepted", height=260)
 
 
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _threshold_like(name: str) -> bool:
+    n = name.lower()
+    return "threshold" in n or n in ("t", "t0") or n.startswith("t_")
+
+
 def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
-    """Whatever per-token numbers a policy logged (e.g. PACER's block scores), against any scalar
-    field whose name mentions a threshold. None when the policy logged no per-token list."""
-    lists = {k: v for k, v in fields.items() if isinstance(v, list) and v
-             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)}
-    if not lists:
-        return None
+    """Whatever per-token numbers a policy logged this step, against its thresholds; None if none.
+
+    Generic over `policy_fields`: top-level numeric lists are per-token series; a list of records
+    (PACER's `blocks`: per-token `scores`, block `mean`, thresholds `t_before`/`t_after`) becomes
+    per-token score markers plus one point per record at the record's last token; scalar fields
+    named like thresholds (threshold, t0, t_*) become dashed lines."""
     fig = go.Figure()
-    for i, (k, v) in enumerate(lists.items()):
-        fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
-                        line=dict(color=SERIES[i % len(SERIES)]))
+    n = 0
     for k, v in fields.items():
-        if "threshold" in k.lower() and isinstance(v, (int, float)) and not isinstance(v, bool):
-            fig.add_hline(y=v, line_dash="dash", line_color=COLORS["rejected"], annotation_text=f"{k} = {v:g}")
-    fig.update_xaxes(dtick=1, range=[0.5, max(window, max(len(v) for v in lists.values())) + 0.5])
-    return _style(fig, "Policy scores this step", "position / block", "score", height=260)
+        if isinstance(v, list) and v and all(_is_num(x) for x in v):
+            fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
+                            line=dict(color=SERIES[n % len(SERIES)]))
+            n += 1
+        elif isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+            df = pd.DataFrame(v)
+            score_cols = [c for c in df if "score" in c.lower()
+                          and df[c].map(lambda x: isinstance(x, list) and all(_is_num(y) for y in x)).all()]
+            sizes = df[score_cols[0]].map(len) if score_cols else pd.Series(1, index=df.index)
+            ends = sizes.cumsum()
+            for c in score_cols:
+                xs = [int(e - len(row) + j + 1) for e, row in zip(ends, df[c]) for j in range(len(row))]
+                fig.add_scatter(x=xs, y=[y for row in df[c] for y in row], name=f"{k}.{c}", mode="markers",
+                                marker=dict(color=SERIES[n % len(SERIES)], size=8))
+                n += 1
+            for c in df:
+                if c in score_cols or not df[c].map(_is_num).all() or c.lower() in ("block", "index", "mb_ms"):
+                    continue
+                dash = "dash" if _threshold_like(c) else None
+                color = COLORS["rejected"] if dash else SERIES[n % len(SERIES)]
+                fig.add_scatter(x=list(ends), y=list(df[c]), name=f"{k}.{c}", mode="lines+markers",
+                                line=dict(color=color, dash=dash, shape="hv" if dash else "linear"))
+                n += dash is None
+    if not fig.data:
+        return None
+    for k, v in fields.items():
+        if _threshold_like(k) and _is_num(v):
+            fig.add_hline(y=v, line_dash="dot", line_color=COLORS["rejected"], annotation_text=f"{k} = {v:g}")
+    fig.update_xaxes(dtick=1, range=[0.5, max(window, max(max(t.x) for t in fig.data if len(t.x))) + 0.5])
+    return _style(fig, "Policy scores this step", "drafted token position", "score", height=280)
 
 
 # ---------------------------------------------------------------- compare
@@ -193,8 +226,11 @@ def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "po
     fig.update_xaxes(dtick=1)
     if ecdf:
         fig.update_yaxes(range=[0, 1.02])
-    return _style(fig, "Accepted length per verify call", label, "cumulative share" if ecdf else "share of calls",
-                  height=320)
+    _style(fig, "Accepted length per verify call", label, "cumulative share" if ecdf else "share of calls", height=420)
+    # Many series: the legend goes under the axis so it never covers the title.
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, xanchor="left", yanchor="top"),
+                      margin=dict(b=40))
+    return fig
 
 
 def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go.Figure:

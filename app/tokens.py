@@ -23,8 +23,8 @@ FATE_HELP = {
 
 
 def _text(tok: str) -> str:
-    # Newlines and tabs inside a span would collapse; show them as visible marks.
-    return html.escape(tok).replace("\n", "↵").replace("\t", "⇥") or "∅"
+    # Newlines stay line breaks (the strip is pre-wrap) but get a visible mark; tabs become ⇥.
+    return html.escape(tok).replace("\n", "↵\n").replace("\t", "⇥") or "∅"
 
 
 def span(tok: str, fate: str | None, tip: str = "") -> str:

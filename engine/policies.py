@@ -24,9 +24,10 @@ Policies and their sources (details in the project notes on adaptive length):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # policies themselves never need torch; keeps the app's analysis pages torch-free
+    import torch
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class DraftInfo:
     token: int
     q_token: float  # draft probability of the drafted token
     entropy: float  # draft entropy (nats) of the distribution it was drawn from
-    hidden: torch.Tensor | None = None  # draft last-layer hidden state that produced q (if requested)
+    hidden: "torch.Tensor | None" = None  # draft last-layer hidden state that produced q (if requested)
 
 
 class WindowPolicy:

@@ -285,3 +285,47 @@ print("torch" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_live_run_waits_for_the_pair_lock(monkeypatch, tmp_path):
+    """A second session must not decode on the shared models (and their KV caches) while one runs."""
+    from app import live
+    from engine.decode import DecodeConfig
+
+    pair = live.demo_pair("tiny")
+    ids, policies, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
+    assert err is None and policies["B"] is None
+    monkeypatch.setattr(live, "LOCK_WAIT_S", 0.05)
+    with pair.lock:  # another session is decoding
+        with pytest.raises(TimeoutError, match="another session"):
+            live.run_pair(pair, ids, "hello", {"A": "fixed:2", "B": "autoregressive"}, policies,
+                          DecodeConfig(max_new_tokens=4), tmp_path, lambda *a: None)
+    seen = []
+    paths = live.run_pair(pair, ids, "hello", {"A": "fixed:2", "B": "autoregressive"}, policies,
+                          DecodeConfig(max_new_tokens=4), tmp_path, lambda side, steps, done: seen.append(side))
+    assert not pair.lock.locked() and set(seen) == {"A", "B"}
+    from engine.trace import load_trace
+
+    assert all(load_trace(p).complete for p in paths.values())
+
+
+def test_replay_renders_pacer_style_policy_fields(app, trace_dir):
+    """Whatever a policy logs is shown; per-block records with scores and thresholds get a chart."""
+    lines = (trace_dir / "demo-tiny-fixed4.jsonl").read_text().split("\n")
+    i = next(k for k, ln in enumerate(lines) if '"type": "step"' in ln)
+    step = json.loads(lines[i])
+    step["policy_fields"] = {"blocks": [
+        {"block": 1, "tokens": [1, 2], "scores": [0.9, 0.7], "mean": 0.8, "t_before": 0.5, "t_after": 0.52,
+         "decision": "continue"},
+        {"block": 2, "tokens": [3, 4], "scores": [0.3, 0.2], "mean": 0.25, "t_before": 0.52, "t_after": 0.5,
+         "decision": "stop"}], "stop": "pre_verify", "t0": 0.5}
+    lines[i] = json.dumps(step)
+    at = goto(app, "upload")
+    at.file_uploader(key="upload_files").set_value(("pacer-like.jsonl", "\n".join(lines).encode(), "text/plain")).run()
+    assert not at.error
+    at.session_state["replay_trace"] = "uploaded: pacer-like.jsonl"
+    at = goto(at, "replay")
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Policy scores this step" in titles
+    assert any(m.label == "stop reason" and "pre_verify" in m.value for m in at.metric)
+    assert any("decision" in d.value.columns for d in at.dataframe)

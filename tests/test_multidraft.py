@@ -185,3 +185,24 @@ def test_multibench_rows_and_tables(pair):
     assert next(r for r in rows if r["config"] == "ar")["block_efficiency"] == 1.0
     text = format_tables({"rows": rows})
     assert "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
+
+
+@pytest.mark.parametrize("verifier", ["rbv", "spectr-gbv-published", "block"])
+def test_multi_draft_trace_validates(pair, tmp_path, verifier):
+    """Traces carry every draft block, the chosen index and per-position decisions, and load back."""
+    from engine.run import Request, run_requests
+    from engine.trace import load_trace
+
+    target, draft = pair
+    k = 1 if verifier == "block" else 3
+    drafter = draft if k == 1 else MultiDrafter(draft, MultiDraftConfig(k=k))
+    cfg = DecodeConfig(max_new_tokens=16, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=2))
+    path = tmp_path / "multi.jsonl"
+    run_requests(TreeTarget(target), drafter, parse_policy("fixed:3"), cfg, [Request([1, 5, 9, 3])], path,
+                 progress=False)
+    t = load_trace(path)
+    assert t.complete and t.header["verifier"] == verifier
+    for s in t.steps:
+        assert len(s["decisions"]) == s["window"]
+        if k > 1 and s["window"]:
+            assert len(s["all_drafts"]) == k and s["all_drafts"][s["chosen"]] == s["draft_tokens"]

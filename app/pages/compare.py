@@ -12,8 +12,11 @@ if len(entries) < 2:
     st.stop()
 names = list(entries)
 a_label = data.default_label(entries)
-others = [k for k in names if k != a_label and entries[k].info["draft"]
-          and entries[k].info["policy"] != entries[a_label].info["policy"]]
+base = entries[a_label].info
+# B defaults to another policy on the same pair (same target, both demo or both real): shared prompts.
+others = sorted((k for k in names if k != a_label and entries[k].info["draft"]
+                 and entries[k].info["policy"] != base["policy"]),
+                key=lambda k: (entries[k].info["target"] != base["target"], entries[k].info["demo"] != base["demo"]))
 b_default = others[0] if others else next(k for k in names if k != a_label)
 c1, c2 = st.columns(2)
 data.pick("cmp_a", names, a_label)
@@ -62,7 +65,8 @@ row = st.selectbox("Prompt, step by step", range(len(pairs)), key="cmp_prompt",
                    format_func=lambda i: f"#{pairs['request_id_a'].iat[i]} · {pairs['task_a'].iat[i]} · "
                                          f"{str(pairs['prompt_text_a'].iat[i])[:80]}")
 ida, idb = int(pairs["request_id_a"].iat[row]), int(pairs["request_id_b"].iat[row])
-steps = {"A": [s for s in A.trace.steps if s["request_id"] == ida], "B": [s for s in B.trace.steps if s["request_id"] == idb]}
+steps = {"A": [s for s in A.trace.steps if s["request_id"] == ida],
+         "B": [s for s in B.trace.steps if s["request_id"] == idb]}
 n = max(len(v) for v in steps.values())
 k = st.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
 cols = st.columns(2)

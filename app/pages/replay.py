@@ -1,5 +1,6 @@
 """Replay: one trace, one prompt, one verify call at a time — slider, prev/next and play/pause."""
 
+import pandas as pd
 import streamlit as st
 
 from app import data, plots, tokens
@@ -111,9 +112,13 @@ def step_view() -> None:
         fig = plots.policy_scores(fields, s["window"])
         if fig is not None:
             st.plotly_chart(fig, theme=None, key="replay_scores")
-        if fields:
-            st.json(fields, expanded=True)
-        else:
+        records = {k: v for k, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
+        for k, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
+            st.caption(f"`{k}`")
+            st.dataframe(pd.DataFrame(v), hide_index=True, width="stretch")
+        if rest := {k: v for k, v in fields.items() if k not in records}:
+            st.json(rest, expanded=True)
+        if not fields:
             st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
     st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, key="replay_timeline")
     if len(pos):

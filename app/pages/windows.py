@@ -28,7 +28,9 @@ if not refs_all:
     st.stop()
 
 c1, c2, c3 = st.columns([3, 2, 2])
-chosen = c1.multiselect("Reference runs", list(refs_all), default=list(refs_all), key="win_refs")
+# Real pairs first: mixing a tiny demo reference into a real one would blend two unrelated pairs.
+real = [k for k, (r, _) in refs_all.items() if not r.header.get("demo")]
+chosen = c1.multiselect("Reference runs", list(refs_all), default=real or list(refs_all), key="win_refs")
 if not chosen:
     st.info("Pick at least one reference run.")
     st.stop()
@@ -80,9 +82,13 @@ gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
 left.plotly_chart(plots.cost_curve(curve), theme=None, key="win_cost")
-traces = [e.trace for e in data.all_traces().values() if e.info["draft"]]
-acc = analysis.trace_accepted_frame(traces) if traces else pd.DataFrame()
+spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
 with right:
+    non_demo = [k for k, e in spec_entries.items() if not e.info["demo"]]
+    picked = st.multiselect("Decode traces", list(spec_entries), default=non_demo or list(spec_entries),
+                            key="win_traces", help="measured accepted lengths, one series per trace")
+    acc = (analysis.trace_accepted_frame([spec_entries[k].trace for k in picked])
+           .assign(series=lambda d: d["source"].map(lambda p: p.rsplit("/", 1)[-1])) if picked else pd.DataFrame())
     if len(acc):
         acc = acc if task == "all" else acc[acc["task"] == task]
         a, b = st.columns(2)
@@ -90,8 +96,8 @@ with right:
         col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
                                   help="emitted includes the bonus/correction token; accepted excludes it")
         if len(acc):
-            st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", ecdf=view == "ECDF"), theme=None,
-                            key="win_dist")
+            st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
+                                                        ecdf=view == "ECDF"), theme=None, key="win_dist")
             st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
                        "censored at γ.")
     else:
@@ -107,7 +113,8 @@ st.dataframe(ot[show], hide_index=True, width="stretch",
              column_config={k: st.column_config.NumberColumn(format="%.3f") for k in show
                             if k not in ("task", "cost", "best_gamma", "value")})
 st.caption("ratio = S_oracle ÷ S_best fixed; iid_ratio = the same from the closed form at the task's α; "
-           "pos:<policy> = (S_policy − S_fixed*) ÷ (S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
+           "pos:<policy> = (S_policy − S_fixed*) ÷ (S_oracle(a) − S_fixed*): 0 is the best fixed γ, "
+           "1 the oracle.")
 with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
     st.dataframe(data.variability_table(refs, key, cost), hide_index=True, width="stretch")
 with st.expander(f"All simulated policies for task '{task}'"):

@@ -79,6 +79,8 @@ class MultiDrafter:
         self.k = cfg.k
         self.vocab_size = lm.vocab_size
         self.device = getattr(lm, "device", None)
+        self.dtype = getattr(lm, "dtype", None)
+        self.vocab_subset = getattr(lm, "vocab_subset", None)  # trace headers report the reduced head
         self.name = f"{getattr(lm, 'name', 'draft')}×{cfg.k}"
         mode = cfg.mode
         if mode == "auto":

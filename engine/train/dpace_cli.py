@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
     on.add_argument("--runs-dir", default="")
     on.add_argument("--block-size", type=int, default=8)
     on.add_argument("--prompts", default="/work/shared/spec_bench/questions_dev.jsonl")
-    on.add_argument("--per-category", type=int, default=1)
+    on.add_argument("--per-category", type=int, default=3)
     on.add_argument("--max-new-tokens", type=int, default=160)
     on.add_argument("--prompt-len", type=int, default=48, help="bytes of each prompt kept (the training prompt length)")
     on.add_argument("--traces-dir", default="", help="also write a decode trace per run here")

@@ -2,8 +2,8 @@
 block-drafter objective comparisons.
 
 Online: each run's drafter decodes the same prompts with `engine.decode.decode` (greedy, window
-fixed at B−1 = one draft forward per target call); an autoregressive run of the same target is
-interleaved prompt by prompt so CPU load drifts hit both alike. τ_online = mean emitted tokens per
+fixed at B−1 = one draft forward per target call); an autoregressive run of the same target over the
+same prompts (once per call, in the same process) gives the exactness check and the baseline time. τ_online = mean emitted tokens per
 target call (incl. the bonus/correction token). Speedup = AR wall time / block-drafter wall time on
 this CPU (tiny models: a sanity figure, not the GPU regime).
 
@@ -38,9 +38,13 @@ def _prompts(path: str, per_category: int, prompt_len: int) -> list[tuple[list[i
 
 def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
                 max_new_tokens: int = 160, prompt_len: int = 48, traces_dir: Path | None = None,
-                threads: int = 1, progress: bool = True) -> dict[str, dict]:
+                threads: int = 1, progress: bool = True, n_heldout: int = 6) -> dict[str, dict]:
     """Decode the prompts with each run's drafter and with the target alone; returns {tag: result} and
-    writes `online.json` into each run directory (skipped when present)."""
+    writes `online.json` into each run directory (skipped when present).
+
+    Also decodes the prompts of the first `n_heldout` held-out training-distribution sequences
+    (`tau_online_heldout`; their stored continuations are the target's greedy output, so the check
+    of exactness is free), to separate the state weighting of online τ from the prompt shift."""
     from tqdm import tqdm
 
     from engine.decode import DecodeConfig, decode
@@ -61,13 +65,27 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
     for d in run_dirs:
         if (d / "online.json").is_file():
             results[d.name] = json.loads((d / "online.json").read_text())
+    if not todo:
+        return results
+    # The autoregressive baseline once per call (same prompts, same process): outputs for the
+    # exactness check, wall time for the speedup.
+    ar_out, ar_s = [], []
+    for rid, (ids, _, _, _) in enumerate(prompts):
+        t0 = time.perf_counter()
+        ar_out.append([t for r in decode(ar_lm, None, ids, None, cfg, request_id=rid) for t in r.emitted_tokens])
+        ar_s.append(time.perf_counter() - t0)
+    t_ar = sum(ar_s)
+    from engine.train.tiny_target import load_data
+
+    _, held, plen = load_data(root)
+    held = held[:n_heldout]
     for d in tqdm(todo, desc="online", disable=not progress):
         model = load_block_drafter(d / "drafter")
         B = model.config.block_size
         ft = FeatureLM(target, model.config.target_layer_ids, name="tiny-target")
         drafter = BlockDrafter(BlockLM.from_target(model, target), ft)
         calls = emitted = 0
-        t_block = t_ar = 0.0
+        t_block = 0.0
         mismatch = 0
         for rid, (ids, _, _, _) in enumerate(prompts):
             t0 = time.perf_counter()
@@ -76,13 +94,19 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
                 calls += 1
                 emitted += r.emitted
                 out.extend(r.emitted_tokens)
-            t1 = time.perf_counter()
-            ar = [t for r in decode(ar_lm, None, ids, None, cfg, request_id=rid) for t in r.emitted_tokens]
-            t2 = time.perf_counter()
-            t_block += t1 - t0
-            t_ar += t2 - t1
-            mismatch += int(out != ar)
-        res = {"tau_online": emitted / calls, "target_calls": calls, "new_tokens": emitted,
+            t_block += time.perf_counter() - t0
+            mismatch += int(out != ar_out[rid])
+        h_calls = h_em = 0
+        for i in range(len(held)):
+            out = []
+            for r in decode(ft, drafter, held[i, :plen].tolist(), Fixed(B - 1),
+                            DecodeConfig(max_new_tokens=held.shape[1] - plen), request_id=1000 + i):
+                h_calls += 1
+                out.extend(r.emitted_tokens)
+            h_em += len(out)
+            mismatch += int(out != held[i, plen:].tolist())
+        res = {"tau_online": emitted / calls, "tau_online_heldout": h_em / h_calls if h_calls else None,
+               "heldout_prompts": len(held), "target_calls": calls, "new_tokens": emitted,
                "prompts": len(prompts), "block_s": round(t_block, 3), "ar_s": round(t_ar, 3),
                "speedup_cpu": t_ar / t_block if t_block > 0 else 0.0, "outputs_equal_ar": mismatch == 0,
                "max_new_tokens": max_new_tokens, "prompt_len": prompt_len, "prompts_file": str(prompts_file)}
