@@ -30,7 +30,10 @@ def add_parser(sub) -> None:
     r.add_argument("--max-window", type=int, default=16, help="longest window replayed exactly (tail length + 1)")
     r.add_argument("--timing-repeats", type=int, default=5, help="median over this many forwards per k")
     r.add_argument("--no-timing", action="store_true", help="skip t(k) measurement (analyze then needs --costs C)")
-    r.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 | auto (bf16)")
+    r.add_argument("--dtype", default="fp32",
+                   help="fp32 (default: exact replay; in bf16 a multi-token verify can round a near-tie "
+                        "differently from the single-token run, so real runs may leave the reference's text) "
+                        "| bf16 | fp16 | auto")
     r.add_argument("--device", default="auto", help="cpu | cuda | auto")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
@@ -156,7 +159,12 @@ def cmd_analyze(a) -> int:
             costs = [c for c in costs if not (isinstance(c, str) and c.endswith("measured"))]
         main = _cost_value(a.cost) if a.cost else ("measured" if timed else 0.05)
         greedy = all(r.greedy for r in refs)
-        notes.append("greedy references: every simulated number is exact" if greedy else
+        low = sorted({str((r.header.get("target") or {}).get("dtype")) for r in refs} - {"float32", "float64", "None"})
+        if low:
+            notes.append(f"reference target dtype {', '.join(low)}: a real speculative run can round a near-tie "
+                         "differently from the single-token reference run and leave its text; record references "
+                         "with --dtype fp32 for step-exact replay")
+        notes.append("greedy references: every simulated number is exact for the reference text" if greedy else
                      "sampling references: fixed/oracle numbers are expected values under per-position β_j; "
                      "adaptive policies are omitted")
         wt = an.window_table(refs, main, gammas, policies, progress=True)

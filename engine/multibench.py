@@ -178,7 +178,8 @@ def measure_modes(target, draft, ids, eos, cfg: MultiBenchConfig, ks=(2, 4), L=8
 
 
 def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig, eos=(), modes=False,
-                   progress=True) -> dict:
+                   progress=True, checkpoint=None) -> dict:
+    """Every configuration × temperature on every prompt; `checkpoint(partial_result)` after each prompt."""
     from tqdm import tqdm
 
     from engine.prompts import encode, load_prompts, task_of
@@ -187,6 +188,15 @@ def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     configs = ["ar"] + cfg.configs()
     runs: list[dict] = []
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def result_of(done: list) -> dict:
+        return {"created": created, "target": target.name, "draft": draft.name,
+                "dtype": str(target.dtype).replace("torch.", ""),
+                "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+                "prompts": [{"question_id": p.question_id, "category": p.category} for p, _ in done],
+                "rows": aggregate(runs) if runs else [], "runs": list(runs)}
+
     bar = tqdm(total=len(configs) * len(cfg.temps) * len(encoded), unit="run", disable=not progress, desc="multibench")
     for spec in configs[:4]:  # warm-up (untimed)
         run_one(spec, target, draft, encoded[0][1], cfg.temps[0], cfg, eos, n=8)
@@ -198,12 +208,10 @@ def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig
                 r.update(task=task_of(p.category), question_id=p.question_id)
                 runs.append(r)
                 bar.update(1)
+        if checkpoint is not None:
+            checkpoint(result_of(encoded[: i + 1]))
     bar.close()
-    result = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "target": target.name,
-              "draft": draft.name, "dtype": str(target.dtype).replace("torch.", ""),
-              "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
-              "prompts": [{"question_id": p.question_id, "category": p.category} for p, _ in encoded],
-              "rows": aggregate(runs), "runs": runs}
+    result = result_of(encoded)
     if modes:
         result["modes"] = measure_modes(target, draft, encoded[0][1], eos, cfg)
     return result
@@ -250,6 +258,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="docs/results/multibench.json")
     p.add_argument("--markdown", default=None, help="append a dated section to this file (e.g. docs/benchmarks.md)")
     p.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
+    p.add_argument("--from-json", default=None, help="render (and --markdown append) an earlier or partial result")
     p.set_defaults(func=cmd_multibench)
 
 
@@ -258,6 +267,12 @@ def cmd_multibench(a) -> int:
 
     from engine.models import check_pair, eos_token_ids, load_model
 
+    if a.from_json:
+        result = json.loads(Path(a.from_json).read_text())
+        print(format_tables(result))
+        if a.markdown:
+            append_markdown(result, Path(a.markdown), result.get("command", "?"), a.machine)
+        return 0
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = MultiBenchConfig(methods=tuple(m.strip() for m in a.methods.split(",")),
@@ -272,16 +287,21 @@ def cmd_multibench(a) -> int:
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
-    result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
-                            modes=a.modes)
     command = " ".join(["python -m engine", *sys.argv[1:]])
+
+    def save(result: dict) -> None:
+        if a.out:
+            result["command"] = command
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(a.out + ".tmp")
+            tmp.write_text(json.dumps(result, indent=1))
+            tmp.replace(a.out)
+
+    result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
+                            modes=a.modes, checkpoint=save)
+    save(result)
     result["command"] = command
     print(format_tables(result))
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(a.out + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(a.out)
     if a.markdown:
         append_markdown(result, Path(a.markdown), command, a.machine)
     return 0

@@ -8,7 +8,13 @@ produced q_i), draft confidence q_i(x_i) and draft entropy H_i:
 
     z_i = W_in · LN(h_i) + W_c · [log q_i(x_i), H_i] + E_pos[i] + E_blk[k]
     z   = causal transformer over z_1..z_i of the SAME step (1–2 layers, d = 64)
-    s_i = σ(w · z_i) ≈ P(token i is accepted)      (accepted: the whole prefix 1..i survives)
+    c_i = w · z_i                                   (conditional: token i accepted given 1..i−1 were)
+    s_i = Π_{j≤i} σ(c_j) ≈ P(token i is accepted)   (accepted: the whole prefix 1..i survives)
+
+The product form (`cumulative=True`, our choice) makes s_i non-increasing in i, as prefix
+acceptance is; `cumulative=False` reads s_i = σ(c_i) directly. With `prior=True` (our choice),
+c_i = a·logit q_i(x_i) + b + w·z_i with w = 0, a = 1, b = 0 at initialisation, so an untrained M_B
+is exactly the cumulative draft-confidence rule s_i = Π q_j and training learns the correction.
 
 The attention is causal within one step, so s_i depends only on tokens 1..i of the step: scoring
 again after a later block never changes earlier scores, and one trained M_B serves every b.
@@ -58,6 +64,8 @@ class PreVerifierConfig:
     block: int = 4  # b for the block-index encoding (the policy's b may differ, see module doc)
     use_pos: bool = True  # position-in-draft + block-index embeddings (off = the "no PE" ablation)
     use_conf: bool = True  # log q(x) and H(q) as two extra inputs: what confidence/entropy stops use
+    cumulative: bool = True  # s_i = Π_{j≤i} σ(c_j): prefix acceptance is monotone by construction (data-efficient)
+    prior: bool = True  # c_i = a·logit q_i + b + w·z_i, w = 0 at init: training starts AT the Π q rule
     dropout: float = 0.1  # a few thousand steps of training data: mild regularisation
 
     def __post_init__(self) -> None:
@@ -115,6 +123,10 @@ class PreVerifier(nn.Module):
         self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.layers))
         self.ln_out = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, 1)
+        if cfg.prior:
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+            self.prior_ab = nn.Parameter(torch.tensor([1.0, 0.0]))  # a, b of a·logit(q) + b
 
     def forward(self, hidden: torch.Tensor, logq: torch.Tensor, ent: torch.Tensor, pos: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
@@ -129,7 +141,15 @@ class PreVerifier(nn.Module):
             x = x + self.pos(p) + self.blk(k)
         for layer in self.layers:
             x = layer(x, mask)
-        return self.head(self.ln_out(x)).squeeze(-1)
+        c = self.head(self.ln_out(x)).squeeze(-1)
+        if self.cfg.prior:
+            lq = logq.to(c.dtype).clamp(-20.0, -1e-6)
+            c = c + self.prior_ab[0] * (lq - torch.log(-torch.expm1(lq))) + self.prior_ab[1]
+        if not self.cfg.cumulative:
+            return c
+        # log s_i = Σ_{j ≤ i, same step} log σ(c_j): the step mask selects exactly that prefix.
+        log_s = (mask.to(c.dtype) @ F.logsigmoid(c).unsqueeze(-1)).squeeze(-1).clamp(max=-1e-6)
+        return log_s - torch.log(-torch.expm1(log_s))  # logit(s_i)
 
     @torch.inference_mode()
     def score_step(self, hidden: torch.Tensor, q: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:

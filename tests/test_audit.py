@@ -51,8 +51,9 @@ def test_run_audit_flags_exactly_the_lossy_rules():
     bad = {r.verifier for r in rows if not r.lossless()}
     assert bad == {"spectr-gbv-published", "block-same-row (lossy near-miss)"}
     assert {r.verifier for r in rows} >= LOSSLESS
-    gbv2 = [r for r in rows if r.verifier == "spectr-gbv-published" and r.k == 2]
-    assert all(r.min_deficit < -1e-3 and r.first_token_error > 1e-3 for r in gbv2)
+    gbv2 = {r.case: r for r in rows if r.verifier == "spectr-gbv-published" and r.k == 2}
+    assert gbv2["notes-toy-0"].min_deficit < -0.1 and gbv2["notes-toy-0"].first_token_error > 0.1
+    assert all(r.lossless_error > 1e-3 for r in gbv2.values())
 
 
 def test_audit_command_writes_markdown_and_csv(tmp_path, capsys):
