@@ -158,6 +158,15 @@ def cmd_analyze(a) -> int:
             notes.append("references have no timings: measured cost models skipped")
             costs = [c for c in costs if not (isinstance(c, str) and c.endswith("measured"))]
         main = _cost_value(a.cost) if a.cost else ("measured" if timed else 0.05)
+        for r in refs:
+            steps = [q["target_step_ms"] for q in r.requests if "target_step_ms" in q]
+            t = r.header.get("timings") or {}
+            if steps and t.get("target_ms_by_tokens"):
+                import statistics
+
+                notes.append(f"{Path(r.source).name}: timing cross-check: t(1) = {t['target_ms_by_tokens'][0]:.1f} ms "
+                             f"in the timing block vs median {statistics.median(steps):.1f} ms per single-token step "
+                             "during the target runs (a large gap means a loaded machine: trust the fixed-c rows)")
         greedy = all(r.greedy for r in refs)
         low = sorted({str((r.header.get("target") or {}).get("dtype")) for r in refs} - {"float32", "float64", "None"})
         if low:

@@ -12,8 +12,8 @@ Configurations are `METHOD:K:L`: METHOD ∈ sd, bv (K = 1 only), rrs, kseq, gbv 
 authors' code does it; K = 1 is their "GBV"), rbv (ours). K > 1 uses `MultiDrafter` (K i.i.d.
 blocks) and `TreeTarget` (one target pass over the draft tree).
 
-`--modes` also times the drafting and scoring variants (batched vs sequential drafts; tree vs
-batch-K target pass) on the first prompt.
+`--modes` also times one step's components on the first prompt: K-way drafting batched vs
+sequential, and the target pass as a token tree vs a batch of K (`--modes-only` skips the grid).
 
 Worked example: `python -m engine multibench --ks 1,3 --ls 8 --temps 0.4 --per-category 1` runs
 sd/bv at K = 1 and rrs/kseq/gbv/rbv at K = 1 and 3, γ = 8, T = 0.4, one prompt per Spec-Bench task.
@@ -120,9 +120,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def format_tables(result: dict) -> str:
-    rows = result["rows"]
-    lines = []
+def _grid_tables(rows: list[dict]) -> list[str]:
+    lines: list[str] = []
     temps = sorted({r["temperature"] for r in rows})
     ls = sorted({r["L"] for r in rows if r["L"]})
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
@@ -156,24 +155,78 @@ def format_tables(result: dict) -> str:
         ours = f"{r['block_efficiency']:.2f} | {r['speedup']:.2f}×" if r else "– | –"
         paper = " | ".join(f"{PAPER[p][pk][0]:.2f} | {PAPER[p][pk][1]:.2f}×" if pk else "– | –" for p in PAPER)
         lines.append(f"| {label} | {ours} | {paper} |")
+    return lines
+
+
+def format_tables(result: dict) -> str:
+    lines = _grid_tables(result["rows"]) if result["rows"] else []
     if result.get("modes"):
-        lines += ["\nDrafting / scoring variants (first prompt, rbv, T = 0.4): tok/s and ms per target call\n",
-                  "| K | L | draft mode | target pass | tok/s | draft ms/call | verify ms/call |", "|---|---|---|---|---|---|---|"]
+        lines += ["\nOne step's cost, median ms on the first prompt (T = 0.4): K-way drafting batched vs sequential, "
+                  "and the target pass as a token tree vs a batch of K (K = 1: one block, one extend)\n",
+                  "| L | K | draft batch | draft sequential | target tree | target batch-K | tree nodes |",
+                  "|---|---|---|---|---|---|---|"]
+
+        def f(r, key):
+            return f"{r[key]:.1f}" if key in r else "–"
+
         for r in result["modes"]:
-            lines.append(f"| {r['k']} | {r['L']} | {r['draft_mode']} | {r['tree_mode']} | {r['tokens_per_s']:.1f} | "
-                         f"{r['t_draft_ms'] / r['target_calls']:.1f} | {r['t_verify_ms'] / r['target_calls']:.1f} |")
+            lines.append(f"| {r['L']} | {r['k']} | {f(r, 'draft_batch_ms')} | {f(r, 'draft_sequential_ms')} | "
+                         f"{f(r, 'target_tree_ms')} | {f(r, 'target_batch_ms')} | {r.get('tree_nodes', '–')} |")
     return "\n".join(lines)
 
 
-def measure_modes(target, draft, ids, eos, cfg: MultiBenchConfig, ks=(2, 4), L=8) -> list[dict]:
+def measure_modes(target, draft, ids, ks=(2, 3, 4), ls=(4, 8, 12), reps: int = 3, temp: float = 0.4) -> list[dict]:
+    """Median ms of one step's drafting (batched vs sequential K-way) and target pass (tree vs batch-K),
+    with the K = 1 single-block costs as the reference."""
+    from engine.drafters.multi import MultiDraftConfig, MultiDrafter
+    from engine.policies import parse_policy
+    from engine.sampling import SamplingConfig
+    from engine.tree import TreeConfig, TreeTarget
+
+    sc = SamplingConfig(temperature=temp, seed=0)
     out = []
-    for k in ks:
-        for dm in ("batch", "sequential"):
-            for tm in ("tree", "batch"):
-                run_one(f"rbv:{k}:{L}", target, draft, ids, 0.4, cfg, eos, n=8, tree_mode=tm, draft_mode=dm)  # warm
-                r = run_one(f"rbv:{k}:{L}", target, draft, ids, 0.4, cfg, eos, tree_mode=tm, draft_mode=dm)
-                out.append({**r, "k": k, "L": L, "draft_mode": dm, "tree_mode": tm,
-                            "tokens_per_s": r["new_tokens"] / r["wall_s"]})
+
+    def med(fn) -> float:
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts)
+
+    for L in ls:
+        pol = parse_policy(f"fixed:{L}")
+        for k in (1,) + tuple(ks):
+            row = {"k": k, "L": L}
+            blocks = None
+            for mode in ("batch", "sequential") if k > 1 else ("sequential",):
+                d = MultiDrafter(draft, MultiDraftConfig(k=k, mode=mode))
+                d.reset(ids)
+                gen = torch.Generator().manual_seed(0)
+
+                def step():
+                    nonlocal blocks
+                    blocks = d.propose(ids, L, pol, sc, gen).tokens
+                    d.commit(len(ids) - 1, 0)
+
+                row[f"draft_{mode}_ms"] = med(step)
+            for mode in ("tree", "batch") if k > 1 else ("tree",):
+                tt = TreeTarget(target, TreeConfig(mode))
+                tt.reset()
+                tt.extend(ids[:-1])
+
+                def score():
+                    if k == 1:
+                        tt.extend([ids[-1]] + blocks[0])
+                        tt.crop(len(ids) - 1)
+                    else:
+                        tt.score_tree(ids[-1], blocks)
+                        tt.commit_tree(0, 0)
+                        tt.crop(len(ids) - 1)
+
+                row[f"target_{mode}_ms"] = med(score)
+                row["tree_nodes"] = len({tuple(b[:i]) for b in blocks for i in range(1, len(b) + 1)})
+            out.append(row)
     return out
 
 
@@ -213,7 +266,8 @@ def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig
     bar.close()
     result = result_of(encoded)
     if modes:
-        result["modes"] = measure_modes(target, draft, encoded[0][1], eos, cfg)
+        result["modes"] = measure_modes(target, draft, encoded[0][1], ks=tuple(k for k in cfg.ks if k > 1) or (2,),
+                                        ls=cfg.ls)
     return result
 
 
@@ -252,6 +306,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tree-mode", default=d.tree_mode, choices=("tree", "batch"))
     p.add_argument("--draft-mode", default=d.draft_mode, choices=("auto", "batch", "sequential"))
     p.add_argument("--modes", action="store_true", help="also time batched/sequential drafting × tree/batch scoring")
+    p.add_argument("--modes-only", action="store_true", help="only the component timings (no decoding grid)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)

@@ -206,7 +206,7 @@ def load_weights(path: str | Path) -> tuple[PreVerifier, dict[str, Any]]:
         model = PreVerifier(cfg)
         model.load_state_dict(state, strict=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"{where}: {str(e).splitlines()[0][:160]}") from None
+        raise ValueError(f"{where}: {' '.join(str(e).split())[:240]}") from None
     return model.eval(), extra
 
 

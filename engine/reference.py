@@ -190,6 +190,21 @@ def measure_timings(target, draft, context: list[int], max_tokens: int = 17, rep
     return out
 
 
+def fingerprint(lm) -> str:
+    """Short sha256 of a model's weights, so a reference can be matched to the exact checkpoint
+    (a retrained draft under the same name gives different A(j))."""
+    import hashlib
+
+    model = getattr(lm, "model", None)
+    if model is None:
+        return f"{getattr(lm, 'name', type(lm).__name__)}"
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().contiguous().cpu().numpy().tobytes()[:1 << 16])
+    return h.hexdigest()[:16]
+
+
 def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, out_path, eos_ids=(),
                     header_extra: dict[str, Any] | None = None, progress: bool = True) -> Path:
     """Write a reference file. `prompts`: dicts with prompt_ids and optional category, question_id, text."""
@@ -206,6 +221,7 @@ def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, ou
               "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "mode": "greedy" if cfg.sampling.greedy else "sampling",
               "target": model_info(target), "draft": model_info(draft), "sampling": cfg.sampling.to_dict(),
+              "fingerprints": {"target": fingerprint(target), "draft": fingerprint(draft)},
               "max_new_tokens": cfg.max_new_tokens, "max_window": cfg.max_window, "timings": timings,
               "software": software_versions(), **(header_extra or {})}
     path = Path(out_path)

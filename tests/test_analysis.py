@@ -28,8 +28,8 @@ CATS = ["writing", "summarization", "math_reasoning", "qa", "translation"]
 N_NEW = 40
 # Thresholds sit inside the scaled draft's signal range (q median ≈ 0.65, entropy median ≈ 1.1 nats),
 # so every adaptive policy really stops at different places than fixed γ does.
-POLICIES = ["fixed:1", "fixed:3", "fixed:6", "fixed:16", "heuristic", "heuristic:2,max=8", "confidence:0.6",
-            "confidence:0.9", "cumulative:0.5", "cumulative:0.9", "entropy:1.0", "entropy:0.5,max=6"]
+POLICIES = ["fixed:1", "fixed:3", "fixed:9", "heuristic", "heuristic:2,max=8", "confidence:0.6", "cumulative:0.5",
+            "cumulative:0.9", "entropy:1.0", "entropy:0.5,max=6"]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,8 @@ def test_reference_records_target_greedy_output_and_runs(ref, tiny_target):
     assert ref.greedy and ref.complete and len(ref.requests) == len(PROMPTS)
     t = ref.header["timings"]
     assert len(t["target_ms_by_tokens"]) == 17 and t["draft_ms_per_token"] > 0
+    fp = ref.header["fingerprints"]
+    assert len(fp["draft"]) == 16 and fp["draft"] != fp["target"]
     for req, prompt in zip(ref.requests, PROMPTS):
         assert req["output_ids"] == greedy_reference(tiny_target, prompt, N_NEW)
         match = [int(a == b) for a, b in zip(req["draft_argmax"], req["output_ids"])]

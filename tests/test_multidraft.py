@@ -185,6 +185,11 @@ def test_multibench_rows_and_tables(pair):
     assert next(r for r in rows if r["config"] == "ar")["block_efficiency"] == 1.0
     text = format_tables({"rows": rows})
     assert "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
+    from engine.multibench import measure_modes
+
+    modes = measure_modes(target, draft, [1, 5, 9, 3], ks=(2,), ls=(3,), reps=1)
+    assert {"draft_batch_ms", "draft_sequential_ms", "target_tree_ms", "target_batch_ms"} <= set(modes[1])
+    assert "target batch-K" in format_tables({"rows": [], "modes": modes})
 
 
 @pytest.mark.parametrize("verifier", ["rbv", "spectr-gbv-published", "block"])

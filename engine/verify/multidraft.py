@@ -30,7 +30,9 @@ independent of every coin so far (checked by exact enumeration in tests/test_mul
 
 Worked example (context-free V = 2, q = (2/3, 1/3), p = (1/3, 2/3), γ = 1, K = 2, drafts (0, 0)):
 RRS accepts draft 1 w.p. 1/2; on rejection t = (0, 1), so draft 2 (token 0) is rejected surely and
-y = 1. K-SEQ: β(ρ) = min(2/3, 1/(3ρ)) + min(1/3, 2/(3ρ)); ρ* solves 1 − (1 − β)² = ρβ.
+y = 1. K-SEQ: β(ρ) = min(2/3, 1/(3ρ)) + min(1/3, 2/(3ρ)) = 1/(3ρ) + 1/3 on [1, 2], and
+1 − (1 − β)² = ρβ gives 3ρ² − 5ρ + 1 = 0, ρ* = (5 + √13)/6 ≈ 1.434, single-token acceptance
+1 − (1 − β)² ≈ 0.811 (RRS: 7/9 ≈ 0.778; one draft: 2/3) — the audit's values for this toy.
 
 Uniforms: u[k·γ + d] is the coin of draft k at depth d; u[K·γ] samples the emitted token.
 """
