@@ -374,9 +374,11 @@ def cmd_audit(a) -> int:
     grid = tuple(x for x in GRID if x[0] == 2 and x[1] <= 2 and x[2] <= 2) if a.quick else (
         FULL_GRID if a.full else GRID)
     t0 = time.perf_counter()
+    command = "python -m engine audit" + (" --quick" if a.quick else " --full" if a.full else "") + (
+        f" --verifiers {a.verifiers}" if a.verifiers else "")
     if a.from_csv:
         rows = read_csv(Path(a.from_csv))
-        md = summary_markdown(rows, "python -m engine audit")
+        md = summary_markdown(rows, command)
         print(md)
         if a.markdown:
             Path(a.markdown).write_text(md)
@@ -388,8 +390,6 @@ def cmd_audit(a) -> int:
               f"E[acc] {r.expected_accepted:.4f}{flag}  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
 
     rows = run_audit(names, grid, progress=progress)
-    command = "python -m engine audit" + (" --quick" if a.quick else " --full" if a.full else "") + (
-        f" --verifiers {a.verifiers}" if a.verifiers else "")
     md = summary_markdown(rows, command)
     print(md)
     print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s")
