@@ -346,6 +346,20 @@ def summary_markdown(rows: list[AuditRow], command: str) -> str:
             r = next((r for r in rows if (r.verifier, r.case, r.vocab, r.gamma, r.k) == (n, case, v, g, k)), None)
             cells.append("–" if r is None else f"{r.expected_accepted:.4f} / {r.lossless_error:.0e}")
         lines.append(f"| {case} | {v} | {g} | {k} | " + " | ".join(cells) + " |")
+    d = {(r.verifier, r.case, r.vocab, r.gamma, r.k): r.expected_accepted for r in rows}
+
+    def compare(a: str, b: str, multi: bool) -> str | None:
+        keys = [key[1:] for key in d if key[0] == a and (key[4] > 1) == multi and (b,) + key[1:] in d]
+        if not keys:
+            return None
+        ge = sum(d[(a,) + x] >= d[(b,) + x] - 1e-12 for x in keys)
+        gt = sum(d[(a,) + x] > d[(b,) + x] + 1e-9 for x in keys)
+        return f"`{a}` ≥ `{b}` in {ge} of {len(keys)} cells (strictly better in {gt})"
+
+    cmp = [c for c in (compare("block", "token", False), compare("rbv", "rrs", True), compare("rbv", "kseq", True),
+                       compare("kseq", "rrs", True)) if c]
+    if cmp:
+        lines += ["", "## Expected accepted drafts, pairwise (same case, V, γ, K)", ""] + [f"- {c}" for c in cmp]
     gbv = [r for r in rows if r.verifier == "spectr-gbv-published" and r.k >= 2]
     if gbv:
         worst = max(gbv, key=lambda r: r.first_token_error)

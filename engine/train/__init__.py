@@ -1,1 +1,1 @@
-"""Draft training: self-distillation data generation (``gen``) and draft distillation (``draft``)."""
+"""Training code: draft distillation for SmolLM2 (``gen``, ``draft``) and the other trainers in this package."""

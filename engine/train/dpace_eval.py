@@ -171,6 +171,8 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
         tau = [seeds[s]["tau_offline"] for s in sorted(seeds)]
         on = [seeds[s]["online"]["tau_online"] for s in sorted(seeds) if "online" in seeds[s]]
         sp = [seeds[s]["online"]["speedup_cpu"] for s in sorted(seeds) if "online" in seeds[s]]
+        onh = [seeds[s]["online"]["tau_online_heldout"] for s in sorted(seeds)
+               if seeds[s].get("online", {}).get("tau_online_heldout") is not None]
         common = sorted(set(seeds) & set(base))
         d_off = paired_ci([seeds[s]["tau_offline"] - base[s]["tau_offline"] for s in common])
         d_on = paired_ci([seeds[s]["online"]["tau_online"] - base[s]["online"]["tau_online"] for s in common
@@ -181,6 +183,7 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
                     "tau_offline_std": float(np.std(tau, ddof=1)) if len(tau) > 1 else 0.0,
                     "tau_online_mean": float(np.mean(on)) if on else None,
                     "tau_online_std": float(np.std(on, ddof=1)) if len(on) > 1 else None,
+                    "tau_online_heldout_mean": float(np.mean(onh)) if onh else None,
                     "speedup_cpu_mean": float(np.mean(sp)) if sp else None,
                     "diff_vs_dflash_offline": d_off, "diff_vs_dflash_online": d_on,
                     "train_wall_s_mean": float(np.mean([seeds[s]["train_wall_s"] for s in seeds])),
@@ -197,13 +200,14 @@ def markdown_table(summary: list[dict]) -> str:
         return f"{d['mean']:+.3f} [{d['t_lo']:+.3f}, {d['t_hi']:+.3f}]"
 
     lines = ["| objective | seeds | τ offline (mean ± sd) | Δ vs DFlash offline, paired-t 95% CI | τ online | "
-             "Δ vs DFlash online, 95% CI | CPU speedup vs AR | train s/run |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Δ vs DFlash online, 95% CI | τ online, held-out ShareGPT prompts | CPU speedup vs AR | train s/run |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in summary:
         on = "—" if r["tau_online_mean"] is None else f"{r['tau_online_mean']:.3f} ± {r['tau_online_std'] or 0:.3f}"
         sp = "—" if r["speedup_cpu_mean"] is None else f"{r['speedup_cpu_mean']:.2f}×"
+        oh = "—" if r.get("tau_online_heldout_mean") is None else f"{r['tau_online_heldout_mean']:.3f}"
         lines.append(f"| {r['label']} | {len(r['seeds'])} | {r['tau_offline_mean']:.3f} ± {r['tau_offline_std']:.3f} "
-                     f"| {ci(r['diff_vs_dflash_offline'])} | {on} | {ci(r['diff_vs_dflash_online'])} | {sp} "
+                     f"| {ci(r['diff_vs_dflash_offline'])} | {on} | {ci(r['diff_vs_dflash_online'])} | {oh} | {sp} "
                      f"| {r['train_wall_s_mean']:.0f} |")
     return "\n".join(lines)
 
