@@ -12,6 +12,7 @@ PAGES = [
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("pages/live.py", title="Live", icon=":material/bolt:"),
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
+    st.Page("pages/sweeps.py", title="Sweeps", icon=":material/grid_on:"),
 ]
 
 st.navigation(PAGES).run()

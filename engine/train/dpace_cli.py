@@ -4,6 +4,7 @@
     train     one run (objective, α/γ, seed); resumable, skipped when finished
     sweep     the objective comparison: main objectives and/or the α sweep over several seeds
     online    decode a few Spec-Bench dev prompts with each run's drafter (τ online, CPU speedup)
+    speed     interleaved CPU wall-clock speedup vs autoregressive (AR and block decoding alternate)
     report    summary table + copy of the training traces into a results directory
     export    the best run's drafter + the tiny target, with a model card (models/block-drafter-tiny)
 """
@@ -51,6 +52,16 @@ def add_parser(sub) -> None:
     on.add_argument("--traces-dir", default="", help="also write a decode trace per run here")
     on.add_argument("--threads", type=int, default=1)
     on.set_defaults(func=cmd_online)
+    sp = s.add_parser("speed", help="interleaved CPU wall-clock speedup vs autoregressive for some runs")
+    sp.add_argument("runs", nargs="+", help="run tags (directories under the runs dir)")
+    sp.add_argument("--data-dir", default="")
+    sp.add_argument("--runs-dir", default="")
+    sp.add_argument("--prompts", default="/work/shared/spec_bench/questions_dev.jsonl")
+    sp.add_argument("--per-category", type=int, default=1)
+    sp.add_argument("--max-new-tokens", type=int, default=160)
+    sp.add_argument("--reps", type=int, default=2)
+    sp.add_argument("--threads", type=int, default=1)
+    sp.set_defaults(func=cmd_speed)
     rp = s.add_parser("report", help="summary table and training traces into a results dir")
     rp.add_argument("--runs-dir", default="")
     rp.add_argument("--block-size", type=int, default=8)
@@ -139,4 +150,17 @@ def cmd_export(a) -> int:
     cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
            + " ".join(sys.argv[1:]) + "`")
     print(export_best(_runs(a), root, Path(a.out), a.block_size, cmd))
+    return 0
+
+
+def cmd_speed(a) -> int:
+    from engine.train.dpace import BlockTrainConfig, tiny_dir
+    from engine.train.dpace_eval import interleaved_speed
+
+    runs = _runs(a)
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    res = interleaved_speed([runs / t for t in a.runs], root, a.prompts, a.per_category, a.max_new_tokens,
+                            reps=a.reps, threads=a.threads)
+    for k, v in res.items():
+        print(f"{k}: speedup {v['speedup_cpu_interleaved']:.2f}x (AR {v['ar_s']:.1f} s, block {v['block_s']:.1f} s)")
     return 0
