@@ -29,14 +29,14 @@ clean-venv:
 
 # Reproduce the bundled SmolLM2 traces (greedy, one Spec-Bench dev prompt per task).
 SPECBENCH ?= ../shared/spec_bench/questions_dev.jsonl
-TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 96
+TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 48 --threads 1
 .PHONY: traces bench
 traces: $(STAMP)
-	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 96 --out traces/smollm2-autoregressive.jsonl
-	for p in fixed:2 fixed:4 heuristic confidence cumulative entropy; do \
+	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 48 --threads 1 --out traces/smollm2-autoregressive.jsonl
+	for p in fixed:2 fixed:4 heuristic confidence; do \
 	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':' '-').jsonl; done
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
 
 # The demo-pair benchmark (issue figures in docs/benchmarks.md).
 bench: $(STAMP)
-	$(BIN)/python -m engine bench --per-category 1 --max-new-tokens 64 --out docs/results/bench-smollm2.json --markdown docs/benchmarks.md
+	$(BIN)/python -m engine bench --per-category 1 --max-new-tokens 48 --threads 1 --temperatures 0 --out docs/results/bench-smollm2-greedy.json --markdown docs/benchmarks.md

@@ -352,6 +352,21 @@ def cmd_multibench(a) -> int:
             tmp.write_text(json.dumps(result, indent=1))
             tmp.replace(a.out)
 
+    if a.modes_only:
+        from engine.prompts import encode, load_prompts
+
+        p0 = load_prompts(a.prompts, limit=1, per_category=cfg.per_category)[0]
+        ids = encode(target.tokenizer, p0.text)
+        measure_modes(target.lm, draft.lm, ids, ks=(2,), ls=(4,), reps=1)  # warm-up
+        result = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "target": target.lm.name,
+                  "draft": draft.lm.name, "dtype": str(target.lm.dtype).replace("torch.", ""),
+                  "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+                  "prompts": [{"question_id": p0.question_id, "category": p0.category}], "rows": [],
+                  "modes": measure_modes(target.lm, draft.lm, ids, ks=tuple(k for k in cfg.ks if k > 1) or (2,),
+                                         ls=cfg.ls)}
+        save(result)
+        print(format_tables(result))
+        return 0
     result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
                             modes=a.modes, checkpoint=save)
     save(result)
