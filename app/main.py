@@ -13,6 +13,7 @@ PAGES = [
     st.Page("pages/live.py", title="Live", icon=":material/bolt:"),
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
     st.Page("pages/sweeps.py", title="Sweeps", icon=":material/grid_on:"),
+    st.Page("pages/dpace.py", title="D-PACE", icon=":material/model_training:"),
 ]
 
 st.navigation(PAGES).run()
