@@ -9,37 +9,12 @@ often but not always — the regime where window length matters. Imports torch: 
 
 from __future__ import annotations
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from engine.tiny import noisy_copy, tiny_llama  # noqa: F401  (the demo pair's builders)
 
 TINY_LABEL = "tiny random demo models (untrained; tokens are ids, not text)"
 TINY_TARGET = "tiny-random-llama-target"
 TINY_DRAFT = "tiny-random-llama-draft"
 TINY_VOCAB = 64  # as in the tests: big enough for varied drafts, small enough to build instantly
-
-
-def tiny_llama(seed: int, vocab: int = TINY_VOCAB, layers: int = 2, hidden: int = 32) -> LlamaForCausalLM:
-    """A two-layer Llama with no special tokens, so decoding never stops early on a random EOS."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = None
-    return model
-
-
-def noisy_copy(model: LlamaForCausalLM, seed: int, scale: float) -> LlamaForCausalLM:
-    """The target's weights plus Gaussian noise of `scale` × each tensor's std: a draft of tunable quality."""
-    cfg = model.config
-    draft = tiny_llama(seed, cfg.vocab_size, cfg.num_hidden_layers, cfg.hidden_size)
-    draft.load_state_dict(model.state_dict())
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(scale * p.std() * torch.randn(p.shape, generator=g))
-    return draft
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.1):

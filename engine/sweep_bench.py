@@ -42,26 +42,14 @@ def tiny_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
 
 
-def tiny_llama(seed: int, vocab: int = 64, layers: int = 2, hidden: int = 32):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = None
-    return model
-
-
 def make_tiny_models(root: str | os.PathLike = TINY_DIR, noise: float = 0.1, seed: int = 0, layers: int = 2,
                      hidden: int = 32) -> tuple[Path, Path]:
     """Write root/target and root/draft (target + `noise` × std weight noise); returns their paths."""
     import torch
 
     root = Path(root)
+    from engine.tiny import tiny_llama
+
     target = tiny_llama(seed, layers=layers, hidden=hidden)
     draft = tiny_llama(seed + 1, layers=layers, hidden=hidden)
     draft.load_state_dict(target.state_dict())
