@@ -18,7 +18,8 @@ def _add_decode(sub) -> None:
     p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
     p.add_argument("--draft", default=None, help="draft model; omit for autoregressive decoding")
     p.add_argument("--policy", default="fixed:4", help="window policy, e.g. fixed:4, heuristic, confidence:0.4")
-    p.add_argument("--verifier", default="token")
+    p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | spectr-gbv-published")
+    p.add_argument("--k", type=int, default=1, help="i.i.d. drafts per step (multi-draft verifiers need K ≥ 1)")
     p.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
     p.add_argument("--limit", type=int, default=None, help="first N prompts")
     p.add_argument("--per-category", type=int, default=None, help="first N prompts of each task")
@@ -43,6 +44,7 @@ def cmd_decode(a) -> int:
     from engine.prompts import encode, load_prompts
     from engine.run import Request, run_requests
     from engine.sampling import SamplingConfig
+    from engine.verify import MULTI_DRAFT
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -56,12 +58,20 @@ def cmd_decode(a) -> int:
         draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target,
                            want_hidden=bool(policy and policy.needs_hidden))
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    target_lm, draft_lm = target.lm, draft.lm if draft else None
+    if draft is not None and cfg.verifier in MULTI_DRAFT:
+        from engine.drafters.multi import MultiDraftConfig, MultiDrafter
+        from engine.tree import TreeTarget
+
+        target_lm, draft_lm = TreeTarget(target.lm), MultiDrafter(draft.lm, MultiDraftConfig(k=a.k))
+    elif a.k != 1:
+        raise ValueError(f"--k {a.k} needs a multi-draft verifier (rrs, kseq, rbv, spectr-gbv-published)")
     tok = target.tokenizer
     if tok is None:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
     eos = eos_token_ids(target)
-    summary = run_requests(target.lm, draft.lm if draft else None, policy, cfg, requests, a.out, eos_ids=eos,
+    summary = run_requests(target_lm, draft_lm, policy, cfg, requests, a.out, eos_ids=eos,
                            decode_text=lambda ids: tok.decode(ids),
                            header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
                                          "prompts_file": str(a.prompts)})

@@ -235,14 +235,16 @@ def block_decision(mean: float, threshold: float, rho: float) -> tuple[bool, flo
 class Pacer(WindowPolicy):
     """Draft in blocks of b; after each block stop if M_B's mean acceptance < t, else t ← t·ρ.
 
-    Defaults b = 4, t₀ = 0.5, ρ = 1.1, max = 16 are placeholders until the held-out sweep (see
-    docs/benchmarks.md) is run for a pair; `model` injects an M_B instance (tests), else `weights`
-    (default: models/pacer-smollm2/pacer.safetensors) is loaded."""
+    Defaults b = 1, t₀ = 0.6, ρ = 1.05, max = 16: the best row of the held-out sweep for
+    smollm2-135m + smollm2-draft (docs/benchmarks.md, PACER section). That draft is weak (≈0.5
+    accepted per step), so short, per-token checks win; re-sweep for a stronger pair. `model`
+    injects an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors)
+    is loaded."""
 
     name = "pacer"
     needs_hidden = True
 
-    def __init__(self, block: int = 4, threshold: float = 0.5, rho: float = 1.1, max_window: int = 16,
+    def __init__(self, block: int = 1, threshold: float = 0.6, rho: float = 1.05, max_window: int = 16,
                  weights: str | None = None, model: PreVerifier | None = None) -> None:
         super().__init__(max_window)
         if not (isinstance(block, int) and 1 <= block <= max_window):

@@ -82,6 +82,10 @@ def cmd_data(a) -> int:
         costs = {"t_verify_ms": measure_verify(target.lm, ids, cfg.window + 1)}
     splits = ("heldout", "train") if a.split == "all" else (a.split,)
     out = generate(cfg, target.lm, draft.lm, target.tokenizer, eos, costs, splits)
+    man = out / "manifest.json"
+    m = json.loads(man.read_text())
+    m["command"] = " ".join(["python -m engine", *sys.argv[1:]])
+    man.write_text(json.dumps(m, indent=1))
     print(f"wrote shards to {out}")
     return 0
 

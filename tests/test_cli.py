@@ -95,3 +95,15 @@ def test_mismatched_tokenizers_refused(model_dirs, tmp_path, capsys):
     assert main(["decode", "--target", str(t), "--draft", str(other), "--prompts", str(prompts),
                  "--out", str(tmp_path / "y.jsonl")]) == 2
     assert "draft vocabulary (80 tokens) differs from the target's (64 tokens)" in capsys.readouterr().err
+
+
+def test_multidraft_decode_cli(model_dirs, tmp_path):
+    t, d, prompts = model_dirs
+    out = tmp_path / "rbv.jsonl"
+    assert main(["decode", "--target", str(t), "--draft", str(d), "--policy", "fixed:3", "--verifier", "rbv",
+                 "--k", "2", "--temperature", "0.8", "--prompts", str(prompts), "--max-new-tokens", "10",
+                 "--dtype", "fp32", "--out", str(out)]) == 0
+    tr = load_trace(out)
+    assert tr.header["verifier"] == "rbv" and all(len(s["all_drafts"]) == 2 for s in tr.steps if s["window"])
+    assert main(["decode", "--target", str(t), "--draft", str(d), "--k", "2", "--prompts", str(prompts),
+                 "--out", str(tmp_path / "z.jsonl")]) == 2

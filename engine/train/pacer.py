@@ -108,7 +108,7 @@ def evaluate(model: PreVerifier, data: StepData, scheme: str = "prefix") -> dict
                                    "auc_q": auc(data.q[km], y[km]), "auc_cumprod_q": auc(cum[km], y[km]),
                                    "tokens": int(km.sum())}
     temps = torch.repeat_interleave(data.temperature, data.window.long())
-    out["by_temperature"] = {str(float(t)): {"auc": auc(s[keep & (temps == t)], y[keep & (temps == t)]),
+    out["by_temperature"] = {str(round(float(t), 3)): {"auc": auc(s[keep & (temps == t)], y[keep & (temps == t)]),
                                              "ece": calibration(s[keep & (temps == t)], y[keep & (temps == t)])[0]}
                              for t in temps.unique().tolist()}
     return out
@@ -251,6 +251,7 @@ best held-out BCE at step {summary['best_step']}; wall time {summary['wall_s']:.
 
 ## Retrain
 ```
+{data_manifest.get('command', 'python -m engine pacer data')}
 {command}
 ```
 """
