@@ -280,7 +280,8 @@ def cmd_bench(a) -> int:
         if s != "ar" and not s.startswith("hf:"):
             parse_policy(s)
     target = load_model(a.target, a.dtype, a.device, role="target")
-    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
+    hidden = any(s != "ar" and not s.startswith("hf:") and parse_policy(s).needs_hidden for s in cfg.configs)
+    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target))
     print(format_table(result))

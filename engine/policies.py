@@ -17,6 +17,7 @@ Policies and their sources (details in the project notes on adaptive length):
 | confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4)     | HF ConfidenceCriteria    |
 | cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
 | entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
+| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer)    | PACER                    |
 
 `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
 """
@@ -236,12 +237,17 @@ def _number(text: str) -> int | float:
     try:
         return int(text)
     except ValueError:
-        return float(text)
+        try:
+            return float(text)
+        except ValueError:
+            return text  # e.g. pacer's weights=PATH
 
 
 def parse_policy(spec: str) -> WindowPolicy:
     """'fixed:4', 'heuristic', 'confidence:0.3,max=12', 'entropy:2.0' → a policy instance."""
     name, _, rest = spec.strip().partition(":")
+    if name == "pacer" and name not in POLICIES:
+        import engine.pacer  # noqa: F401  (registers itself; keeps torch out of plain policy imports)
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
     entry = POLICIES[name]
