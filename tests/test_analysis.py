@@ -394,3 +394,13 @@ def test_cli_reference_end_to_end(tiny_target, sharp_draft, tmp_path, capsys):
     assert len(r.requests) == 2 and r.requests[0]["prompt_ids"] == PROMPTS[0] and r.header["timings"]
     assert "python -m engine" in r.header["command"] and "wrote" in capsys.readouterr().out
     assert _cli(["analyze", str(ref_out), "--costs", "0.05"]) == 0
+
+
+def test_oracle_is_never_beaten_in_target_calls(ref):
+    """No simulated policy (fixed or adaptive) needs fewer target calls than the exact oracle."""
+    wt = window_table(ref, 0.05, policies=("heuristic", "confidence:0.4", "cumulative", "entropy",
+                                            "confidence:0.9", "heuristic:1,max=8"))
+    for _, rows in wt.groupby("task"):
+        rows = rows.set_index("policy")
+        assert (rows["target_calls"] >= rows.loc["oracle:a", "target_calls"]).all(), rows["target_calls"]
+        assert len(rows) > 17  # 16 fixed windows, the oracles and the adaptive policies all simulated
