@@ -313,7 +313,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     ck = run / "ckpt.pt"
     step, wall, offset = 0, 0.0, None
     if ck.is_file():
-        st = torch.load(ck, weights_only=False)
+        st = torch.load(ck, weights_only=True)
         if st["config"] != asdict(cfg):
             raise ValueError(f"{ck}: checkpoint was written with a different config; delete the run directory")
         model.load_state_dict(st["model"])

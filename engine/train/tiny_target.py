@@ -159,7 +159,7 @@ def train_target(cfg: TinyConfig) -> Path:
     ck = root / "target-ckpt.pt"
     step, used = 0, 0.0
     if ck.is_file():
-        st = torch.load(ck, weights_only=False)
+        st = torch.load(ck, weights_only=True)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, used = st["step"], st["used_s"]
