@@ -44,6 +44,7 @@ import torch
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, _sync, decode
+from engine.fields import number_list
 from engine.prompts import task_of
 from engine.sampling import SamplingConfig, entropy, probs_from_logits
 from engine.trace import TOKEN_MAX, TraceError
@@ -268,17 +269,7 @@ def _fail(where: str, fld: str, msg: str):
 
 
 def _numbers(d: dict, k: str, where: str, n: int, lo: float, hi: float, integer: bool = False) -> None:
-    v = d.get(k)
-    if not isinstance(v, list):
-        _fail(where, k, f"expected a list, got {type(v).__name__}")
-    if len(v) != n:
-        _fail(where, k, f"has {len(v)} entries, expected {n} (one per output position)")
-    for i, x in enumerate(v):
-        ok = isinstance(x, int) if integer else isinstance(x, (int, float))
-        if not ok or isinstance(x, bool):
-            _fail(where, f"{k}[{i}]", f"expected {'an integer' if integer else 'a number'}, got {type(x).__name__}")
-        if not math.isfinite(x) or not lo - 1e-6 <= x <= hi + 1e-6:
-            _fail(where, f"{k}[{i}]", f"{x} outside [{lo}, {hi}]")
+    number_list(d, k, where, n, lo, hi, _fail, integer=integer, per="one per output position")
 
 
 def _check_header(d: dict, where: str) -> None:

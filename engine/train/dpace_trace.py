@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.fields import number_list
+
 SCHEMA = "speclab.dpace_trace"
 VERSION = 1
 OBJECTIVES = ("uniform", "dflash", "dpace", "dpace-mean", "dpace-cum", "dpace-cont")
@@ -103,17 +105,7 @@ def _int(d, k, where, lo=0, hi=1 << 62):
 
 
 def _vec(d, k, where, n, lo, hi, integer=False):
-    v = d.get(k)
-    if not isinstance(v, list):
-        _fail(where, k, f"expected a list, got {type(v).__name__}")
-    if len(v) != n:
-        _fail(where, k, f"has {len(v)} entries, expected {n}")
-    for i, x in enumerate(v):
-        ok = isinstance(x, int) if integer else isinstance(x, (int, float))
-        if not ok or isinstance(x, bool):
-            _fail(where, f"{k}[{i}]", f"expected {'an integer' if integer else 'a number'}, got {type(x).__name__}")
-        if not math.isfinite(x) or not lo - 1e-6 <= x <= hi + 1e-6:
-            _fail(where, f"{k}[{i}]", f"{x} outside [{lo}, {hi}]")
+    number_list(d, k, where, n, lo, hi, _fail, integer=integer)
 
 
 def validate_header(d: dict, where: str) -> None:
