@@ -254,7 +254,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma list; 'ar', policies, hf:MODE:VAL")
     p.add_argument("--temperatures", default="0,0.7")
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--warmup", type=int, default=1)

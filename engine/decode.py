@@ -55,6 +55,9 @@ class StepRecord:
     all_drafts: tuple[tuple[int, ...], ...] | None = None
     chosen: int = 0
     decisions: tuple[int, ...] | None = None  # per-position accept (1) / reject (0) of the chosen path
+    # Part of t_verify_ms spent in the verification rule itself (target probs → decisions), without
+    # the target forward: the per-step overhead of a verifier, e.g. RBV over K drafts vs token SD.
+    t_rule_ms: float = 0.0
 
     @property
     def window(self) -> int:
@@ -160,6 +163,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             prop = Proposal([[]], [torch.zeros(0, target.vocab_size)], [[]], [[]], "none")
         t_v0 = time.perf_counter()
         logits = score_paths(target, seq, prop)
+        t_r0 = time.perf_counter()
         p_list = [probs_from_logits(x, sc) for x in logits]
         n_u = uniforms_needed(cfg.verifier, [len(b) for b in prop.tokens])
         u = torch.rand(n_u, generator=gen, dtype=torch.float64)
@@ -169,6 +173,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
         else:
             res = verify(prop.tokens[0], prop.q[0], p_list[0], u)
             chosen = 0
+        t_rule = (time.perf_counter() - t_r0) * 1e3
         commit_target(target, seq, S, prop, chosen, res.accepted)
         _sync(target)
         t_v1 = time.perf_counter()
@@ -206,7 +211,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             stop_reason=prop.stop_reason, t_draft_ms=(t_v0 - t_d0) * 1e3, t_verify_ms=(t_v1 - t_v0) * 1e3,
             t_prefill_ms=t_prefill if step == 0 else 0.0, finished=finished, policy_fields=fields,
             all_drafts=tuple(tuple(b) for b in prop.tokens) if prop.k > 1 else None, chosen=chosen,
-            decisions=getattr(res, "decisions", None),
+            decisions=getattr(res, "decisions", None), t_rule_ms=t_rule,
         )
         step += 1
         if finished:

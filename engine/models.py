@@ -35,13 +35,28 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def native_bf16(device: str = "cpu") -> bool:
+    """True where bf16 matmuls run in hardware: CUDA, or a CPU with avx512_bf16 / AMX.
+
+    Elsewhere (e.g. an AVX2-only x86 CPU) torch emulates bf16 and a 2048-row Linear is ~9× slower
+    than in fp32 (measured, docs/benchmarks.md), so 'auto' must not pick it there.
+    """
+    if device.startswith("cuda"):
+        return True
+    try:
+        flags = open("/proc/cpuinfo", encoding="ascii", errors="ignore").read()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: str = "cpu") -> torch.dtype:
-    """'auto' = bf16: on this kind of CPU (avx512_bf16) and on GPUs it is ~1.5–2× faster than fp32
-    and its verify cost is flat up to ~8 tokens (measured in the project notes)."""
+    """'auto' = bf16 where it is native (CUDA, avx512_bf16/AMX CPUs: ~1.5–2× faster than fp32 with a
+    verify cost flat up to ~8 tokens), else fp32 (emulated bf16 is several times slower)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16
+        return torch.bfloat16 if native_bf16(device) else torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from fp32, bf16, fp16, auto")
     return DTYPES[dtype]

@@ -90,16 +90,17 @@ def run_one(spec: str, target, draft, ids: list[int], temp: float, cfg: MultiBen
             tgt = TreeTarget(target, TreeConfig(tree_mode or cfg.tree_mode))
             drf = MultiDrafter(draft, MultiDraftConfig(k=k, mode=draft_mode or cfg.draft_mode))
     t0 = time.perf_counter()
-    out, calls, acc, t_draft, t_verify = 0, 0, 0, 0.0, 0.0
+    out, calls, acc, t_draft, t_verify, t_rule = 0, 0, 0, 0.0, 0.0, 0.0
     for rec in decode(tgt, drf, ids, pol, dc, eos_ids=eos):
         out += rec.emitted
         calls += 1
         acc += rec.accepted
         t_draft += rec.t_draft_ms
         t_verify += rec.t_verify_ms
+        t_rule += rec.t_rule_ms
     wall = time.perf_counter() - t0
     return {"config": spec, "temperature": temp, "new_tokens": out, "target_calls": calls, "accepted": acc,
-            "wall_s": wall, "t_draft_ms": t_draft, "t_verify_ms": t_verify}
+            "wall_s": wall, "t_draft_ms": t_draft, "t_verify_ms": t_verify, "t_rule_ms": t_rule}
 
 
 def aggregate(runs: list[dict]) -> list[dict]:
@@ -116,7 +117,12 @@ def aggregate(runs: list[dict]) -> list[dict]:
                          "prompts": len(rs), "block_efficiency": tok / calls, "accepted_per_call": sum(
                              r["accepted"] for r in rs) / calls, "tokens_per_s": tps, "speedup": tps / base,
                          "draft_share": sum(r["t_draft_ms"] for r in rs) / max(1e-9, sum(
-                             r["t_draft_ms"] + r["t_verify_ms"] for r in rs))})
+                             r["t_draft_ms"] + r["t_verify_ms"] for r in rs)),
+                         # Per target call: drafting, the verify call (target pass + rule), the rule alone.
+                         "draft_ms_per_call": sum(r["t_draft_ms"] for r in rs) / calls,
+                         "verify_ms_per_call": sum(r["t_verify_ms"] for r in rs) / calls,
+                         "rule_ms_per_call": (sum(r["t_rule_ms"] for r in rs) / calls
+                                              if all("t_rule_ms" in r for r in rs) else None)})
     return rows
 
 
@@ -137,6 +143,24 @@ def _grid_tables(rows: list[dict]) -> list[str]:
                     cells.append("–" if r is None else f"{r['block_efficiency']:.2f} / {r['speedup']:.2f}×")
                 if any(c != "–" for c in cells):
                     lines.append(f"| {LABELS[m]} | {k} | " + " | ".join(cells) + " |")
+    for temp in temps:
+        lines += [f"\nT = {temp}: per target call, ms — drafting / verify call (target pass + rule) / rule alone "
+                  "(– where the run predates rule timing)\n",
+                  "| method | K | " + " | ".join(f"L = {L}" for L in ls) + " |", "|---|---|" + "---|" * len(ls)]
+        for m in ["ar"] + methods:
+            for k in ks if m != "ar" else [1]:
+                cells = []
+                for L in ls if m != "ar" else [0]:
+                    r = next((r for r in rows if (r["temperature"], r["method"], r["k"], r["L"]) == (temp, m, k, L)), None)
+                    if r is None or "verify_ms_per_call" not in r:
+                        cells.append("–")
+                    else:
+                        rule = "–" if r.get("rule_ms_per_call") is None else f"{r['rule_ms_per_call']:.1f}"
+                        cells.append(f"{r['draft_ms_per_call']:.0f} / {r['verify_ms_per_call']:.0f} / {rule}")
+                if any(c != "–" for c in cells):
+                    label = "autoregressive" if m == "ar" else LABELS[m]
+                    lines.append(f"| {label} | {k} | " + " | ".join(cells) + (" |" if m != "ar" else
+                                                                               " |" + " |" * (len(ls) - 1)))
     # Paper-shaped comparison at the paper's main setting (T = 0.4, K = 3, L = 8 or the closest run).
     temp = 0.4 if 0.4 in temps else temps[len(temps) // 2]
     L = 8 if 8 in ls else ls[-1]
@@ -158,7 +182,24 @@ def _grid_tables(rows: list[dict]) -> list[str]:
     return lines
 
 
+def merge_results(results: list[dict]) -> dict:
+    """One result from several runs of the grid (e.g. one per temperature): runs are concatenated and
+    the rows re-aggregated, so every ratio still compares configurations timed side by side."""
+    if not results:
+        raise ValueError("nothing to merge")
+    out = dict(results[0])
+    out["runs"] = [r for res in results for r in res.get("runs", [])]
+    out["rows"] = aggregate(out["runs"]) if out["runs"] else []
+    cfg = dict(out.get("config", {}))
+    cfg["temps"] = sorted({t for res in results for t in res.get("config", {}).get("temps", [])})
+    out["config"] = cfg
+    out["command"] = " ; ".join(res.get("command", "?") for res in results)
+    return out
+
+
 def format_tables(result: dict) -> str:
+    if result.get("runs"):  # re-aggregate so older result files get the newer per-call columns
+        result = dict(result, rows=aggregate(result["runs"]))
     lines = _grid_tables(result["rows"]) if result["rows"] else []
     if result.get("modes"):
         lines += ["\nOne step's cost, median ms on the first prompt (T = 0.4): K-way drafting batched vs sequential, "
@@ -307,13 +348,14 @@ def add_parser(sub) -> None:
     p.add_argument("--draft-mode", default=d.draft_mode, choices=("auto", "batch", "sequential"))
     p.add_argument("--modes", action="store_true", help="also time batched/sequential drafting × tree/batch scoring")
     p.add_argument("--modes-only", action="store_true", help="only the component timings (no decoding grid)")
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="docs/results/multibench.json")
     p.add_argument("--markdown", default=None, help="append a dated section to this file (e.g. docs/benchmarks.md)")
     p.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
-    p.add_argument("--from-json", default=None, help="render (and --markdown append) an earlier or partial result")
+    p.add_argument("--from-json", default=None, help="render (and --markdown append) an earlier or partial result; "
+                   "comma-separated files are merged (e.g. one per temperature)")
     p.set_defaults(func=cmd_multibench)
 
 
@@ -323,7 +365,7 @@ def cmd_multibench(a) -> int:
     from engine.models import check_pair, eos_token_ids, load_model
 
     if a.from_json:
-        result = json.loads(Path(a.from_json).read_text())
+        result = merge_results([json.loads(Path(f).read_text()) for f in a.from_json.split(",")])
         print(format_tables(result))
         if a.markdown:
             append_markdown(result, Path(a.markdown), result.get("command", "?"), a.machine)

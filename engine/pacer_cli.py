@@ -256,7 +256,7 @@ def cmd_bench(a) -> int:
 def _pair_args(p) -> None:
     p.add_argument("--target", default="smollm2-135m")
     p.add_argument("--draft", default="smollm2-draft")
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
 

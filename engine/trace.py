@@ -42,7 +42,7 @@ def step_to_dict(rec) -> dict[str, Any]:
     d["type"] = "step"
     d["window"] = len(rec.draft_tokens)
     d["emitted"] = len(rec.emitted_tokens)
-    for k in ("t_draft_ms", "t_verify_ms", "t_prefill_ms"):
+    for k in ("t_draft_ms", "t_verify_ms", "t_prefill_ms", "t_rule_ms"):
         d[k] = round(d[k], 4)
     for k in ("q_draft", "p_target", "accept_probs", "draft_entropy"):
         d[k] = [round(float(x), 7) for x in d[k]]
@@ -219,6 +219,12 @@ def validate_step(d: dict, where: str) -> None:
         v = d.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
             _fail(where, k, f"expected a finite non-negative time in ms, got {v!r}")
+    if d.get("t_rule_ms") is not None:  # optional (older traces lack it): the rule's share of the verify call
+        v = d["t_rule_ms"]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            _fail(where, "t_rule_ms", f"expected a finite non-negative time in ms, got {v!r}")
+        if v > d["t_verify_ms"] + 1e-3:
+            _fail(where, "t_rule_ms", f"{v} ms in the rule > the whole verify call ({d['t_verify_ms']} ms)")
     for k in ("correction", "bonus"):
         _int(d, k, where, hi=TOKEN_MAX, optional=True)
     if not isinstance(d.get("stop_reason"), str):

@@ -37,6 +37,11 @@ def test_round_trip_and_summary(trace_file):
     assert {"torch", "transformers", "python"} <= set(h["software"])
 
 
+def test_rule_time_is_part_of_the_verify_call(trace_file):
+    steps = load_trace(trace_file[0]).steps
+    assert all(0 < s["t_rule_ms"] <= s["t_verify_ms"] for s in steps)
+
+
 def test_parquet_round_trip(trace_file, tmp_path):
     path, _ = trace_file
     t = load_trace(path)
@@ -108,6 +113,9 @@ BAD = {
     "bad token id": (lambda r, i: (r[i]["draft_tokens"].__setitem__(0, -3), r)[1], "field 'draft_tokens[0]'", "not a token id"),
     "step gap": (_set("step", 42), "field 'step'", "expected step"),
     "unknown type": (_set("type", "mystery"), "field 'type'", "unknown record type"),
+    "rule time > verify": (lambda r, i: (r[i].__setitem__("t_rule_ms", r[i]["t_verify_ms"] + 5), r)[1],
+                           "field 't_rule_ms'", "> the whole verify call"),
+    "negative rule time": (_set("t_rule_ms", -1.0), "field 't_rule_ms'", "non-negative"),
 }
 
 
