@@ -2,7 +2,7 @@
 
     decode    run speculative (or autoregressive) decoding over a prompts file, write a trace
     validate  print a trace's summary, or its first error
-    export    convert a trace between JSONL and Parquet
+    export    convert a trace to Parquet (OUT.parquet) or Perfetto step timings (OUT.perfetto.json)
 """
 
 from __future__ import annotations
@@ -110,14 +110,25 @@ def cmd_validate(a) -> int:
 
 
 def cmd_export(a) -> int:
-    from engine.trace import load_trace, to_parquet
+    """The output's suffix picks the format: .parquet (a trace again, loadable everywhere) or .json
+    (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.perfetto)."""
+    from engine.trace import TraceError, load_trace, to_parquet
 
-    t = load_trace(a.src)
+    try:
+        t = load_trace(a.src)
+    except TraceError as e:
+        raise ValueError(str(e)) from None
     dst = Path(a.dst)
     if dst.suffix == ".parquet":
         to_parquet(t, dst)
+    elif dst.suffix == ".json":
+        from engine.perfetto import to_perfetto
+
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(json.dumps(to_perfetto(t)), encoding="utf-8")
     else:
-        raise ValueError("export writes Parquet (.parquet); JSONL is the engine's native output")
+        raise ValueError(f"{dst.name}: export writes Parquet (.parquet) or Perfetto trace events (.json, e.g. "
+                         f"OUT.perfetto.json); JSONL is the engine's native output")
     print(f"wrote {dst} ({len(t.steps)} steps)")
     return 0
 
@@ -130,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate traces and print their summary")
     v.add_argument("traces", nargs="+")
     v.add_argument("--json", action="store_true", help="also print the summary as JSON")
-    e = sub.add_parser("export", help="convert a JSONL trace to Parquet")
+    e = sub.add_parser("export", help="convert a trace to Parquet (.parquet) or Perfetto step timings (.json)")
     e.add_argument("src")
     e.add_argument("dst")
     for name, mod in EXTRA_COMMANDS.items():
@@ -144,6 +155,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "bench": "engine.bench",
     "audit": "engine.audit",
     "multibench": "engine.multibench",
+    "costs": "engine.costs_cli",
     "analysis": "engine.analysis_cli",
     "pacer": "engine.pacer_cli",
     "dpace": "engine.train.dpace_cli",

@@ -129,3 +129,42 @@ def iid_theory(alpha: float, c: float, gammas: Sequence[int] = range(1, 17)) -> 
     return df.assign(alpha=alpha, c=c, best_gamma=int(best["gamma"]), s_best_fixed=float(best["speedup"]),
                      s_oracle_a=sa, s_oracle_b=sb, ratio_a=sa / float(best["speedup"]),
                      ratio_b=sb / float(best["speedup"]), exact="closed form (i.i.d. acceptance)")
+
+
+def required_alpha(cm: CostModel, gamma: int, speedup: float, tol: float = 1e-9) -> float | None:
+    """Smallest i.i.d. acceptance α at which a fixed window γ reaches `speedup` under `cm`:
+
+        S(α, γ) = E[emitted](α, γ) / cost(γ) = (1 − α^{γ+1}) / ((1 − α)(γc + v(γ)))
+
+    S is increasing in α, from 1/cost(γ) at α = 0 to (γ+1)/cost(γ) at α → 1, so bisection finds it;
+    None when even α = 1 falls short. Worked example: flat verify, c = 0, γ = 1, S = 1.5 → α = 0.5.
+    """
+    if gamma < 1:
+        raise ValueError(f"gamma must be ≥ 1, got {gamma}")
+    cost = cm.step(gamma)
+    if (gamma + 1) / cost < speedup:
+        return None
+    if 1.0 / cost >= speedup:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if expected_emitted(mid, gamma) / cost >= speedup:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def requirements(cm: CostModel, gammas: Sequence[int] = (1, 2, 3, 4, 6, 8),
+                 speedups: Sequence[float] = (1.0, 1.3)) -> pd.DataFrame:
+    """One row per γ: v(γ), cost(γ), the ceiling (γ+1)/cost(γ) and, per target speedup S, the
+    acceptance α that γ needs to reach S (NaN where unreachable at any α)."""
+    rows = []
+    for g in gammas:
+        row = {"gamma": g, "v": cm.v(g), "cost": cm.step(g), "ceiling": (g + 1) / cm.step(g)}
+        for s in speedups:
+            a = required_alpha(cm, g, s)
+            row[f"alpha_for_{s:g}x"] = float("nan") if a is None else a
+        rows.append(row)
+    return pd.DataFrame(rows)

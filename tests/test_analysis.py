@@ -404,3 +404,18 @@ def test_oracle_is_never_beaten_in_target_calls(ref):
         rows = rows.set_index("policy")
         assert (rows["target_calls"] >= rows.loc["oracle:a", "target_calls"]).all(), rows["target_calls"]
         assert len(rows) > 17  # 16 fixed windows, the oracles and the adaptive policies all simulated
+
+
+def test_required_alpha_inverts_the_speedup_formula():
+    """Worked example (flat verify, c = 0, γ = 1): S = 1 + α, so S = 1.5 needs α = 0.5; an
+    unreachable S gives None; a measured verify curve raises the bar."""
+    from engine.costmodel import CostModel, expected_emitted, required_alpha
+
+    assert required_alpha(CostModel.flat(0.0), 1, 1.5) == pytest.approx(0.5, abs=1e-8)
+    assert required_alpha(CostModel.flat(0.0), 1, 2.5) is None
+    assert required_alpha(CostModel.flat(0.5), 2, 0.4) == 0.0  # α = 0 already gives 1/cost = 0.5
+    measured = CostModel(c=0.15, verify=(1.0, 1.67, 2.03, 2.0, 1.86))
+    for g in (1, 2, 3, 4):
+        a_flat, a_meas = required_alpha(CostModel.flat(0.15), g, 1.0), required_alpha(measured, g, 1.0)
+        assert a_meas > a_flat
+        assert expected_emitted(a_meas, g) / measured.step(g) == pytest.approx(1.0, rel=1e-6)

@@ -107,3 +107,36 @@ def test_multidraft_decode_cli(model_dirs, tmp_path):
     assert tr.header["verifier"] == "rbv" and all(len(s["all_drafts"]) == 2 for s in tr.steps if s["window"])
     assert main(["decode", "--target", str(t), "--draft", str(d), "--k", "2", "--prompts", str(prompts),
                  "--out", str(tmp_path / "z.jsonl")]) == 2
+
+
+def test_costs_command_solves_the_acceptance_each_window_needs(model_dirs, tmp_path, capsys):
+    """`costs` measures c and v(γ) and, per γ, the α at which E[emitted]/cost(γ) reaches each speedup."""
+    from engine.costmodel import CostModel, expected_emitted
+
+    t, d, _ = model_dirs
+    out, md = tmp_path / "costs.json", tmp_path / "bench.md"
+    assert main(["costs", "--target", str(t), "--draft", str(d), "--dtype", "fp32", "--threads", "1",
+                 "--max-window", "4", "--repeats", "2", "--speedups", "1,1.3", "--out", str(out),
+                 "--markdown", str(md)]) == 0
+    res = json.loads(out.read_text())
+    block = res["by_threads"][0]
+    cm = CostModel.from_timings(block["timings"])
+    assert block["c"] == pytest.approx(cm.c)
+    assert [r["gamma"] for r in block["rows"]] == [1, 2, 3, 4]
+    for r in block["rows"]:
+        cost = r["gamma"] * cm.c + cm.v(r["gamma"])
+        assert r["cost"] == pytest.approx(cost) and r["ceiling"] == pytest.approx((r["gamma"] + 1) / cost)
+        for s in (1.0, 1.3):
+            a = r[f"alpha_for_{s:g}x"]
+            if a is None or a != a:  # NaN: unreachable even at α → 1
+                assert r["ceiling"] < s
+            elif a > 0:
+                assert expected_emitted(a, r["gamma"]) / cost == pytest.approx(s, rel=1e-6)
+    assert "α for 1.3x" in capsys.readouterr().out and "what acceptance" in md.read_text()
+
+
+def test_costs_command_rejects_bad_settings(model_dirs, capsys):
+    t, d, _ = model_dirs
+    assert main(["costs", "--target", str(t), "--draft", str(d), "--threads", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "--threads must be positive" in err and len(err.strip().splitlines()) == 1

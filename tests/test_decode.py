@@ -141,3 +141,23 @@ def test_chi_square_detects_a_biased_loop():
     _, draft_joint = _exact_joint(draft, [0], 3)
     counts = np.random.default_rng(0).multinomial(20_000, draft_joint)
     assert chisquare(counts, expected * 20_000).pvalue < 1e-4
+
+
+def test_auto_dtype_is_bf16_only_where_native(monkeypatch):
+    """'auto' picks bf16 on CUDA and on CPUs with bf16 instructions, fp32 where torch would emulate it."""
+    import builtins
+    import io
+
+    import torch
+
+    from engine import models
+
+    assert models.resolve_dtype("auto", "cuda") == torch.bfloat16
+    real_open = builtins.open
+    for flags, want in (("flags : fpu avx2 fma", torch.float32), ("flags : avx2 avx512f avx512_bf16", torch.bfloat16),
+                        ("flags : avx2 amx_bf16 amx_tile", torch.bfloat16)):
+        monkeypatch.setattr(builtins, "open", lambda p, *a, _f=flags, **k: io.StringIO(_f) if p == "/proc/cpuinfo"
+                            else real_open(p, *a, **k))
+        assert models.resolve_dtype("auto", "cpu") == want, flags
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert models.resolve_dtype("fp32") == torch.float32 and models.resolve_dtype("bf16") == torch.bfloat16
