@@ -136,6 +136,10 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     sc = cfg.sampling
     verify = VERIFIERS[cfg.verifier]
     multi = cfg.verifier in MULTI_DRAFT
+    if (drafter is not None and policy is not None and not sc.greedy
+            and not getattr(policy, "trim_exact_when_sampling", True)):
+        raise ValueError(f"policy {policy.spec!r} drops drafts by their own scores, which is exact only for greedy "
+                         "decoding; use trim=0 or confidence:t,trim=1 (which corrects its proposal) at T > 0")
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     eos = set(eos_ids)
     seq = list(prompt_ids)

@@ -25,7 +25,8 @@ names hidden states and positional encodings only ([unconfirmed], project notes 
 Stop rule, after block k (tokens (k−1)b+1 .. kb) with threshold t (t = t₀ at the step's start):
 
     m_k = mean(s_i over block k)
-    m_k <  t  → stop drafting, verify             (stop reason "pre_verify")
+    m_k <  t  → stop drafting, verify             (stop reason "pre_verify"; with trim=1 block k itself
+                                                   is dropped unverified — ours, not in the paper)
     m_k >= t  → t ← t·ρ (ρ ≥ 1), draft block k+1  (continuation gets harder as the draft grows)
     γ reaches max                                 (stop reason "cap")
 
@@ -245,8 +246,11 @@ class Pacer(WindowPolicy):
     needs_hidden = True
 
     def __init__(self, block: int = 1, threshold: float = 0.6, rho: float = 1.05, max_window: int = 16,
-                 weights: str | None = None, model: PreVerifier | None = None) -> None:
+                 weights: str | None = None, model: PreVerifier | None = None, trim: int = 0) -> None:
         super().__init__(max_window)
+        if trim not in (0, 1):
+            raise ValueError(f"pacer trim must be 0 or 1, got {trim!r}")
+        self.trim = int(trim)
         if not (isinstance(block, int) and 1 <= block <= max_window):
             raise ValueError(f"pacer block b must be an integer in [1, max={max_window}], got {block}")
         if not 0.0 <= threshold <= 1.0:
@@ -266,7 +270,22 @@ class Pacer(WindowPolicy):
         out: dict[str, Any] = {"b": self.block, "t": self.threshold, "rho": self.rho, "max": self.max_window}
         if self.weights:
             out["weights"] = self.weights
+        if self.trim:
+            out["trim"] = 1
         return out
+
+    @property
+    def trim_exact_when_sampling(self) -> bool:  # the block score reads the block's own tokens
+        return not self.trim
+
+    def drop_on_stop(self) -> int:
+        """With trim=1 the block that failed pre-verification is discarded, not verified (exact for
+        greedy decoding only: under sampling the drop depends on the drafted tokens themselves, and
+        their law given "kept" has no closed form, so `decode` refuses trim=1 at T > 0)."""
+        if self.trim and self._stop == "pre_verify":
+            self._dropped = self.block
+            return self.block
+        return 0
 
     def reset(self) -> None:
         super().reset()
@@ -277,10 +296,12 @@ class Pacer(WindowPolicy):
         self._blocks: list[dict[str, Any]] = []
         self._stop: str | None = None
         self._mb_ms = 0.0
+        self._dropped = 0
 
     def propose(self) -> int:
         self._h, self._q, self._e = [], [], []
         self._t, self._blocks, self._stop, self._mb_ms = self.threshold, [], None, 0.0
+        self._dropped = 0
         return self.max_window
 
     def keep_drafting(self, info: DraftInfo) -> bool:
@@ -321,9 +342,13 @@ class Pacer(WindowPolicy):
 
     def step_fields(self) -> dict[str, Any]:
         # A step that ends between block boundaries was cut by the loop's own cap (token budget).
-        return {"blocks": self._blocks, "stop": self._stop or "cap", "mb_ms": round(self._mb_ms, 4),
-                "t0": self.threshold}
+        out = {"blocks": self._blocks, "stop": self._stop or "cap", "mb_ms": round(self._mb_ms, 4),
+               "t0": self.threshold}
+        if self.trim:
+            out["dropped"] = self._dropped  # drafted, scored below t, never verified
+        return out
 
 
 register_policy("pacer", Pacer, "threshold",
-                {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights"})
+                {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights",
+                 "trim": "trim"})

@@ -5,7 +5,9 @@ accepted count n (excludes the bonus), and per drafted token i: q_i(x_i), H(q_i)
 A policy picks a window w ≤ W from the step's signals alone; then, for the SAME step,
 
     accepted' = min(n, w)          emitted' = accepted' + 1     (emitted includes the bonus/correction)
-    cost(w)   = w·t_d + t_v(w+1) + m·t_mb                       (m = M_B calls the policy made)
+    cost(w)   = d·t_d + t_v(w+1) + m·t_mb                       (m = M_B calls the policy made)
+
+d = drafted tokens (= w, except for trimming rules, which draft d and verify only w = d − dropped).
     speedup   = t_v(1) · Σ emitted' / Σ cost                    (autoregressive: 1 token per t_v(1))
 
 t_d = the recording run's draft ms per drafted token (real loop, median), t_v(k) = measured target
@@ -62,8 +64,9 @@ def steps_from(data: StepData, scores: dict[str, torch.Tensor]) -> list[Step]:
     return out
 
 
-# A window rule maps a step to (w, M_B calls).
-Rule = Callable[[Step], tuple[int, int]]
+# A window rule maps a step to (w, M_B calls) or, when it drafts more than it verifies (trim), to
+# (w, M_B calls, drafted).
+Rule = Callable[[Step], tuple[int, ...]]
 
 
 def fixed(g: int) -> Rule:
@@ -79,8 +82,14 @@ def first_stop(pred: Callable[[Step, int], bool], cap: int = 16) -> Rule:
     return rule
 
 
-def confidence(t: float, cap: int = 16) -> Rule:
-    return first_stop(lambda st, i: st.q[i] < t, cap)
+def confidence(t: float, cap: int = 16, trim: int = 0) -> Rule:
+    """Mirrors engine.policies.Confidence (trim=1: the low-confidence token is drafted, not verified)."""
+    def rule(st: Step) -> tuple[int, ...]:
+        for i in range(min(cap, st.W)):
+            if st.q[i] < t:
+                return (i + 1 - trim, 0, i + 1)
+        return min(cap, st.W), 0
+    return rule
 
 
 def entropy_stop(h: float, cap: int = 16) -> Rule:
@@ -96,9 +105,10 @@ def cumulative(t: float, cap: int = 16) -> Rule:
     return first_stop(pred, cap)
 
 
-def pacer(b: int, t0: float, rho: float, cap: int = 16, tag: str = "main") -> Rule:
-    """Mirrors engine.pacer.Pacer.keep_drafting exactly (incl. no M_B call at the cap)."""
-    def rule(st: Step) -> tuple[int, int]:
+def pacer(b: int, t0: float, rho: float, cap: int = 16, tag: str = "main", trim: int = 0) -> Rule:
+    """Mirrors engine.pacer.Pacer.keep_drafting exactly (incl. no M_B call at the cap); trim=1 drops
+    the failing block (drafted and scored, never verified)."""
+    def rule(st: Step) -> tuple[int, ...]:
         t, calls, s = t0, 0, st.s[tag]
         for n in range(1, min(cap, st.W) + 1):
             if n >= cap:
@@ -107,7 +117,7 @@ def pacer(b: int, t0: float, rho: float, cap: int = 16, tag: str = "main") -> Ru
                 calls += 1
                 m = sum(s[n - b:n]) / b
                 if m < t:
-                    return n, calls
+                    return (n - b * trim, calls, n)
                 t *= rho
         return min(cap, st.W), calls
     return rule
@@ -125,15 +135,18 @@ def replay(steps: list[Step], rule: Rule | str, costs: Costs) -> dict[str, float
         if rule == "heuristic":  # HF +2/−1, start 5, cap 16, state per request (in recording order)
             g = gamma.get(st.request, 5)
             w, calls = min(g, st.W), 0
+            d = w
         else:
-            w, calls = rule(st)
+            out = rule(st)
+            w, calls = out[0], out[1]
+            d = out[2] if len(out) > 2 else w
         acc = min(st.n, w)
         if rule == "heuristic":
             gamma[st.request] = min(16, g + 2) if acc == w else max(1, g - 1)
         emitted += acc + 1
         drafted += w
-        wasted += w - acc
-        cost += w * costs.t_draft + costs.tv(w + 1) + calls * costs.t_mb
+        wasted += d - acc  # dropped drafts are wasted draft work too
+        cost += d * costs.t_draft + costs.tv(w + 1) + calls * costs.t_mb
     n = max(1, len(steps))
     return {"speedup": costs.tv(1) * emitted / cost, "emitted_per_call": emitted / n, "mean_window": drafted / n,
             "wasted_per_call": wasted / n}
@@ -151,10 +164,11 @@ def measure_mb_ms(model, hidden_size: int, n: int = 8, reps: int = 50) -> float:
 
 
 def sweep(steps: list[Step], costs: Costs, blocks=(1, 2, 4), t0s=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-          rhos=(1.0, 1.05, 1.1, 1.2), cap: int = 16, tag: str = "main") -> list[dict[str, Any]]:
+          rhos=(1.0, 1.05, 1.1, 1.2), cap: int = 16, tag: str = "main", trims=(0, 1)) -> list[dict[str, Any]]:
     rows = []
-    for b, t, r in itertools.product(blocks, t0s, rhos):
-        rows.append({"b": b, "t": t, "rho": r, "max": cap, **replay(steps, pacer(b, t, r, cap, tag), costs)})
+    for b, t, r, tr in itertools.product(blocks, t0s, rhos, trims):
+        rows.append({"b": b, "t": t, "rho": r, "max": cap, "trim": tr,
+                     **replay(steps, pacer(b, t, r, cap, tag, tr), costs)})
     return sorted(rows, key=lambda x: -x["speedup"])
 
 
@@ -163,6 +177,7 @@ def baselines(steps: list[Step], costs: Costs) -> dict[str, dict[str, float]]:
     out["heuristic"] = replay(steps, "heuristic", costs)
     for t in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
         out[f"confidence:{t}"] = replay(steps, confidence(t), costs)
+        out[f"confidence:{t},trim=1"] = replay(steps, confidence(t, trim=1), costs)
     for t in (0.3, 0.5, 0.6, 0.7, 0.8):
         out[f"cumulative:{t}"] = replay(steps, cumulative(t), costs)
     for h in (0.5, 1.0, 1.5, 2.0, 3.0):

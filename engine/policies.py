@@ -4,7 +4,18 @@ One small interface, shaped like HF's ``get_candidates`` / ``update_candidate_st
 
     reset()                  start of a request (policies keep state only within a request)
     propose() -> int         the cap γ_max for this step's draft (γ = window)
-    keep_drafting(info)      after each drafted token: False stops drafting (that token is still verified)
+    keep_drafting(info)      after each drafted token: False stops drafting (that token is still verified …)
+    drop_on_stop() -> int    … unless the policy asks, right after a False, to drop that many trailing
+                             drafted tokens before verification (0 by default; `trim=1` on confidence and
+                             pacer); a step whose every draft is dropped is an autoregressive step.
+    kept_proposal(q) -> q'   the distribution a *verified* draft was really drawn from, given that the
+                             policy kept it (identity by default).
+
+Why kept_proposal: a rule that drops x_i because of x_i's own value changes the conditional law of the
+tokens it keeps. With keep(x) = 1[q(x) ≥ t] a verified x_i was drawn from q'(x) = q(x)·keep(x) / Z, and
+verifying with q' instead of q is what keeps sampling lossless (dropped positions fall to the target's
+own sample, p). A rule whose keep set cannot be written down per position (PACER's block score, which
+reads the whole block) is exact only for greedy decoding; `decode` refuses it under sampling.
     update(result, drafted)  learn from the verify result
     step_fields() -> dict    policy-specific values for the trace (thresholds, scores, stop reasons)
 
@@ -14,10 +25,10 @@ Policies and their sources (details in the project notes on adaptive length):
 |-----------------|-----------------------------------------------------------------------|--------------------------|
 | fixed:γ         | always draft γ                                                        | Leviathan et al. 2023    |
 | heuristic:γ0    | start at γ0; +2 if every draft was accepted, else −1 (floor 1)        | HF assisted generation   |
-| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4)     | HF ConfidenceCriteria    |
+| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it | HF ConfidenceCriteria    |
 | cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
 | entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
-| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer)    | PACER                    |
+| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer); `trim=1` drops the failing block | PACER                    |
 
 `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
 """
@@ -69,6 +80,17 @@ class WindowPolicy:
 
     def keep_drafting(self, info: DraftInfo) -> bool:
         return True
+
+    def drop_on_stop(self) -> int:
+        """Trailing drafted tokens to discard after keep_drafting returned False (never verified)."""
+        return 0
+
+    # True when kept_proposal makes trimming exact under sampling (False: greedy only).
+    trim_exact_when_sampling = True
+
+    def kept_proposal(self, q: "torch.Tensor") -> "torch.Tensor":
+        """q' of a kept (verified) draft position; identity for rules that never drop by value."""
+        return q
 
     def update(self, result: Any, drafted: int) -> None:
         pass
@@ -132,19 +154,40 @@ class Heuristic(WindowPolicy):
 
 class Confidence(WindowPolicy):
     """Stop after a drafted token with q(x) < t (HF `assistant_confidence_threshold`, default 0.4).
-    The low-confidence token itself is still verified, as in HF's ConfidenceCriteria."""
+    The low-confidence token itself is still verified, as in HF's ConfidenceCriteria; with `trim=1`
+    it is dropped instead (verifying it costs more than it is likely to return where a multi-token
+    verify is expensive, e.g. on CPUs whose 2-token forward costs ~1.7 single-token forwards)."""
 
     name = "confidence"
 
-    def __init__(self, threshold: float = 0.4, max_window: int = 16) -> None:
+    def __init__(self, threshold: float = 0.4, max_window: int = 16, trim: int = 0) -> None:
         super().__init__(max_window)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"confidence threshold must be in [0, 1], got {threshold}")
+        if trim not in (0, 1):
+            raise ValueError(f"confidence trim must be 0 or 1, got {trim!r}")
         self.threshold = threshold
+        self.trim = int(trim)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "max": self.max_window}
+        out = {"threshold": self.threshold, "max": self.max_window}
+        if self.trim:
+            out["trim"] = 1
+        return out
+
+    def drop_on_stop(self) -> int:
+        if self.trim:
+            self._fields["dropped"] = 1
+        return self.trim
+
+    def kept_proposal(self, q: "torch.Tensor") -> "torch.Tensor":
+        """trim=1 keeps x only if q(x) ≥ t, so a verified draft was drawn from q·1[q ≥ t] / Z."""
+        if not self.trim:
+            return q
+        kept = q * (q >= self.threshold)
+        z = kept.sum()
+        return kept / z if z > 0 else q  # z > 0 whenever a token was kept (its own q ≥ t)
 
     def keep_drafting(self, info: DraftInfo) -> bool:
         if info.q_token < self.threshold:
@@ -222,7 +265,7 @@ class _Spec:
 POLICIES: dict[str, _Spec] = {
     "fixed": _Spec(Fixed, "gamma"),
     "heuristic": _Spec(Heuristic, "start", {"max": "max_window"}),
-    "confidence": _Spec(Confidence, "threshold", {"max": "max_window"}),
+    "confidence": _Spec(Confidence, "threshold", {"max": "max_window", "trim": "trim"}),
     "cumulative": _Spec(Cumulative, "threshold", {"max": "max_window"}),
     "entropy": _Spec(Entropy, "threshold", {"max": "max_window"}),
 }

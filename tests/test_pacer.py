@@ -64,6 +64,29 @@ def test_greedy_pacer_reproduces_target(tiny_target, tiny_draft, block, t, rho):
     json.dumps([s.policy_fields for s in steps])  # trace-serialisable
 
 
+@pytest.mark.parametrize("spec_block", [1, 2])
+def test_trim_drops_the_failing_block_and_stays_exact(tiny_target, tiny_draft, spec_block):
+    """trim=1: the block that failed pre-verification is never verified (a step may draft 0 tokens,
+    i.e. be an autoregressive step), and greedy output still equals the target's own."""
+    scores = [0.9, 0.9, 0.1, 0.1] * 8  # blocks of 2: pass, fail; b = 1: pass, pass, fail
+    target, draft = HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True)
+    prompt = [3, 17, 5, 9]
+    pol = Pacer(block=spec_block, threshold=0.5, rho=1.0, max_window=8, model=FixedScores(scores), trim=1)
+    steps = list(decode(target, draft, prompt, pol, DecodeConfig(max_new_tokens=30)))
+    assert [t for s in steps for t in s.emitted_tokens] == greedy_reference(tiny_target, prompt, 30)
+    for s in steps[:-1]:
+        pf = s.policy_fields
+        assert pf["stop"] == "pre_verify" and pf["dropped"] == spec_block
+        assert s.window == 2 and len(pf["blocks"]) * spec_block == s.window + spec_block
+    zero = Pacer(block=1, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
+    steps = list(decode(target, draft, prompt, zero, DecodeConfig(max_new_tokens=12)))
+    assert all(s.window == 0 and s.emitted == 1 for s in steps)  # every draft dropped: plain AR steps
+    assert [t for s in steps for t in s.emitted_tokens] == greedy_reference(tiny_target, prompt, 12)
+    assert parse_policy("pacer:b=2,t=0.5,trim=1").spec.endswith("trim=1")
+    with pytest.raises(ValueError, match="trim"):
+        Pacer(trim=2, model=tiny_mb())
+
+
 def test_stop_rule_threshold_growth_and_reason():
     assert block_decision(0.4, 0.5, 1.2) == (True, 0.5)
     assert block_decision(0.6, 0.5, 1.2) == (False, pytest.approx(0.6))
@@ -236,10 +259,14 @@ def test_sim_pacer_rule_mirrors_policy():
         scores = torch.rand(W, generator=g).tolist()
         st = sim.Step(n=0, W=W, q=[0.5] * W, ent=[1.0] * W, s={"main": scores}, request=0, temperature=0.0)
         t0, rho, cap = 0.3 + 0.1 * (trial % 4), [1.0, 1.1][trial % 2], [8, 16][trial % 2]
-        w, calls = sim.pacer(b, t0, rho, cap)(st)
-        pol = Pacer(block=b, threshold=t0, rho=rho, max_window=cap, model=FixedScores(scores + [0.0] * 16))
-        n, f = run_blocks(pol, min(W, cap))
-        assert (w, calls) == (n, len(f["blocks"]))
+        for trim in (0, 1):
+            w, calls, *drafted = sim.pacer(b, t0, rho, cap, trim=trim)(st)
+            pol = Pacer(block=b, threshold=t0, rho=rho, max_window=cap, model=FixedScores(scores + [0.0] * 16),
+                        trim=trim)
+            n, f = run_blocks(pol, min(W, cap))
+            dropped = pol.drop_on_stop() if f["stop"] == "pre_verify" else 0
+            assert (w, calls) == (n - dropped, len(f["blocks"]))
+            assert (drafted[0] if drafted else w) == n
 
 
 def test_replay_arithmetic():
@@ -312,3 +339,14 @@ def test_shard_claims_are_exclusive(tmp_path):
     p.write_bytes(b"x")
     (tmp_path / "train-00000.safetensors.lock").unlink()
     assert not _claim(p)  # finished shards are never claimed
+
+
+def test_pacer_trim_refused_under_sampling(tiny_target, tiny_draft):
+    """Dropping a block by its own score biases sampled output (no closed-form kept law): refused."""
+    target, draft = HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True)
+    pol = Pacer(block=1, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
+    cfg = DecodeConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=0.7, seed=0))
+    with pytest.raises(ValueError, match="exact only for greedy"):
+        list(decode(target, draft, [3, 17, 5, 9], pol, cfg))
+    pol.trim = 0  # the untrimmed rule verifies every drafted token: fine under sampling
+    assert sum(s.emitted for s in decode(target, draft, [3, 17, 5, 9], pol, cfg)) == 8

@@ -127,3 +127,21 @@ def chi_square_of_loop(verifier: str, draft, samples: int, policy: str = "fixed:
 def test_chi_square_of_the_real_loop_block():
     pval, tv = chi_square_of_loop("block", TableLM(3, seed=12), 6_000)
     assert pval > 1e-4, (pval, tv)
+
+
+@pytest.mark.slow
+def test_chi_square_of_the_real_loop_with_trimmed_windows():
+    """A window that drops its last drafted token (confidence:t,trim=1) decides from draft-side values
+    only, so the sampled continuations of the real loop still follow the target exactly."""
+    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 6_000, policy="confidence:0.5,trim=1,max=3")
+    assert pval > 1e-4, (pval, tv)
+
+
+def test_uncorrected_trim_is_caught_by_the_same_statistic(monkeypatch):
+    """Without the kept-law correction (verify against q instead of q·1[q ≥ t]/Z) the loop is biased:
+    the χ² statistic above can see it, so its pass is evidence."""
+    from engine.policies import Confidence
+
+    monkeypatch.setattr(Confidence, "kept_proposal", lambda self, q: q)
+    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 3_000, policy="confidence:0.5,trim=1,max=3")
+    assert pval < 1e-4, (pval, tv)

@@ -63,9 +63,15 @@ class AutoregressiveDrafter:
             shown.append(float(soft[tok]))
             ents.append(float(entropy(soft)))
             hidden = self.lm.last_hidden[-1] if policy.needs_hidden and self.lm.last_hidden is not None else None
-            if not policy.keep_drafting(DraftInfo(len(drafts), tok, shown[-1], ents[-1], hidden)) and len(drafts) < cap:
-                stop = "policy"
+            if not policy.keep_drafting(DraftInfo(len(drafts), tok, shown[-1], ents[-1], hidden)):
+                drop = policy.drop_on_stop()
+                if len(drafts) < cap or drop:
+                    stop = "policy"
+                if drop:  # never verified: the draft cache keeps them until commit() crops it
+                    del drafts[-drop:], q_rows[-drop:], shown[-drop:], ents[-drop:]
                 break
+        # Rules that drop drafts by value verify the kept ones against the law they were drawn from.
+        q_rows = [policy.kept_proposal(q) for q in q_rows]
         q_mat = torch.stack(q_rows) if q_rows else torch.zeros(0, self.vocab_size)
         return Proposal([drafts], [q_mat], [shown], [ents], stop)
 
