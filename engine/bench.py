@@ -21,7 +21,6 @@ stop). Target and draft forwards are counted with forward pre-hooks.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -288,10 +287,9 @@ def cmd_bench(a) -> int:
     command = " ".join(["python -m engine", *sys.argv[1:]])
     result["command"] = command
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(a.out + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(a.out)
+        from engine.jsonio import write_json_atomic
+
+        write_json_atomic(result, a.out)
     if a.markdown:
         append_markdown(result, Path(a.markdown), command, a.machine)
     return 0

@@ -17,7 +17,6 @@ import json
 import math
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 PROMPT = ("Explain, step by step, how a small draft model can speed up text generation by a larger "
           "model without changing its output distribution.")  # any realistic context length works
@@ -105,10 +104,9 @@ def cmd_costs(a) -> int:
     text = format_costs(result)
     print(text)
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(a.out + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(a.out)
+        from engine.jsonio import write_json_atomic
+
+        write_json_atomic(result, a.out)
     if a.markdown:
         head = (f"\n## {result['created'][:10]} — what acceptance `{result['target']}` + `{result['draft']}` needs "
                 f"here ({result['dtype']})\n\n- command: `{result['command']}`\n- machine: {a.machine}; Python "

@@ -388,11 +388,10 @@ def cmd_multibench(a) -> int:
 
     def save(result: dict) -> None:
         if a.out:
+            from engine.jsonio import write_json_atomic
+
             result["command"] = command
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(a.out + ".tmp")
-            tmp.write_text(json.dumps(result, indent=1))
-            tmp.replace(a.out)
+            write_json_atomic(result, a.out)
 
     if a.modes_only:
         from engine.prompts import encode, load_prompts

@@ -144,20 +144,28 @@ def cmd_sweep(a) -> int:
                       ("sampled", [s for s in steps if s.temperature > 0])):
         if not sel:
             continue
-        grid = sim.sweep(sel, costs)
-        r = {"steps": len(sel), "sweep": grid, "baselines": sim.baselines(sel, costs), "ablations": {}}
+        # Trimming replays exactly only on greedy steps: under sampling PACER's trim is refused by the
+        # decoder and confidence's trim verifies against a corrected law the recording did not use.
+        greedy = name == "greedy"
+        trims = (0, 1) if greedy else (0,)
+        grid = sim.sweep(sel, costs, trims=trims)
+        base = {k: v for k, v in sim.baselines(sel, costs).items() if greedy or "trim" not in k}
+        r = {"steps": len(sel), "sweep": grid, "baselines": base, "ablations": {}}
         best = grid[0]
         r["ablations"]["pacer (best)"] = best
         for b in (1, 2, 4):
             r["ablations"][f"b={b} (best t, rho)"] = next(x for x in grid if x["b"] == b)
         r["ablations"]["rho=1 (best b, t)"] = next(x for x in grid if x["rho"] == 1.0)
+        if greedy:
+            r["ablations"]["trim=0 (best b, t, rho)"] = next(x for x in grid if not x["trim"])
+            r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
         for tag in models:
             if tag != "main":
-                g = sim.sweep(sel, costs, tag=tag)
+                g = sim.sweep(sel, costs, tag=tag, trims=trims)
                 r["ablations"][f"{tag} (best)"] = g[0]
-                same = best["b"], best["t"], best["rho"]
+                same = best["b"], best["t"], best["rho"], best["trim"]
                 r["ablations"][f"{tag} (at main's best b, t, rho)"] = next(
-                    x for x in g if (x["b"], x["t"], x["rho"]) == same)
+                    x for x in g if (x["b"], x["t"], x["rho"], x["trim"]) == same)
         res["splits"][name] = r
     text = format_sweep(res)
     print(text)
@@ -180,17 +188,17 @@ def format_sweep(res: dict) -> str:
         lines.append("|---|---|---|---|---|")
         rows = [(k, v) for k, v in r["ablations"].items()] + list(r["baselines"].items())
         for k, v in rows:
-            label = k if "b" not in v else f"{k}: pacer b={v['b']},t={v['t']},rho={v['rho']}"
+            label = k if "b" not in v else (f"{k}: pacer b={v['b']},t={v['t']},rho={v['rho']}"
+                                            + (",trim=1" if v.get("trim") else ""))
             lines.append(f"| {label} | {v['speedup']:.3f}× | {v['emitted_per_call']:.2f} | {v['mean_window']:.2f} | "
                          f"{v['wasted_per_call']:.2f} |")
     return "\n".join(lines)
 
 
 def _atomic_json(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
+    from engine.jsonio import write_json_atomic
+
+    write_json_atomic(obj, path)
 
 
 def _variant_class(tag: str, path: str):
@@ -230,7 +238,7 @@ def cmd_bench(a) -> int:
     from engine.pacer import Pacer
     from engine.policies import parse_policy, register_policy
 
-    keys = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights"}
+    keys = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights", "trim": "trim"}
     for tag, path in _variants(a.variant).items():
         register_policy(f"pacer-{tag}", _variant_class(tag, path), "threshold", keys)
     assert Pacer.needs_hidden
