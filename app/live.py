@@ -29,6 +29,7 @@ from app.data import REPO
 DEMO_TARGET, DEMO_DRAFT = "smollm2-135m", "smollm2-draft"
 MODELS_ENV = "SPECLAB_LIVE_MODELS"  # "tiny" forces the tiny random pair (tests; machines without weights)
 DEV_QUESTIONS = REPO.parent / "shared" / "spec_bench" / "questions_dev.jsonl"
+SPEC_BENCH_ENV = "SPECLAB_SPEC_BENCH"  # another Spec-Bench questions file (tests point it at a missing one)
 MAX_PROMPT_CHARS = 6000  # a long Spec-Bench RAG question is ~4k characters
 MAX_PROMPT_TOKENS = 1536  # keeps CPU prefill of both models to a few seconds
 MAX_NEW_TOKENS = 512  # a live demo, not a benchmark: longer runs belong to `python -m engine decode`
@@ -102,16 +103,33 @@ def token_text(pair: DemoPair, cache: dict[int, str], ids) -> dict[int, str]:
     return cache
 
 
+def questions_file() -> Path:
+    return Path(os.environ.get(SPEC_BENCH_ENV) or DEV_QUESTIONS)
+
+
 def dev_questions(limit_per_task: int = 3) -> list[Any]:
     """A few Spec-Bench dev questions per task, if the shared checkout is present; else none."""
-    if not DEV_QUESTIONS.is_file():
+    path = questions_file()
+    if not path.is_file():
         return []
     from engine.prompts import load_prompts
 
     try:
-        return load_prompts(DEV_QUESTIONS, per_category=limit_per_task)
+        return load_prompts(path, per_category=limit_per_task)
     except ValueError:
         return []
+
+
+def prompt_choices(limit_per_task: int = 3) -> tuple[list[Any], bool]:
+    """(prompts to offer, whether they are Spec-Bench's): the dev questions when the file is there,
+    else the project's own `engine.prompts.EXAMPLE_PROMPTS`, one per task type, so Live works on a
+    fresh clone."""
+    questions = dev_questions(limit_per_task)
+    if questions:
+        return questions, True
+    from engine.prompts import EXAMPLE_PROMPTS
+
+    return list(EXAMPLE_PROMPTS), False
 
 
 def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int) -> tuple[list[int], dict, str | None]:

@@ -14,6 +14,7 @@ PAGES = [
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
     st.Page("pages/sweeps.py", title="Sweeps", icon=":material/grid_on:"),
     st.Page("pages/dpace.py", title="D-PACE", icon=":material/model_training:"),
+    st.Page("pages/audit.py", title="Audit", icon=":material/verified:"),
 ]
 
 st.navigation(PAGES).run()

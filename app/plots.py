@@ -242,3 +242,23 @@ def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go
     fig.add_hline(y=1.0, line_color="#555555", line_dash="dot")
     fig.update_layout(barmode="group", showlegend=color is not None)
     return _style(fig, "Oracle ÷ best fixed window", x, "ratio", height=300)
+
+
+# ---------------------------------------------------------------- audit
+
+
+def audit_errors(verdicts: pd.DataFrame, tol: float) -> go.Figure:
+    """Worst lossless error per verifier on a log axis, green if lossless and red if not, with the
+    tolerance as a dashed line (errors ≈ 1e-16 are float64 rounding; ≥ 1e-3 is a wrong rule).
+    Exact zeros are drawn at 1e-18 so the log axis can show them."""
+    ok = verdicts["verdict"].eq("lossless")
+    y = verdicts["max_lossless_error"].clip(lower=1e-18)
+    fig = go.Figure(go.Bar(x=verdicts["verifier"], y=y, marker_color=[COLORS["accepted"] if v else COLORS["rejected"]
+                                                                       for v in ok],
+                           customdata=verdicts[["verdict", "worst_case"]].values,
+                           hovertemplate="%{x}<br>max lossless error %{y:.1e}<br>%{customdata[0]} · worst toy "
+                                         "%{customdata[1]}<extra></extra>"))
+    fig.add_hline(y=tol, line_color="#555555", line_dash="dash", annotation_text=f"tolerance {tol:g}",
+                  annotation_position="top left")
+    fig.update_yaxes(type="log", exponentformat="power")
+    return _style(fig, "Worst lossless error per verifier", "verifier", "max lossless error", height=320)

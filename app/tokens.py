@@ -27,10 +27,17 @@ def _text(tok: str) -> str:
     return html.escape(tok).replace("\n", "↵\n").replace("\t", "⇥") or "∅"
 
 
+UNCHOSEN = "unchosen"  # a multi-draft block the verifier did not follow: grey (the pending colour), dashed
+
+
 def span(tok: str, fate: str | None, tip: str = "") -> str:
     t = _text(tok)
     if fate is None:
         return f'<span title="{html.escape(tip)}">{t}</span>'
+    if fate == UNCHOSEN:
+        c = COLORS["pending"]
+        style = f"background:{rgba(c, FATE_ALPHA / 2)};border-bottom:2px dashed {c};border-radius:3px;color:#555;"
+        return f'<span class="tok-{UNCHOSEN}" style="{style}" title="{html.escape(tip or UNCHOSEN)}">{t}</span>'
     style = f"background:{rgba(COLORS[fate], FATE_ALPHA)};border-bottom:2px solid {COLORS[fate]};border-radius:3px;"
     if fate in ("rejected", "pending"):
         style += "text-decoration:line-through;"
@@ -76,3 +83,44 @@ def step_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]
 def emitted_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]:
     """Only what a step added to the text: accepted drafts and the correction/bonus (for live views)."""
     return [p for p in step_pieces(step, texts) if p[1] not in ("rejected", "pending")]
+
+
+def multi_draft_rows(step: dict, texts: dict[int, str]) -> list[dict]:
+    """The K drafted blocks of a multi-draft step (`all_drafts`), one row each: draft index, whether
+    the verifier followed it (`chosen`), and its strip pieces.
+
+    The followed block is coloured like any step (`step_pieces`: its first `accepted` tokens
+    accepted, the next rejected, later ones pending, then the correction or bonus). Its tooltips add
+    the verifier's per-position coin (`decisions`, 1 = the coin at that position succeeded): under
+    block verification (block, rbv) the emitted prefix ends at the *last* successful coin, so an
+    accepted token can carry a failed coin. The other blocks were scored but not followed: grey."""
+    blocks = step.get("all_drafts") or []
+    chosen = step.get("chosen", 0)
+    dec = step.get("decisions")
+    rows = []
+    for k, block in enumerate(blocks):
+        if k == chosen:
+            pieces = step_pieces(step, texts)
+            if dec is not None:
+                pieces = [(t, f, tip + (f" · coin {'✓' if dec[i] else '✗'}" if i < len(dec) else ""))
+                          for i, (t, f, tip) in enumerate(pieces)]
+        else:
+            pieces = [(texts[t], UNCHOSEN, f"draft {k} · position {i + 1} · not followed by the verifier")
+                      for i, t in enumerate(block)]
+        rows.append({"draft": k, "chosen": k == chosen, "pieces": pieces})
+    return rows
+
+
+def multi_draft_html(step: dict, texts: dict[int, str]) -> str:
+    """All K drafted blocks as stacked strips: ★ marks the followed draft, ○ the others (greyed)."""
+    out = []
+    for r in multi_draft_rows(step, texts):
+        mark = "★ followed" if r["chosen"] else "○ not followed"
+        body = "".join(span(t, f, tip) for t, f, tip in r["pieces"]) or "∅"
+        out.append(f'<div class="draft-row" data-draft="{r["draft"]}" data-chosen="{str(r["chosen"]).lower()}" '
+                   f'style="display:flex;gap:0.8rem;align-items:baseline;{"" if r["chosen"] else "opacity:0.75;"}">'
+                   f'<span class="draft-label" style="min-width:8.5rem;font-size:0.8rem;color:#555;">'
+                   f'draft {r["draft"]} · {mark}</span>'
+                   f'<span class="draft-tokens" style="font-family:ui-monospace,monospace;font-size:0.92rem;'
+                   f'line-height:1.9;white-space:pre-wrap;word-break:break-word;">{body}</span></div>')
+    return f'<div class="multi-draft">{"".join(out)}</div>'

@@ -68,6 +68,28 @@ def load_prompts(path: str | Path, limit: int | None = None, per_category: int |
     return out
 
 
+# Project-written examples, one per Spec-Bench task type, for when the Spec-Bench file is absent
+# (a fresh clone without ../shared/spec_bench): the app's Live page offers these instead.
+EXAMPLE_PROMPTS: tuple[Prompt, ...] = (
+    Prompt("Write a short, cheerful email inviting your neighbours to a street clean-up on Saturday afternoon. "
+           "Say where to meet and what to bring.", "writing", "example-writing"),
+    Prompt("You are a lighthouse keeper on a remote island in 1910. A visitor has just arrived by boat and asks "
+           "what an ordinary day looks like for you. Answer in character.", "roleplay", "example-roleplay"),
+    Prompt("Translate into French: \"The train to the coast leaves at half past eight, so please pack your bags "
+           "tonight and leave the keys with the neighbour.\"", "translation", "example-translation"),
+    Prompt("Summarize the following in two sentences. A small town library began lending tools such as drills, "
+           "ladders and sewing machines alongside its books. Within a year its membership doubled, and residents "
+           "said they saved money on home repairs. Volunteers now run monthly workshops on basic skills, and the "
+           "town council is discussing whether to fund a second branch.", "summarization", "example-summarization"),
+    Prompt("Answer the question using only the passage.\nPassage: The Vasa was a Swedish warship that sank on its "
+           "maiden voyage in 1628, shortly after leaving the harbour. It was raised in 1961 and is now shown in a "
+           "museum in Stockholm.\nQuestion: How many years passed between the sinking and the raising of the ship?",
+           "rag", "example-rag"),
+    Prompt("A bakery sells muffins in boxes of 6 and boxes of 4. Maya buys 3 boxes of 6 and some boxes of 4, "
+           "30 muffins in all. How many boxes of 4 did she buy? Reason step by step.", "math_reasoning",
+           "example-math"),
+)
+
 MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 
 

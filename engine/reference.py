@@ -38,16 +38,20 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
 from tqdm import tqdm
 
-from engine.decode import DecodeConfig, _sync, decode
 from engine.fields import number_list
 from engine.prompts import task_of
-from engine.sampling import SamplingConfig, entropy, probs_from_logits
 from engine.trace import TOKEN_MAX, TraceError
+
+# torch (and the decode loop, which needs it) is imported inside the building functions only: loading
+# and validating a reference file is plain JSON, so the app's analysis pages never pay for torch.
+if TYPE_CHECKING:
+    import torch
+
+    from engine.sampling import SamplingConfig
 
 SCHEMA = "speclab.reference"
 VERSION = 1
@@ -58,10 +62,16 @@ class ReferenceFormatError(TraceError):
     """A malformed reference file; one line naming the line and field (a TraceError for the app)."""
 
 
+def _sampling(**kw) -> "SamplingConfig":
+    from engine.sampling import SamplingConfig
+
+    return SamplingConfig(**kw)
+
+
 @dataclass(frozen=True)
 class ReferenceConfig:
     max_new_tokens: int = 128  # same default as decode, so a reference replays the default decode runs
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # greedy: exact replay
+    sampling: SamplingConfig = field(default_factory=_sampling)  # greedy: exact replay
     max_window: int = 16  # longest window replayed exactly (tails have max_window − 1 tokens)
     timing_repeats: int = 5  # median of 5 per k: stable on a shared CPU, ~1 s for a 135M target
     measure_timings: bool = True  # off for tests or when a user-set cost model is used
@@ -76,8 +86,10 @@ class ReferenceConfig:
 # ------------------------------------------------------------------ building
 
 
-def _teacher_forced(lm, prompt: list[int], output: list[int]) -> torch.Tensor:
+def _teacher_forced(lm, prompt: list[int], output: list[int]) -> "torch.Tensor":
     """Logits [N, V] of `lm` predicting each y_j from prompt + y_<j; leaves the full context cached."""
+    import torch
+
     lm.reset()
     ctx = prompt + output
     if len(prompt) > 1:
@@ -102,6 +114,8 @@ def accept_runs(match: list[int]) -> list[int]:
 
 def _tails(draft, prompt_len: int, mismatches: list[int], d_tok: list[int], n_tail: list[int]) -> list[dict]:
     """Free-running draft after each mismatch m (cache must hold prompt + y; visited in decreasing m)."""
+    from engine.sampling import entropy
+
     out = []
     for m, n in sorted(zip(mismatches, n_tail), reverse=True):
         draft.crop(prompt_len + m)
@@ -120,6 +134,11 @@ def _tails(draft, prompt_len: int, mismatches: list[int], d_tok: list[int], n_ta
 def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eos_ids=(),
                       request_id: int = 0) -> dict[str, Any]:
     """One request record: the target run (decode, draft=None) plus the draft's teacher-forced pass."""
+    import torch
+
+    from engine.decode import DecodeConfig, decode
+    from engine.sampling import entropy, probs_from_logits
+
     sc = cfg.sampling
     t0 = time.perf_counter()
     steps = list(decode(target, None, prompt, None, DecodeConfig(max_new_tokens=cfg.max_new_tokens, sampling=sc),
@@ -159,6 +178,8 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
 
 def measure_timings(target, draft, context: list[int], max_tokens: int = 17, repeats: int = 5) -> dict[str, Any]:
     """Median wall ms: target forward of k = 1..max_tokens tokens, and one draft token, at this context."""
+    from engine.decode import _sync
+
     ctx = list(context) if len(context) > 1 else list(context) * 2
     feed = (ctx * (max_tokens // len(ctx) + 1))[:max_tokens]
 

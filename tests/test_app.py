@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, plots, tokens
+from app import audit_view, data, downloads, plots, tokens
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = str(REPO / "app" / "main.py")
@@ -189,7 +189,8 @@ def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
     for side in ("A", "B"):
         t = load_trace(res["paths"][side])
         assert t.complete and t.summary["new_tokens"] == 8
-    assert len(at.get("download_button")) == 2
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels == [downloads.JSONL_LABEL, downloads.PARQUET_LABEL, downloads.PERFETTO_LABEL] * 2  # per side
     next(b for b in at.button if b.label == "Open A in Replay").click().run()
     assert not at.exception
     assert at.selectbox(key="replay_trace").value.startswith("live: live-A-")
@@ -272,16 +273,50 @@ def test_bundled_traces_all_load():
         load_trace(p)
 
 
-def test_pages_other_than_live_and_windows_do_not_import_torch(trace_dir):
-    """Torch costs seconds to import; only the Live page (and engine.analysis, for now) may pull it in."""
+def synthetic_sweep(folder: Path) -> Path:
+    """A sweep folder with only summary.parquet (what the Sweeps page reads): 2 policies × 2 tasks."""
+    from engine.sweep import SUMMARY_NAME, add_speedup
+
+    rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
+             "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
+             "chat": True, "task": task, "shard_hash": task, "prompts": 1, "new_tokens": 8,
+             "decode_ms": 8 / tps * 1e3, "target_calls": 4, "accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4,
+             "emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "tokens_per_s": tps}
+            for pol, tps in (("autoregressive", 100.0), ("fixed:4", 150.0)) for task in ("qa", "rag")]
+    folder.mkdir(parents=True, exist_ok=True)
+    add_speedup(pd.DataFrame(rows)).to_parquet(folder / SUMMARY_NAME, index=False)
+    return folder
+
+
+TORCH_FREE_MODULES = ("app.data", "app.plots", "app.tokens", "app.downloads", "app.audit_view", "app.sweep_plots",
+                      "app.dpace_plots", "engine.analysis", "engine.reference", "engine.simulate", "engine.sweep",
+                      "engine.perfetto", "engine.trace", "engine.prompts")
+
+
+def test_page_modules_do_not_import_torch():
+    """A fresh interpreter importing what the torch-free pages use must not load torch (seconds to import)."""
+    code = f"import importlib, sys\nfor m in {TORCH_FREE_MODULES!r}: importlib.import_module(m)\n" \
+           "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_pages_other_than_live_do_not_import_torch(trace_dir, tmp_path):
+    """Only the Live page may pull torch in: every other page, Windows (engine.analysis over reference
+    runs), Sweeps, D-PACE and Audit included, runs in a fresh interpreter without it."""
+    sweep = synthetic_sweep(tmp_path / "sweep")
     code = f"""
 import os, sys
 os.environ[{data.TRACES_ENV!r}] = {str(trace_dir)!r}
+os.environ["SPECLAB_SWEEP_DIR"] = {str(sweep)!r}
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file({MAIN!r}, default_timeout={TIMEOUT}).run()
-for page in ("replay", "compare", "upload", "overview"):
+for page in ("replay", "compare", "upload", "overview", "windows", "sweeps", "dpace", "audit"):
     at.switch_page(f"pages/{{page}}.py").run()
-    assert not at.exception, page
+    assert not at.exception, (page, [e.value for e in at.exception])
+    assert page in ("upload", "overview") or len(at.get("plotly_chart")), page  # the page really drew
+    assert "torch" not in sys.modules, page
 print("torch" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -331,3 +366,178 @@ def test_replay_renders_pacer_style_policy_fields(app, trace_dir):
     assert "Policy scores this step" in titles
     assert any(m.label == "stop reason" and "pre_verify" in m.value for m in at.metric)
     assert any("decision" in d.value.columns for d in at.dataframe)
+
+
+# ---------------------------------------------------------------- downloads, audit, multi-draft, examples
+
+
+def test_every_table_has_its_csv_button(app, monkeypatch, tmp_path):
+    """Each st.dataframe on every page comes with a '⬇ CSV' button carrying that same table."""
+    made = []
+    real = downloads.csv_button
+
+    def spy(df, name, key, *where):
+        made.append((key, name, df))
+        return real(df, name, key, *where)
+
+    monkeypatch.setattr(downloads, "csv_button", spy)
+    monkeypatch.setenv("SPECLAB_SWEEP_DIR", str(synthetic_sweep(tmp_path / "sweep")))
+    for page in ("replay", "windows", "compare", "sweeps", "dpace", "audit"):
+        made.clear()
+        at = goto(app, page)
+        shown = [d.value for d in at.dataframe]
+        buttons = [b for b in at.get("download_button") if b.proto.label == downloads.CSV_LABEL]
+        assert shown and len(buttons) == len(shown) == len(made), page
+        for df, (key, name, sent) in zip(shown, made):
+            assert name and list(df.columns) == list(sent.columns) and len(df) == len(sent), (page, key)
+            pd.testing.assert_frame_equal(df.reset_index(drop=True), sent.reset_index(drop=True), check_dtype=False)
+
+
+def test_replay_offers_the_selected_trace_as_parquet_and_perfetto(app):
+    at = goto(app, "replay")
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels[:2] == [downloads.PARQUET_LABEL, downloads.PERFETTO_LABEL]
+    before = {b.proto.label: b.proto.deferred_file_id for b in at.get("download_button")}
+    at.selectbox(key="replay_trace").set_value("demo-tiny-heuristic.jsonl").run()
+    after = {b.proto.label: b.proto.deferred_file_id for b in at.get("download_button")}
+    assert after[downloads.PARQUET_LABEL] and after[downloads.PARQUET_LABEL] != before[downloads.PARQUET_LABEL]
+
+
+def draft_rows(html: str) -> list[dict]:
+    """Parse app.tokens.multi_draft_html back into rows: draft index, chosen flag, token ids and fates."""
+    rows = []
+    for m in re.finditer(r'<div class="draft-row" data-draft="(\d+)" data-chosen="(true|false)"(.*?)</div>', html):
+        spans = re.findall(r'<span class="tok-(\w+)"[^>]*>⟨(\d+)⟩</span>', m.group(3))
+        rows.append({"draft": int(m.group(1)), "chosen": m.group(2) == "true",
+                     "fates": [f for f, _ in spans], "ids": [int(t) for _, t in spans]})
+    return rows
+
+
+def multi_view(at: AppTest) -> list[dict]:
+    html = [m.value for m in at.markdown if 'class="multi-draft"' in m.value]
+    assert len(html) == 1
+    return draft_rows(html[0])
+
+
+def test_replay_shows_every_drafted_block_of_a_multi_draft_step(app, trace_dir):
+    from engine.trace import load_trace
+
+    name = "demo-tiny-rbv-k3-t07.jsonl"
+    trace = load_trace(trace_dir / name)
+    assert trace.header["verifier"] == "rbv" and trace.header["sampling"]["temperature"] == 0.7
+    at = goto(app, "replay")
+    at.selectbox(key="replay_trace").set_value(name).run()
+    steps = [s for s in trace.steps if s["request_id"] == at.session_state["replay_req"]]
+    k = min(2, len(steps) - 1)
+    if len(steps) > 1:
+        at.slider(key="replay_step").set_value(k).run()
+    s = steps[k]
+    rows = multi_view(at)
+    assert len(rows) == len(s["all_drafts"]) == 3  # K strips
+    chosen = [r for r in rows if r["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["draft"] == s["chosen"]
+    n = s["window"]
+    assert chosen[0]["ids"][:n] == s["draft_tokens"]  # the followed strip is the step's drafted block …
+    assert chosen[0]["fates"][:n] == data.draft_fates(s["accepted"], n)  # … coloured by the verifier's outcome
+    assert chosen[0]["ids"][n:] == s["emitted_tokens"][s["accepted"]:]  # then the correction / bonus
+    for r in rows:
+        if not r["chosen"]:
+            assert r["ids"] == s["all_drafts"][r["draft"]] and set(r["fates"]) == {tokens.UNCHOSEN}
+
+
+def test_multi_draft_view_follows_the_chosen_draft(app, trace_dir):
+    """A step whose verifier followed draft 1 after rejecting: the star, the colours and the grey move with it."""
+    lines = (trace_dir / "demo-tiny-rbv-k3-t07.jsonl").read_text().split("\n")
+    i = next(j for j, ln in enumerate(lines) if '"type": "step"' in ln and '"request_id": 0' in ln)
+    s = json.loads(lines[i])
+    blocks = s["all_drafts"]
+    blocks[0], blocks[1] = blocks[1], blocks[0]  # the followed block now sits at index 1
+    s.update(chosen=1, accepted=1, emitted_tokens=[s["draft_tokens"][0], 7], correction=7, bonus=None,
+             decisions=[1] + [0] * (s["window"] - 1))
+    lines[i] = json.dumps(s)
+    at = goto(app, "upload")
+    at.file_uploader(key="upload_files").set_value(("md.jsonl", "\n".join(lines).encode(), "text/plain")).run()
+    assert not at.error, [e.value for e in at.error]
+    at.session_state["replay_trace"] = "uploaded: md.jsonl"
+    at = goto(at, "replay")
+    rows = multi_view(at)
+    assert [r["chosen"] for r in rows] == [False, True, False]
+    assert rows[1]["ids"] == s["draft_tokens"] + [7]
+    assert rows[1]["fates"] == ["accepted", "rejected"] + ["pending"] * (s["window"] - 2) + ["correction"]
+    assert rows[0]["ids"] == blocks[0] and set(rows[0]["fates"]) == {tokens.UNCHOSEN}
+
+
+def test_multi_draft_rows_colour_only_the_chosen_block():
+    step = {"all_drafts": [[1, 2], [3, 4]], "chosen": 1, "draft_tokens": [3, 4], "accepted": 2, "window": 2,
+            "emitted_tokens": [3, 4, 5], "bonus": 5, "correction": None, "decisions": [0, 1],
+            "q_draft": [0.5, 0.5], "p_target": [0.6, 0.6], "accept_probs": [1.0, 1.0]}
+    texts = {i: f"<{i}>" for i in range(6)}
+    rows = tokens.multi_draft_rows(step, texts)
+    assert [r["chosen"] for r in rows] == [False, True]
+    assert [p[1] for p in rows[1]["pieces"]] == ["accepted", "accepted", "bonus"]
+    assert "coin ✗" in rows[1]["pieces"][0][2] and "coin ✓" in rows[1]["pieces"][1][2]  # BV: failed coin, accepted
+    html = tokens.multi_draft_html(step, texts)
+    assert "&lt;1&gt;" in html and "<1>" not in html and plots.COLORS["bonus"] in html
+    assert html.count("★ followed") == 1 and html.count("○ not followed") == 1
+
+
+def test_audit_page_shows_the_verdicts_of_the_csv(app, tmp_path):
+    csv = REPO / "docs" / "results" / "audit.csv"
+    at = goto(app, "audit")
+    want = audit_view.verdicts(pd.read_csv(csv))
+    pd.testing.assert_frame_equal(at.dataframe[0].value.reset_index(drop=True), want, check_dtype=False)
+    not_ok = want.loc[want["verdict"] != "lossless", "verifier"].tolist()
+    assert {m.label: m.value for m in at.metric}["NOT lossless"] == str(len(not_ok))
+    assert len(at.warning) == len(not_ok) and all(any(n in w.value for w in at.warning) for n in not_ok)
+    # One lossless row pushed to 1e-3 flips that verifier's verdict on the page.
+    df = pd.read_csv(csv)
+    i = df.index[df["verifier"] == "token"][0]
+    df.loc[i, "lossless_error"] = 1e-3
+    df.to_csv(tmp_path / "audit.csv", index=False)
+    at.text_input(key="audit_csv").set_value(str(tmp_path / "audit.csv")).run()
+    shown = at.dataframe[0].value.set_index("verifier")
+    assert shown.at["token", "verdict"] == "NOT lossless" and shown.at["token", "worst_case"] == df.at[i, "case"]
+    assert not at.exception
+    at.text_input(key="audit_csv").set_value(str(tmp_path / "nope.csv")).run()
+    assert len(at.error) == 1 and "no such audit file" in at.error[0].value
+
+
+def test_example_prompts_cover_every_task_type():
+    from engine.prompts import EXAMPLE_PROMPTS, MT_BENCH, task_of
+
+    assert len(EXAMPLE_PROMPTS) == 6 and len({p.question_id for p in EXAMPLE_PROMPTS}) == 6
+    cats = {p.category for p in EXAMPLE_PROMPTS}
+    assert {"writing", "roleplay"} <= MT_BENCH and {"writing", "roleplay"} <= cats
+    assert {task_of(c) for c in cats} >= {"mt_bench", "translation", "summarization", "math_reasoning"}
+    assert cats & {"qa", "rag"}
+    assert all(len(p.text) > 40 for p in EXAMPLE_PROMPTS)
+    from app.live import DEV_QUESTIONS
+
+    if DEV_QUESTIONS.is_file():  # written for the project, not copied from Spec-Bench
+        bench = DEV_QUESTIONS.read_text()
+        assert not any(p.text[:60] in bench for p in EXAMPLE_PROMPTS)
+
+
+def test_live_works_without_the_spec_bench_file(app, monkeypatch, tmp_path):
+    from app.demo_models import text_to_ids
+    from engine.prompts import EXAMPLE_PROMPTS
+    from engine.trace import load_trace
+
+    monkeypatch.setenv("SPECLAB_SPEC_BENCH", str(tmp_path / "missing" / "questions_dev.jsonl"))
+    at = goto(app, "live")
+    options = at.selectbox(key="live_choice").options
+    assert len(options) == 1 + len(EXAMPLE_PROMPTS)
+    assert all(p.text[:60] in o for p, o in zip(EXAMPLE_PROMPTS, options[1:]))
+    assert at.text_area(key="live_text").value == EXAMPLE_PROMPTS[0].text
+    assert any("Spec-Bench questions not found" in c.value for c in at.caption)
+    at.selectbox(key="live_choice").set_value(options[3]).run()
+    assert at.text_area(key="live_text").value == EXAMPLE_PROMPTS[2].text
+    at.number_input(key="live_max").set_value(6).run()
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    res = at.session_state["live_result"]
+    assert res["state"] == "finished"
+    for side in ("A", "B"):
+        t = load_trace(res["paths"][side])
+        assert t.complete and t.requests[0]["prompt_text"] == EXAMPLE_PROMPTS[2].text
+        assert t.requests[0]["prompt_ids"] == text_to_ids(EXAMPLE_PROMPTS[2].text) and t.summary["new_tokens"] == 6

@@ -3,7 +3,10 @@
 AppTest (tests/test_app.py) runs page scripts without a browser; this file checks what a person
 sees: pages render without an exception box, replay's buttons and Play timer move the step, a
 malformed upload shows the loader's one-line error, an upload is visible from other pages of the
-same session, and a Live run finishes and opens in Replay. Screenshots land in docs/screenshots/.
+same session, a Live run finishes and opens in Replay, downloaded files (trace Parquet, Perfetto
+step timings, table CSV) read back, the Audit page shows its verdicts, and four browser sessions
+decoding at once each get their own, exact result. Screenshots land in docs/screenshots/ (each
+re-encoded as a palette PNG and kept under MAX_SHOT_BYTES).
 
 Needs `apt-get install -y chromium` and `pip install playwright` (Playwright's own browser download
 is not used); skips with the reason when either is missing. The Live page runs the tiny random pair
@@ -12,6 +15,8 @@ is not used); skips with the reason when either is missing. The Live page runs t
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import socket
@@ -29,6 +34,8 @@ SHOTS = REPO / "docs" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 90_000  # a 2-core box shared with training: page runs can take tens of seconds
+VIEWPORT = {"width": 1280, "height": 1500}  # modest: readable screenshots that stay small
+MAX_SHOT_BYTES = 200_000
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not found: install it with `apt-get install -y chromium`", allow_module_level=True)
@@ -75,17 +82,30 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     expect.set_options(timeout=TIMEOUT_MS)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        # Tall viewport: Streamlit scrolls inside its own container, so full_page cannot reach below it.
-        pg = browser.new_page(viewport={"width": 1440, "height": 2200})
-        pg.set_default_timeout(TIMEOUT_MS)
-        pg.goto(server)
-        yield pg
-        browser.close()
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def new_session(browser, url: str, viewport: dict | None = None):
+    """A separate browser context = a separate Streamlit session (own session_state, own Live folder)."""
+    ctx = browser.new_context(viewport=viewport or VIEWPORT, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(url)
+    return pg
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    # Streamlit scrolls inside its own container, so full_page cannot reach below the viewport.
+    pg = new_session(browser, server)
+    yield pg
+    pg.context.close()
 
 
 def settle(pg) -> None:
@@ -105,9 +125,34 @@ def nav(pg, title: str) -> None:
     settle(pg)
 
 
+def small_png(img, path: Path) -> None:
+    """Save as a 256-colour palette PNG (UI screenshots have few colours: ~4× smaller, same look)."""
+    img.convert("RGB").quantize(colors=256, method=2).save(path, optimize=True)
+    assert path.stat().st_size <= MAX_SHOT_BYTES, f"{path.name}: {path.stat().st_size} bytes"
+
+
 def shot(pg, name: str) -> None:
+    from PIL import Image
+
     pg.mouse.move(0, 0)  # no hover tooltip in the picture
-    pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True, animations="disabled")
+    raw = pg.screenshot(full_page=True, animations="disabled")
+    small_png(Image.open(io.BytesIO(raw)), SHOTS / f"{name}.png")
+
+
+def download(pg, button, suffix: str, tmp_path: Path) -> Path:
+    """Click a download button and return the saved file (named with `suffix`, which the loaders read)."""
+    with pg.expect_download() as info:
+        button.click()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / f"{info.value.suggested_filename or 'download'}"
+    if not path.name.endswith(suffix):
+        path = path.with_name(path.name + suffix)
+    info.value.save_as(path)
+    return path
+
+
+def download_button(pg, label: str, nth: int = 0):
+    return pg.get_by_test_id("stDownloadButton").filter(has_text=label).nth(nth)
 
 
 def test_overview(page):
@@ -128,6 +173,25 @@ def test_replay_buttons_and_play(page):
     settle(page)
     expect(page.locator(".token-strip .current-step")).to_have_count(1)
     shot(page, "replay")
+
+
+def test_replay_downloads_read_back(page, tmp_path):
+    """The selected trace as Parquet (loads with the engine, same steps as the file on disk) and as
+    Perfetto step timings (JSON with one draft and one verify event per step)."""
+    from engine.trace import load_trace
+
+    label = page.get_by_role("combobox", name="Trace").input_value()
+    want = load_trace(REPO / "traces" / label)
+    pq = download(page, download_button(page, "Trace (Parquet)"), ".parquet", tmp_path)
+    got = load_trace(pq)
+    assert got.steps == want.steps and got.requests == want.requests and got.header == want.header
+    pf = download(page, download_button(page, "Step timings (Perfetto)"), ".json", tmp_path)
+    assert pf.name.endswith(".perfetto.json")
+    events = [e for e in json.loads(pf.read_text())["traceEvents"] if e["ph"] == "X"]
+    for phase in ("draft", "verify"):
+        assert sorted((e["pid"], e["args"]["step"]) for e in events if e["name"] == phase) == sorted(
+            (s["request_id"], s["step"]) for s in want.steps)
+    settle(page)
 
 
 def test_windows(page):
@@ -183,7 +247,7 @@ def test_live_stop_keeps_an_interrupted_trace(page):
     expect(page.get_by_text("stopped early")).to_be_visible()
     settle(page)
     expect(page.get_by_text("· stopped").first).to_be_visible()
-    expect(page.get_by_test_id("stDownloadButton")).to_have_count(2)
+    expect(page.get_by_test_id("stDownloadButton")).to_have_count(6)  # JSONL, Parquet, Perfetto per side
     shot(page, "live-stopped")
 
 
@@ -195,9 +259,88 @@ def test_live_run_and_open_in_replay(page):
     expect(page.get_by_role("button", name="Open A in Replay")).to_be_visible()
     settle(page)
     expect(page.get_by_text("· done")).to_have_count(2)
-    expect(page.get_by_test_id("stDownloadButton")).to_have_count(2)
+    expect(page.get_by_test_id("stDownloadButton")).to_have_count(6)
     shot(page, "live")
     page.get_by_role("button", name="Open A in Replay").click()
     page.wait_for_url(re.compile("replay"))
     settle(page)
     expect(page.get_by_role("combobox", name="Trace")).to_have_value(re.compile("^live: live-A-"))
+
+
+def test_audit_page_and_its_csv(page, tmp_path):
+    import pandas as pd
+
+    from app import audit_view
+
+    nav(page, "Audit")
+    want = audit_view.verdicts(audit_view.load_audit(REPO / "docs" / "results" / "audit.csv"))
+    for name in want.loc[want["verdict"] != "lossless", "verifier"]:
+        expect(page.get_by_test_id("stAlertContentWarning").filter(has_text=f"{name} is NOT lossless")).to_be_visible()
+    expect(page.get_by_test_id("stDataFrame").first).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    shot(page, "audit")
+    csv = download(page, download_button(page, "CSV"), ".csv", tmp_path)
+    pd.testing.assert_frame_equal(pd.read_csv(csv), want, check_dtype=False)
+
+
+# ---------------------------------------------------------------- load: four sessions decode at once
+
+LOAD_PROMPTS = ["Name three rivers that flow through Europe.", "Write a haiku about a quiet harbour at dawn.",
+                "Translate 'see you tomorrow' into Spanish.", "What is 12 squared, minus 20?"]
+LOAD_TOKENS = 16
+
+
+def greedy_output(prompt: str, n: int) -> list[int]:
+    """The tiny target's own greedy continuation (no draft), computed here, outside the app."""
+    import torch
+
+    from app.demo_models import text_to_ids, tiny_pair
+    from engine.decode import DecodeConfig, decode
+
+    torch.set_num_threads(1)
+    target, _ = tiny_pair()
+    return [t for rec in decode(target, None, text_to_ids(prompt), None, DecodeConfig(max_new_tokens=n))
+            for t in rec.emitted_tokens]
+
+
+def test_four_sessions_decode_at_once(browser, server, tmp_path):
+    """Four browser sessions press Decode together: the shared demo pair serves them one at a time
+    (its lock), none shows an error, and every session's Parquet trace holds its own prompt and
+    exactly the target's greedy output (fp32 speculative greedy decoding is exact)."""
+    from PIL import Image
+
+    from engine.trace import load_trace
+
+    pages = [new_session(browser, f"{server}/live", {"width": 1280, "height": 1250}) for _ in LOAD_PROMPTS]
+    try:
+        for pg, prompt in zip(pages, LOAD_PROMPTS):
+            settle(pg)
+            box = pg.get_by_label("Prompt text")
+            box.fill(prompt)
+            box.press("Control+Enter")
+            settle(pg)
+            set_max_tokens(pg, LOAD_TOKENS)
+        for pg in pages:  # all four at once
+            pg.get_by_role("button", name="Decode").click()
+        for pg in pages:
+            expect(pg.get_by_role("button", name="Open A in Replay")).to_be_visible(timeout=4 * TIMEOUT_MS)
+            settle(pg)
+            expect(pg.get_by_text("· done")).to_have_count(2)
+            expect(pg.get_by_test_id("stAlertContentError")).to_have_count(0)
+            expect(pg.get_by_test_id("stException")).to_have_count(0)
+        for pg, prompt in zip(pages, LOAD_PROMPTS):
+            want = greedy_output(prompt, LOAD_TOKENS)
+            for i, side in enumerate("AB"):
+                path = download(pg, download_button(pg, "Trace (Parquet)", i), ".parquet", tmp_path / f"{id(pg)}{side}")
+                t = load_trace(path)
+                assert t.complete and [r["prompt_text"] for r in t.requests.values()] == [prompt], side
+                assert t.ends[0]["output_ids"] == want, (prompt, side)
+        grid = [Image.open(io.BytesIO(pg.screenshot(animations="disabled"))) for pg in pages]
+        w, h = grid[0].size
+        sheet = Image.new("RGB", (2 * w, 2 * h), "white")
+        for i, img in enumerate(grid):
+            sheet.paste(img, ((i % 2) * w, (i // 2) * h))
+        small_png(sheet.resize((w, h)), SHOTS / "live-load-4-sessions.png")
+    finally:
+        for pg in pages:
+            pg.context.close()

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, plots, tokens
+from app import data, downloads, plots, tokens
 
 st.title("Compare")
 entries = data.all_traces()
@@ -56,8 +56,8 @@ table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "ms A": pairs["decode_ms_a"], "ms B": pairs["decode_ms_b"],
                       "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
 st.subheader(f"{len(pairs)} shared prompts")
-st.dataframe(table, hide_index=True, width="stretch",
-             column_config={k: st.column_config.NumberColumn(format="%.1f") for k in ("ms A", "ms B", "Δ ms")})
+downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table",
+                column_config={k: st.column_config.NumberColumn(format="%.1f") for k in ("ms A", "ms B", "Δ ms")})
 if not all(same):
     st.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
 

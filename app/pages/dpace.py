@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from app import downloads
 from app import dpace_plots as dp
 
 st.title("D-PACE training")
@@ -31,7 +32,7 @@ if summary.get("summary"):
              "sd": r["tau_offline_std"], "Δ vs DFlash": r["diff_vs_dflash_offline"]["mean"],
              "95% CI lo": r["diff_vs_dflash_offline"]["t_lo"], "95% CI hi": r["diff_vs_dflash_offline"]["t_hi"],
              "τ online": r["tau_online_mean"]} for r in summary["summary"]]
-    st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+    downloads.table(pd.DataFrame(rows).round(3), "dpace-summary", "dpace_summary")
 
 st.subheader("Position weights over training")
 c1, c2 = st.columns([3, 1])

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import data, live, tokens
+from app import data, downloads, live, tokens
 from engine.trace import TraceError, load_trace, summarize
 
 st.title("Live")
@@ -16,7 +16,7 @@ else:
     st.warning(f"Running the **{pair.label}**: the SmolLM2 demo pair is not available here"
                + (f" ({pair.note})" if pair.note else "") + ". The page works the same; the tokens mean nothing.")
 
-questions = live.dev_questions()
+questions, from_spec_bench = live.prompt_choices()
 CUSTOM = "type your own"
 options = [CUSTOM] + [f"[{q.category}] {q.text[:90]}" for q in questions]
 
@@ -31,8 +31,12 @@ if "live_text" not in ss:
     ss["live_text"] = questions[0].text if questions else ""
     ss["live_choice"] = options[1] if questions else CUSTOM
 st.selectbox("Prompt", options, key="live_choice", on_change=_pick,
-             help="Spec-Bench dev questions (../shared/spec_bench) when present" if questions else
-             "Spec-Bench questions not found next to the repository: type a prompt")
+             help="Spec-Bench dev questions (../shared/spec_bench)" if from_spec_bench else
+             "Spec-Bench questions not found next to the repository: the project's own example prompts, one per "
+             "task type (engine.prompts.EXAMPLE_PROMPTS), or type a prompt")
+if not from_spec_bench:
+    st.caption(f"Spec-Bench questions not found (`{live.questions_file()}`): offering the project's own example "
+               f"prompts, one per task type.")
 text = st.text_area("Prompt text", key="live_text", height=110, max_chars=live.MAX_PROMPT_CHARS)
 c = st.columns([2, 2, 1, 1])
 spec_a = c[0].text_input("Policy A", "fixed:4", key="live_a", help="fixed:γ, heuristic, confidence:t, cumulative:t, "
@@ -103,8 +107,7 @@ if res and res["state"] != "busy":
             show(side, t.steps, "done" if t.ends else "stopped", caches)
         name = Path(path).name
         raw = open(path, "rb").read()
-        col.download_button(f"Download trace {side}", raw, file_name=name, mime="application/x-ndjson",
-                            key=f"live_dl_{side}")
+        downloads.trace_buttons(t, name, f"live_{side}", where=col, jsonl=raw)
         if col.button(f"Open {side} in Replay", key=f"live_open_{side}"):
             label, err = data.add_trace_bytes(name, raw, origin="live")
             if err:

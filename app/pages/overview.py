@@ -42,9 +42,10 @@ for row in range(0, len(items), COLS):
                        f"{s['requests']} prompts · {s['new_tokens']} tokens")
 
 st.subheader("Where next")
-c = st.columns(5)
+c = st.columns(6)
 c[0].page_link("pages/replay.py", label="Replay a trace step by step", icon=":material/play_circle:")
 c[1].page_link("pages/windows.py", label="Window analysis (oracle vs fixed)", icon=":material/query_stats:")
 c[2].page_link("pages/compare.py", label="Compare two policies", icon=":material/compare_arrows:")
 c[3].page_link("pages/live.py", label="Decode live, side by side", icon=":material/bolt:")
 c[4].page_link("pages/upload.py", label="Upload your traces", icon=":material/upload_file:")
+c[5].page_link("pages/audit.py", label="Which verifiers are lossless", icon=":material/verified:")

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, plots, tokens
+from app import data, downloads, plots, tokens
 
 st.title("Replay")
 ss = st.session_state
@@ -34,12 +34,16 @@ if not raw:
     st.stop()
 n = len(raw)
 info = e.info
+n_drafts = max(len(s.get("all_drafts") or [()]) for s in raw)  # K > 1: a multi-draft trace
 st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['verifier']} · "
            f"temperature {info['temperature']} · {n} verify calls"
+           + (f" · {n_drafts} drafts per step" if n_drafts > 1 else "")
            + (" · :violet-badge[tiny-model demo]" if info["demo"] else ""))
+downloads.trace_buttons(e.trace, label, "replay")
 
 tok = data.entry_tokenizer(e)
-ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])}
+ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])} | {
+    t for s in raw for block in s.get("all_drafts") or [] for t in block}
 texts = dict(zip(ids, data.token_texts(tok, list(ids))))
 if tok is None:
     st.caption(f"No tokenizer for target `{info['target']}` on this machine: tokens shown as ⟨id⟩.")
@@ -86,6 +90,12 @@ def step_view() -> None:
                 help="colours: " + ", ".join(f"{k2} = {v}" for k2, v in tokens.FATE_HELP.items()))
     st.markdown(tokens.strip(earlier, tokens.step_pieces(s, texts)), unsafe_allow_html=True)
     st.markdown(tokens.legend(), unsafe_allow_html=True)
+    if s.get("all_drafts"):
+        st.markdown(f"**{len(s['all_drafts'])} drafted blocks this step** — the verifier followed draft "
+                    f"{s['chosen']} (★); the others (○, grey) were scored but not followed",
+                    help="coloured by the verifier's outcome on the followed draft; each token's tooltip gives its "
+                         "coin (block verification emits up to the last successful coin)")
+        st.markdown(tokens.multi_draft_html(s, texts), unsafe_allow_html=True)
 
     m = st.columns(6)
     m[0].metric("window (drafted)", s["window"])
@@ -100,10 +110,10 @@ def step_view() -> None:
     with left:
         st.markdown("**Drafted block**")
         if len(block):
-            st.dataframe(block[["pos", "text", "token", "fate", "q_draft", "p_target", "accept_prob", "draft_entropy"]],
-                         hide_index=True, width="stretch",
-                         column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                        for c in ("q_draft", "p_target", "accept_prob", "draft_entropy")})
+            downloads.table(block[["pos", "text", "token", "fate", "q_draft", "p_target", "accept_prob",
+                                   "draft_entropy"]], f"{downloads.stem(label)}-req{rid}-step{k}-block", "replay_block",
+                            column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                           for c in ("q_draft", "p_target", "accept_prob", "draft_entropy")})
         else:
             st.caption("Nothing drafted: an autoregressive target call.")
     with right:
@@ -112,11 +122,11 @@ def step_view() -> None:
         fig = plots.policy_scores(fields, s["window"])
         if fig is not None:
             st.plotly_chart(fig, theme=None, key="replay_scores")
-        records = {k: v for k, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
-        for k, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
-            st.caption(f"`{k}`")
-            st.dataframe(pd.DataFrame(v), hide_index=True, width="stretch")
-        if rest := {k: v for k, v in fields.items() if k not in records}:
+        records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
+        for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
+            st.caption(f"`{name}`")
+            downloads.table(pd.DataFrame(v), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
+        if rest := {f: v for f, v in fields.items() if f not in records}:
             st.json(rest, expanded=True)
         if not fields:
             st.caption(f"The policy `{info['policy']}` logged nothing for this step.")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import sweep_plots
+from app import downloads, sweep_plots
 from engine.sweep import SUMMARY_NAME, load_sweep_summary
 
 st.title("Sweeps")
@@ -56,12 +56,12 @@ st.caption("Speedup = tokens/s ÷ tokens/s of the autoregressive task on the sam
            "(Σ tokens ÷ Σ decode time). Workers that share CPU cores slow each other: compare cells of one "
            "sweep, not across sweeps run with different worker counts.")
 st.subheader("Per policy and task")
-st.dataframe(sweep_plots.policy_task_table(view), hide_index=True, width="stretch",
-             column_config={"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
-                            "emitted_per_call_incl_bonus": st.column_config.NumberColumn(
-                                "emitted/call (incl. bonus)", format="%.2f"),
-                            "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)",
-                                                                             format="%.2f"),
-                            "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")})
+downloads.table(sweep_plots.policy_task_table(view), f"sweep-{p.name}-policy-task", "sweep_table",
+                column_config={"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
+                               "emitted_per_call_incl_bonus": st.column_config.NumberColumn(
+                                   "emitted/call (incl. bonus)", format="%.2f"),
+                               "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)",
+                                                                                format="%.2f"),
+                               "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")})
 with st.expander("Every task (one row per trace)"):
-    st.dataframe(view, hide_index=True, width="stretch")
+    downloads.table(view, f"sweep-{p.name}-tasks", "sweep_tasks")

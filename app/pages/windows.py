@@ -6,7 +6,7 @@ import importlib
 import pandas as pd
 import streamlit as st
 
-from app import data, plots
+from app import data, downloads, plots
 
 st.title("Windows")
 st.caption("Every policy replayed offline over reference runs (one target run + teacher-forced draft signals), "
@@ -109,13 +109,13 @@ ot = data.oracle_ratio_table(refs, key, costs)
 st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, key="win_ratio")
 show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
         "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
-st.dataframe(ot[show], hide_index=True, width="stretch",
-             column_config={k: st.column_config.NumberColumn(format="%.3f") for k in show
-                            if k not in ("task", "cost", "best_gamma", "value")})
+downloads.table(ot[show], "oracle-ratio", "win_ratio_table",
+                column_config={k: st.column_config.NumberColumn(format="%.3f") for k in show
+                               if k not in ("task", "cost", "best_gamma", "value")})
 st.caption("ratio = S_oracle ÷ S_best fixed; iid_ratio = the same from the closed form at the task's α; "
            "pos:<policy> = (S_policy − S_fixed*) ÷ (S_oracle(a) − S_fixed*): 0 is the best fixed γ, "
            "1 the oracle.")
 with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
-    st.dataframe(data.variability_table(refs, key, cost), hide_index=True, width="stretch")
+    downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
 with st.expander(f"All simulated policies for task '{task}'"):
-    st.dataframe(g, hide_index=True, width="stretch")
+    downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
