@@ -251,7 +251,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prompts", default=str(Path(__file__).resolve().parents[2] / "shared/spec_bench/questions_dev.jsonl"))
     p.add_argument("--per-category", type=int, default=BenchConfig.per_category)
     p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma list; 'ar', policies, hf:MODE:VAL")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma (or ';' when a spec has commas) list; 'ar', policies, hf:MODE:VAL")
     p.add_argument("--temperatures", default="0,0.7")
     p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")
@@ -270,7 +270,8 @@ def cmd_bench(a) -> int:
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(",") if s.strip()),
+    sep = ";" if ";" in a.configs else ","  # ';' lets a spec carry its own commas (confidence:0.5,trim=1)
+    cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(sep) if s.strip()),
                       temperatures=tuple(float(t) for t in a.temperatures.split(",")),
                       max_new_tokens=a.max_new_tokens, per_category=a.per_category, warmup=a.warmup)
     if "ar" not in cfg.configs:

@@ -14,7 +14,8 @@ def test_bench_smoke(model_dirs, tmp_path, capsys):  # noqa: F811
                        '{"question_id": 2, "category": "writing", "turns": ["w4 w5"]}\n')
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     rc = main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-category", "1",
-               "--max-new-tokens", "12", "--configs", "ar,fixed:2,heuristic,hf:constant:2,hf:confidence:0.4",
+               "--max-new-tokens", "12", "--configs",
+               "ar;fixed:2;heuristic;confidence:0.5,trim=1;hf:constant:2;hf:confidence:0.4",
                "--temperatures", "0,0.7", "--dtype", "fp32", "--out", str(out), "--markdown", str(md)])
     assert rc == 0
     res = json.loads(out.read_text())
@@ -23,8 +24,9 @@ def test_bench_smoke(model_dirs, tmp_path, capsys):  # noqa: F811
     assert overall[(0.0, "ar")]["speedup_vs_ar"] == 1.0
     assert overall[(0.0, "ar")]["emitted_per_call_incl_bonus"] == 1.0
     assert overall[(0.0, "fixed:2")]["emitted_per_call_incl_bonus"] > 1.0
-    assert {c for _, c in overall} == {"ar", "fixed:2", "heuristic", "hf:constant:2", "hf:confidence:0.4"}
-    assert res["costs"]["c"] > 0 and len(res["runs"]) == 2 * 2 * 5
+    assert {c for _, c in overall} == {"ar", "fixed:2", "heuristic", "confidence:0.5,trim=1", "hf:constant:2",
+                                       "hf:confidence:0.4"}
+    assert res["costs"]["c"] > 0 and len(res["runs"]) == 2 * 2 * 6
     text = md.read_text()
     assert "| overall | fixed:2 |" in text and "Cost ratio c" in text and "command:" in text
     assert "speedup vs AR" in capsys.readouterr().out
