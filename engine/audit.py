@@ -306,6 +306,8 @@ VERIFIER_NOTES = {
     "kseq": "SpecTr K-SEQ (Sun et al. 2023) node by node over the draft tree, ρ* by bisection on [1, K]",
     "spectr-gbv-published": "SpecTr-GBV exactly as the authors' public code (src/engine.py); K = 1 is their GBV",
     "rbv": "recursive block verification — **ours** (BV per draft, BV residual handed to the next draft)",
+    "kbv": "K-SEQ with a block-verification tail — **ours** (K-SEQ while ≥ 2 drafts share the node, BV on the "
+           "lone draft's suffix after)",
     "block-same-row (lossy near-miss)": "BV with Z from the same position's rows (a public off-by-one), for contrast",
 }
 
@@ -357,7 +359,8 @@ def summary_markdown(rows: list[AuditRow], command: str) -> str:
         return f"`{a}` ≥ `{b}` in {ge} of {len(keys)} cells (strictly better in {gt})"
 
     cmp = [c for c in (compare("block", "token", False), compare("rbv", "rrs", True), compare("rbv", "kseq", True),
-                       compare("kseq", "rrs", True)) if c]
+                       compare("kseq", "rrs", True), compare("kbv", "kseq", True), compare("kbv", "rbv", True),
+                       compare("kbv", "block", False)) if c]
     if cmp:
         lines += ["", "## Expected accepted drafts, pairwise (same case, V, γ, K)", ""] + [f"- {c}" for c in cmp]
     gbv = [r for r in rows if r.verifier == "spectr-gbv-published" and r.k >= 2]

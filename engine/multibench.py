@@ -9,7 +9,7 @@ the SpecTr-GBV paper:
     accepted / call        accepted draft tokens per target call (excl. the bonus)
 
 Configurations are `METHOD:K:L`: METHOD ∈ sd, bv (K = 1 only), rrs, kseq, gbv (= SpecTr-GBV as the
-authors' code does it; K = 1 is their "GBV"), rbv (ours). K > 1 uses `MultiDrafter` (K i.i.d.
+authors' code does it; K = 1 is their "GBV"), rbv and kbv (ours). K > 1 uses `MultiDrafter` (K i.i.d.
 blocks) and `TreeTarget` (one target pass over the draft tree).
 
 `--modes` also times one step's components on the first prompt: K-way drafting batched vs
@@ -31,9 +31,11 @@ from typing import Any
 
 import torch
 
-METHODS = {"sd": "token", "bv": "block", "rrs": "rrs", "kseq": "kseq", "gbv": "spectr-gbv-published", "rbv": "rbv"}
+METHODS = {"sd": "token", "bv": "block", "rrs": "rrs", "kseq": "kseq", "gbv": "spectr-gbv-published", "rbv": "rbv",
+           "kbv": "kbv"}
 LABELS = {"sd": "SD (token)", "bv": "BV (Sun et al.)", "rrs": "RRS", "kseq": "SpecTr K-SEQ",
-          "gbv": "SpecTr-GBV (published code)", "rbv": "RBV (ours, lossless)"}
+          "gbv": "SpecTr-GBV (published code)", "rbv": "RBV (ours, lossless)",
+          "kbv": "KBV: K-SEQ + BV tail (ours, lossless)"}
 # Table 1 averages of the SpecTr-GBV paper (via a secondary summary; project notes §5.2): BE, SR.
 PAPER = {"DeepSeek-33B/1.3B": {"sd": (7.64, 1.64), "kseq": (8.39, 1.96), "gbv1": (7.83, 1.67), "gbv": (8.59, 2.12)},
          "DeepSeek-6.7B/1.3B": {"sd": (6.13, 1.05), "kseq": (6.69, 1.11), "gbv1": (6.27, 1.06), "gbv": (6.84, 1.20)}}
@@ -61,7 +63,7 @@ class MultiBenchConfig:
                         continue
                     if m in ("rrs", "kseq") and k == 1 and "sd" in self.methods:
                         continue  # identical to SD at K = 1
-                    if m == "rbv" and k == 1 and "bv" in self.methods:
+                    if m in ("rbv", "kbv") and k == 1 and "bv" in self.methods:
                         continue  # identical to BV at K = 1
                     out.append(f"{m}:{k}:{L}")
         return out
@@ -174,7 +176,7 @@ def _grid_tables(rows: list[dict]) -> list[str]:
               "|---|---|---|" + "---|---|" * len(PAPER)]
     for label, m, k, pk in (("SD", "sd", 1, "sd"), ("BV (Sun et al.)", "bv", 1, None), ("SpecTr (K-SEQ)", "kseq", K, "kseq"),
                             ("GBV (published code, K = 1)", "gbv", 1, "gbv1"), ("SpecTr-GBV (published code)", "gbv", K, "gbv"),
-                            ("RRS", "rrs", K, None), ("RBV (ours)", "rbv", K, None)):
+                            ("RRS", "rrs", K, None), ("RBV (ours)", "rbv", K, None), ("KBV (ours)", "kbv", K, None)):
         r = pick(m, k)
         ours = f"{r['block_efficiency']:.2f} | {r['speedup']:.2f}×" if r else "– | –"
         paper = " | ".join(f"{PAPER[p][pk][0]:.2f} | {PAPER[p][pk][1]:.2f}×" if pk else "– | –" for p in PAPER)

@@ -17,7 +17,7 @@ from engine.verify import VERIFIERS, verify_block
 from engine.verify.multidraft import kseq_rho
 from tests.test_verify_block import chi_square_of_loop
 
-LOSSLESS_MULTI = ("rrs", "kseq", "rbv")
+LOSSLESS_MULTI = ("rrs", "kseq", "rbv", "kbv")
 
 
 @pytest.mark.parametrize("name", LOSSLESS_MULTI)
@@ -42,13 +42,31 @@ def test_notes_table_values(toy):
     q_fn, p_fn = notes_toy(vocab, seed)
     got = []
     for k in (2, 3):
-        for name in LOSSLESS_MULTI:
+        for name in ("rrs", "kseq", "rbv"):
             if k == 3 and (vocab, gamma) != (2, 2):
                 got.append(None)  # the larger tuples are covered by `python -m engine audit`
                 continue
             got.append(audit(VERIFIERS[name], q_fn, p_fn, vocab, gamma, k=k, multi=True).expected_accepted)
     for g, want in zip(got, NOTES_55[toy]):
         assert g is None or g == pytest.approx(want, abs=6e-5)
+
+
+def test_kbv_reduces_to_bv_and_kseq_and_never_trails_kseq():
+    """KBV (ours): K = 1 is BV, γ = 1 is K-SEQ, and on every toy its expected accepted length is at
+    least K-SEQ's (the walks agree until one draft is left; BV ≥ SD on that draft), exactly."""
+    for vocab in (2, 3):
+        for case, (q_fn, p_fn) in toy_cases(vocab).items():
+            for gamma, k in ((1, 2), (1, 3), (2, 1), (2, 2), (3, 2)) if vocab == 2 else ((1, 2), (2, 1), (2, 2)):
+                kbv = audit(VERIFIERS["kbv"], q_fn, p_fn, vocab, gamma, k=k, multi=True)
+                assert kbv.lossless_error <= 1e-12, (case, vocab, gamma, k)
+                if k == 1:
+                    bv = audit(VERIFIERS["block"], q_fn, p_fn, vocab, gamma)
+                    assert kbv.expected_accepted == pytest.approx(bv.expected_accepted, abs=1e-12)
+                    continue
+                kseq = audit(VERIFIERS["kseq"], q_fn, p_fn, vocab, gamma, k=k, multi=True)
+                if gamma == 1:
+                    assert kbv.expected_accepted == pytest.approx(kseq.expected_accepted, abs=1e-12)
+                assert kbv.expected_accepted >= kseq.expected_accepted - 1e-12, (case, vocab, gamma, k)
 
 
 def test_rbv_reduces_to_bv_and_rrs():
@@ -151,7 +169,7 @@ def test_greedy_multi_draft_equals_autoregressive(pair):
     target, draft = pair
     prompt = [1, 5, 9, 3]
     ref = [t for s in decode(target, None, prompt, None, DecodeConfig(max_new_tokens=16)) for t in s.emitted_tokens]
-    for name in ("rrs", "kseq", "rbv"):
+    for name in ("rrs", "kseq", "rbv", "kbv"):
         cfg = DecodeConfig(max_new_tokens=16, verifier=name)
         out = [t for s in decode(TreeTarget(target), MultiDrafter(draft, MultiDraftConfig(k=2)), prompt,
                                  parse_policy("fixed:3"), cfg) for t in s.emitted_tokens]
@@ -159,7 +177,7 @@ def test_greedy_multi_draft_equals_autoregressive(pair):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verifier", ["rbv", "kseq", "rrs"])
+@pytest.mark.parametrize("verifier", ["rbv", "kbv", "kseq", "rrs"])
 def test_chi_square_of_the_real_loop_k2(verifier):
     """Whole sampled continuations of the real torch loop (K = 2 drafts, tree target pass) match the
     target's exact joint: the lossless multi-draft verifiers pass where the published GBV fails below."""

@@ -29,11 +29,11 @@ def register_verifier(name: str, fn, multi: bool = False, uniforms=None) -> None
         UNIFORMS[name] = uniforms
 
 
-# Block and multi-draft verifiers (engine.verify.block / multidraft / spectr_gbv). "rbv" is ours;
+# Block and multi-draft verifiers (engine.verify.block / multidraft / spectr_gbv). "rbv", "kbv" are ours;
 # "spectr-gbv-published" reproduces the authors' public code and is NOT lossless for K ≥ 2.
 from engine.verify.block import verify_block  # noqa: E402
 from engine.verify.coins import uniforms_for_blocks  # noqa: E402
-from engine.verify.multidraft import verify_kseq, verify_rbv, verify_rrs  # noqa: E402
+from engine.verify.multidraft import verify_kbv, verify_kseq, verify_rbv, verify_rrs  # noqa: E402
 from engine.verify.spectr_gbv import verify_spectr_gbv_published  # noqa: E402
 
 register_verifier("block", verify_block)
@@ -41,8 +41,9 @@ register_verifier("rrs", verify_rrs, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("kseq", verify_kseq, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("spectr-gbv-published", verify_spectr_gbv_published, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("rbv", verify_rbv, multi=True, uniforms=uniforms_for_blocks)
+register_verifier("kbv", verify_kbv, multi=True, uniforms=uniforms_for_blocks)
 # Lossless rules, for tests and the audit: the published SpecTr-GBV code is deliberately absent.
-LOSSLESS = {"token", "block", "rrs", "kseq", "rbv"}
+LOSSLESS = {"token", "block", "rrs", "kseq", "rbv", "kbv"}
 
 
 __all__ = ["LOSSLESS", "MULTI_DRAFT", "VERIFIERS", "VerifyResult", "register_verifier", "uniforms_needed", "verify_token"]

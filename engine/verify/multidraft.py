@@ -1,4 +1,4 @@
-"""Lossless multi-draft verifiers over K i.i.d. draft blocks: RRS, SpecTr K-SEQ, and RBV (ours).
+"""Lossless multi-draft verifiers over K i.i.d. draft blocks: RRS, SpecTr K-SEQ, RBV and KBV (ours).
 
 Notation (ours, Leviathan/HF/vLLM): p = target, q = draft. SpecTr writes p = draft, q = target; its
 formulas are restated here in our letters. K blocks x^1..x^K ~ q i.i.d., each of length γ; a
@@ -27,6 +27,15 @@ current node's target t at its first position; at the node where it stops, its B
 t for the next unused candidate sharing that prefix; with none left, emit y ~ t. K = 1 is BV, γ = 1
 is RRS; lossless because BV is lossless for any first-position target and unused drafts are
 independent of every coin so far (checked by exact enumeration in tests/test_multidraft.py).
+
+KBV, K-SEQ with a block-verification tail (ours, derived here, not from a paper): walk the tree with
+K-SEQ while two or more candidates share the node; at the first node P (reached by acceptance, so
+its target is the full p(·|P)) where a single candidate is left, run block verification on that
+candidate's remaining suffix with first-position target p(·|P). Lossless: the lone candidate's
+suffix is a fresh draft from q(·|P) (the K-SEQ coins so far read only the first |P| tokens of each
+draft), and BV is lossless for it. E[accepted] ≥ K-SEQ's: the walks coincide until the tail, and
+on a single draft BV accepts at least as much as token-level SD (Sun et al.). K = 1 is BV; γ = 1
+is K-SEQ (both checked by enumeration in tests/test_multidraft.py).
 
 Worked example (context-free V = 2, q = (2/3, 1/3), p = (1/3, 2/3), γ = 1, K = 2, drafts (0, 0)):
 RRS accepts draft 1 w.p. 1/2; on rejection t = (0, 1), so draft 2 (token 0) is rejected surely and
@@ -177,3 +186,45 @@ def verify_rbv(blocks, q, p, uniforms) -> CoinResult:
     acc = len(prefix)
     return CoinResult(acc, tuple(prefix) + (last,), tuple(hs), pd, qd, final, acc == gamma, chosen=chosen,
                       decisions=tuple(dec), coins=tuple(ledger), fallback=fb)
+
+
+def verify_kbv(blocks, q, p, uniforms) -> CoinResult:
+    """K-SEQ over the draft tree while ≥ 2 candidates share a node, block verification on the lone
+    candidate's suffix from the first node where only one is left (ours)."""
+    gamma = check_blocks(blocks, q, p)
+    K = len(blocks)
+    cands, depth, ledger = list(range(K)), 0, []
+    hs, dec = [0.0] * gamma, [0] * gamma
+    final, fb = None, False
+    while depth < gamma:
+        lead = cands[0]
+        if len(cands) == 1:  # the tail: one fresh draft of the suffix, target p(·|prefix) at its head
+            toks = [int(x) for x in blocks[lead][depth:]]
+            m = len(toks)
+            tau, h, outs, caps = bv_scan(toks, q[lead][depth:], p[lead][depth:], uniforms, ledger,
+                                         offset=lead * gamma + depth)
+            hs[depth:], dec[depth:] = h, outs
+            if tau < m:
+                final, fb = bv_residual(tau, m, q[lead][depth:], p[lead][depth:], caps)
+            depth += tau
+            break
+        toks = [int(blocks[k][depth]) for k in cands]
+        j, h, res, f = _kseq_node(toks, [k * gamma + depth for k in cands], q[lead][depth], p[lead][depth],
+                                  uniforms, ledger)
+        hs[depth] = h if h is not None else 0.0
+        fb = fb or f
+        if j is None:
+            final = res
+            break
+        dec[depth] = 1
+        x, accepted_k = toks[j], cands[j]
+        cands = [accepted_k] + [k for k in cands if int(blocks[k][depth]) == x and k != accepted_k]
+        depth += 1
+    chosen = cands[0]
+    if final is None:
+        final = p[chosen][gamma]
+    last = sample_from(final, float(uniforms[K * gamma]))
+    block = [int(t) for t in blocks[chosen]]
+    pd, qd = path_stats(block, q[chosen], p[chosen])
+    return CoinResult(depth, tuple(block[:depth]) + (last,), tuple(hs), pd, qd, final, depth == gamma,
+                      chosen=chosen, decisions=tuple(dec), coins=tuple(ledger), fallback=fb)
