@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: app test install clean-venv
+.PHONY: app test install clean-venv browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,7 +21,15 @@ install: $(STAMP)
 app: $(STAMP)
 	$(BIN)/streamlit run app/main.py
 
-test: $(STAMP)
+# The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is
+# not used). Installed here when missing and we may (root + apt-get); otherwise those tests skip, saying why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian chromium for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "chromium could not be installed; browser tests will skip"; fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
 
 clean-venv:

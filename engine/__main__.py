@@ -18,7 +18,7 @@ def _add_decode(sub) -> None:
     p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
     p.add_argument("--draft", default=None, help="draft model; omit for autoregressive decoding")
     p.add_argument("--policy", default="fixed:4", help="window policy, e.g. fixed:4, heuristic, confidence:0.4")
-    p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | spectr-gbv-published")
+    p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | kbv | spectr-gbv-published")
     p.add_argument("--k", type=int, default=1, help="i.i.d. drafts per step (multi-draft verifiers need K ≥ 1)")
     p.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
     p.add_argument("--limit", type=int, default=None, help="first N prompts")
@@ -65,7 +65,7 @@ def cmd_decode(a) -> int:
 
         target_lm, draft_lm = TreeTarget(target.lm), MultiDrafter(draft.lm, MultiDraftConfig(k=a.k))
     elif a.k != 1:
-        raise ValueError(f"--k {a.k} needs a multi-draft verifier (rrs, kseq, rbv, spectr-gbv-published)")
+        raise ValueError(f"--k {a.k} needs a multi-draft verifier (rrs, kseq, rbv, kbv, spectr-gbv-published)")
     tok = target.tokenizer
     if tok is None:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
