@@ -117,6 +117,7 @@ def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostMode
         remaining = budget - pos
         a = runs[pos]
         stop = "cap"
+        dropped = 0
         if isinstance(pol, OracleSpec):
             cap = max(0, min(pol.max_window or budget, remaining - 1))
             window = min(a + (pol.variant == "b"), cap)
@@ -130,17 +131,23 @@ def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostMode
                 window += 1
                 if sig is None:  # past the end of an EOS-ended output: the policy is not consulted
                     continue
-                if not pol.keep_drafting(DraftInfo(window, sig[0], sig[1], sig[2], None)) and window < cap:
-                    stop = "policy"
-                    break
+                if not pol.keep_drafting(DraftInfo(window, sig[0], sig[1], sig[2], None)):
+                    # as the drafter does: a trimming rule drops the failed drafts unverified (even at the cap)
+                    dropped = min(pol.drop_on_stop(), window)
+                    if window < cap or dropped:
+                        stop = "policy"
+                        break
+        drafted = window
+        window -= dropped
         accepted = min(a, window)
         emitted = min(accepted + 1, n - pos)
         if not isinstance(pol, OracleSpec):
             pol.update(SimVerify(accepted, accepted + 1, accepted == window), window)
             pol.step_fields()
         steps.append({"request_id": req["request_id"], "step": len(steps), "pos": pos, "window_cap": cap,
-                      "window": window, "accepted": accepted, "emitted": emitted, "accept_run": a,
-                      "stop_reason": stop, "cost": cost.step(window)})
+                      "window": window, "drafted": drafted, "accepted": accepted, "emitted": emitted,
+                      "accept_run": a, "stop_reason": stop,
+                      "cost": cost.step(window) + dropped * cost.c})  # dropped drafts cost c each, no verify
         pos += emitted
     return steps
 
@@ -191,7 +198,7 @@ def simulate_policy(ref: Reference, spec: str, cost: CostModel) -> pd.DataFrame:
         n = len(req["output_ids"])
         if ref.greedy:
             steps = _walk(req, pol, ref.max_new_tokens, cost)
-            tot = {"target_calls": float(len(steps)), "drafted": float(sum(s["window"] for s in steps)),
+            tot = {"target_calls": float(len(steps)), "drafted": float(sum(s["drafted"] for s in steps)),
                    "accepted": float(sum(s["accepted"] for s in steps)),
                    "sim_time": sum(s["cost"] for s in steps)}
         else:

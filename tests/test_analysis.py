@@ -28,8 +28,8 @@ CATS = ["writing", "summarization", "math_reasoning", "qa", "translation"]
 N_NEW = 40
 # Thresholds sit inside the scaled draft's signal range (q median ≈ 0.65, entropy median ≈ 1.1 nats),
 # so every adaptive policy really stops at different places than fixed γ does.
-POLICIES = ["fixed:1", "fixed:3", "fixed:9", "heuristic", "heuristic:2,max=8", "confidence:0.6", "cumulative:0.5",
-            "cumulative:0.9", "entropy:1.0", "entropy:0.5,max=6"]
+POLICIES = ["fixed:1", "fixed:3", "fixed:9", "heuristic", "heuristic:2,max=8", "confidence:0.6",
+            "confidence:0.6,trim=1", "cumulative:0.5", "cumulative:0.9", "entropy:1.0", "entropy:0.5,max=6"]
 
 
 @pytest.fixture(scope="module")
