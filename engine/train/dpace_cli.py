@@ -14,6 +14,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+# The Spec-Bench dev questions sit beside the checkout (../shared), as for every other benchmark command.
+SPEC_BENCH_DEV = Path(__file__).resolve().parents[3] / "shared/spec_bench/questions_dev.jsonl"
+
 
 def _seeds(s: str) -> tuple[int, ...]:
     return tuple(int(x) for x in s.split(",") if x.strip())
@@ -45,7 +48,7 @@ def add_parser(sub) -> None:
     on.add_argument("--data-dir", default="")
     on.add_argument("--runs-dir", default="")
     on.add_argument("--block-size", type=int, default=8)
-    on.add_argument("--prompts", default="/work/shared/spec_bench/questions_dev.jsonl")
+    on.add_argument("--prompts", default=SPEC_BENCH_DEV)
     on.add_argument("--per-category", type=int, default=3)
     on.add_argument("--max-new-tokens", type=int, default=160)
     on.add_argument("--prompt-len", type=int, default=48, help="bytes of each prompt kept (the training prompt length)")
@@ -56,7 +59,7 @@ def add_parser(sub) -> None:
     sp.add_argument("runs", nargs="+", help="run tags (directories under the runs dir)")
     sp.add_argument("--data-dir", default="")
     sp.add_argument("--runs-dir", default="")
-    sp.add_argument("--prompts", default="/work/shared/spec_bench/questions_dev.jsonl")
+    sp.add_argument("--prompts", default=SPEC_BENCH_DEV)
     sp.add_argument("--per-category", type=int, default=1)
     sp.add_argument("--max-new-tokens", type=int, default=160)
     sp.add_argument("--reps", type=int, default=2)
