@@ -221,7 +221,8 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
                          f"{r['emitted_per_call_incl_bonus']:.2f} | {acc} | {r['target_calls']} |")
     c = result["costs"]
     growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
-    lines.append(f"\nCost ratio c = draft {c['t_draft_ms']:.2f} ms / target {c['t_target_ms'][1]:.2f} ms = "
+    t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON
+    lines.append(f"\nCost ratio c = draft {c['t_draft_ms']:.2f} ms / target {t1:.2f} ms = "
                  f"{c['c']:.3f}; verify cost {growth}")
     if result["greedy_mismatches"]:
         lines.append(f"\nGreedy outputs differing from autoregressive: {', '.join(result['greedy_mismatches'])}")
