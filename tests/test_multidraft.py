@@ -199,7 +199,7 @@ def test_multibench_rows_and_tables(pair):
 
     target, draft = pair
     cfg = MultiBenchConfig(ks=(1, 2), ls=(3,), temps=(0.7,), max_new_tokens=10)
-    assert cfg.configs() == ["sd:1:3", "bv:1:3", "rrs:2:3", "kseq:2:3", "gbv:1:3", "gbv:2:3", "rbv:2:3"]
+    assert cfg.configs() == ["sd:1:3", "bv:1:3", "rrs:2:3", "kseq:2:3", "gbv:1:3", "gbv:2:3", "rbv:2:3", "kbv:2:3"]
     runs = [run_one(s, target, draft, [1, 5, 9, 3], 0.7, cfg, ()) for s in ["ar"] + cfg.configs()]
     rows = aggregate(runs)
     assert all(r["new_tokens"] == 10 for r in runs)

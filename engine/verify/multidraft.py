@@ -110,22 +110,35 @@ def _kseq_node(toks, idx, q, p, u, ledger):
     return (None, h, res, False) if ok else (None, h, p, True)
 
 
-def _tree_walk(node_rule, blocks, q, p, u) -> CoinResult:
+def _tree_walk(node_rule, blocks, q, p, u, bv_tail: bool = False) -> CoinResult:
+    """Token-level walk over the draft tree with `node_rule`; with `bv_tail` (KBV), block verification
+    takes over the remaining suffix at the first node where a single candidate is left."""
     gamma = check_blocks(blocks, q, p)
     K = len(blocks)
     cands, depth, ledger = list(range(K)), 0, []
-    hs, final, fb = [], None, False
+    hs, dec = [0.0] * gamma, [0] * gamma
+    final, fb = None, False
     while depth < gamma:
         lead = cands[0]
+        if bv_tail and len(cands) == 1:  # one fresh draft of the suffix; target p(·|prefix) at its head
+            toks = [int(x) for x in blocks[lead][depth:]]
+            m = len(toks)
+            tau, h, outs, caps = bv_scan(toks, q[lead][depth:], p[lead][depth:], u, ledger,
+                                         offset=lead * gamma + depth)
+            hs[depth:], dec[depth:] = h, outs
+            if tau < m:
+                final, fb = bv_residual(tau, m, q[lead][depth:], p[lead][depth:], caps)
+            depth += tau
+            break
         toks = [int(blocks[k][depth]) for k in cands]
         j, h, res, fb = node_rule(toks, [k * gamma + depth for k in cands], q[lead][depth], p[lead][depth], u, ledger)
+        hs[depth] = h if h is not None else 0.0
         if j is None:
             final = res
-            hs.append(h if h is not None else 0.0)
             break
-        hs.append(h)
-        x = toks[j]
-        accepted_k = cands[j]
+        dec[depth] = 1
+        x, accepted_k = toks[j], cands[j]
+        # Every candidate carrying x stays: their continuations are still i.i.d. q(·|Px).
         cands = [accepted_k] + [k for k in cands if int(blocks[k][depth]) == x and k != accepted_k]
         depth += 1
     chosen = cands[0]
@@ -134,10 +147,8 @@ def _tree_walk(node_rule, blocks, q, p, u) -> CoinResult:
     last = sample_from(final, float(u[K * gamma]))
     block = [int(t) for t in blocks[chosen]]
     pd, qd = path_stats(block, q[chosen], p[chosen])
-    acc = tuple(hs) + (0.0,) * (gamma - len(hs))
-    return CoinResult(depth, tuple(block[:depth]) + (last,), acc, pd, qd, final, depth == gamma,
-                      chosen=chosen, decisions=(1,) * depth + (0,) * (gamma - depth), coins=tuple(ledger),
-                      fallback=fb)
+    return CoinResult(depth, tuple(block[:depth]) + (last,), tuple(hs), pd, qd, final, depth == gamma,
+                      chosen=chosen, decisions=tuple(dec), coins=tuple(ledger), fallback=fb)
 
 
 def verify_rrs(blocks, q, p, uniforms) -> CoinResult:
@@ -191,40 +202,4 @@ def verify_rbv(blocks, q, p, uniforms) -> CoinResult:
 def verify_kbv(blocks, q, p, uniforms) -> CoinResult:
     """K-SEQ over the draft tree while ≥ 2 candidates share a node, block verification on the lone
     candidate's suffix from the first node where only one is left (ours)."""
-    gamma = check_blocks(blocks, q, p)
-    K = len(blocks)
-    cands, depth, ledger = list(range(K)), 0, []
-    hs, dec = [0.0] * gamma, [0] * gamma
-    final, fb = None, False
-    while depth < gamma:
-        lead = cands[0]
-        if len(cands) == 1:  # the tail: one fresh draft of the suffix, target p(·|prefix) at its head
-            toks = [int(x) for x in blocks[lead][depth:]]
-            m = len(toks)
-            tau, h, outs, caps = bv_scan(toks, q[lead][depth:], p[lead][depth:], uniforms, ledger,
-                                         offset=lead * gamma + depth)
-            hs[depth:], dec[depth:] = h, outs
-            if tau < m:
-                final, fb = bv_residual(tau, m, q[lead][depth:], p[lead][depth:], caps)
-            depth += tau
-            break
-        toks = [int(blocks[k][depth]) for k in cands]
-        j, h, res, f = _kseq_node(toks, [k * gamma + depth for k in cands], q[lead][depth], p[lead][depth],
-                                  uniforms, ledger)
-        hs[depth] = h if h is not None else 0.0
-        fb = fb or f
-        if j is None:
-            final = res
-            break
-        dec[depth] = 1
-        x, accepted_k = toks[j], cands[j]
-        cands = [accepted_k] + [k for k in cands if int(blocks[k][depth]) == x and k != accepted_k]
-        depth += 1
-    chosen = cands[0]
-    if final is None:
-        final = p[chosen][gamma]
-    last = sample_from(final, float(uniforms[K * gamma]))
-    block = [int(t) for t in blocks[chosen]]
-    pd, qd = path_stats(block, q[chosen], p[chosen])
-    return CoinResult(depth, tuple(block[:depth]) + (last,), tuple(hs), pd, qd, final, depth == gamma,
-                      chosen=chosen, decisions=tuple(dec), coins=tuple(ledger), fallback=fb)
+    return _tree_walk(_kseq_node, blocks, q, p, uniforms, bv_tail=True)
