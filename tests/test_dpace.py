@@ -305,3 +305,101 @@ def test_online_eval_report_and_plots(tiny_data, tmp_path):
     for fig in (dpace_plots.weight_heatmap(logs, label), dpace_plots.share_profiles(logs, label),
                 dpace_plots.tau_curves(evals), dpace_plots.alpha_sweep(summary), dpace_plots.objectives_bar(summary)):
         assert fig.to_dict()["data"]
+
+
+# ------------------------------------------------------------------ rows of different lengths (the SmolLM2 layout)
+
+
+@pytest.fixture(scope="module")
+def ragged_data(tiny_data, tmp_path_factory):
+    """The tiny target with rows of different prompt lengths and lengths, right-padded, and a reduced
+    head: the layout `prepare-smollm2` writes (per-row train_plen/train_len, vocab_subset)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from engine.train.tiny_target import PAD
+
+    root = tmp_path_factory.mktemp("ragged")
+    shutil.copytree(tiny_data / "target", root / "target")
+    d = load_file(str(tiny_data / "data.safetensors"))
+    g = torch.Generator().manual_seed(1)
+
+    def ragged(ids):
+        ids = ids.long().clone()
+        n, S = ids.shape
+        plen = torch.randint(5, 11, (n,), generator=g)
+        ln = torch.randint(20, S + 1, (n,), generator=g)
+        for i in range(n):
+            ids[i, int(ln[i]):] = PAD
+        return ids, plen, ln
+
+    tr, tp, tl = ragged(d["train_ids"])
+    he, hp, hl = ragged(d["heldout_ids"])
+    sub = torch.tensor(sorted({int(t) for i in range(len(tr)) for t in tr[i, tp[i]:tl[i]]}))
+    save_file({"train_ids": tr.int(), "heldout_ids": he.int(), "train_plen": tp.int(), "train_len": tl.int(),
+               "heldout_plen": hp.int(), "heldout_len": hl.int(), "vocab_subset": sub.int()},
+              str(root / "data.safetensors"))
+    return root
+
+
+def test_per_row_anchors_stay_inside_each_answer():
+    from engine.train.dpace import sample_anchors
+
+    S = torch.tensor([30, 21, 40, 26])
+    P = torch.tensor([5, 10, 3, 20])
+    a = sample_anchors(S, P, 4, 6, torch.Generator().manual_seed(0), 4)
+    assert a.shape == (4, 6)
+    assert bool((a >= (P - 1)[:, None]).all() and (a <= (S - 2)[:, None]).all())
+    assert bool((a[:, 1:] >= a[:, :-1]).all())
+    # constant rows draw exactly what the shared-length call draws (tiny-target results unchanged)
+    x = sample_anchors(32, 8, 3, 5, torch.Generator().manual_seed(3), 4)
+    y = sample_anchors(torch.full((3,), 32), torch.full((3,), 8), 3, 5, torch.Generator().manual_seed(3), 4)
+    assert torch.equal(x, y)
+
+
+def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
+    from engine.drafters.block import BlockLM, load_block_drafter
+    from engine.train.dpace import FeatureData, offline_tau
+    from engine.train.tiny_target import load_target
+
+    cfg = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path), block_size=4, ffn=64, steps=30, batch=4,
+                           anchors=8, lr=5e-3, eval_every=1000, ckpt_every=1000, eval_seqs=2, final_eval_seqs=2)
+    train_run(cfg, progress=False)  # trained a little, so that the histograms have more than one bin
+    data = FeatureData(tiny_data, cfg.target_layers)
+    tgt = load_target(tiny_data / "target")
+    lm = BlockLM.from_target(load_block_drafter(tmp_path / cfg.tag / "drafter"), tgt)
+    ids, fe = data.held_ids, data.held_feats
+    a = offline_tau(lm, ids, fe, data.prompt_len)
+    b = offline_tau(lm, ids, fe, data.held_plen, lengths=data.held_len)
+    assert sum(1 for h in a["hist"] if h) >= 2
+    assert a["n_anchors"] == b["n_anchors"] and a["hist"] == b["hist"]
+    c = offline_tau(lm, ids, fe, data.held_plen, lengths=data.held_len, stride=2)
+    assert c["n_anchors"] == sum(len(range(int(p) - 1, int(n) - 4 + 1)[::2])
+                                 for p, n in zip(data.held_plen, data.held_len))
+
+
+def test_ragged_rows_train_with_reduced_head_and_decode_exactly(ragged_data, tmp_path):
+    from engine.train.dpace import FeatureData
+    from engine.train.dpace_eval import online_eval
+
+    data = FeatureData(ragged_data, (1, 2, 3))
+    assert not data.uniform and data.vocab_subset is not None
+    pos = torch.arange(32)[None, None, :].expand(2, 1, 32)
+    v = data.valid(torch.tensor([0, 1]), pos)
+    for r in (0, 1):
+        assert v[r, 0].nonzero().flatten().tolist() == list(range(int(data.train_plen[r]), int(data.train_len[r])))
+    base = BlockTrainConfig(data_dir=str(ragged_data), runs_dir=str(tmp_path / "runs"), steps=6, batch=2, anchors=4,
+                            block_size=4, ffn=64, log_every=2, eval_every=3, ckpt_every=100, eval_seqs=4,
+                            final_eval_seqs=8)
+    final = train_run(base, progress=False)
+    t = load_training_trace(tmp_path / "runs" / base.tag / "trace.jsonl")
+    assert t.complete and all(r["loss"] == r["loss"] and r["loss"] < float("inf") for r in t.logs)
+    assert final["n_anchors"] == sum(len(range(int(p) - 1, int(n) - 4 + 1))
+                                     for p, n in zip(data.held_plen[:8], data.held_len[:8]))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello world, this is a test", "category": "a"}\n')
+    res = online_eval([tmp_path / "runs" / base.tag], ragged_data, str(prompts), per_category=1, max_new_tokens=10,
+                      prompt_len=8, progress=False, n_heldout=3)
+    r = res[base.tag]
+    assert r["outputs_equal_ar"] and r["heldout_prompts"] == 3 and 1.0 <= r["tau_online"] <= 4.0

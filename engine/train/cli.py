@@ -6,10 +6,21 @@ import argparse
 import dataclasses
 
 
-def add_dataclass_args(p: argparse.ArgumentParser, cls) -> None:
+def add_dataclass_args(p: argparse.ArgumentParser, cls, unset_default: bool = False) -> None:
+    """unset_default: every flag defaults to None, so `override` can tell which ones were given."""
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         d = f.default
+        if unset_default:
+            kind = type(d)
+            if isinstance(d, bool):
+                p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=None, metavar="BOOL")
+            elif isinstance(d, tuple):
+                p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x != ""), default=None,
+                               metavar="I,J,..")
+            else:
+                p.add_argument(flag, type=kind, default=None, help=f"default {d!r}")
+            continue
         if isinstance(d, bool):
             p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=d, metavar="BOOL")
         elif isinstance(d, tuple):
@@ -21,3 +32,9 @@ def add_dataclass_args(p: argparse.ArgumentParser, cls) -> None:
 
 def dataclass_from_args(cls, ns: argparse.Namespace):
     return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+
+def override(base, ns: argparse.Namespace):
+    """`base` with every field the command line gave (flags added with unset_default=True)."""
+    given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(base) if getattr(ns, f.name, None) is not None}
+    return dataclasses.replace(base, **given)

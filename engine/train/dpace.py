@@ -137,8 +137,9 @@ def make_objective(name: str, alpha: float = 0.5, gamma: float = 0.0, block_size
 
 @dataclass(frozen=True)
 class BlockTrainConfig:
-    data_dir: str = ""  # tiny-target directory (prepare); empty = $SPECLAB_CACHE/dpace-tiny
-    runs_dir: str = ""  # where runs go; empty = $SPECLAB_CACHE/dpace-runs
+    target: str = "tiny"  # "tiny" (byte-level T-tiny) or "smollm2" (the demo target); see for_target()
+    data_dir: str = ""  # data directory; empty = $SPECLAB_CACHE/dpace-tiny or dpace-smollm2
+    runs_dir: str = ""  # where runs go; empty = $SPECLAB_CACHE/dpace-runs (tiny) or dpace-runs-smollm2
     objective: str = "dpace"
     alpha: float = 0.5  # D-PACE default (official CLI / SpecForge)
     gamma: float = 0.0  # 0 = DFlash default for the block size
@@ -161,7 +162,22 @@ class BlockTrainConfig:
     eval_seqs: int = 24  # held-out sequences for intermediate τ (every full-block anchor)
     final_eval_seqs: int = 96  # held-out sequences for the final τ
     ckpt_every: int = 100
+    eval_stride: int = 1  # score every k-th anchor in offline τ (SmolLM2: 2 halves the eval cost)
     threads: int = 1
+
+    @classmethod
+    def for_target(cls, target: str) -> "BlockTrainConfig":
+        """The defaults for a target. SmolLM2 (30 layers, d = 576, 9 heads): features from layers
+        1, 14, 27 (DFlash's uniform choice from 1 to L−3), 9 heads of 64, the target's FFN width 1536,
+        B = 16 with 12 anchors per sequence (DFlash's main setting), lr 1e-3 (2e-3 diverged in a
+        probe), 600 steps; offline τ on every 2nd anchor of 64 held-out answers."""
+        if target == "tiny":
+            return cls()
+        if target == "smollm2":
+            return cls(target="smollm2", target_layers=(1, 14, 27), heads=9, ffn=1536, block_size=16, anchors=12,
+                       lr=1e-3, steps=600, eval_every=150, ckpt_every=50, eval_seqs=16, final_eval_seqs=64,
+                       eval_stride=2)
+        raise ValueError(f"unknown target {target!r}; choose tiny or smollm2")
 
     @property
     def tag(self) -> str:
@@ -171,61 +187,95 @@ class BlockTrainConfig:
 
 
 def tiny_dir(cfg: BlockTrainConfig) -> Path:
+    """The data directory of cfg's target (kept under its historical name: it is the tiny one by default)."""
+    if cfg.data_dir:
+        return Path(cfg.data_dir)
+    if cfg.target == "smollm2":
+        from engine.train.dpace_targets import smollm2_dir
+
+        return smollm2_dir()
     from engine.train.tiny_target import default_dir
 
-    return Path(cfg.data_dir) if cfg.data_dir else default_dir()
+    return default_dir()
 
 
 def runs_dir(cfg: BlockTrainConfig) -> Path:
     from engine.smollm import cache_root
 
-    return Path(cfg.runs_dir) if cfg.runs_dir else cache_root() / "dpace-runs"
+    if cfg.runs_dir:
+        return Path(cfg.runs_dir)
+    return cache_root() / ("dpace-runs" if cfg.target == "tiny" else f"dpace-runs-{cfg.target}")
 
 
 # ------------------------------------------------------------------ data
 
 
 class FeatureData:
-    """Token ids + cached target features (fp16) of the tiny target's self-distillation data."""
+    """Token ids + cached target features (fp16) of a target's self-distillation data.
+
+    Every row has its own prompt length and length (`engine.train.dpace_targets.BlockData`); for
+    the tiny target they are the same for all rows."""
 
     def __init__(self, root: Path, layer_ids: tuple[int, ...], threads: int = 1) -> None:
-        from engine.train.tiny_target import load_data, load_target
+        from engine.train.dpace_targets import load_block_data, load_target_model
 
         torch.set_num_threads(threads)
         self.root = root
-        self.train_ids, self.held_ids, self.prompt_len = load_data(root)
+        d = load_block_data(root)
+        self.train_ids, self.held_ids = d.train_ids, d.held_ids
+        self.train_plen, self.train_len, self.held_plen, self.held_len = d.train_plen, d.train_len, d.held_plen, d.held_len
+        self.vocab_subset = d.vocab_subset
+        self.uniform = d.uniform
+        self.prompt_len = int(d.train_plen[0])  # the shared prompt length when `uniform`
         self.layer_ids = tuple(layer_ids)
         cache = root / f"feats-{'-'.join(map(str, layer_ids))}.pt"
         if cache.is_file():
-            d = torch.load(cache, weights_only=True)
-            self.train_feats, self.held_feats = d["train"], d["held"]
+            f = torch.load(cache, weights_only=True)
+            self.train_feats, self.held_feats = f["train"], f["held"]
         else:
-            from engine.drafters.block import target_features
-
-            target = load_target(root / "target")
-            self.train_feats = self._feats(target, self.train_ids)
-            self.held_feats = self._feats(target, self.held_ids)
+            target = load_target_model(root)
+            self.train_feats = self._feats(target, self.train_ids, "train")
+            self.held_feats = self._feats(target, self.held_ids, "held-out")
             tmp = cache.with_name(cache.name + ".tmp")
             torch.save({"train": self.train_feats, "held": self.held_feats}, tmp)
             os.replace(tmp, cache)
-        S = self.train_ids.shape[1]
-        self.loss_mask = torch.zeros(S, dtype=torch.bool)
-        self.loss_mask[self.prompt_len:] = True
 
-    def _feats(self, target, ids: torch.Tensor) -> torch.Tensor:
+    def _feats(self, target, ids: torch.Tensor, what: str = "") -> torch.Tensor:
+        from tqdm import tqdm
+
         from engine.drafters.block import target_features
 
-        return torch.cat([target_features(target, ids[i:i + 64], self.layer_ids).half()
-                          for i in range(0, len(ids), 64)])
+        # Right padding is harmless: the target is causal, so positions < length never see it.
+        step = 64 if ids.shape[1] <= 256 else 16
+        return torch.cat([target_features(target, ids[i:i + step], self.layer_ids).half()
+                          for i in tqdm(range(0, len(ids), step), desc=f"target features ({what})", unit="batch",
+                                        mininterval=5)])
+
+    def valid(self, rows: torch.Tensor, pos: torch.Tensor, held: bool = False) -> torch.Tensor:
+        """Loss mask of block positions pos [b, N, B] of `rows`: inside the answer of that row."""
+        plen = (self.held_plen if held else self.train_plen)[rows]
+        ln = (self.held_len if held else self.train_len)[rows]
+        return (pos >= plen[:, None, None]) & (pos < ln[:, None, None])
 
 
-def sample_anchors(S: int, prompt_len: int, batch: int, n: int, gen: torch.Generator, block_size: int) -> torch.Tensor:
+def sample_anchors(S, prompt_len, batch: int, n: int, gen: torch.Generator, block_size: int) -> torch.Tensor:
     """[batch, n] sorted anchors a with x_{a+1} a response token (a ≥ prompt_len − 1), a ≤ S − 2,
-    drawn without replacement per sequence (blocks may overlap and run past the end, as in DFlash)."""
-    lo, hi = prompt_len - 1, S - 2
-    span = hi - lo + 1
-    out = torch.stack([torch.randperm(span, generator=gen)[:n] for _ in range(batch)]) + lo
-    return out.sort(-1).values
+    drawn without replacement per sequence (blocks may overlap and run past the end, as in DFlash).
+
+    S and prompt_len are ints (every row alike) or [batch] tensors (per-row length and prompt
+    length). A row with fewer than n candidate anchors repeats its last one (its block is then
+    counted twice; answers are kept ≥ 24 tokens so this is rare)."""
+    S = torch.as_tensor(S).expand(batch) if not torch.is_tensor(S) or S.dim() == 0 else S
+    P = torch.as_tensor(prompt_len).expand(batch) if not torch.is_tensor(prompt_len) or prompt_len.dim() == 0 \
+        else prompt_len
+    rows = []
+    for b in range(batch):
+        lo, hi = int(P[b]) - 1, int(S[b]) - 2
+        r = torch.randperm(hi - lo + 1, generator=gen)[:n] + lo
+        if len(r) < n:
+            r = torch.cat([r, r[-1:].expand(n - len(r))])
+        rows.append(r)
+    return torch.stack(rows).sort(-1).values
 
 
 def eval_anchors(S: int, prompt_len: int, block_size: int) -> torch.Tensor:
@@ -237,21 +287,35 @@ def eval_anchors(S: int, prompt_len: int, block_size: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def offline_tau(lm, ids: torch.Tensor, feats: torch.Tensor, prompt_len: int, seqs_per_batch: int = 4) -> dict:
+def offline_tau(lm, ids: torch.Tensor, feats: torch.Tensor, prompt_len, seqs_per_batch: int = 4,
+                lengths: torch.Tensor | None = None, stride: int = 1) -> dict:
     """Exact greedy acceptance on held-out target-greedy sequences: at every anchor draft one block,
-    accepted = length of the prefix of argmax drafts equal to the target's tokens."""
+    accepted = length of the prefix of argmax drafts equal to the target's tokens.
+
+    prompt_len: an int (all rows alike, batched) or a [M] tensor with `lengths` [M] (one row per
+    forward, anchors from prompt_len − 1 to length − B). stride > 1 scores every stride-th anchor."""
     from engine.drafters.block import block_logits
 
     B = lm.config.block_size
     S = ids.shape[1]
-    anc = eval_anchors(S, prompt_len, B)
     accs = []
-    for i in range(0, len(ids), seqs_per_batch):
-        x, f = ids[i:i + seqs_per_batch], feats[i:i + seqs_per_batch].float()
-        a = anc[None].expand(len(x), -1)
-        logits, labels, _ = block_logits(lm, x, f, a)
-        ok = (logits[..., 1:, :].argmax(-1) == labels[..., 1:])
-        accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
+    if not torch.is_tensor(prompt_len):
+        anc = eval_anchors(S, prompt_len, B)[::stride]
+        for i in range(0, len(ids), seqs_per_batch):
+            x, f = ids[i:i + seqs_per_batch], feats[i:i + seqs_per_batch].float()
+            a = anc[None].expand(len(x), -1)
+            logits, labels, _ = block_logits(lm, x, f, a)
+            ok = (logits[..., 1:, :].argmax(-1) == labels[..., 1:])
+            accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
+    else:
+        for i in range(len(ids)):
+            ln = int(lengths[i])
+            anc = eval_anchors(ln, int(prompt_len[i]), B)[::stride]
+            if len(anc) == 0:
+                continue
+            logits, labels, _ = block_logits(lm, ids[i:i + 1, :ln], feats[i:i + 1, :ln].float(), anc[None])
+            ok = (logits[..., 1:, :].argmax(-1) == labels[..., 1:])
+            accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
     acc = torch.cat(accs)
     hist = torch.bincount(acc, minlength=B)[:B]
     reach = torch.tensor([(acc >= k).sum().item() for k in range(B)], dtype=torch.float64)
@@ -295,7 +359,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     from tqdm import tqdm
 
     from engine.drafters.block import BlockLM, block_logits, save_block_drafter
-    from engine.train.tiny_target import MASK, load_target
+    from engine.train.dpace_targets import load_target_model, mask_token_id
 
     obj = make_objective(cfg.objective, cfg.alpha, cfg.gamma, cfg.block_size)
     run = runs_dir(cfg) / cfg.tag
@@ -306,9 +370,9 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     torch.set_num_threads(cfg.threads)
     root = tiny_dir(cfg)
     data = data or FeatureData(root, tuple(cfg.target_layers), cfg.threads)
-    target = load_target(root / "target")
-    model = build_drafter(cfg, target.config.hidden_size, target.config.vocab_size, MASK)
-    lm = BlockLM.from_target(model, target)
+    target = load_target_model(root)
+    model = build_drafter(cfg, target.config.hidden_size, target.config.vocab_size, mask_token_id(root))
+    lm = BlockLM.from_target(model, target, vocab_subset=data.vocab_subset)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     ck = run / "ckpt.pt"
     step, wall, offset = 0, 0.0, None
@@ -321,7 +385,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
         step, wall, offset = st["step"], st["wall_s"], st["trace_offset"]
     header = {"objective": obj.name, "alpha": obj.alpha, "gamma": obj.gamma, "reduction": obj.reduction,
               "label": obj.label, "seed": cfg.seed, "block_size": cfg.block_size, "steps": cfg.steps,
-              "config": asdict(cfg), "target": str(root / "target"),
+              "config": asdict(cfg), "target": cfg.target if cfg.target != "tiny" else str(root / "target"),
               "drafter_params": sum(p.numel() for p in model.parameters()),
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tw = TrainingTraceWriter(run / "trace.jsonl", header, resume_offset=offset)
@@ -337,9 +401,12 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
 
     def evaluate(t: int, full: bool = False) -> dict:
         model.eval()
-        ids = data.held_ids[:cfg.final_eval_seqs] if full else ev_ids
-        fe = data.held_feats[:cfg.final_eval_seqs] if full else ev_feats
-        r = offline_tau(lm, ids, fe, data.prompt_len)
+        m = cfg.final_eval_seqs if full else cfg.eval_seqs
+        ids, fe = (data.held_ids[:m], data.held_feats[:m]) if full else (ev_ids, ev_feats)
+        if data.uniform:
+            r = offline_tau(lm, ids, fe, data.prompt_len, stride=cfg.eval_stride)
+        else:
+            r = offline_tau(lm, ids, fe, data.held_plen[:m], lengths=data.held_len[:m], stride=cfg.eval_stride)
         model.train()
         rec = {"type": "eval", "step": t, "split": "heldout-full" if full else "heldout", **r}
         rec["tau_offline"] = round(rec["tau_offline"], 5)
@@ -362,13 +429,18 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
         ids = data.train_ids[idx]
         feats = data.train_feats[idx].float()
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # anchors: same for every objective
-        anchors = sample_anchors(S, data.prompt_len, cfg.batch, cfg.anchors, gen, B)
+        if data.uniform:
+            anchors = sample_anchors(S, data.prompt_len, cfg.batch, cfg.anchors, gen, B)
+        else:
+            anchors = sample_anchors(data.train_len[idx], data.train_plen[idx], cfg.batch, cfg.anchors, gen, B)
         logits, labels, in_range = block_logits(lm, ids, feats, anchors)
         pos = anchors[..., None] + torch.arange(B)
-        valid = in_range & data.loss_mask[pos.clamp(max=S - 1)]
+        valid = in_range & data.valid(idx, pos)
         valid[..., 0] = False
         ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten(), reduction="none").view(labels.shape)
-        ce = ce * valid
+        # Labels of prompt / padding positions may lie outside a reduced head (CE = inf there); where()
+        # instead of ce·valid keeps inf·0 = nan out of the loss. Answer labels are always in the head.
+        ce = torch.where(valid, ce, torch.zeros_like(ce))
         loss, w = obj.loss(ce, valid, cfg.batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,6 +1,11 @@
-"""`python -m engine dpace ...`: block-drafter (DFlash-style) training objectives on the tiny target.
+"""`python -m engine dpace ...`: block-drafter (DFlash-style) training objectives.
+
+Two targets (`--target`): `tiny` (a byte-level model trained here, the default) and `smollm2`
+(SmolLM2-135M-Instruct, the demo target). `--target smollm2` switches every default to
+`BlockTrainConfig.for_target("smollm2")`; flags given on the command line override it.
 
     prepare   train the tiny byte-level target and generate its greedy self-distillation data
+    prepare-smollm2   SmolLM2's greedy answers to ShareGPT prompts (resumable) → data.safetensors
     train     one run (objective, α/γ, seed); resumable, skipped when finished
     sweep     the objective comparison: main objectives and/or the α sweep over several seeds
     online    decode a few Spec-Bench dev prompts with each run's drafter (τ online, CPU speedup)
@@ -25,6 +30,7 @@ def _seeds(s: str) -> tuple[int, ...]:
 def add_parser(sub) -> None:
     from engine.train.cli import add_dataclass_args
     from engine.train.dpace import BlockTrainConfig
+    from engine.train.dpace_targets import SmolDataConfig
     from engine.train.tiny_target import TinyConfig
 
     import argparse
@@ -35,11 +41,14 @@ def add_parser(sub) -> None:
     pr = s.add_parser("prepare", help="tiny target + its greedy data")
     add_dataclass_args(pr, TinyConfig)
     pr.set_defaults(func=cmd_prepare)
+    ps = s.add_parser("prepare-smollm2", help="SmolLM2 greedy answers + block data")
+    add_dataclass_args(ps, SmolDataConfig)
+    ps.set_defaults(func=cmd_prepare_smollm2)
     tr = s.add_parser("train", help="one training run")
-    add_dataclass_args(tr, BlockTrainConfig)
+    add_dataclass_args(tr, BlockTrainConfig, unset_default=True)
     tr.set_defaults(func=cmd_train)
     sw = s.add_parser("sweep", help="all objectives × seeds (same data, steps, anchors)")
-    add_dataclass_args(sw, BlockTrainConfig)
+    add_dataclass_args(sw, BlockTrainConfig, unset_default=True)
     sw.add_argument("--seeds", default="0,1,2")
     sw.add_argument("--which", default="all", choices=["all", "main", "alpha"])
     sw.add_argument("--shard", default="0/1", help="i/n: run every n-th config starting at i (parallel workers)")
@@ -47,6 +56,7 @@ def add_parser(sub) -> None:
     on = s.add_parser("online", help="online τ and CPU speedup of finished runs")
     on.add_argument("--data-dir", default="")
     on.add_argument("--runs-dir", default="")
+    on.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     on.add_argument("--block-size", type=int, default=8)
     on.add_argument("--prompts", default=SPEC_BENCH_DEV)
     on.add_argument("--per-category", type=int, default=3)
@@ -59,6 +69,7 @@ def add_parser(sub) -> None:
     sp.add_argument("runs", nargs="+", help="run tags (directories under the runs dir)")
     sp.add_argument("--data-dir", default="")
     sp.add_argument("--runs-dir", default="")
+    sp.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     sp.add_argument("--prompts", default=SPEC_BENCH_DEV)
     sp.add_argument("--per-category", type=int, default=1)
     sp.add_argument("--max-new-tokens", type=int, default=160)
@@ -67,12 +78,14 @@ def add_parser(sub) -> None:
     sp.set_defaults(func=cmd_speed)
     rp = s.add_parser("report", help="summary table and training traces into a results dir")
     rp.add_argument("--runs-dir", default="")
+    rp.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     rp.add_argument("--block-size", type=int, default=8)
     rp.add_argument("--out", default="docs/results/dpace")
     rp.set_defaults(func=cmd_report)
     ex = s.add_parser("export", help="copy the best run's drafter + the tiny target into a model dir")
     ex.add_argument("--data-dir", default="")
     ex.add_argument("--runs-dir", default="")
+    ex.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     ex.add_argument("--block-size", type=int, default=16)
     ex.add_argument("--out", default="models/block-drafter-tiny")
     ex.set_defaults(func=cmd_export)
@@ -86,21 +99,34 @@ def cmd_prepare(a) -> int:
     return 0
 
 
+def cmd_prepare_smollm2(a) -> int:
+    from engine.train.cli import dataclass_from_args
+    from engine.train.dpace_targets import SmolDataConfig, prepare_smollm2
+
+    print(prepare_smollm2(dataclass_from_args(SmolDataConfig, a)))
+    return 0
+
+
+def _train_config(a):
+    from engine.train.cli import override
+    from engine.train.dpace import BlockTrainConfig
+
+    return override(BlockTrainConfig.for_target(a.target or "tiny"), a)
+
+
 def cmd_train(a) -> int:
     import json
 
-    from engine.train.cli import dataclass_from_args
-    from engine.train.dpace import BlockTrainConfig, train_run
+    from engine.train.dpace import train_run
 
-    print(json.dumps(train_run(dataclass_from_args(BlockTrainConfig, a)), indent=1))
+    print(json.dumps(train_run(_train_config(a)), indent=1))
     return 0
 
 
 def cmd_sweep(a) -> int:
-    from engine.train.cli import dataclass_from_args
-    from engine.train.dpace import BlockTrainConfig, FeatureData, sweep_configs, tiny_dir, train_run
+    from engine.train.dpace import FeatureData, sweep_configs, tiny_dir, train_run
 
-    base = dataclass_from_args(BlockTrainConfig, a)
+    base = _train_config(a)
     cfgs = sweep_configs(base, _seeds(a.seeds), a.which)
     i, n = (int(x) for x in a.shard.split("/"))
     cfgs = cfgs[i::n]
@@ -115,7 +141,7 @@ def cmd_sweep(a) -> int:
 def _runs(a) -> Path:
     from engine.train.dpace import BlockTrainConfig, runs_dir
 
-    return runs_dir(dataclasses.replace(BlockTrainConfig(), runs_dir=a.runs_dir))
+    return runs_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), runs_dir=a.runs_dir))
 
 
 def cmd_online(a) -> int:
@@ -126,7 +152,7 @@ def cmd_online(a) -> int:
     dirs = [d for d in sorted(runs.glob(f"B{a.block_size}-*")) if (d / "final.json").is_file()]
     if not dirs:
         raise ValueError(f"no finished B={a.block_size} runs under {runs}")
-    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     res = online_eval(dirs, root, a.prompts, a.per_category, a.max_new_tokens, a.prompt_len,
                       Path(a.traces_dir) if a.traces_dir else None, a.threads)
     for k, v in res.items():
@@ -149,7 +175,7 @@ def cmd_export(a) -> int:
     from engine.train.dpace import BlockTrainConfig, tiny_dir
     from engine.train.dpace_eval import export_best
 
-    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
            + " ".join(sys.argv[1:]) + "`")
     print(export_best(_runs(a), root, Path(a.out), a.block_size, cmd))
@@ -161,7 +187,7 @@ def cmd_speed(a) -> int:
     from engine.train.dpace_eval import interleaved_speed
 
     runs = _runs(a)
-    root = tiny_dir(dataclasses.replace(BlockTrainConfig(), data_dir=a.data_dir))
+    root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     res = interleaved_speed([runs / t for t in a.runs], root, a.prompts, a.per_category, a.max_new_tokens,
                             reps=a.reps, threads=a.threads)
     for k, v in res.items():

@@ -24,16 +24,43 @@ from pathlib import Path
 import torch
 
 
-def _prompts(path: str, per_category: int, prompt_len: int) -> list[tuple[list[int], str, str, object]]:
-    from engine.prompts import load_prompts
-    from engine.train.tiny_target import ByteTokenizer
+def _prompts(path: str, per_category: int, prompt_len: int, root: Path | None = None
+             ) -> list[tuple[list[int], str, str, object]]:
+    """Online prompts: the tiny target gets the first `prompt_len` bytes of each question (its training
+    prompt length); SmolLM2 gets the whole question in its chat template, as every other benchmark."""
+    from engine.prompts import encode, load_prompts
+    from engine.train.dpace_targets import kind_of, tokenizer
 
-    tok = ByteTokenizer()
+    kind = kind_of(root) if root is not None else "tiny"
+    tok = tokenizer(root) if root is not None else None
+    if tok is None:
+        from engine.train.tiny_target import ByteTokenizer
+
+        tok = ByteTokenizer()
     out = []
     for p in load_prompts(path, per_category=per_category):
-        ids = tok.encode(p.text)[:prompt_len]
-        out.append((ids, tok.decode(ids), p.category, p.question_id))
+        if kind == "tiny":
+            ids = tok.encode(p.text)[:prompt_len]
+            out.append((ids, tok.decode(ids), p.category, p.question_id))
+        else:
+            out.append((encode(tok, p.text), p.text, p.category, p.question_id))
     return out
+
+
+def _block_setup(d: Path, target, root: Path):
+    """(drafter model, FeatureLM, BlockDrafter) for run directory d on the loaded target."""
+    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
+    from engine.train.dpace_targets import load_block_data
+
+    model = load_block_drafter(d / "drafter")
+    ft = FeatureLM(target, model.config.target_layer_ids, name=target_name(root))
+    return model, ft, BlockDrafter(BlockLM.from_target(model, target, load_block_data(root).vocab_subset), ft)
+
+
+def target_name(root: Path) -> str:
+    from engine.train.dpace_targets import kind_of
+
+    return "tiny-target" if kind_of(root) == "tiny" else "smollm2-135m-instruct"
 
 
 def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
@@ -48,18 +75,18 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
     from tqdm import tqdm
 
     from engine.decode import DecodeConfig, decode
-    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
     from engine.models import HFModel
     from engine.policies import Fixed
     from engine.run import Request, run_requests
-    from engine.train.tiny_target import ByteTokenizer, load_target
+    from engine.train.dpace_targets import eos_ids, load_block_data, load_target_model, tokenizer
 
     torch.set_num_threads(threads)
-    target = load_target(root / "target")
-    prompts = _prompts(prompts_file, per_category, prompt_len)
+    target = load_target_model(root)
+    prompts = _prompts(prompts_file, per_category, prompt_len, root)
     cfg = DecodeConfig(max_new_tokens=max_new_tokens)
-    tok = ByteTokenizer()
-    ar_lm = HFModel(target, name="tiny-target")  # the baseline computes no layer features
+    tok = tokenizer(root)
+    eos = eos_ids(root)
+    ar_lm = HFModel(target, name=target_name(root))  # the baseline computes no layer features
     results = {}
     todo = [d for d in run_dirs if not (d / "online.json").is_file()]
     for d in run_dirs:
@@ -72,39 +99,47 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
     ar_out, ar_s = [], []
     for rid, (ids, _, _, _) in enumerate(prompts):
         t0 = time.perf_counter()
-        ar_out.append([t for r in decode(ar_lm, None, ids, None, cfg, request_id=rid) for t in r.emitted_tokens])
+        ar_out.append([t for r in decode(ar_lm, None, ids, None, cfg, eos_ids=eos, request_id=rid)
+                       for t in r.emitted_tokens])
         ar_s.append(time.perf_counter() - t0)
     t_ar = sum(ar_s)
-    from engine.train.tiny_target import load_data
-
-    _, held, plen = load_data(root)
-    held = held[:n_heldout]
+    bd = load_block_data(root)
+    # Held-out training-distribution prompts and their reference outputs: for the tiny target the
+    # stored greedy continuation (fixed length); for SmolLM2 an AR run here (the stored answers come
+    # from batched generation, whose padding may flip a near-tie argmax).
+    held = []
+    for i in range(min(n_heldout, len(bd.held_ids))):
+        p0, ln = int(bd.held_plen[i]), int(bd.held_len[i])
+        p_ids = bd.held_ids[i, :p0].tolist()
+        if bd.uniform:
+            held.append((p_ids, bd.held_ids[i, p0:ln].tolist(), DecodeConfig(max_new_tokens=ln - p0)))
+        else:
+            ref = [t for r in decode(ar_lm, None, p_ids, None, cfg, eos_ids=eos, request_id=1000 + i)
+                   for t in r.emitted_tokens]
+            held.append((p_ids, ref, cfg))
     for d in tqdm(todo, desc="online", disable=not progress):
-        model = load_block_drafter(d / "drafter")
+        model, ft, drafter = _block_setup(d, target, root)
         B = model.config.block_size
-        ft = FeatureLM(target, model.config.target_layer_ids, name="tiny-target")
-        drafter = BlockDrafter(BlockLM.from_target(model, target), ft)
         calls = emitted = 0
         t_block = 0.0
         mismatch = 0
         for rid, (ids, _, _, _) in enumerate(prompts):
             t0 = time.perf_counter()
             out = []
-            for r in decode(ft, drafter, ids, Fixed(B - 1), cfg, request_id=rid):
+            for r in decode(ft, drafter, ids, Fixed(B - 1), cfg, eos_ids=eos, request_id=rid):
                 calls += 1
                 emitted += r.emitted
                 out.extend(r.emitted_tokens)
             t_block += time.perf_counter() - t0
             mismatch += int(out != ar_out[rid])
         h_calls = h_em = 0
-        for i in range(len(held)):
+        for i, (p_ids, ref, hcfg) in enumerate(held):
             out = []
-            for r in decode(ft, drafter, held[i, :plen].tolist(), Fixed(B - 1),
-                            DecodeConfig(max_new_tokens=held.shape[1] - plen), request_id=1000 + i):
+            for r in decode(ft, drafter, p_ids, Fixed(B - 1), hcfg, eos_ids=eos, request_id=1000 + i):
                 h_calls += 1
                 out.extend(r.emitted_tokens)
             h_em += len(out)
-            mismatch += int(out != held[i, plen:].tolist())
+            mismatch += int(out != ref)
         res = {"tau_online": emitted / calls, "tau_online_heldout": h_em / h_calls if h_calls else None,
                "heldout_prompts": len(held), "target_calls": calls, "new_tokens": emitted,
                "prompts": len(prompts), "block_s": round(t_block, 3), "ar_s": round(t_ar, 3),
@@ -113,7 +148,7 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
         if traces_dir is not None:  # a standard decode trace of this drafter (app Replay/Compare pages)
             reqs = [Request(ids, text, cat, qid) for ids, text, cat, qid in prompts]
             trace = Path(traces_dir) / f"{d.name}.jsonl"
-            run_requests(ft, drafter, Fixed(B - 1), cfg, reqs, trace, decode_text=tok.decode, progress=False,
+            run_requests(ft, drafter, Fixed(B - 1), cfg, reqs, trace, eos_ids=eos, decode_text=tok.decode, progress=False,
                          header_extra={"drafter": {"kind": "block", "run": d.name, "block_size": B}})
         tmp = d / "online.json.tmp"
         tmp.write_text(json.dumps(res, indent=1))
@@ -313,32 +348,30 @@ def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_c
     AR then block-drafter decoding (then the reverse order on odd repetitions), so load drift hits
     both alike. Writes `speed.json` into each run directory; returns {tag: result}."""
     from engine.decode import DecodeConfig, decode
-    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
     from engine.models import HFModel
     from engine.policies import Fixed
-    from engine.train.tiny_target import load_target
+    from engine.train.dpace_targets import eos_ids, load_target_model
 
     torch.set_num_threads(threads)
-    target = load_target(root / "target")
-    prompts = _prompts(prompts_file, per_category, prompt_len)
+    target = load_target_model(root)
+    prompts = _prompts(prompts_file, per_category, prompt_len, root)
     cfg = DecodeConfig(max_new_tokens=max_new_tokens)
-    ar_lm = HFModel(target, name="tiny-target")
+    eos = eos_ids(root)
+    ar_lm = HFModel(target, name=target_name(root))
     out = {}
     for d in run_dirs:
-        model = load_block_drafter(d / "drafter")
+        model, ft, drafter = _block_setup(d, target, root)
         B = model.config.block_size
-        ft = FeatureLM(target, model.config.target_layer_ids)
-        drafter = BlockDrafter(BlockLM.from_target(model, target), ft)
 
         def run_ar(ids, rid):
             t0 = time.perf_counter()
-            for _ in decode(ar_lm, None, ids, None, cfg, request_id=rid):
+            for _ in decode(ar_lm, None, ids, None, cfg, eos_ids=eos, request_id=rid):
                 pass
             return time.perf_counter() - t0
 
         def run_blk(ids, rid):
             t0 = time.perf_counter()
-            for _ in decode(ft, drafter, ids, Fixed(B - 1), cfg, request_id=rid):
+            for _ in decode(ft, drafter, ids, Fixed(B - 1), cfg, eos_ids=eos, request_id=rid):
                 pass
             return time.perf_counter() - t0
 

@@ -1,6 +1,6 @@
 """Phase 1 of draft training: the target's own greedy continuations (self-distillation data).
 
-Batched greedy decoding of SmolLM2 (bf16, left padding, KV cache) on ShareGPT first-user-turn
+Batched greedy decoding of SmolLM2 (bf16 where native, else fp32; left padding, KV cache) on ShareGPT first-user-turn
 prompts. For every generated position we store the token the target chose and its top-k
 log-probabilities (normalised over the full vocabulary), so draft training needs no target
 forward at all.
@@ -134,7 +134,9 @@ def run(cfg: GenConfig) -> None:
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir) if cfg.out_dir else default_data_dir()
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = load_smollm2(dtype=torch.bfloat16, verbose=True)
+    from engine.models import resolve_dtype
+
+    model, tok = load_smollm2(dtype=resolve_dtype("auto"), verbose=True)  # bf16 only where it is native
     eos_ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     eos_ids = {int(e) for e in eos_ids if e is not None and e >= 0}
     pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
