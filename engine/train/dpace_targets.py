@@ -194,10 +194,11 @@ def prepare_smollm2(cfg: SmolDataConfig = SmolDataConfig()) -> Path:
         return root
     from engine.train import gen as gen_mod
 
-    gen_mod.run(gen_mod.GenConfig(out_dir=str(gen), n_heldout=cfg.max_heldout, max_new_tokens=cfg.max_new_tokens,
-                                  max_prompt_tokens=cfg.max_prompt_tokens, max_shards=cfg.train_shards,
-                                  batch_size=32, threads=cfg.threads))  # skips the shards already there
     held_p = gen / "heldout.safetensors"
+    if not held_p.is_file() or len(list(gen.glob("train-*.safetensors"))) < cfg.train_shards:
+        gen_mod.run(gen_mod.GenConfig(out_dir=str(gen), n_heldout=cfg.max_heldout, max_new_tokens=cfg.max_new_tokens,
+                                      max_prompt_tokens=cfg.max_prompt_tokens, max_shards=cfg.train_shards,
+                                      batch_size=32, threads=cfg.threads))  # skips the shards already there
     train_p = sorted(gen.glob("train-*.safetensors"))[:cfg.train_shards]
     if not held_p.is_file() or not train_p:
         raise FileNotFoundError(f"no generated shards in {gen}")
