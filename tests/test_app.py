@@ -544,3 +544,22 @@ def test_live_works_without_the_spec_bench_file(app, monkeypatch, tmp_path):
         t = load_trace(res["paths"][side])
         assert t.complete and t.requests[0]["prompt_text"] == EXAMPLE_PROMPTS[2].text
         assert t.requests[0]["prompt_ids"] == text_to_ids(EXAMPLE_PROMPTS[2].text) and t.summary["new_tokens"] == 6
+
+
+def test_dpace_page_switches_between_bundled_results(app):
+    """The D-PACE page offers every bundled results directory; each choice shows that directory's own
+    summary (one row per objective, τ offline as in summary.json)."""
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    at = goto(app, "dpace")
+    radio = at.radio(key="dpace_which")
+    present = [o for o in radio.options if o != "other directory…"]
+    assert present, radio.options
+    folders = {"SmolLM2": "dpace-smollm2", "B = 8": "dpace-b8"}
+    for option in present:
+        at = at.radio(key="dpace_which").set_value(option).run()
+        assert not at.exception
+        name = next((v for k, v in folders.items() if k in option), "dpace")
+        summary = json.loads((results / name / "summary.json").read_text())["summary"]
+        table = at.dataframe[0].value
+        assert list(table["objective"]) == [r["label"] for r in summary], option
+        assert table["τ offline"].round(3).tolist() == [round(r["tau_offline_mean"], 3) for r in summary]

@@ -488,3 +488,22 @@ def test_interleaved_speed_times_every_window(ragged_data, tmp_path):
     assert r["by_window"]["1"]["tau"] <= 2.0 and 1.0 <= r["by_window"]["3"]["tau"] <= 4.0
     assert r["by_window"]["3"]["speedup"] == pytest.approx(r["speedup_cpu_interleaved"])
     assert json.loads((tmp_path / base.tag / "speed.json").read_text())["reps"] == 2
+
+
+def test_summary_baseline_is_dflash_at_its_default_gamma():
+    """A DFlash run with another γ is a row of its own; the Δ columns are always against γ = 7 (B = 16)."""
+    from engine.train.dpace_eval import summarize
+
+    def row(obj, label, seed, tau, gamma=None, alpha=None):
+        return {"label": label, "objective": obj, "seed": seed, "tau_offline": tau, "gamma": gamma, "alpha": alpha,
+                "block_size": 16, "train_wall_s": 1.0, "accept_by_pos": [0.1] * 15}
+
+    rows = [row("dflash", "dflash(γ=1.4427)", s, 1.3 + s / 100, gamma=1.4427) for s in range(3)]
+    rows += [row("dflash", "dflash(γ=7)", s, 1.0 + s / 100, gamma=7.0) for s in range(3)]
+    rows += [row("dpace", "dpace(α=0.5)", s, 1.1 + s / 100, alpha=0.5) for s in range(3)]
+    out = {r["label"]: r for r in summarize(rows)}
+    assert out["dflash(γ=7)"]["diff_vs_dflash_offline"]["mean"] == pytest.approx(0.0)
+    assert out["dpace(α=0.5)"]["diff_vs_dflash_offline"]["mean"] == pytest.approx(0.1)
+    assert out["dpace(α=0.5)"]["rel_pct_vs_dflash_offline"]["mean"] == pytest.approx(
+        100 * sum((1.1 + s / 100) / (1.0 + s / 100) - 1 for s in range(3)) / 3)
+    assert [r["label"] for r in summarize(rows)][:2] == ["dflash(γ=7)", "dflash(γ=1.4427)"]

