@@ -486,6 +486,9 @@ cosine schedule, clip 1.0. Training wall time: {best['train_wall_s']:.0f} s on a
 | online τ (engine decode loop, {online.get('prompts', '—')} Spec-Bench dev prompts, {online.get('max_new_tokens', '—')} new tokens) | {online.get('tau_online', float('nan')):.3f} |
 | CPU wall-clock speedup vs autoregressive (interleaved) | {speed.get('speedup_cpu_interleaved', float('nan')):.2f}× |
 | greedy output identical to the target's | {online.get('outputs_equal_ar', '—')} |
+
+The metrics were measured with the run's fp32 weights; this export rounds them to bf16 (exactness and
+acceptance with these weights: `tests/test_block_drafter.py::test_committed_smollm2_block_drafter_is_exact_and_accepts`).
 {table}
 Size {size / 1e6:.1f} MB. Load it:
 
