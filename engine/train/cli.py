@@ -11,23 +11,16 @@ def add_dataclass_args(p: argparse.ArgumentParser, cls, unset_default: bool = Fa
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         d = f.default
-        if unset_default:
-            kind = type(d)
-            if isinstance(d, bool):
-                p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=None, metavar="BOOL")
-            elif isinstance(d, tuple):
-                p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x != ""), default=None,
-                               metavar="I,J,..")
-            else:
-                p.add_argument(flag, type=kind, default=None, help=f"default {d!r}")
-            continue
+        default = None if unset_default else d
+        extra = {"help": f"default {d!r}"} if unset_default else {}
         if isinstance(d, bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=d, metavar="BOOL")
+            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default, metavar="BOOL",
+                           **extra)
         elif isinstance(d, tuple):
-            p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x != ""), default=d,
-                           metavar="I,J,..")
+            p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x != ""), default=default,
+                           metavar="I,J,..", **extra)
         else:
-            p.add_argument(flag, type=type(d), default=d)
+            p.add_argument(flag, type=type(d), default=default, **extra)
 
 
 def dataclass_from_args(cls, ns: argparse.Namespace):

@@ -143,7 +143,9 @@ def online_eval(run_dirs: list[Path], root: Path, prompts_file: str, per_categor
                "heldout_prompts": len(held), "target_calls": calls, "new_tokens": emitted,
                "prompts": len(prompts), "block_s": round(t_block, 3), "ar_s": round(t_ar, 3),
                "speedup_cpu": t_ar / t_block if t_block > 0 else 0.0, "outputs_equal_ar": mismatch == 0,
-               "max_new_tokens": max_new_tokens, "prompt_len": prompt_len, "prompts_file": str(prompts_file)}
+               "max_new_tokens": max_new_tokens, "prompt_len": prompt_len,
+               # the file's last two path parts: results carry no machine-specific paths
+               "prompts_file": "/".join(Path(prompts_file).parts[-2:])}
         if traces_dir is not None:  # a standard decode trace of this drafter (app Replay/Compare pages)
             reqs = [Request(ids, text, cat, qid) for ids, text, cat, qid in prompts]
             trace = Path(traces_dir) / f"{d.name}.jsonl"
@@ -280,6 +282,15 @@ def write_results(runs: Path, block_size: int, out: Path) -> dict:
     return res
 
 
+def _publish(tmp: Path, out: Path, card: str) -> Path:
+    """Write the model card into the staged directory, then swap it in for `out` in one rename."""
+    (tmp / "README.md").write_text(card)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
+
+
 def export_best(runs: Path, root: Path, out: Path, block_size: int, command: str = "") -> Path:
     """Copy the tiny target and the best finished run's drafter (highest offline τ) into `out`
     (`target/`, `drafter/`) and write a model card (README.md)."""
@@ -348,11 +359,7 @@ drafter = BlockDrafter(BlockLM.from_target(dm, tgt), ft)   # decode(ft, drafter,
 
 Retrain: {command or 'see docs/dpace.md §6'}
 """
-    (tmp / "README.md").write_text(card)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    return out
+    return _publish(tmp, out, card)
 
 
 def interleaved_speed(run_dirs: list[Path], root: Path, prompts_file: str, per_category: int = 1,
@@ -504,8 +511,4 @@ drafter = BlockDrafter(BlockLM.from_target(dm, tgt, load_block_vocab(d)), ft)  #
 
 Retrain: {command or 'see docs/dpace.md §7'}
 """
-    (tmp / "README.md").write_text(card)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    return out
+    return _publish(tmp, out, card)
