@@ -24,22 +24,17 @@ from pathlib import Path
 import torch
 
 
-def _prompts(path: str, per_category: int, prompt_len: int, root: Path | None = None
-             ) -> list[tuple[list[int], str, str, object]]:
+def _prompts(path: str, per_category: int, prompt_len: int, root: Path) -> list[tuple[list[int], str, str, object]]:
     """Online prompts: the tiny target gets the first `prompt_len` bytes of each question (its training
     prompt length); SmolLM2 gets the whole question in its chat template, as every other benchmark."""
     from engine.prompts import encode, load_prompts
     from engine.train.dpace_targets import kind_of, tokenizer
 
-    kind = kind_of(root) if root is not None else "tiny"
-    tok = tokenizer(root) if root is not None else None
-    if tok is None:
-        from engine.train.tiny_target import ByteTokenizer
-
-        tok = ByteTokenizer()
+    tiny = kind_of(root) == "tiny"
+    tok = tokenizer(root)
     out = []
     for p in load_prompts(path, per_category=per_category):
-        if kind == "tiny":
+        if tiny:
             ids = tok.encode(p.text)[:prompt_len]
             out.append((ids, tok.decode(ids), p.category, p.question_id))
         else:

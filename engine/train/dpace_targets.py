@@ -215,9 +215,8 @@ def prepare_smollm2(cfg: SmolDataConfig = SmolDataConfig()) -> Path:
     tr_ids, tr_pl, tr_ln = _pack(tr, S, pad)
     he_ids, he_pl, he_ln = _pack(he, S, pad)
     vocab = torch.tensor(sorted({t for _, g in tr for t in g}), dtype=torch.int32)
-    eos = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     info = {"kind": "smollm2", "mask_token": SMOLLM2_MASK_TOKEN, "mask_token_id": int(mask),
-            "eos_ids": sorted(int(e) for e in eos if e is not None and e >= 0),
+            "eos_ids": sorted(gen_mod.answer_eos_ids(tok)),
             "train_rows": len(tr), "heldout_rows": len(he), "seq_len": S,
             "train_answer_tokens": int(sum(len(g) for _, g in tr)), "vocab_subset": int(vocab.numel()),
             "gen_dir": str(gen), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

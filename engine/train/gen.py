@@ -125,6 +125,12 @@ def gen_shard(model, tok_prompts: list[list[int]], index: list[int], cfg: GenCon
     }
 
 
+def answer_eos_ids(tok) -> set[int]:
+    """The ids that end a SmolLM2 chat answer (EOS, <|im_end|>, <|endoftext|>)."""
+    ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+    return {int(e) for e in ids if e is not None and e >= 0}
+
+
 def run(cfg: GenConfig) -> None:
     from tqdm import tqdm
 
@@ -137,8 +143,7 @@ def run(cfg: GenConfig) -> None:
     from engine.models import resolve_dtype
 
     model, tok = load_smollm2(dtype=resolve_dtype("auto"), verbose=True)  # bf16 only where it is native
-    eos_ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
-    eos_ids = {int(e) for e in eos_ids if e is not None and e >= 0}
+    eos_ids = answer_eos_ids(tok)
     pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
     held, train = split_prompts(first_user_turns(load_sharegpt()), cfg.n_heldout, cfg.seed)
 
