@@ -77,8 +77,24 @@ class _Counter:
         self.h.remove()
 
 
+def applies(spec: str, temperature: float) -> bool:
+    """The hindsight oracle is defined for greedy decoding only (engine.oracle); it skips T > 0."""
+    return not (spec == "oracle" and temperature > 0)
+
+
+def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos):
+    """None for 'ar'; the hindsight oracle gets its look-ahead here, before any timing starts."""
+    if spec == "ar":
+        return None
+    if spec == "oracle":
+        from engine.oracle import HindsightOracle, hindsight
+
+        return HindsightOracle(*hindsight(target, draft, ids, cfg.max_new_tokens, eos))
+    return parse_policy(spec)
+
+
 def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
-    policy = None if spec == "ar" else parse_policy(spec)
+    policy = make_policy(spec, target, draft, ids, cfg, eos)
     t0 = time.perf_counter()
     out, calls, drafted, accepted = [], 0, 0, 0
     for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos):
@@ -174,14 +190,15 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     costs = measure_costs(target, draft, encoded[0][1])
     results: list[RunResult] = []
     mismatches: list[str] = []
-    n_runs = len(cfg.configs) * len(cfg.temperatures) * len(encoded)
+    n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded)
     bar = tqdm(total=n_runs, disable=not progress, unit="run", desc="bench")
     for temp in cfg.temperatures:
+        specs = tuple(s for s in cfg.configs if applies(s, temp))
         for w in range(cfg.warmup):
-            for spec in cfg.configs:
+            for spec in specs:
                 _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 16)
         for i, (p, ids) in enumerate(encoded):
-            order = list(cfg.configs[i % len(cfg.configs):] + cfg.configs[: i % len(cfg.configs)])
+            order = list(specs[i % len(specs):] + specs[: i % len(specs)])
             for spec in order:
                 r = _run(spec, target, draft, ids, temp, cfg, eos, cfg.max_new_tokens)
                 r.task, r.question_id = task_of(p.category), p.question_id
@@ -252,7 +269,8 @@ def add_parser(sub) -> None:
     p.add_argument("--prompts", default=str(Path(__file__).resolve().parents[2] / "shared/spec_bench/questions_dev.jsonl"))
     p.add_argument("--per-category", type=int, default=BenchConfig.per_category)
     p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma (or ';' when a spec has commas) list; 'ar', policies, hf:MODE:VAL")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="comma (or ';' when a spec has commas) list; 'ar', policies, hf:MODE:VAL, 'oracle' (greedy)")
     p.add_argument("--temperatures", default="0,0.7")
     p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")
@@ -277,11 +295,11 @@ def cmd_bench(a) -> int:
                       max_new_tokens=a.max_new_tokens, per_category=a.per_category, warmup=a.warmup)
     if "ar" not in cfg.configs:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
-    for s in cfg.configs:
-        if s != "ar" and not s.startswith("hf:"):
-            parse_policy(s)
+    ours = [s for s in cfg.configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
+    for s in ours:
+        parse_policy(s)
     target = load_model(a.target, a.dtype, a.device, role="target")
-    hidden = any(s != "ar" and not s.startswith("hf:") and parse_policy(s).needs_hidden for s in cfg.configs)
+    hidden = any(parse_policy(s).needs_hidden for s in ours)
     draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target))

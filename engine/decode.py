@@ -139,7 +139,10 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     if (drafter is not None and policy is not None and not sc.greedy
             and not getattr(policy, "trim_exact_when_sampling", True)):
         raise ValueError(f"policy {policy.spec!r} drops drafts by their own scores, which is exact only for greedy "
-                         "decoding; use trim=0 or confidence:t,trim=1 (which corrects its proposal) at T > 0")
+                         "decoding; at T > 0 use trim=0, pacer with b=1, or confidence:t,trim=1 (which corrects "
+                         "its proposal)")
+    if drafter is not None and getattr(policy, "greedy_only", False) and not sc.greedy:
+        raise ValueError(f"policy {policy.spec!r} is defined for greedy decoding only (T = 0)")
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     eos = set(eos_ids)
     seq = list(prompt_ids)

@@ -4,17 +4,25 @@ Notation: p = target, q = draft, γ = window (drafted tokens per target call), b
 i = 1..γ a token's position in the current draft, k = ⌈i/b⌉ its block index.
 
 Pre-verifier M_B. For drafted token i with draft last-layer hidden state h_i (the state that
-produced q_i), draft confidence q_i(x_i) and draft entropy H_i:
+produced q_i), draft confidence m_i = max_x q_i(x) and draft entropy H_i:
 
-    z_i = W_in · LN(h_i) + W_c · [log q_i(x_i), H_i] + E_pos[i] + E_blk[k]
+    z_i = W_in · LN(h_i) + W_c · [log m_i, H_i] + E_pos[i] + E_blk[k]
     z   = causal transformer over z_1..z_i of the SAME step (1–2 layers, d = 64)
     c_i = w · z_i                                   (conditional: token i accepted given 1..i−1 were)
     s_i = Π_{j≤i} σ(c_j) ≈ P(token i is accepted)   (accepted: the whole prefix 1..i survives)
 
 The product form (`cumulative=True`, our choice) makes s_i non-increasing in i, as prefix
 acceptance is; `cumulative=False` reads s_i = σ(c_i) directly. With `prior=True` (our choice),
-c_i = a·logit q_i(x_i) + b + w·z_i with w = 0, a = 1, b = 0 at initialisation, so an untrained M_B
-is exactly the cumulative draft-confidence rule s_i = Π q_j and training learns the correction.
+c_i = a·logit m_i + b + w·z_i with w = 0, a = 1, b = 0 at initialisation, so an untrained M_B
+is exactly the cumulative draft-confidence rule s_i = Π m_j and training learns the correction.
+
+Why m_i = max_x q_i(x) and not q_i(x_i): under greedy decoding they are the same number (x_i is the
+argmax), which is what M_B is trained on. Under sampling, m_i, H_i and h_i are all fixed before x_i
+is drawn, so s_i depends on tokens 1..i−1 only. That makes `trim=1` with b = 1 exact at T > 0: the
+decision to drop x_i does not look at x_i, so a kept x_i is still a plain draw from q_i (a stopping
+rule, not a filter), and ordinary verification stays lossless. With b > 1 the block's later scores
+read hidden states computed from the block's own earlier tokens, so dropping a whole block is
+exact for greedy decoding only.
 
 The attention is causal within one step, so s_i depends only on tokens 1..i of the step: scoring
 again after a later block never changes earlier scores, and one trained M_B serves every b.
@@ -26,7 +34,8 @@ Stop rule, after block k (tokens (k−1)b+1 .. kb) with threshold t (t = t₀ at
 
     m_k = mean(s_i over block k)
     m_k <  t  → stop drafting, verify             (stop reason "pre_verify"; with trim=1 block k itself
-                                                   is dropped unverified — ours, not in the paper)
+                                                   is dropped unverified — ours, not in the paper;
+                                                   exact under sampling for b = 1, see above)
     m_k >= t  → t ← t·ρ (ρ ≥ 1), draft block k+1  (continuation gets harder as the draft grows)
     γ reaches max                                 (stop reason "cap")
 
@@ -275,13 +284,15 @@ class Pacer(WindowPolicy):
         return out
 
     @property
-    def trim_exact_when_sampling(self) -> bool:  # the block score reads the block's own tokens
-        return not self.trim
+    def trim_exact_when_sampling(self) -> bool:
+        # b = 1: the score of token i is fixed before x_i is drawn (module doc). b > 1: a block's later
+        # scores read states computed from its own earlier tokens, so dropping it filters by value.
+        return not self.trim or self.block == 1
 
     def drop_on_stop(self) -> int:
-        """With trim=1 the block that failed pre-verification is discarded, not verified (exact for
-        greedy decoding only: under sampling the drop depends on the drafted tokens themselves, and
-        their law given "kept" has no closed form, so `decode` refuses trim=1 at T > 0)."""
+        """With trim=1 the block that failed pre-verification is discarded, not verified. Exact for
+        greedy decoding always, and under sampling for b = 1 (the drop never looks at the dropped
+        token); `decode` refuses trim=1 with b > 1 at T > 0."""
         if self.trim and self._stop == "pre_verify":
             self._dropped = self.block
             return self.block
@@ -311,7 +322,7 @@ class Pacer(WindowPolicy):
             raise ValueError(f"pacer weights expect draft hidden size {self.model.cfg.hidden_size}, "
                              f"the draft gives {info.hidden.shape[-1]}")
         self._h.append(info.hidden)
-        self._q.append(info.q_token)
+        self._q.append(info.q_token if info.q_max is None else info.q_max)
         self._e.append(info.entropy)
         n = info.index
         if n >= self.max_window:  # the loop stops here anyway: no M_B call needed

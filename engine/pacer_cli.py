@@ -144,24 +144,24 @@ def cmd_sweep(a) -> int:
                       ("sampled", [s for s in steps if s.temperature > 0])):
         if not sel:
             continue
-        # Trimming replays exactly only on greedy steps: under sampling PACER's trim is refused by the
-        # decoder and confidence's trim verifies against a corrected law the recording did not use.
+        # Under sampling only PACER's b = 1 trim is replayed (exact there: it decides before the token
+        # is drawn); b > 1 trim is refused by the decoder, and confidence's trim verifies against a
+        # corrected law the recording did not use.
         greedy = name == "greedy"
-        trims = (0, 1) if greedy else (0,)
-        grid = sim.sweep(sel, costs, trims=trims)
-        base = {k: v for k, v in sim.baselines(sel, costs).items() if greedy or "trim" not in k}
+        grid = [x for x in sim.sweep(sel, costs) if greedy or not (x["trim"] and x["b"] > 1)]
+        base = {k: v for k, v in sim.baselines(sel, costs).items() if greedy or "trim=1" not in k}
         r = {"steps": len(sel), "sweep": grid, "baselines": base, "ablations": {}}
         best = grid[0]
         r["ablations"]["pacer (best)"] = best
         for b in (1, 2, 4):
             r["ablations"][f"b={b} (best t, rho)"] = next(x for x in grid if x["b"] == b)
         r["ablations"]["rho=1 (best b, t)"] = next(x for x in grid if x["rho"] == 1.0)
-        if greedy:
-            r["ablations"]["trim=0 (best b, t, rho)"] = next(x for x in grid if not x["trim"])
-            r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
+        r["ablations"]["trim=0 (best b, t, rho)"] = next(x for x in grid if not x["trim"])
+        r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
+        r["ceiling"] = sim.ceiling(sel, costs, b1_only=not greedy)
         for tag in models:
             if tag != "main":
-                g = sim.sweep(sel, costs, tag=tag, trims=trims)
+                g = [x for x in sim.sweep(sel, costs, tag=tag) if greedy or not (x["trim"] and x["b"] > 1)]
                 r["ablations"][f"{tag} (best)"] = g[0]
                 same = best["b"], best["t"], best["rho"], best["trim"]
                 r["ablations"][f"{tag} (at main's best b, t, rho)"] = next(
@@ -192,6 +192,18 @@ def format_sweep(res: dict) -> str:
                                             + (",trim=1" if v.get("trim") else ""))
             lines.append(f"| {label} | {v['speedup']:.3f}× | {v['emitted_per_call']:.2f} | {v['mean_window']:.2f} | "
                          f"{v['wasted_per_call']:.2f} |")
+        if r.get("ceiling"):
+            lines.append(f"\nPACER vs the oracle as the draft gets cheaper ({name}; t_d scaled by f)\n")
+            lines.append("| f | t_d ms | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | perfect/oracle | "
+                         "PACER/oracle | PACER/fixed |")
+            lines.append("|---|---|---|---|---|---|---|---|---|")
+            for c in r["ceiling"]:
+                rule = c["pacer_best_rule"]
+                lines.append(f"| {c['draft_cost_factor']:g} | {c['t_draft_ms']:.1f} | {c['oracle']:.3f}× | "
+                             f"{c['perfect_preverifier']:.3f}× | {c['pacer_best']:.3f}× (b={rule['b']},t={rule['t']},"
+                             f"rho={rule['rho']}{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× "
+                             f"({c['fixed_best_gamma']}) | {c['perfect_over_oracle']:.0%} | {c['pacer_over_oracle']:.0%} | "
+                             f"{c['pacer_over_fixed']:.2f}× |")
     return "\n".join(lines)
 
 
@@ -246,7 +258,7 @@ def cmd_bench(a) -> int:
                       temperatures=tuple(float(t) for t in a.temperatures.split(",")),
                       max_new_tokens=a.max_new_tokens, per_category=10_000, warmup=a.warmup)
     for s in cfg.configs:
-        if s != "ar" and not s.startswith("hf:"):
+        if s not in ("ar", "oracle") and not s.startswith("hf:"):
             parse_policy(s)
     subset, qids = per_task_subset(Path(a.prompts), a.per_task)
     target, draft, eos = _load_pair(a)

@@ -127,6 +127,41 @@ def oracle() -> Rule:
     return lambda st: (min(st.n, st.W), 0)
 
 
+def perfect_preverifier(cap: int = 16) -> Rule:
+    """PACER's ceiling: b = 1, trim = 1 with an M_B that is never wrong. It drafts token n+1 (the
+    first one the target rejects), scores it, drops it and verifies n: the same window as the oracle,
+    plus the one draft forward and M_B call the oracle never pays (no call at the cap, as in Pacer)."""
+    def rule(st: Step) -> tuple[int, ...]:
+        top = min(cap, st.W)
+        if st.n < top and st.n + 1 < cap:  # token n+1 exists, is scored (not at the cap) and dropped
+            return (st.n, st.n + 1, st.n + 1)
+        return (top, top - 1 if top >= cap else top, top)
+    return rule
+
+
+def ceiling(steps: list[Step], costs: Costs, factors=(1.0, 0.5, 0.25, 0.1, 0.0), cap: int = 16,
+            tag: str = "main", b1_only: bool = False) -> list[dict[str, Any]]:
+    """How close PACER can come to the oracle as the draft gets cheaper: t_d → f·t_d.
+
+    Per factor f: the oracle, the perfect pre-verifier (PACER's ceiling), the best swept PACER rule
+    and the best fixed window, and the two ratios to the oracle. The oracle never drafts the token
+    it would lose; every look-then-decide rule does, so their gap closes only as f → 0."""
+    rows = []
+    for f in factors:
+        c = Costs(costs.t_draft * f, costs.t_verify, costs.t_mb)
+        orc = replay(steps, oracle(), c)["speedup"]
+        perfect = replay(steps, perfect_preverifier(cap), c)["speedup"]
+        grid = [x for x in sweep(steps, c, cap=cap, tag=tag) if not (b1_only and x["trim"] and x["b"] > 1)]
+        fixed_best = max((replay(steps, fixed(g), c)["speedup"], g) for g in (1, 2, 3, 4, 6, 8, 12, 16))
+        best = grid[0]
+        rows.append({"draft_cost_factor": f, "t_draft_ms": c.t_draft, "oracle": orc, "perfect_preverifier": perfect,
+                     "pacer_best": best["speedup"], "pacer_best_rule": {k: best[k] for k in ("b", "t", "rho", "trim")},
+                     "fixed_best": fixed_best[0], "fixed_best_gamma": fixed_best[1],
+                     "perfect_over_oracle": perfect / orc, "pacer_over_oracle": best["speedup"] / orc,
+                     "pacer_over_fixed": best["speedup"] / fixed_best[0]})
+    return rows
+
+
 def replay(steps: list[Step], rule: Rule | str, costs: Costs) -> dict[str, float]:
     """Simulated speedup, emitted per call (incl. bonus), mean window and wasted drafts."""
     emitted = cost = drafted = wasted = 0.0
@@ -183,6 +218,7 @@ def baselines(steps: list[Step], costs: Costs) -> dict[str, dict[str, float]]:
     for h in (0.5, 1.0, 1.5, 2.0, 3.0):
         out[f"entropy:{h}"] = replay(steps, entropy_stop(h), costs)
     out["oracle (exact)"] = replay(steps, oracle(), costs)
+    out["perfect pre-verifier (PACER's ceiling)"] = replay(steps, perfect_preverifier(), costs)
     return out
 
 

@@ -51,6 +51,9 @@ class DraftInfo:
     q_token: float  # draft probability of the drafted token
     entropy: float  # draft entropy (nats) of the distribution it was drawn from
     hidden: "torch.Tensor | None" = None  # draft last-layer hidden state that produced q (if requested)
+    # max_x q(x): the draft's confidence *before* it samples. Equal to q_token under greedy; a rule that
+    # reads it instead of q_token decides without looking at the sampled token (exact trimming, see Pacer).
+    q_max: float | None = None
 
 
 class WindowPolicy:

@@ -15,7 +15,7 @@ def test_bench_smoke(model_dirs, tmp_path, capsys):  # noqa: F811
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     rc = main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-category", "1",
                "--max-new-tokens", "12", "--configs",
-               "ar;fixed:2;heuristic;confidence:0.5,trim=1;hf:constant:2;hf:confidence:0.4",
+               "ar;fixed:2;heuristic;confidence:0.5,trim=1;hf:constant:2;hf:confidence:0.4;oracle",
                "--temperatures", "0,0.7", "--dtype", "fp32", "--out", str(out), "--markdown", str(md)])
     assert rc == 0
     res = json.loads(out.read_text())
@@ -25,8 +25,11 @@ def test_bench_smoke(model_dirs, tmp_path, capsys):  # noqa: F811
     assert overall[(0.0, "ar")]["emitted_per_call_incl_bonus"] == 1.0
     assert overall[(0.0, "fixed:2")]["emitted_per_call_incl_bonus"] > 1.0
     assert {c for _, c in overall} == {"ar", "fixed:2", "heuristic", "confidence:0.5,trim=1", "hf:constant:2",
-                                       "hf:confidence:0.4"}
-    assert res["costs"]["c"] > 0 and len(res["runs"]) == 2 * 2 * 6
+                                       "hf:confidence:0.4", "oracle"}
+    assert (0.7, "oracle") not in overall  # the hindsight oracle is greedy-only: skipped, not faked
+    assert overall[(0.0, "oracle")]["acceptance_rate"] in (None, 1.0)
+    assert overall[(0.0, "oracle")]["target_calls"] <= overall[(0.0, "fixed:2")]["target_calls"]
+    assert res["costs"]["c"] > 0 and len(res["runs"]) == 2 * (2 * 6 + 1)
     text = md.read_text()
     assert "| overall | fixed:2 |" in text and "Cost ratio c" in text and "command:" in text
     assert "speedup vs AR" in capsys.readouterr().out

@@ -280,6 +280,29 @@ def test_replay_arithmetic():
     assert o["speedup"] == pytest.approx(10.0 * 3 / 14) and o["wasted_per_call"] == 0
 
 
+def test_perfect_preverifier_is_pacer_with_an_exact_mb():
+    """The ceiling rule = the real PACER rule (b = 1, trim = 1) fed scores 1 for accepted tokens and 0
+    for rejected ones, and it pays exactly one draft forward + one M_B call more than the oracle."""
+    from engine import pacer_sim as sim
+
+    g = torch.Generator().manual_seed(1)
+    for trial in range(60):
+        W = int(torch.randint(1, 17, (1,), generator=g))
+        n = int(torch.randint(0, W + 1, (1,), generator=g))
+        cap = [4, 8, 16][trial % 3]
+        st = sim.Step(n=n, W=W, q=[0.5] * W, ent=[1.0] * W, s={"main": [float(i < n) for i in range(W)]},
+                      request=0, temperature=0.0)
+        got = sim.perfect_preverifier(cap)(st)
+        want = sim.pacer(1, 0.5, 1.0, cap, trim=1)(st)
+        assert got[:2] == want[:2] and (got[2] if len(got) > 2 else got[0]) == (want[2] if len(want) > 2 else want[0])
+    costs = sim.Costs(t_draft=1.0, t_verify=tuple(10.0 + k for k in range(17)), t_mb=0.5)
+    st = [sim.Step(n=2, W=16, q=[0.9] * 16, ent=[0.1] * 16, s={"main": [1.0] * 16}, request=0, temperature=0.0)]
+    r = sim.replay(st, sim.perfect_preverifier(), costs)  # drafts 3, verifies 2: 3·1 + t_v(3)=12 + 3·0.5
+    assert r["speedup"] == pytest.approx(10.0 * 3 / 16.5) and r["wasted_per_call"] == 1
+    rows = sim.ceiling(st, sim.Costs(1.0, costs.t_verify, 0.0), factors=(1.0, 0.0))
+    assert rows[0]["perfect_over_oracle"] < 1.0 and rows[1]["perfect_over_oracle"] == pytest.approx(1.0)
+
+
 def test_parse_policy_knows_pacer():
     with pytest.raises(ValueError, match="no parameter 'bogus'"):
         parse_policy("pacer:bogus=1")
@@ -341,12 +364,32 @@ def test_shard_claims_are_exclusive(tmp_path):
     assert not _claim(p)  # finished shards are never claimed
 
 
-def test_pacer_trim_refused_under_sampling(tiny_target, tiny_draft):
-    """Dropping a block by its own score biases sampled output (no closed-form kept law): refused."""
+def test_pacer_trim_under_sampling_needs_b1(tiny_target, tiny_draft):
+    """b > 1: dropping a block reads states computed from the block's own tokens, a filter by value
+    with no closed-form kept law: refused at T > 0. b = 1 decides before the token is drawn: allowed."""
     target, draft = HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True)
-    pol = Pacer(block=1, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
     cfg = DecodeConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=0.7, seed=0))
+    pol = Pacer(block=2, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
     with pytest.raises(ValueError, match="exact only for greedy"):
         list(decode(target, draft, [3, 17, 5, 9], pol, cfg))
     pol.trim = 0  # the untrimmed rule verifies every drafted token: fine under sampling
     assert sum(s.emitted for s in decode(target, draft, [3, 17, 5, 9], pol, cfg)) == 8
+    one = Pacer(block=1, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
+    steps = list(decode(target, draft, [3, 17, 5, 9], one, cfg))
+    assert sum(s.emitted for s in steps) == 8 and all(s.window == 0 for s in steps)  # every draft dropped
+
+
+def test_pacer_reads_the_pre_sample_confidence():
+    """M_B's confidence input is max_x q(x) (DraftInfo.q_max), not the sampled token's q(x)."""
+    seen = []
+
+    class Spy(FixedScores):
+        def score_step(self, hidden, q, ent):
+            seen.append(q.tolist())
+            return super().score_step(hidden, q, ent)
+
+    pol = Pacer(block=1, threshold=0.5, rho=1.0, max_window=4, model=Spy([0.9] * 8))
+    pol.reset()
+    pol.propose()
+    pol.keep_drafting(DraftInfo(1, 0, 0.2, 0.1, torch.zeros(H), 0.7))
+    assert seen[-1] == pytest.approx([0.7])

@@ -98,13 +98,13 @@ def _joint(lm, prompt, n):
     return cells, np.array(probs)
 
 
-def chi_square_of_loop(verifier: str, draft, samples: int, policy: str = "fixed:2", n: int = 3):
+def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: int = 3):
     """Sample whole continuations with the real decode loop (T = 1) and compare with the exact joint."""
     target = TableLM(3, seed=11)
     cells, expected = _joint(target, [0], n)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells))
-    pol = parse_policy(policy)
+    pol = parse_policy(policy) if isinstance(policy, str) else policy
     for s in range(samples):
         cfg = DecodeConfig(max_new_tokens=n, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=s))
         out = [t for r in decode(target, draft, [0], pol, cfg) for t in r.emitted_tokens]
@@ -144,4 +144,52 @@ def test_uncorrected_trim_is_caught_by_the_same_statistic(monkeypatch):
 
     monkeypatch.setattr(Confidence, "kept_proposal", lambda self, q: q)
     pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 3_000, policy="confidence:0.5,trim=1,max=3")
+    assert pval < 1e-4, (pval, tv)
+
+
+class HiddenTableLM(TableLM):
+    """TableLM that also exposes a 'hidden state' (one-hot of the last token, + a bias unit), so the
+    PACER policy can run on exactly enumerable models."""
+
+    def extend(self, ids):
+        out = super().extend(ids)
+        self.last_hidden = torch.nn.functional.one_hot(torch.tensor(self.tokens[-len(ids):]),
+                                                        self.vocab_size + 1).double()
+        self.last_hidden[:, -1] = 1.0
+        return out
+
+
+def pacer_on_table(threshold=0.45):
+    """PACER with b = 1, trim = 1 and a hand-written M_B: s_i = Π_{j≤i} m_j · (0.7 + 0.3·[last token = 0])
+    with m_j its confidence input. It reads the hidden state and the confidence, like the trained M_B."""
+    from engine.pacer import Pacer, PreVerifier, PreVerifierConfig
+
+    class HandMB(PreVerifier):
+        def __init__(self):
+            super().__init__(PreVerifierConfig(hidden_size=4, d_model=8, heads=2, ff=8, layers=1))
+
+        def score_step(self, hidden, q, ent):
+            return torch.cumprod(q.double(), 0) * (0.7 + 0.3 * hidden[:, 0].double())
+
+    return Pacer(block=1, threshold=threshold, rho=1.0, max_window=3, model=HandMB(), trim=1)
+
+
+@pytest.mark.slow
+def test_chi_square_of_the_real_loop_with_pacer_trim():
+    """PACER b = 1, trim = 1 at T = 1: the drop of x_i is decided from states fixed before x_i is drawn,
+    so the sampled continuations still follow the target exactly."""
+    pval, tv = chi_square_of_loop("token", HiddenTableLM(3, seed=12), 6_000, policy=pacer_on_table())
+    assert pval > 1e-4, (pval, tv)
+
+
+def test_pacer_trim_on_the_sampled_token_is_caught(monkeypatch):
+    """The same rule fed the sampled token's own q(x_i) instead of max_x q(x) filters drafts by value:
+    the χ² statistic above sees the bias, so its pass is evidence."""
+    from engine.policies import DraftInfo
+    from engine.pacer import Pacer
+
+    real = Pacer.keep_drafting
+    monkeypatch.setattr(Pacer, "keep_drafting", lambda self, info: real(self, DraftInfo(
+        info.index, info.token, info.q_token, info.entropy, info.hidden, None)))
+    pval, tv = chi_square_of_loop("token", HiddenTableLM(3, seed=12), 3_000, policy=pacer_on_table())
     assert pval < 1e-4, (pval, tv)

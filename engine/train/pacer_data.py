@@ -20,7 +20,9 @@ from the END of its training list, so the draft's own training prompts (the fron
 
 Shards (safetensors, written atomically; a killed run resumes at the next missing shard; several
 processes may share one directory, each claiming shards with a lock file):
-  hidden f16 [N,H]  q f32 [N]  ent f32 [N]  h f32 [N]  pos i32 [N] (1-based i)
+  hidden f16 [N,H]  q f32 [N]  qmax f32 [N]  ent f32 [N]  h f32 [N]  pos i32 [N] (1-based i)
+  (qmax = max_x q_i(x), what M_B reads: equal to q under greedy; shards written before it existed
+  fall back to q)
   step_off i64 [S+1]  accepted i32 [S]  window i32 [S]  request i32 [S]  temperature f32 [S]
   t_draft_ms f32 [S]  t_verify_ms f32 [S]  (the recording run's own timings)
 
@@ -82,7 +84,7 @@ class Recorder(WindowPolicy):
         if info.hidden is None:
             raise ValueError("recording needs the draft's hidden states: load the draft with want_hidden=True")
         self.buf.append(DraftInfo(info.index, info.token, info.q_token, info.entropy,
-                                  info.hidden.detach().to("cpu", torch.float16)))
+                                  info.hidden.detach().to("cpu", torch.float16), info.q_max))
         return True
 
 
@@ -90,14 +92,15 @@ def record_request(target, draft, prompt_ids: list[int], window: int, cfg: Decod
                    request_id: int = 0) -> dict[str, list]:
     """Decode one prompt with the recorder; per-step and per-token lists (empty steps skipped)."""
     rec = Recorder(window)
-    out: dict[str, list] = {k: [] for k in ("hidden", "q", "ent", "h", "pos", "accepted", "window", "t_draft_ms",
-                                            "t_verify_ms")}
+    out: dict[str, list] = {k: [] for k in ("hidden", "q", "qmax", "ent", "h", "pos", "accepted", "window",
+                                            "t_draft_ms", "t_verify_ms")}
     for step in decode(target, draft, prompt_ids, rec, cfg, eos_ids=eos, request_id=request_id):
         if not step.window:
             continue
         assert len(rec.buf) == step.window, "recorder and decode loop disagree on the window"
         out["hidden"].extend(d.hidden for d in rec.buf)
         out["q"].extend(d.q_token for d in rec.buf)
+        out["qmax"].extend(d.q_token if d.q_max is None else d.q_max for d in rec.buf)
         out["ent"].extend(d.entropy for d in rec.buf)
         out["h"].extend(step.accept_probs)
         out["pos"].extend(range(1, step.window + 1))
@@ -109,14 +112,15 @@ def record_request(target, draft, prompt_ids: list[int], window: int, cfg: Decod
 
 
 def _shard_tensors(reqs: list[tuple[int, float, dict[str, list]]]) -> dict[str, torch.Tensor]:
-    hid, q, ent, h, pos, acc, win, rid, temp, td, tv = [], [], [], [], [], [], [], [], [], [], []
+    hid, q, qmax, ent, h, pos, acc, win, rid, temp, td, tv = [], [], [], [], [], [], [], [], [], [], [], []
     for r, t, d in reqs:
         hid.extend(d["hidden"]); q.extend(d["q"]); ent.extend(d["ent"]); h.extend(d["h"]); pos.extend(d["pos"])
+        qmax.extend(d.get("qmax", d["q"]))
         acc.extend(d["accepted"]); win.extend(d["window"]); td.extend(d["t_draft_ms"]); tv.extend(d["t_verify_ms"])
         rid.extend([r] * len(d["window"])); temp.extend([t] * len(d["window"]))
     off = np.concatenate([[0], np.cumsum(win)]).astype(np.int64)
     return {"hidden": torch.stack(hid).contiguous(), "q": torch.tensor(q, dtype=torch.float32),
-            "ent": torch.tensor(ent, dtype=torch.float32), "h": torch.tensor(h, dtype=torch.float32),
+            "qmax": torch.tensor(qmax, dtype=torch.float32), "ent": torch.tensor(ent, dtype=torch.float32), "h": torch.tensor(h, dtype=torch.float32),
             "pos": torch.tensor(pos, dtype=torch.int32), "step_off": torch.from_numpy(off),
             "accepted": torch.tensor(acc, dtype=torch.int32), "window": torch.tensor(win, dtype=torch.int32),
             "request": torch.tensor(rid, dtype=torch.int32), "temperature": torch.tensor(temp, dtype=torch.float32),
@@ -226,6 +230,12 @@ class StepData:
     temperature: torch.Tensor
     t_draft_ms: torch.Tensor | None = None  # real-loop timings of the recording steps
     t_verify_ms: torch.Tensor | None = None
+    qmax: torch.Tensor | None = None  # max_x q_i(x) per token (= q under greedy); older shards lack it
+
+    @property
+    def mb_conf(self) -> torch.Tensor:
+        """The confidence M_B reads: the draft's pre-sample confidence max_x q_i(x), as the policy sees it."""
+        return self.q if self.qmax is None else self.qmax
 
     @property
     def n_steps(self) -> int:
@@ -286,7 +296,7 @@ def make_batch(data: StepData, groups: list[list[int]], length: int, scheme: str
             a, e = int(data.step_off[s]), int(data.step_off[s + 1])
             sl = slice(n, n + e - a)
             hidden[b, sl] = data.hidden[a:e].float()
-            out["logq"][b, sl] = data.q[a:e].clamp_min(1e-6).log()
+            out["logq"][b, sl] = data.mb_conf[a:e].clamp_min(1e-6).log()
             out["ent"][b, sl] = data.ent[a:e]
             out["label"][b, sl] = y_all[a:e]
             out["weight"][b, sl] = w_all[a:e]
