@@ -185,6 +185,11 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
 
 
 def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True) -> dict[str, Any]:
+    for spec in cfg.configs:  # refuse a config the decoder would refuse mid-run, before any timing
+        if spec not in ("ar", "oracle") and not spec.startswith("hf:") and any(t > 0 for t in cfg.temperatures):
+            if not parse_policy(spec).trim_exact_when_sampling:
+                raise ValueError(f"{spec!r} drops drafts by value, exact for greedy decoding only: "
+                                 "drop T > 0 from --temperatures or use trim=0")
     prompts = load_prompts(prompts_file, per_category=cfg.per_category)
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     costs = measure_costs(target, draft, encoded[0][1])

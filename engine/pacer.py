@@ -245,21 +245,23 @@ def block_decision(mean: float, threshold: float, rho: float) -> tuple[bool, flo
 class Pacer(WindowPolicy):
     """Draft in blocks of b; after each block stop if M_B's mean acceptance < t, else t ← t·ρ.
 
-    Defaults b = 1, t₀ = 0.6, ρ = 1.05, max = 16: the best row of the held-out sweep for
-    smollm2-135m + smollm2-draft (docs/benchmarks.md, PACER section). That draft is weak (≈0.5
-    accepted per step), so short, per-token checks win; re-sweep for a stronger pair. `model`
-    injects an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors)
-    is loaded."""
+    Defaults b = 1, t₀ = 0.7, ρ = 1.0, trim = 1 (unset trim = 1 for b = 1, 0 for b > 1), max = 16: the best row over greedy and sampled
+    held-out steps of the sweep for smollm2-135m + smollm2-draft (docs/benchmarks.md, "PACER: exact
+    trimming under sampling"). That draft is weak (≈0.5 accepted per step) and a 2-token verify costs
+    ~1.4 single ones on the benchmark CPU, so per-token checks that drop the failing token win; the
+    paper's rule (verify the failing block) is trim=0. Re-sweep for a stronger pair. `model` injects
+    an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors) is loaded."""
 
     name = "pacer"
     needs_hidden = True
 
-    def __init__(self, block: int = 1, threshold: float = 0.6, rho: float = 1.05, max_window: int = 16,
-                 weights: str | None = None, model: PreVerifier | None = None, trim: int = 0) -> None:
+    def __init__(self, block: int = 1, threshold: float = 0.7, rho: float = 1.0, max_window: int = 16,
+                 weights: str | None = None, model: PreVerifier | None = None, trim: int | None = None) -> None:
         super().__init__(max_window)
-        if trim not in (0, 1):
+        if trim not in (None, 0, 1):
             raise ValueError(f"pacer trim must be 0 or 1, got {trim!r}")
-        self.trim = int(trim)
+        # Unset: trim where it is exact at every temperature (b = 1), the paper's rule otherwise.
+        self.trim = (1 if block == 1 else 0) if trim is None else int(trim)
         if not (isinstance(block, int) and 1 <= block <= max_window):
             raise ValueError(f"pacer block b must be an integer in [1, max={max_window}], got {block}")
         if not 0.0 <= threshold <= 1.0:
@@ -279,8 +281,7 @@ class Pacer(WindowPolicy):
         out: dict[str, Any] = {"b": self.block, "t": self.threshold, "rho": self.rho, "max": self.max_window}
         if self.weights:
             out["weights"] = self.weights
-        if self.trim:
-            out["trim"] = 1
+        out["trim"] = self.trim  # always spelled out: the default (1) is not the paper's rule (0)
         return out
 
     @property

@@ -42,3 +42,15 @@ def test_aggregate_ratio_of_means():
     f = rows[("overall", "fixed:2")]
     assert f["tokens_per_s"] == 30.0 and f["speedup_vs_ar"] == 2.0  # mean(20, 40) / mean(10, 20)
     assert f["emitted_per_call_incl_bonus"] == 20 / 9 and f["acceptance_rate"] == 11 / 18
+
+
+def test_bench_refuses_greedy_only_trim_before_running(model_dirs, tmp_path, capsys):  # noqa: F811
+    t, d, _ = model_dirs
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n')
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-category", "1",
+               "--max-new-tokens", "4", "--configs", "ar;pacer:b=2,trim=1", "--temperatures", "0,0.7",
+               "--dtype", "fp32", "--out", str(out)])
+    assert rc != 0 and not out.exists()
+    assert "exact for greedy decoding only" in capsys.readouterr().err

@@ -119,7 +119,9 @@ def test_policy_validation_and_spec():
     with pytest.raises(ValueError, match="block"):
         Pacer(block=20, max_window=16, model=tiny_mb())
     pol = Pacer(block=2, threshold=0.4, rho=1.1, max_window=8, model=tiny_mb())
-    assert pol.spec == "pacer:b=2,t=0.4,rho=1.1,max=8"
+    assert pol.spec == "pacer:b=2,t=0.4,rho=1.1,max=8,trim=0"  # unset trim: the paper's rule for b > 1 …
+    assert Pacer(block=1, model=tiny_mb()).trim == 1  # … and trimming where it is exact at every T (b = 1)
+    assert parse_policy("pacer:b=2,trim=1").spec.endswith("trim=1")  # the spec always round-trips trim
     with pytest.raises(ValueError, match="want_hidden"):
         pol.propose()
         pol.keep_drafting(DraftInfo(1, 0, 0.5, 0.1, None))
