@@ -17,7 +17,8 @@ def _add_decode(sub) -> None:
     p = sub.add_parser("decode", help="decode prompts and write a per-step trace")
     p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
     p.add_argument("--draft", default=None, help="draft model; omit for autoregressive decoding")
-    p.add_argument("--policy", default="fixed:4", help="window policy, e.g. fixed:4, heuristic, confidence:0.4")
+    p.add_argument("--policy", default="fixed:4",
+                   help="window policy, e.g. fixed:4, heuristic, confidence:0.4, pacer, oracle (greedy hindsight)")
     p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | kbv | spectr-gbv-published")
     p.add_argument("--k", type=int, default=1, help="i.i.d. drafts per step (multi-draft verifiers need K ≥ 1)")
     p.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
@@ -51,7 +52,15 @@ def cmd_decode(a) -> int:
     cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, verifier=a.verifier,
                        sampling=SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed))
     prompts = load_prompts(a.prompts, limit=a.limit, per_category=a.per_category)
-    policy = parse_policy(a.policy) if a.draft else None
+    oracle = bool(a.draft) and a.policy == "oracle"
+    if oracle and (cfg.verifier in MULTI_DRAFT or not cfg.sampling.greedy):
+        raise ValueError("--policy oracle is the greedy hindsight window: use --temperature 0 and a K = 1 verifier")
+    if oracle:
+        from engine.oracle import HindsightOracle, hindsight
+
+        policy = HindsightOracle([], [])  # names the rule in the header; each request gets its own
+    else:
+        policy = parse_policy(a.policy) if a.draft else None
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft = None
     if a.draft:
@@ -71,8 +80,10 @@ def cmd_decode(a) -> int:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
     eos = eos_token_ids(target)
+    policy_for = (lambda r: HindsightOracle(*hindsight(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos))
+                  ) if oracle else None
     summary = run_requests(target_lm, draft_lm, policy, cfg, requests, a.out, eos_ids=eos,
-                           decode_text=lambda ids: tok.decode(ids),
+                           decode_text=lambda ids: tok.decode(ids), policy_for=policy_for,
                            header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
                                          "prompts_file": str(a.prompts)})
     _print_summary(summary, a.out)

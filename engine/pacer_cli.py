@@ -159,6 +159,10 @@ def cmd_sweep(a) -> int:
         r["ablations"]["trim=0 (best b, t, rho)"] = next(x for x in grid if not x["trim"])
         r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
         r["ceiling"] = sim.ceiling(sel, costs, b1_only=not greedy)
+        # What-if: the same steps on a cost profile where a k-token verify costs one forward (GPU-like).
+        r["what_if_flat"] = [dict(c=c, **sim.ceiling(sel, sim.Costs(c * t_v[0], (t_v[0],) * len(t_v), t_mb),
+                                                    factors=(1.0,), b1_only=not greedy)[0])
+                             for c in (a.what_if_c or [])]
         for tag in models:
             if tag != "main":
                 g = [x for x in sim.sweep(sel, costs, tag=tag) if greedy or not (x["trim"] and x["b"] > 1)]
@@ -204,6 +208,16 @@ def format_sweep(res: dict) -> str:
                              f"rho={rule['rho']}{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× "
                              f"({c['fixed_best_gamma']}) | {c['perfect_over_oracle']:.0%} | {c['pacer_over_oracle']:.0%} | "
                              f"{c['pacer_over_fixed']:.2f}× |")
+        if r.get("what_if_flat"):
+            lines.append(f"\nWhat-if ({name}): flat verify cost t_v(k) = t_v(1), t_d = c·t_v(1)\n")
+            lines.append("| c | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | PACER/oracle | PACER/fixed |")
+            lines.append("|---|---|---|---|---|---|---|")
+            for c in r["what_if_flat"]:
+                rule = c["pacer_best_rule"]
+                lines.append(f"| {c['c']:g} | {c['oracle']:.3f}× | {c['perfect_preverifier']:.3f}× | "
+                             f"{c['pacer_best']:.3f}× (b={rule['b']},t={rule['t']},rho={rule['rho']}"
+                             f"{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× ({c['fixed_best_gamma']}) | "
+                             f"{c['pacer_over_oracle']:.0%} | {c['pacer_over_fixed']:.2f}× |")
     return "\n".join(lines)
 
 
@@ -306,6 +320,8 @@ def add_parser(sub) -> None:
     s.add_argument("--weights", default=str(engine.pacer.DEFAULT_WEIGHTS))
     s.add_argument("--variant", action="append", help="TAG=PATH: another M_B to compare (e.g. nope=...)")
     s.add_argument("--measure", action="store_true", help="re-measure t_d, t_v on the pair (else: the recording's)")
+    s.add_argument("--what-if-c", type=float, action="append", default=None,
+                   help="also replay on a flat verify cost t_v(k) = t_v(1) with t_d = C·t_v(1) (GPU-like; repeatable)")
     _pair_args(s)
     s.add_argument("--out", default=None)
     s.add_argument("--markdown", default=None)

@@ -14,8 +14,10 @@ One small interface, shaped like HF's ``get_candidates`` / ``update_candidate_st
 Why kept_proposal: a rule that drops x_i because of x_i's own value changes the conditional law of the
 tokens it keeps. With keep(x) = 1[q(x) ≥ t] a verified x_i was drawn from q'(x) = q(x)·keep(x) / Z, and
 verifying with q' instead of q is what keeps sampling lossless (dropped positions fall to the target's
-own sample, p). A rule whose keep set cannot be written down per position (PACER's block score, which
-reads the whole block) is exact only for greedy decoding; `decode` refuses it under sampling.
+own sample, p). A rule that decides before x_i is drawn (PACER with b = 1 reads only states fixed before
+the sample) keeps q' = q. A rule whose keep set cannot be written down per position (PACER's block
+score for b > 1, which reads states computed from the block's own tokens) is exact only for greedy
+decoding; `decode` refuses it under sampling.
     update(result, drafted)  learn from the verify result
     step_fields() -> dict    policy-specific values for the trace (thresholds, scores, stop reasons)
 
@@ -28,7 +30,7 @@ Policies and their sources (details in the project notes on adaptive length):
 | confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it | HF ConfidenceCriteria    |
 | cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
 | entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
-| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer); `trim=1` drops the failing block | PACER                    |
+| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer); `trim=1` drops the failing block (default for b = 1) | PACER                    |
 
 `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
 """

@@ -49,8 +49,12 @@ def make_header(target, draft, policy: WindowPolicy | None, cfg: DecodeConfig, r
 
 def run_requests(target, draft, policy, cfg: DecodeConfig, requests: list[Request], out_path,
                  eos_ids=(), decode_text: Callable[[list[int]], str] | None = None, progress: bool = True,
-                 header_extra: dict[str, Any] | None = None, on_step: Callable[[StepRecord], None] | None = None):
-    """Decode every request into `out_path`; returns the footer summary."""
+                 header_extra: dict[str, Any] | None = None, on_step: Callable[[StepRecord], None] | None = None,
+                 policy_for: Callable[[Request], WindowPolicy] | None = None):
+    """Decode every request into `out_path`; returns the footer summary.
+
+    `policy_for` builds a policy per request (the hindsight oracle needs each prompt's future); it is
+    called before the request's clock starts, and `policy` then only names the rule in the header."""
     header = make_header(target, draft, policy, cfg, requests, **(header_extra or {}))
     bar = tqdm(total=cfg.max_new_tokens * len(requests), unit="tok", disable=not progress, desc=header["policy"]["spec"])
     with TraceWriter(out_path, header) as w:
@@ -58,9 +62,10 @@ def run_requests(target, draft, policy, cfg: DecodeConfig, requests: list[Reques
             w.write({"type": "request", "request_id": rid, "prompt_ids": list(r.prompt_ids), "prompt_text": r.text,
                      "category": r.category, "question_id": r.question_id})
             out: list[int] = []
+            pol = policy_for(r) if policy_for is not None else policy
             t0 = time.perf_counter()
             finished = None
-            for rec in decode(target, draft, r.prompt_ids, policy, cfg, eos_ids=eos_ids, request_id=rid):
+            for rec in decode(target, draft, r.prompt_ids, pol, cfg, eos_ids=eos_ids, request_id=rid):
                 w.step(rec)
                 out.extend(rec.emitted_tokens)
                 bar.update(rec.emitted)

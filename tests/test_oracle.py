@@ -7,6 +7,7 @@ from engine.oracle import HindsightOracle, hindsight
 from engine.policies import parse_policy
 from engine.sampling import SamplingConfig
 from tests.conftest import greedy_reference
+from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 
 PROMPTS = ([3, 17, 5, 9], [8, 1, 44, 2, 30, 7])
 N = 40
@@ -37,3 +38,20 @@ def test_oracle_refuses_sampling_and_bad_lengths(pair):
         list(decode(target, draft, PROMPTS[0], HindsightOracle(y, pred), cfg))
     with pytest.raises(ValueError, match="reference tokens"):
         HindsightOracle(y, pred[:-1])
+
+
+def test_decode_cli_with_the_oracle(model_dirs, tmp_path):  # noqa: F811
+    from engine.__main__ import main
+    from engine.trace import load_trace
+
+    t, d, prompts = model_dirs
+    ar, orc = tmp_path / "ar.jsonl", tmp_path / "oracle.jsonl"
+    common = ["--target", str(t), "--prompts", str(prompts), "--max-new-tokens", "16", "--dtype", "fp32"]
+    assert main(["decode", *common, "--out", str(ar)]) == 0
+    assert main(["decode", *common, "--draft", str(d), "--policy", "oracle", "--out", str(orc)]) == 0
+    a, o = load_trace(ar), load_trace(orc)
+    assert o.header["policy"]["name"] == "oracle"
+    assert [e["output_ids"] for e in o.ends.values()] == [e["output_ids"] for e in a.ends.values()]
+    assert all(s["accepted"] == len(s["draft_tokens"]) for s in o.steps)
+    assert main(["decode", *common, "--draft", str(d), "--policy", "oracle", "--temperature", "0.7",
+                 "--out", str(tmp_path / "x.jsonl")]) != 0  # greedy only, refused before any decoding

@@ -244,8 +244,12 @@ def test_train_then_decode_and_sweep(recorded, tiny_target, tiny_draft, tmp_path
     assert "AUC" in card.read_text() and "Retrain" in card.read_text()
     sweep_json = tmp_path / "sweep.json"
     assert main(["pacer", "sweep", "--data-dir", str(root), "--weights", str(w), "--variant",
-                 f"nope={tmp_path / 'c.safetensors'}", "--out", str(sweep_json)]) == 0
+                 f"nope={tmp_path / 'c.safetensors'}", "--what-if-c", "0.05", "--out", str(sweep_json)]) == 0
     res = json.loads(sweep_json.read_text())
+    for split in res["splits"].values():
+        for row in split["ceiling"] + split["what_if_flat"]:  # same windows as the oracle, plus the lost draft
+            assert row["perfect_preverifier"] <= row["oracle"] + 1e-9
+        assert [r["c"] for r in split["what_if_flat"]] == [0.05]
     assert "nope (best)" in res["splits"]["all"]["ablations"]
     assert "oracle (exact)" in res["splits"]["all"]["baselines"]
     assert "sim. speedup vs AR" in capsys.readouterr().out
