@@ -132,8 +132,10 @@ def prompt_choices(limit_per_task: int = 3) -> tuple[list[Any], bool]:
     return list(EXAMPLE_PROMPTS), False
 
 
-def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int) -> tuple[list[int], dict, str | None]:
-    """(prompt ids, side -> policy or None, error message) — every refusal is one readable line."""
+def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int,
+                 temperature: float = 0.0) -> tuple[list[int], dict, str | None]:
+    """(prompt ids, side -> policy or None, error message) — every refusal is one readable line, given
+    before decoding starts (a rule the decoder would refuse mid-run is refused here)."""
     from engine.policies import parse_policy
 
     if not text.strip():
@@ -152,6 +154,15 @@ def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int)
             policies[side] = parse_policy(spec)
         except ValueError as e:
             return [], {}, f"Policy {side}: {e}"
+        pol = policies[side]
+        if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
+            return [], {}, (f"Policy {side}: {pol.spec} drops drafts by value, which is exact for greedy decoding "
+                            "only; set the temperature to 0 or use trim=0.")
+        want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
+        have = getattr(getattr(getattr(pair.sides[side][1], "model", None), "config", None), "hidden_size", None)
+        if want is not None and have is not None and want != have:
+            return [], {}, (f"Policy {side}: its pre-verifier reads {want}-dim draft states but this pair's draft "
+                            f"has {have}; use the SmolLM2 pair.")
     ids = encode(pair, text)
     if len(ids) > MAX_PROMPT_TOKENS:
         return [], {}, f"The prompt is {len(ids)} tokens; the live demo takes at most {MAX_PROMPT_TOKENS}."

@@ -335,6 +335,11 @@ def test_live_run_waits_for_the_pair_lock(monkeypatch, tmp_path):
     pair = live.demo_pair("tiny")
     ids, policies, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
     assert err is None and policies["B"] is None
+    # Rules the decoder would refuse mid-run are refused up front, in one line.
+    _, _, err = live.check_inputs(pair, "hello", {"A": "pacer:b=2,trim=1", "B": "fixed:2"}, 4, temperature=0.7)
+    assert err.startswith("Policy A:") and "greedy decoding only" in err
+    _, _, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "pacer"}, 4)
+    assert err.startswith("Policy B:") and "576-dim" in err  # the bundled M_B belongs to the SmolLM2 draft
     monkeypatch.setattr(live, "LOCK_WAIT_S", 0.05)
     with pair.lock:  # another session is decoding
         with pytest.raises(TimeoutError, match="another session"):

@@ -73,7 +73,7 @@ if run:
     from engine.decode import DecodeConfig
     from engine.sampling import SamplingConfig
 
-    ids, policies, err = live.check_inputs(pair, text, specs, int(max_new))
+    ids, policies, err = live.check_inputs(pair, text, specs, int(max_new), float(temp))
     if err:
         st.error(err)
     else:
