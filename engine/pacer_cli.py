@@ -197,28 +197,26 @@ def format_sweep(res: dict) -> str:
             lines.append(f"| {label} | {v['speedup']:.3f}× | {v['emitted_per_call']:.2f} | {v['mean_window']:.2f} | "
                          f"{v['wasted_per_call']:.2f} |")
         if r.get("ceiling"):
-            lines.append(f"\nPACER vs the oracle as the draft gets cheaper ({name}; t_d scaled by f)\n")
-            lines.append("| f | t_d ms | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | perfect/oracle | "
-                         "PACER/oracle | PACER/fixed |")
-            lines.append("|---|---|---|---|---|---|---|---|---|")
-            for c in r["ceiling"]:
-                rule = c["pacer_best_rule"]
-                lines.append(f"| {c['draft_cost_factor']:g} | {c['t_draft_ms']:.1f} | {c['oracle']:.3f}× | "
-                             f"{c['perfect_preverifier']:.3f}× | {c['pacer_best']:.3f}× (b={rule['b']},t={rule['t']},"
-                             f"rho={rule['rho']}{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× "
-                             f"({c['fixed_best_gamma']}) | {c['perfect_over_oracle']:.0%} | {c['pacer_over_oracle']:.0%} | "
-                             f"{c['pacer_over_fixed']:.2f}× |")
+            lines += _ceiling_table(f"PACER vs the oracle as the draft gets cheaper ({name}; t_d scaled by f)",
+                                    "f", "draft_cost_factor", r["ceiling"])
         if r.get("what_if_flat"):
-            lines.append(f"\nWhat-if ({name}): flat verify cost t_v(k) = t_v(1), t_d = c·t_v(1)\n")
-            lines.append("| c | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | PACER/oracle | PACER/fixed |")
-            lines.append("|---|---|---|---|---|---|---|")
-            for c in r["what_if_flat"]:
-                rule = c["pacer_best_rule"]
-                lines.append(f"| {c['c']:g} | {c['oracle']:.3f}× | {c['perfect_preverifier']:.3f}× | "
-                             f"{c['pacer_best']:.3f}× (b={rule['b']},t={rule['t']},rho={rule['rho']}"
-                             f"{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× ({c['fixed_best_gamma']}) | "
-                             f"{c['pacer_over_oracle']:.0%} | {c['pacer_over_fixed']:.2f}× |")
+            lines += _ceiling_table(f"What-if ({name}): flat verify cost t_v(k) = t_v(1), t_d = c·t_v(1)",
+                                    "c", "c", r["what_if_flat"])
     return "\n".join(lines)
+
+
+def _ceiling_table(title: str, key_name: str, key: str, rows: list[dict]) -> list[str]:
+    """Rows of `pacer_sim.ceiling`: oracle, perfect M_B, best PACER, best fixed and their ratios."""
+    out = [f"\n{title}\n",
+           f"| {key_name} | t_d ms | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | perfect/oracle | "
+           "PACER/oracle | PACER/fixed |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        rule = c["pacer_best_rule"]
+        out.append(f"| {c[key]:g} | {c['t_draft_ms']:.1f} | {c['oracle']:.3f}× | {c['perfect_preverifier']:.3f}× | "
+                   f"{c['pacer_best']:.3f}× (b={rule['b']},t={rule['t']},rho={rule['rho']}"
+                   f"{',trim=1' if rule['trim'] else ''}) | {c['fixed_best']:.3f}× ({c['fixed_best_gamma']}) | "
+                   f"{c['perfect_over_oracle']:.0%} | {c['pacer_over_oracle']:.0%} | {c['pacer_over_fixed']:.2f}× |")
+    return out
 
 
 def _atomic_json(obj, path: Path) -> None:
