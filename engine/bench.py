@@ -9,6 +9,7 @@ hits every configuration alike). Metrics per configuration, per Spec-Bench task 
     emitted per call         new tokens / target calls, incl. the bonus token (1.00 for autoregressive)
     acceptance rate          accepted drafts / drafted tokens (excl. bonus)
     target calls             verify forwards (prefill excluded)
+    wasted drafts            drafted tokens that were rejected or dropped unverified (trimming rules)
 
 The cost ratio c = t(draft forward, 1 token) / t(target forward, 1 token) is measured at the start
 with warm KV caches, and t(k)/t(1) for the target's verify cost.
@@ -63,6 +64,7 @@ class RunResult:
     accepted: int = 0
     draft_calls: int = 0
     output: list[int] = field(default_factory=list)
+    dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
 
 
 class _Counter:
@@ -96,15 +98,16 @@ def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos
 def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
     policy = make_policy(spec, target, draft, ids, cfg, eos)
     t0 = time.perf_counter()
-    out, calls, drafted, accepted = [], 0, 0, 0
+    out, calls, drafted, accepted, dropped = [], 0, 0, 0, 0
     for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos):
         out.extend(rec.emitted_tokens)
         calls += 1
         drafted += rec.window
         accepted += rec.accepted
+        dropped += int(rec.policy_fields.get("dropped", 0))
     wall = time.perf_counter() - t0
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted, out)
+                     drafted + dropped, out, dropped)
 
 
 def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
@@ -176,11 +179,14 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
                 tok = sum(r.new_tokens for r in rs)
                 calls = sum(r.target_calls for r in rs)
                 drafted = sum(r.drafted for r in rs)
+                wasted = drafted - sum(r.accepted for r in rs) + sum(r.dropped for r in rs)
                 rows.append({"temperature": temp, "task": task, "config": conf, "prompts": len(rs),
                              "tokens_per_s": tps, "speedup_vs_ar": tps / base_tps,
                              "emitted_per_call_incl_bonus": tok / calls,
                              "acceptance_rate": (sum(r.accepted for r in rs) / drafted) if drafted else None,
-                             "target_calls": calls, "new_tokens": tok})
+                             "target_calls": calls, "new_tokens": tok,
+                             # rejected + dropped drafts (HF runs: unknown, their drafts are not counted)
+                             "wasted_drafts": None if conf.startswith("hf:") else wasted})
     return rows
 
 
@@ -235,12 +241,15 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
     for temp in sorted({r["temperature"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["temperature"] == temp and (tasks or r["task"] == "overall")]
         lines.append(f"\nT = {temp} ({'greedy' if temp == 0 else 'sampling'})\n")
-        lines.append("| task | config | tok/s | speedup vs AR | emitted/call (incl. bonus) | acceptance | target calls |")
-        lines.append("|---|---|---|---|---|---|---|")
+        lines.append("| task | config | tok/s | speedup vs AR | emitted/call (incl. bonus) | acceptance | target calls "
+                     "| wasted drafts |")
+        lines.append("|---|---|---|---|---|---|---|---|")
         for r in rows:
             acc = f"{r['acceptance_rate']:.3f}" if r["acceptance_rate"] is not None else "–"
+            wasted = r.get("wasted_drafts")
             lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | "
-                         f"{r['emitted_per_call_incl_bonus']:.2f} | {acc} | {r['target_calls']} |")
+                         f"{r['emitted_per_call_incl_bonus']:.2f} | {acc} | {r['target_calls']} | "
+                         f"{'–' if wasted is None else wasted} |")
     c = result["costs"]
     growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
     t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON

@@ -42,6 +42,18 @@ def test_aggregate_ratio_of_means():
     f = rows[("overall", "fixed:2")]
     assert f["tokens_per_s"] == 30.0 and f["speedup_vs_ar"] == 2.0  # mean(20, 40) / mean(10, 20)
     assert f["emitted_per_call_incl_bonus"] == 20 / 9 and f["acceptance_rate"] == 11 / 18
+    assert f["wasted_drafts"] == 18 - 11
+    trim = aggregate(rs[:2] + [RunResult("confidence:0.5,trim=1", 0.0, "qa", 1, 10, 0.5, 8, 2, 1, dropped=6)])
+    assert [r["wasted_drafts"] for r in trim if r["config"] != "ar"] == [1 + 6] * 2  # rejected + dropped
+
+
+def test_bench_counts_dropped_drafts(pair):
+    from engine.bench import run_ours
+    from engine.decode import DecodeConfig
+
+    target, draft = pair
+    r = run_ours("confidence:0.99,trim=1", target, draft, [3, 17, 5, 9], DecodeConfig(max_new_tokens=12), ())
+    assert r.dropped > 0 and r.draft_calls == r.drafted + r.dropped  # every dropped draft was a forward
 
 
 def test_bench_refuses_greedy_only_trim_before_running(model_dirs, tmp_path, capsys):  # noqa: F811
