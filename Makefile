@@ -45,6 +45,8 @@ traces: $(STAMP)
 	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':' '-').jsonl; done
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --out traces/smollm2-pacer.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --temperature 0.7 --out traces/smollm2-pacer-t07.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy oracle --out traces/smollm2-oracle.jsonl
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer:b=4,t=0.3,rho=1.1 --out traces/smollm2-pacer-b4.jsonl
 
 # The demo-pair benchmark (issue figures in docs/benchmarks.md).
