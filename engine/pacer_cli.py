@@ -107,6 +107,15 @@ def cmd_train(a) -> int:
     return 0
 
 
+def _in_repo(path: str) -> str:
+    """Results name committed weights by their repository path, never by this machine's absolute one."""
+    root = engine.pacer.REPO_ROOT
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def _variants(specs: list[str]) -> dict[str, str]:
     out = {}
     for v in specs or []:
@@ -139,7 +148,8 @@ def cmd_sweep(a) -> int:
     t_mb = sim.measure_mb_ms(models["main"], int(ho.hidden.shape[1]))
     costs = sim.Costs(t_d, tuple(t_v), t_mb)
     steps = sim.steps_from(ho, sim.score_models(ho, models))
-    res: dict = {"costs": asdict(costs), "variants": _variants(a.variant), "weights": a.weights, "splits": {}}
+    res: dict = {"costs": asdict(costs), "variants": {t: _in_repo(v) for t, v in _variants(a.variant).items()},
+                 "weights": _in_repo(a.weights), "splits": {}}
     for name, sel in (("all", steps), ("greedy", [s for s in steps if s.temperature == 0]),
                       ("sampled", [s for s in steps if s.temperature > 0])):
         if not sel:
