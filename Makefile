@@ -41,8 +41,8 @@ TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) 
 .PHONY: traces bench
 traces: $(STAMP)
 	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 48 --threads 1 --out traces/smollm2-autoregressive.jsonl
-	for p in fixed:2 fixed:4 heuristic confidence; do \
-	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':' '-').jsonl; done
+	for p in fixed:2 fixed:4 heuristic confidence entropy:1.0 cumulative:0.3 confidence:0.5,trim=1; do \
+	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':,=' '---').jsonl; done
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --out traces/smollm2-pacer.jsonl
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --temperature 0.7 --out traces/smollm2-pacer-t07.jsonl

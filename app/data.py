@@ -351,3 +351,29 @@ def variability_table(_refs: list, key: tuple, cost: str | float):
     from engine import analysis
 
     return analysis.variability_table(_refs, cost)
+
+
+PACER_SWEEP = REPO / "docs" / "results" / "pacer-sweep-qmax.json"
+
+
+@st.cache_data(show_spinner=False)
+def pacer_ceiling(path: str = str(PACER_SWEEP)) -> pd.DataFrame:
+    """The `ceiling` rows of a `pacer sweep` result, long form: one row per (split, f, rule).
+
+    rule ∈ oracle | perfect pre-verifier | best PACER | best fixed; `speedup` is simulated vs
+    autoregressive; `of_oracle` = speedup ÷ the oracle's at the same f. Empty when the file is
+    missing or has no ceiling (older sweeps)."""
+    import json
+
+    try:
+        res = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return pd.DataFrame()
+    rows = []
+    for split, r in res.get("splits", {}).items():
+        for c in r.get("ceiling", []):
+            for rule, key in (("oracle", "oracle"), ("perfect pre-verifier", "perfect_preverifier"),
+                              ("best PACER", "pacer_best"), ("best fixed", "fixed_best")):
+                rows.append({"split": split, "f": c["draft_cost_factor"], "t_draft_ms": c["t_draft_ms"], "rule": rule,
+                             "speedup": c[key], "of_oracle": c[key] / c["oracle"]})
+    return pd.DataFrame(rows)

@@ -244,6 +244,21 @@ def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go
     return _style(fig, "Oracle ÷ best fixed window", x, "ratio", height=300)
 
 
+def ceiling_lines(df: pd.DataFrame) -> go.Figure:
+    """Simulated speedup of each rule against the draft-cost factor f (t_d → f·t_d), one line per rule.
+    The oracle is drawn in the bonus colour, like the oracle line of `speedup_vs_window`."""
+    fig = go.Figure()
+    for i, (rule, g) in enumerate(df.groupby("rule", sort=False)):
+        color = COLORS["bonus"] if rule == "oracle" else SERIES[(i + 1) % len(SERIES)]
+        fig.add_scatter(x=g["f"], y=g["speedup"], mode="lines+markers", name=str(rule),
+                        line=dict(color=color, dash="dash" if rule == "oracle" else "solid"),
+                        hovertemplate=f"{rule}<br>f %{{x}}<br>speedup %{{y:.3f}}<extra></extra>")
+    fig.add_hline(y=1.0, line_color="#555555", line_dash="dot")
+    fig.update_xaxes(autorange="reversed")  # cheaper drafts to the right
+    return _style(fig, "PACER vs the oracle as the draft gets cheaper", "draft cost factor f (t_d → f·t_d)",
+                  "simulated speedup over autoregressive", height=340)
+
+
 # ---------------------------------------------------------------- audit
 
 

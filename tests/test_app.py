@@ -118,6 +118,23 @@ def test_windows_page_uses_engine_analysis(app):
     assert not at.exception
 
 
+def test_windows_page_shows_pacer_ceiling(app):
+    """The ceiling chart and table come from the bundled sweep result, share of the oracle per rule."""
+    from app.data import PACER_SWEEP
+
+    at = goto(app, "windows")
+    titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
+    assert "PACER vs the oracle as the draft gets cheaper" in titles
+    at.segmented_control(key="win_ceil_split").set_value("greedy").run()
+    assert not at.exception
+    want = next(c for c in json.loads(PACER_SWEEP.read_text())["splits"]["greedy"]["ceiling"]
+                if c["draft_cost_factor"] == 1.0)
+    table = next(d.value for d in at.dataframe if "perfect pre-verifier" in d.value.columns)
+    row = table[table["f"] == 1.0].iloc[0]
+    assert row["perfect pre-verifier"] == pytest.approx(want["perfect_over_oracle"])
+    assert row["best PACER"] == pytest.approx(want["pacer_over_oracle"]) and row["oracle"] == pytest.approx(1.0)
+
+
 def test_windows_page_degrades_without_analysis(app, monkeypatch):
     monkeypatch.setitem(sys.modules, "engine.analysis", None)  # import now raises ImportError
     at = goto(app, "windows")

@@ -119,3 +119,22 @@ with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of
     downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
 with st.expander(f"All simulated policies for task '{task}'"):
     downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
+
+st.subheader("PACER's ceiling: how close can a pre-verifier get to the oracle?")
+ceil = data.pacer_ceiling()
+if ceil.empty:
+    st.caption("No PACER sweep with a ceiling found (`python -m engine pacer sweep … --out "
+               "docs/results/pacer-sweep-qmax.json`).")
+else:
+    split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
+                                 key="win_ceil_split") or "all"
+    cs = ceil[ceil["split"] == split]
+    st.plotly_chart(plots.ceiling_lines(cs), theme=None, key="win_ceiling")
+    wide = cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
+    downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
+                    column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
+                                   if k not in ("f",)})
+    st.caption("Offline replay of the recorded held-out steps of the demo pair (docs/results/pacer-sweep-qmax.json). "
+               "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "
+               "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
+               "reaches the oracle as the draft's cost f → 0.")
