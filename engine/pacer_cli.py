@@ -3,6 +3,7 @@
     pacer data    simulated decoding with a fixed window on ShareGPT prompts → safetensors shards
     pacer train   train M_B (BCE), export weights + model card
     pacer sweep   replay b / t₀ / ρ and the baselines over held-out steps (engine.pacer_sim)
+    pacer eval    M_B AUC/ECE on held-out data; M_B's share of decode time in traces
     pacer bench   engine.bench.run_bench with PACER configs (draft loaded with hidden states)
 
 Importing this module registers the `pacer` policy (engine.pacer), so `decode --policy pacer:...`
@@ -295,6 +296,46 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_eval(a) -> int:
+    """Held-out quality of M_B weights on a data directory, and M_B's share of decode time in traces."""
+    import dataclasses
+
+    from engine.pacer import load_weights
+    from engine.train.pacer import evaluate
+    from engine.train.pacer_data import load_split
+    from engine.trace import load_trace
+
+    res: dict = {"weights": {}, "traces": {}}
+    if a.weights:
+        data = load_split(a.data_dir, "heldout")
+        if a.token_q:  # the input M_B read before max q: the drafted token's own q(x_i)
+            data = dataclasses.replace(data, qmax=None)
+        for w in a.weights:
+            r = evaluate(load_weights(w)[0], data)
+            f = r["first_rejection_view"]
+            res["weights"][_in_repo(w)] = r
+            temps = "  ".join(f"T={t}: AUC {v['auc']:.3f}" for t, v in r["by_temperature"].items())
+            print(f"{_in_repo(w)}: AUC {r['auc']:.3f}  ECE {r['ece']:.4f}  ({temps})  first-rejection view: "
+                  f"AUC {f['auc']:.3f} (q {f['auc_q']:.3f}, Πq {f['auc_cumprod_q']:.3f})")
+    for path in a.traces or []:
+        t = load_trace(path)
+        pf = [s.get("policy_fields") or {} for s in t.steps]
+        mb = sum(f.get("mb_ms", 0.0) for f in pf)
+        decode_ms = sum(s["t_draft_ms"] + s["t_verify_ms"] for s in t.steps)
+        stops: dict = {}
+        for f in pf:
+            stops[str(f.get("stop"))] = stops.get(str(f.get("stop")), 0) + 1
+        res["traces"][str(path)] = {"mb_ms": mb, "decode_ms": decode_ms, "mb_share": mb / max(decode_ms, 1e-9),
+                                    "steps": len(t.steps), "dropped": sum(f.get("dropped", 0) for f in pf),
+                                    "stops": stops}
+        r = res["traces"][str(path)]
+        print(f"{path}: M_B {mb:.0f} ms = {r['mb_share']:.2%} of decode time; {r['steps']} steps, "
+              f"{r['dropped']} drafts dropped; stops {stops}")
+    if a.out:
+        _atomic_json(res, Path(a.out))
+    return 0
+
+
 def _pair_args(p) -> None:
     p.add_argument("--target", default="smollm2-135m")
     p.add_argument("--draft", default="smollm2-draft")
@@ -334,6 +375,13 @@ def add_parser(sub) -> None:
     s.add_argument("--out", default=None)
     s.add_argument("--markdown", default=None)
     s.set_defaults(func=cmd_sweep)
+    e = ps.add_parser("eval", help="M_B quality on held-out data; M_B's share of decode time in traces")
+    e.add_argument("--data-dir", default="")
+    e.add_argument("--weights", action="append", help="M_B weights to evaluate (repeatable)")
+    e.add_argument("--token-q", action="store_true", help="feed the drafted token's q(x_i) instead of max q")
+    e.add_argument("--traces", nargs="*", help="PACER decode traces: M_B time share, stop reasons, drops")
+    e.add_argument("--out", default=None)
+    e.set_defaults(func=cmd_eval)
     b = ps.add_parser("bench", help="interleaved benchmark incl. PACER (configs separated by ';')")
     _pair_args(b)
     b.add_argument("--prompts", default=str(SPEC_BENCH_DEV))

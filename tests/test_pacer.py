@@ -252,6 +252,10 @@ def test_train_then_decode_and_sweep(recorded, tiny_target, tiny_draft, tmp_path
         assert [r["c"] for r in split["what_if_flat"]] == [0.05]
     assert "nope (best)" in res["splits"]["all"]["ablations"]
     assert "oracle (exact)" in res["splits"]["all"]["baselines"]
+    ev = tmp_path / "eval.json"  # `pacer eval` = the training summary's held-out evaluation, from the CLI
+    assert main(["pacer", "eval", "--data-dir", str(root), "--weights", str(w), "--out", str(ev)]) == 0
+    got = next(iter(json.loads(ev.read_text())["weights"].values()))
+    assert got["auc"] == pytest.approx(out["heldout"]["auc"]) and got["ece"] == pytest.approx(out["heldout"]["ece"])
     assert "sim. speedup vs AR" in capsys.readouterr().out
 
 
@@ -339,6 +343,13 @@ def test_cli_decode_with_pacer(model_dirs, tmp_path):  # noqa: F811
     tr = load_trace(out)
     assert tr.header["policy"]["name"] == "pacer"
     assert all("blocks" in s["policy_fields"] for s in tr.steps)
+    # `pacer eval --traces`: M_B's share of decode time and the stop reasons, summed from the steps
+    ev = tmp_path / "eval.json"
+    assert main(["pacer", "eval", "--traces", str(out), "--out", str(ev)]) == 0
+    got = json.loads(ev.read_text())["traces"][str(out)]
+    mb = sum(s["policy_fields"]["mb_ms"] for s in tr.steps)
+    assert got["mb_ms"] == pytest.approx(mb) and 0 < got["mb_share"] < 1
+    assert sum(got["stops"].values()) == len(tr.steps) == got["steps"]
     assert main(["decode", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--out",
                  str(tmp_path / "x.jsonl"), "--policy", f"pacer:weights={tmp_path / 'nope.safetensors'}"]) == 2
 
