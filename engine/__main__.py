@@ -56,7 +56,7 @@ def cmd_decode(a) -> int:
     if oracle and (cfg.verifier in MULTI_DRAFT or not cfg.sampling.greedy):
         raise ValueError("--policy oracle is the greedy hindsight window: use --temperature 0 and a K = 1 verifier")
     if oracle:
-        from engine.oracle import HindsightOracle, hindsight
+        from engine.oracle import HindsightOracle
 
         policy = HindsightOracle([], [])  # names the rule in the header; each request gets its own
     else:
@@ -80,7 +80,7 @@ def cmd_decode(a) -> int:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
     eos = eos_token_ids(target)
-    policy_for = (lambda r: HindsightOracle(*hindsight(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos))
+    policy_for = (lambda r: HindsightOracle.for_prompt(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos)
                   ) if oracle else None
     summary = run_requests(target_lm, draft_lm, policy, cfg, requests, a.out, eos_ids=eos,
                            decode_text=lambda ids: tok.decode(ids), policy_for=policy_for,

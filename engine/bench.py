@@ -89,10 +89,15 @@ def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos
     if spec == "ar":
         return None
     if spec == "oracle":
-        from engine.oracle import HindsightOracle, hindsight
+        from engine.oracle import HindsightOracle
 
-        return HindsightOracle(*hindsight(target, draft, ids, cfg.max_new_tokens, eos))
+        return HindsightOracle.for_prompt(target, draft, ids, cfg.max_new_tokens, eos)
     return parse_policy(spec)
+
+
+def policy_specs(configs) -> list[str]:
+    """The configurations `parse_policy` builds: not 'ar', 'oracle' (per prompt) or HF's 'hf:…'."""
+    return [s for s in configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
 
 
 def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
@@ -191,8 +196,8 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
 
 
 def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True) -> dict[str, Any]:
-    for spec in cfg.configs:  # refuse a config the decoder would refuse mid-run, before any timing
-        if spec not in ("ar", "oracle") and not spec.startswith("hf:") and any(t > 0 for t in cfg.temperatures):
+    for spec in policy_specs(cfg.configs):  # refuse what the decoder would refuse mid-run, before any timing
+        if any(t > 0 for t in cfg.temperatures):
             if not parse_policy(spec).trim_exact_when_sampling:
                 raise ValueError(f"{spec!r} drops drafts by value, exact for greedy decoding only: "
                                  "drop T > 0 from --temperatures or use trim=0")
@@ -309,7 +314,7 @@ def cmd_bench(a) -> int:
                       max_new_tokens=a.max_new_tokens, per_category=a.per_category, warmup=a.warmup)
     if "ar" not in cfg.configs:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
-    ours = [s for s in cfg.configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
+    ours = policy_specs(cfg.configs)
     for s in ours:
         parse_policy(s)
     target = load_model(a.target, a.dtype, a.device, role="target")

@@ -64,6 +64,11 @@ class HindsightOracle(WindowPolicy):
         self.ref, self.pred = list(reference), list(predictions)
         self.reset()
 
+    @classmethod
+    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> "HindsightOracle":
+        """The oracle of one prompt: its look-ahead computed now (callers do this before timing)."""
+        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids))
+
     @property
     def params(self) -> dict[str, Any]:
         return {"max": self.max_window}

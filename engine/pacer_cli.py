@@ -159,7 +159,7 @@ def cmd_sweep(a) -> int:
         # is drawn); b > 1 trim is refused by the decoder, and confidence's trim verifies against a
         # corrected law the recording did not use.
         greedy = name == "greedy"
-        grid = [x for x in sim.sweep(sel, costs) if greedy or not (x["trim"] and x["b"] > 1)]
+        grid = sim.sweep(sel, costs, sampled=not greedy)
         base = {k: v for k, v in sim.baselines(sel, costs).items() if greedy or "trim=1" not in k}
         r = {"steps": len(sel), "sweep": grid, "baselines": base, "ablations": {}}
         best = grid[0]
@@ -169,14 +169,14 @@ def cmd_sweep(a) -> int:
         r["ablations"]["rho=1 (best b, t)"] = next(x for x in grid if x["rho"] == 1.0)
         r["ablations"]["trim=0 (best b, t, rho)"] = next(x for x in grid if not x["trim"])
         r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
-        r["ceiling"] = sim.ceiling(sel, costs, b1_only=not greedy)
+        r["ceiling"] = sim.ceiling(sel, costs, sampled=not greedy)
         # What-if: the same steps on a cost profile where a k-token verify costs one forward (GPU-like).
         r["what_if_flat"] = [dict(c=c, **sim.ceiling(sel, sim.Costs(c * t_v[0], (t_v[0],) * len(t_v), t_mb),
-                                                    factors=(1.0,), b1_only=not greedy)[0])
+                                                    factors=(1.0,), sampled=not greedy)[0])
                              for c in (a.what_if_c or [])]
         for tag in models:
             if tag != "main":
-                g = [x for x in sim.sweep(sel, costs, tag=tag) if greedy or not (x["trim"] and x["b"] > 1)]
+                g = sim.sweep(sel, costs, tag=tag, sampled=not greedy)
                 r["ablations"][f"{tag} (best)"] = g[0]
                 same = best["b"], best["t"], best["rho"], best["trim"]
                 r["ablations"][f"{tag} (at main's best b, t, rho)"] = next(
@@ -269,7 +269,7 @@ def per_task_subset(path: Path, k: int) -> tuple[Path, list]:
 
 
 def cmd_bench(a) -> int:
-    from engine.bench import BenchConfig, append_markdown, format_table, run_bench
+    from engine.bench import BenchConfig, append_markdown, format_table, policy_specs, run_bench
     from engine.pacer import Pacer
     from engine.policies import parse_policy, register_policy
 
@@ -280,9 +280,8 @@ def cmd_bench(a) -> int:
     cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(";") if s.strip()),
                       temperatures=tuple(float(t) for t in a.temperatures.split(",")),
                       max_new_tokens=a.max_new_tokens, per_category=10_000, warmup=a.warmup)
-    for s in cfg.configs:
-        if s not in ("ar", "oracle") and not s.startswith("hf:"):
-            parse_policy(s)
+    for s in policy_specs(cfg.configs):
+        parse_policy(s)
     subset, qids = per_task_subset(Path(a.prompts), a.per_task)
     target, draft, eos = _load_pair(a)
     result = run_bench(target.lm, draft.lm, target.tokenizer, subset, cfg, eos=eos)

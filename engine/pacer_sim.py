@@ -140,7 +140,7 @@ def perfect_preverifier(cap: int = 16) -> Rule:
 
 
 def ceiling(steps: list[Step], costs: Costs, factors=(1.0, 0.5, 0.25, 0.1, 0.0), cap: int = 16,
-            tag: str = "main", b1_only: bool = False) -> list[dict[str, Any]]:
+            tag: str = "main", sampled: bool = False) -> list[dict[str, Any]]:
     """How close PACER can come to the oracle as the draft gets cheaper: t_d → f·t_d.
 
     Per factor f: the oracle, the perfect pre-verifier (PACER's ceiling), the best swept PACER rule
@@ -151,7 +151,7 @@ def ceiling(steps: list[Step], costs: Costs, factors=(1.0, 0.5, 0.25, 0.1, 0.0),
         c = Costs(costs.t_draft * f, costs.t_verify, costs.t_mb)
         orc = replay(steps, oracle(), c)["speedup"]
         perfect = replay(steps, perfect_preverifier(cap), c)["speedup"]
-        grid = [x for x in sweep(steps, c, cap=cap, tag=tag) if not (b1_only and x["trim"] and x["b"] > 1)]
+        grid = sweep(steps, c, cap=cap, tag=tag, sampled=sampled)
         fixed_best = max((replay(steps, fixed(g), c)["speedup"], g) for g in (1, 2, 3, 4, 6, 8, 12, 16))
         best = grid[0]
         rows.append({"draft_cost_factor": f, "t_draft_ms": c.t_draft, "oracle": orc, "perfect_preverifier": perfect,
@@ -199,9 +199,13 @@ def measure_mb_ms(model, hidden_size: int, n: int = 8, reps: int = 50) -> float:
 
 
 def sweep(steps: list[Step], costs: Costs, blocks=(1, 2, 4), t0s=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-          rhos=(1.0, 1.05, 1.1, 1.2), cap: int = 16, tag: str = "main", trims=(0, 1)) -> list[dict[str, Any]]:
+          rhos=(1.0, 1.05, 1.1, 1.2), cap: int = 16, tag: str = "main", trims=(0, 1),
+          sampled: bool = False) -> list[dict[str, Any]]:
+    """Every (b, t₀, ρ, trim) rule, best first. `sampled`: only rules exact under sampling (trim needs b = 1)."""
     rows = []
     for b, t, r, tr in itertools.product(blocks, t0s, rhos, trims):
+        if sampled and tr and b > 1:
+            continue
         rows.append({"b": b, "t": t, "rho": r, "max": cap, "trim": tr,
                      **replay(steps, pacer(b, t, r, cap, tag, tr), costs)})
     return sorted(rows, key=lambda x: -x["speedup"])

@@ -63,7 +63,8 @@ class AutoregressiveDrafter:
             shown.append(float(soft[tok]))
             ents.append(float(entropy(soft)))
             hidden = self.lm.last_hidden[-1] if policy.needs_hidden and self.lm.last_hidden is not None else None
-            if not policy.keep_drafting(DraftInfo(len(drafts), tok, shown[-1], ents[-1], hidden, float(soft.max()))):
+            q_max = shown[-1] if sc.greedy else float(soft.max())  # greedy: the drafted token is the argmax
+            if not policy.keep_drafting(DraftInfo(len(drafts), tok, shown[-1], ents[-1], hidden, q_max)):
                 drop = policy.drop_on_stop()
                 if len(drafts) < cap or drop:
                     stop = "policy"
