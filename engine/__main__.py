@@ -2,7 +2,8 @@
 
     decode    run speculative (or autoregressive) decoding over a prompts file, write a trace
     validate  print a trace's summary, or its first error
-    export    convert a trace to Parquet (OUT.parquet) or Perfetto step timings (OUT.perfetto.json)
+    export    convert a trace to Parquet (OUT.parquet), Perfetto step timings (OUT.perfetto.json) or a
+              Spec-Bench answer file (OUT.specbench.jsonl)
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def cmd_decode(a) -> int:
 
 def _print_summary(s: dict, path) -> None:
     print(f"{path}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} new tokens")
+    rate = s["draft_acceptance_rate"]  # None: an imported run that never recorded its drafts
     print(f"  mean emitted per call (incl. bonus) {s['mean_emitted_per_call_incl_bonus']:.3f}   "
-          f"draft acceptance rate {s['draft_acceptance_rate']:.3f}   tokens/s {s['tokens_per_s']:.1f}")
+          f"draft acceptance rate {'n/a' if rate is None else f'{rate:.3f}'}   tokens/s {s['tokens_per_s']:.1f}")
 
 
 def cmd_validate(a) -> int:
@@ -121,8 +123,9 @@ def cmd_validate(a) -> int:
 
 
 def cmd_export(a) -> int:
-    """The output's suffix picks the format: .parquet (a trace again, loadable everywhere) or .json
-    (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.perfetto)."""
+    """The output's suffix picks the format: .parquet (a trace again, loadable everywhere), .json
+    (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.perfetto) or
+    .specbench.jsonl (a Spec-Bench answer file that speed.py reads, engine.interop.specbench)."""
     from engine.trace import TraceError, load_trace, to_parquet
 
     try:
@@ -130,7 +133,11 @@ def cmd_export(a) -> int:
     except TraceError as e:
         raise ValueError(str(e)) from None
     dst = Path(a.dst)
-    if dst.suffix == ".parquet":
+    if dst.name.endswith(".specbench.jsonl"):
+        from engine.interop.specbench import trace_answers, write_answers
+
+        write_answers(trace_answers(t), dst)
+    elif dst.suffix == ".parquet":
         to_parquet(t, dst)
     elif dst.suffix == ".json":
         from engine.perfetto import to_perfetto
@@ -138,8 +145,9 @@ def cmd_export(a) -> int:
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_text(json.dumps(to_perfetto(t)), encoding="utf-8")
     else:
-        raise ValueError(f"{dst.name}: export writes Parquet (.parquet) or Perfetto trace events (.json, e.g. "
-                         f"OUT.perfetto.json); JSONL is the engine's native output")
+        raise ValueError(f"{dst.name}: export writes Parquet (.parquet), Perfetto trace events (.json, e.g. "
+                         f"OUT.perfetto.json) or a Spec-Bench answer file (OUT.specbench.jsonl); JSONL is the "
+                         f"engine's native output")
     print(f"wrote {dst} ({len(t.steps)} steps)")
     return 0
 
@@ -152,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate traces and print their summary")
     v.add_argument("traces", nargs="+")
     v.add_argument("--json", action="store_true", help="also print the summary as JSON")
-    e = sub.add_parser("export", help="convert a trace to Parquet (.parquet) or Perfetto step timings (.json)")
+    e = sub.add_parser("export", help="convert a trace to Parquet (.parquet), Perfetto step timings (.json) or Spec-Bench (.specbench.jsonl)")
     e.add_argument("src")
     e.add_argument("dst")
     for name, mod in EXTRA_COMMANDS.items():
@@ -170,6 +178,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "analysis": "engine.analysis_cli",
     "pacer": "engine.pacer_cli",
     "dpace": "engine.train.dpace_cli",
+    "import": "engine.interop.cli",
 }
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}

@@ -98,7 +98,9 @@ class TraceWriter:
 def summarize(steps: list[dict], ends: list[dict] | None = None) -> dict[str, Any]:
     """Run summary from step dicts. Every count says whether it includes the bonus token."""
     n = len(steps)
-    window = sum(s["window"] for s in steps)
+    # Imported runs (engine.interop) may not know how much was drafted: then neither do we.
+    drafted_known = all(s["window"] is not None for s in steps)
+    window = sum(s["window"] or 0 for s in steps)
     accepted = sum(s["accepted"] for s in steps)
     emitted = sum(s["emitted"] for s in steps)
     t_ms = sum(s["t_draft_ms"] + s["t_verify_ms"] + s["t_prefill_ms"] for s in steps)
@@ -118,11 +120,11 @@ def summarize(steps: list[dict], ends: list[dict] | None = None) -> dict[str, An
         "requests_finished": len(ends or []),
         "target_calls": n,
         "new_tokens": emitted,
-        "drafted_tokens": window,
+        "drafted_tokens": window if drafted_known else None,
         "accepted_tokens_excl_bonus": accepted,
         "mean_emitted_per_call_incl_bonus": emitted / n if n else 0.0,
         "mean_accepted_per_call_excl_bonus": accepted / n if n else 0.0,
-        "draft_acceptance_rate": accepted / window if window else 0.0,
+        "draft_acceptance_rate": (accepted / window if window else 0.0) if drafted_known else None,
         "tokens_per_s": emitted / (t_ms / 1e3) if t_ms > 0 else 0.0,
         "tokens_per_s_mean_over_requests": sum(tps) / len(tps) if tps else 0.0,
         "decode_ms": t_ms,
@@ -194,27 +196,50 @@ def _tokens(d: dict, k: str, where: str, max_len: int) -> None:
             _fail(where, f"{k}[{i}]", f"not a token id: {t!r}")
 
 
-def validate_step(d: dict, where: str) -> None:
+# Fields an imported run (engine.interop, header `imported.lacks`) may leave null in its steps.
+LACKABLE = ("context_len", "window_cap", "window", "draft_tokens", "q_draft", "p_target", "accept_probs",
+            "draft_entropy", "emitted_tokens", "correction", "bonus")
+
+
+def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
+    """`lacks`: fields the header says this (imported) trace does not have; they may be null, and
+    the checks that need them are skipped. Everything present is checked as usual."""
+    def gone(k: str) -> bool:
+        return k in lacks and d.get(k) is None
+
     _int(d, "request_id", where)
     _int(d, "step", where)
-    _int(d, "context_len", where, lo=1)
-    _int(d, "window_cap", where, hi=MAX_WINDOW)
-    _tokens(d, "draft_tokens", where, MAX_WINDOW)
-    w = len(d["draft_tokens"])
-    if "window" in d:
-        _int(d, "window", where, hi=MAX_WINDOW)
-        if d["window"] != w:
+    if not gone("context_len"):
+        _int(d, "context_len", where, lo=1)
+    if not gone("window_cap"):
+        _int(d, "window_cap", where, hi=MAX_WINDOW)
+    w = None
+    if not gone("draft_tokens"):
+        _tokens(d, "draft_tokens", where, MAX_WINDOW)
+        w = len(d["draft_tokens"])
+    if d.get("window") is not None or not gone("window"):
+        _int(d, "window", where, hi=MAX_WINDOW, optional=w is not None)
+        if w is not None and "window" in d and d["window"] != w:
             _fail(where, "window", f"{d['window']} but {w} draft tokens")
+        w = d["window"] if w is None else w
     _int(d, "accepted", where)
-    if d["accepted"] > w:
+    if w is not None and d["accepted"] > w:
         _fail(where, "accepted", f"{d['accepted']} accepted > window {w}")
-    _tokens(d, "emitted_tokens", where, MAX_WINDOW + 1)
-    if len(d["emitted_tokens"]) > d["accepted"] + 1:
-        _fail(where, "emitted_tokens", f"{len(d['emitted_tokens'])} emitted > accepted + 1")
-    if not d["emitted_tokens"]:
+    if gone("emitted_tokens"):
+        _int(d, "emitted", where, lo=1, hi=MAX_WINDOW + 1)  # the count is all an imported step may keep
+        n_emitted = d["emitted"]
+    else:
+        _tokens(d, "emitted_tokens", where, MAX_WINDOW + 1)
+        n_emitted = len(d["emitted_tokens"])
+    if n_emitted > d["accepted"] + 1:
+        _fail(where, "emitted_tokens", f"{n_emitted} emitted > accepted + 1")
+    if not n_emitted:
         _fail(where, "emitted_tokens", "a verify call emits at least one token")
     for k, hi in (("q_draft", 1.0), ("p_target", 1.0), ("accept_probs", 1.0), ("draft_entropy", 1e3)):
-        _num_list(d, k, where, w, 0.0, hi)
+        if not gone(k) and w is not None:
+            _num_list(d, k, where, w, 0.0, hi)
+        elif not gone(k):
+            _fail(where, k, "per-token values without draft_tokens or window")
     for k in ("t_draft_ms", "t_verify_ms", "t_prefill_ms"):
         v = d.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
@@ -245,7 +270,7 @@ def validate_step(d: dict, where: str) -> None:
         if not isinstance(dec, list) or len(dec) != w or any(x not in (0, 1) for x in dec):
             _fail(where, "decisions", "expected one 0/1 decision per drafted token")
     d.setdefault("window", w)
-    d.setdefault("emitted", len(d["emitted_tokens"]))
+    d.setdefault("emitted", n_emitted)
 
 
 def _check_header(d: dict, where: str) -> None:
@@ -256,6 +281,16 @@ def _check_header(d: dict, where: str) -> None:
     for k in ("target", "policy", "sampling"):
         if k not in d:
             _fail(where, k, "missing")
+
+
+def _lacks(header: dict, where: str) -> frozenset:
+    imp = header.get("imported")
+    if imp is None:
+        return frozenset()
+    lacks = imp.get("lacks") if isinstance(imp, dict) else None
+    if not isinstance(lacks, list) or not all(isinstance(k, str) for k in lacks):
+        _fail(where, "imported", "expected {'format': ..., 'lacks': [field names]}")
+    return frozenset(k for k in lacks if k in LACKABLE)
 
 
 def build_trace(records: Iterable[tuple[str, dict]], source: str = "") -> Trace:
@@ -271,6 +306,7 @@ def build_trace(records: Iterable[tuple[str, dict]], source: str = "") -> Trace:
                 _fail(where, "type", f"first record must be the header, got {kind!r}")
             _check_header(d, where)
             trace = Trace(header=d, source=source)
+            lacks = _lacks(d, where)
             continue
         if trace.footer is not None:
             _fail(where, "type", "record after the footer")
@@ -281,7 +317,7 @@ def build_trace(records: Iterable[tuple[str, dict]], source: str = "") -> Trace:
                 _fail(where, "request_id", f"duplicate request {d['request_id']}")
             trace.requests[d["request_id"]] = d
         elif kind == "step":
-            validate_step(d, where)
+            validate_step(d, where, lacks)
             rid = d["request_id"]
             if rid not in trace.requests:
                 _fail(where, "request_id", f"step for unknown request {rid}")
