@@ -1,0 +1,183 @@
+"""Spec-Bench answer files ⇄ traces (engine.interop.specbench), speed.py's metric (engine.interop.speed)
+and the accepted-length bound (engine.interop.bounds)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.__main__ import main
+from engine.decode import DecodeConfig
+from engine.interop import bounds, specbench, speed
+from engine.policies import parse_policy
+from engine.run import Request, run_requests
+from engine.trace import TraceError, load_trace, to_parquet
+
+# Two methods and a baseline over three questions (two MT-bench, one translation), written by hand
+# the way Spec-Bench's eval.py writes them: accept_lengths concatenated over turns.
+QUESTIONS = [
+    {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now another."]},
+    {"question_id": 101, "category": "reasoning", "turns": ["Why?", "Why not?"]},
+    {"question_id": 161, "category": "translation", "turns": ["Translate German to English: Hallo"]},
+]
+SPS = [  # question_id, category, turns text, new_tokens, wall_time, accept_lengths, decoding_steps
+    (81, "writing", ["a b c d e f", "g h i j"], [6, 4], [0.30, 0.20], [3, 2, 1, 3, 1], [3, 2]),
+    (101, "reasoning", ["k l m", "n o p q r"], [3, 5], [0.10, 0.25], [2, 1, 4, 1], [2, 2]),
+    (161, "translation", ["s t u v w x y"], [7], [0.40], [4, 2, 1], [3]),
+]
+PLD = [
+    (81, "writing", ["a b c d e f", "g h i j"], [6, 4], [0.45, 0.35], [1, 2, 3, 1, 1, 2], [4, 2]),
+    (101, "reasoning", ["k l m", "n o p q r"], [3, 5], [0.20, 0.50], [1, 1, 1, 5], [3, 1]),
+    (161, "translation", ["s t u v w x y"], [7], [0.30], [6, 1], [2]),
+]
+VANILLA = [
+    (81, "writing", ["a b c d e f", "g h i j"], [6, 4], [0.60, 0.40], [1] * 10, [6, 4]),
+    (101, "reasoning", ["k l m", "n o p q r"], [3, 5], [0.30, 0.50], [1] * 8, [3, 5]),
+    (161, "translation", ["s t u v w x y"], [7], [0.70], [1] * 7, [7]),
+]
+
+
+def answer_file(path, rows, model_id):
+    with open(path, "w") as f:
+        for qid, cat, turns, new, wall, acc, steps in rows:
+            f.write(json.dumps({"question_id": qid, "category": cat, "answer_id": f"x{qid}", "model_id": model_id,
+                                "choices": [{"index": 0, "turns": turns, "decoding_steps": steps, "new_tokens": new,
+                                             "wall_time": wall, "accept_lengths": acc}], "tstamp": 0.0}) + "\n")
+    return path
+
+
+def words(text: str) -> int:
+    """Stand-in for speed.py's `len(tokenizer(turn).input_ids) - 1`: a BOS plus one id per word."""
+    return len(["<s>"] + text.split()) - 1
+
+
+def reference_speedup(method_rows, base_rows, task):
+    """speed.py's formula, re-implemented from its source independently of engine.interop.speed."""
+    mt = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
+    keep = (lambda c: True) if task == "overall" else (lambda c: c in mt) if task == "mt_bench" else (lambda c: c == task)
+    speeds = [sum(r[3]) / sum(r[4]) for r in method_rows if keep(r[1])]
+    speeds0 = [sum(words(t) for t in r[2]) / sum(r[4]) for r in base_rows if keep(r[1])]
+    acc = [x for r in method_rows if keep(r[1]) for x in r[5]]
+    return np.array(speeds).mean() / np.array(speeds0).mean(), np.array(speeds).mean(), np.mean(acc)
+
+
+@pytest.mark.parametrize("rows", [SPS, PLD], ids=["sps", "pld"])
+@pytest.mark.parametrize("task", ["overall", "mt_bench", "translation"])
+def test_speedup_matches_speed_py(tmp_path, rows, task):
+    method = specbench.read_answers(answer_file(tmp_path / "m.jsonl", rows, "m"))
+    base = specbench.read_answers(answer_file(tmp_path / "b.jsonl", VANILLA, "vanilla"))
+    got = speed.speed(method, base, words, task)
+    want, tps, mean_acc = reference_speedup(rows, VANILLA, task)
+    assert got["speedup"] == pytest.approx(want, rel=1e-12)
+    assert got["tokens_per_s"] == pytest.approx(tps, rel=1e-12)
+    assert got["mean_accept_length"] == pytest.approx(mean_acc, rel=1e-12)
+
+
+def test_hand_written_file_imports_with_what_it_has(tmp_path):
+    src = answer_file(tmp_path / "sps.jsonl", SPS, "vicuna-sps")
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps(x) + "\n" for x in QUESTIONS))
+    out = tmp_path / "t.jsonl"
+    assert main(["import", "specbench", str(src), "--questions", str(q), "--out", str(out)]) == 0
+    t = load_trace(out)
+    assert t.complete and t.header["imported"]["format"] == "specbench"
+    assert {"draft_tokens", "emitted_tokens", "window", "prompt_ids"} <= set(t.header["imported"]["lacks"])
+    assert t.requests[0]["prompt_text"].startswith("Write a haiku.")
+    for rid, (qid, cat, turns, new, wall, acc, _) in enumerate(SPS):
+        steps = [s for s in t.steps if s["request_id"] == rid]
+        assert [s["emitted"] for s in steps] == acc  # emitted per step = accept length
+        assert [s["accepted"] for s in steps] == [a - 1 for a in acc]
+        assert all(s["draft_tokens"] is None and s["window"] is None for s in steps)
+        for turn, w in enumerate(wall):  # each turn's steps share its wall time exactly
+            assert sum(s["t_verify_ms"] for s in steps if s["policy_fields"]["turn"] == turn) == pytest.approx(w * 1e3)
+    s = t.summary
+    assert s["drafted_tokens"] is None and s["draft_acceptance_rate"] is None
+    assert s["tokens_per_s_mean_over_requests"] == pytest.approx(
+        np.mean([sum(r[3]) / sum(r[4]) for r in SPS]), rel=1e-9)
+    to_parquet(t, tmp_path / "t.parquet")  # the lacking fields survive Parquet as nulls
+    assert load_trace(tmp_path / "t.parquet").summary == s
+
+
+def test_speedup_cli(tmp_path, capsys):
+    m = answer_file(tmp_path / "m.jsonl", SPS, "m")
+    b = answer_file(tmp_path / "b.jsonl", VANILLA, "vanilla")
+    assert main(["import", "specbench", str(m), "--baseline", str(b)]) == 0
+    out = capsys.readouterr()
+    assert "| overall | 3 |" in out.out and "not speed.py" in out.out and "--tokenizer" in out.err
+
+
+def test_turn_split_and_cut_at_new_tokens(tmp_path):
+    # SpS files carry "idxs" rather than decoding_steps; the split then comes from new_tokens alone.
+    rows = [(5, "qa", ["x", "y"], [4, 3], [0.1, 0.1], [2, 2, 3], None)]
+    t = specbench.loads_answers(answer_file(tmp_path / "a.jsonl", rows, "m").read_bytes(), "a.jsonl")
+    assert [s["policy_fields"]["turn"] for s in t.steps] == [0, 0, 1]
+    # accept lengths running past new_tokens (tokens after the stop token) are cut like an EOS cut
+    rows = [(6, "qa", ["x"], [4], [0.1], [3, 3, 2], [3])]
+    t = specbench.loads_answers(answer_file(tmp_path / "b.jsonl", rows, "m").read_bytes(), "b.jsonl")
+    assert [s["emitted"] for s in t.steps] == [3, 1] and [s["accepted"] for s in t.steps] == [2, 2]
+    assert any("dropped" in n for n in t.header["imported"]["notes"])
+
+
+def test_malformed_answer_files_fail_in_one_line(tmp_path):
+    for bad, where in ((b'{"question_id": 1, "choices": []}\n', "field 'choices'"),
+                       (b'{"question_id": 1, "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [0.1]}]}\n',
+                        "accept_lengths"),
+                       (b'{"question_id": 1, "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [NaN], '
+                        b'"accept_lengths": [1]}]}\n', "wall_time[0]"),
+                       (b'{"question_id": 1, "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [0.1], '
+                        b'"accept_lengths": [0]}]}\n', "accept_lengths[0]"),
+                       (b"not json\n", "invalid JSON")):
+        with pytest.raises(TraceError) as e:
+            specbench.loads_answers(bad, "bad.jsonl")
+        assert where in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("bad.jsonl: line 1")
+    assert specbench.is_answer_file(answer_file(tmp_path / "ok.jsonl", SPS, "m").read_bytes())
+    assert not specbench.is_answer_file(b'{"type": "header", "schema": "speclab.trace"}\n')
+
+
+def test_round_trip_ours_to_specbench_and_back(pair, tmp_path):
+    target, draft = pair
+    reqs = [Request([1, 5, 9, 3], "a", "writing", 81), Request([7, 8], "b", "qa", 321),
+            Request([4, 4, 2], "c", "translation", 161)]
+    ours = tmp_path / "ours.jsonl"
+    run_requests(target, draft, parse_policy("heuristic"), DecodeConfig(max_new_tokens=24), reqs, ours,
+                 decode_text=lambda ids: " ".join(map(str, ids)), progress=False)
+    sb, back = tmp_path / "ours.specbench.jsonl", tmp_path / "back.jsonl"
+    assert main(["export", str(ours), str(sb)]) == 0
+    assert main(["import", "specbench", str(sb), "--out", str(back)]) == 0
+    a, b = load_trace(ours), load_trace(back)
+    for rid in a.requests:
+        assert [s["emitted"] for s in a.steps if s["request_id"] == rid] == \
+               [s["emitted"] for s in b.steps if s["request_id"] == rid]
+        assert b.requests[rid]["question_id"] == a.requests[rid]["question_id"]
+
+    def per_question(t):
+        return {rid: 1e3 * sum(s["emitted"] for s in t.steps if s["request_id"] == rid)
+                / sum(s["t_draft_ms"] + s["t_verify_ms"] + s["t_prefill_ms"] for s in t.steps if s["request_id"] == rid)
+                for rid in t.requests}
+
+    pa, pb = per_question(a), per_question(b)
+    assert pb == pytest.approx(pa, rel=1e-9)
+    assert b.summary["tokens_per_s_mean_over_requests"] == pytest.approx(
+        a.summary["tokens_per_s_mean_over_requests"], rel=1e-9)
+    # and speed.py reads the exported file with the same per-question throughput
+    lines = [json.loads(x) for x in sb.read_text().splitlines()]
+    assert speed.per_question(lines) == pytest.approx(list(pa.values()), rel=1e-9)
+    assert main(["export", str(back), str(tmp_path / "again.specbench.jsonl")]) == 0  # imported re-exports
+
+
+def test_renewal_bound():
+    # constant A: the fixed window γ = A is already the oracle
+    b = bounds.renewal_bound([3] * 10, c=0.1)
+    assert b["best_gamma"] == 3 and b["bound"] == pytest.approx(1.0)
+    # spread A: S_oracle = E[A+1]/(cE[A]+1) against max_γ E[min(A,γ)+1]/(γc+1), by hand at c = 0.1
+    a = [0, 0, 4, 4]
+    b = bounds.renewal_bound(a, c=0.1, gammas=range(1, 9))
+    fixed = {g: (np.minimum(a, g).mean() + 1) / (g * 0.1 + 1) for g in range(1, 9)}
+    assert b["s_oracle"] == pytest.approx(3 / 1.2) and b["s_best_fixed"] == pytest.approx(max(fixed.values()))
+    assert b["bound"] > 1.0
+    # no policy beats the oracle: every window, even one chosen knowing A, emits ≤ A+1 at ≥ Ac+1
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        w = rng.integers(0, 6, size=len(a))
+        s_policy = (np.minimum(a, w) + 1).mean() / (w * 0.1 + 1).mean()
+        assert s_policy <= b["s_oracle"] + 1e-12
