@@ -111,11 +111,11 @@ BAD = {
     "list length": (lambda r, i: (r[i]["q_draft"].pop(), r)[1], "field 'q_draft'", "expected"),
     "absurd window": (_set("draft_tokens", list(range(2000))), "field 'draft_tokens'", "exceeds"),
     "bad token id": (lambda r, i: (r[i]["draft_tokens"].__setitem__(0, -3), r)[1], "field 'draft_tokens[0]'", "not a token id"),
-    "step gap": (_set("step", 42), "field 'step'", "expected step"),
+    "step gap": (lambda r, i: (r[i].update(step=42, t_prefill_ms=0.0), r)[1], "field 'step'", "expected step"),
     "unknown type": (_set("type", "mystery"), "field 'type'", "unknown record type"),
     "rule time > verify": (lambda r, i: (r[i].__setitem__("t_rule_ms", r[i]["t_verify_ms"] + 5), r)[1],
                            "field 't_rule_ms'", "> the whole verify call"),
-    "negative rule time": (_set("t_rule_ms", -1.0), "field 't_rule_ms'", "non-negative"),
+    "negative rule time": (_set("t_rule_ms", -1.0), "field 't_rule_ms'", "expected a finite time"),
 }
 
 
@@ -158,8 +158,10 @@ def test_header_checks(trace_file, tmp_path, change, msg):
 def test_garbage_and_empty_inputs(tmp_path):
     with pytest.raises(TraceError, match="empty file"):
         loads_trace(b"", "empty.jsonl")
-    with pytest.raises(TraceError, match="line 1: invalid JSON"):
+    with pytest.raises(TraceError, match=r"^bin.jsonl: not a JSONL or Parquet trace \(binary data\)$"):
         loads_trace(b"\x80\x81 not json\n", "bin.jsonl")
+    with pytest.raises(TraceError, match="line 1: invalid JSON"):
+        loads_trace(b"not json\n", "text.jsonl")
     with pytest.raises(TraceError, match="first record must be the header"):
         loads_trace(b'{"type": "step"}\n', "s.jsonl")
     with pytest.raises(TraceError, match="not a readable Parquet"):
