@@ -153,8 +153,9 @@ def record_assisted(target_model, assistant_model, input_ids: torch.Tensor, gen_
         eos = kw.get("eos_token_id")
         eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
         last = steps[-1]
+        # another stopping criterion (max_length, a stop string) leaves it null: the format names only these two
         done = "eos" if eos & set(last.emitted_tokens) else "max_new_tokens" if len(out) >= kw.get(
-            "max_new_tokens", 1 << 30) else "stop"
+            "max_new_tokens", 1 << 30) else None
         steps[-1] = replace(last, finished=done)
     if writer is not None:
         writer.write({"type": "request", "request_id": request_id, "prompt_ids": input_ids[0].tolist(),

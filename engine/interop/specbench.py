@@ -37,7 +37,7 @@ from engine.trace import LACKABLE, Trace, TraceError, TraceWriter, build_trace, 
 
 FORMAT = "specbench"
 # What an answer file never records, per step and per request (trace field names).
-LACKS = [*LACKABLE, "prompt_ids", "output_ids", "t_draft_ms", "t_prefill_ms"]
+LACKS = [*LACKABLE, "prompt_ids", "output_ids", "t_draft_ms", "t_prefill_ms", "sampling"]
 TIMING = ("each step's t_verify_ms is an equal share of its turn's wall_time (the file times turns, not steps); "
           "drafting, verification and prefill are not separated")
 
@@ -162,7 +162,8 @@ def answer_records(answers: list[dict[str, Any]], questions: dict | None = None,
         "draft": None if vanilla else {"name": "(not in the answer file)", "vocab_size": None, "dtype": None,
                                     "device": None, "reduced_vocab": None},
         "policy": {"name": FORMAT, "spec": f"specbench:{name}", "params": {}},
-        "verifier": None, "sampling": {"temperature": None, "top_k": None, "top_p": None, "seed": None},
+        # not in the file: absent keys read as unknown (a null temperature would claim a value)
+        "verifier": None, "sampling": {},
         "max_new_tokens": None,
         "prompts": [{"request_id": i, "question_id": a["question_id"], "category": a["category"]}
                     for i, a in enumerate(answers)],
@@ -208,7 +209,9 @@ def answer_records(answers: list[dict[str, Any]], questions: dict | None = None,
                 step += 1
         records.append({"type": "request_end", "request_id": rid, "output_ids": [],
                         "output_text": "\n\n".join(a["turns"]), "turns": list(a["turns"]), "finished": None,
-                        "new_tokens": sum(a["new_tokens"]), "wall_ms": round(sum(a["wall_time"]) * 1e3, 6)})
+                        # `new_tokens` would have to count output ids, which the file has none of
+                        "specbench_new_tokens": list(a["new_tokens"]),
+                        "wall_ms": round(sum(a["wall_time"]) * 1e3, 6)})
     return records, notes
 
 
