@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from engine.interop import specbench
 from engine.prompts import task_of
 from engine.trace import Trace, TraceError, load_trace, loads_trace
 
@@ -55,6 +56,7 @@ def steps_frame(trace: Trace) -> pd.DataFrame:
                                            "has_correction": s.get("correction") is not None}
             for s in trace.steps]
     df = pd.DataFrame(rows, columns=cols + ["has_bonus", "has_correction"])
+    df["window"] = pd.to_numeric(df["window"])  # NaN where an imported run never recorded it
     df["rejected"] = df["window"] - df["accepted"]
     df["t_ms"] = df["t_draft_ms"] + df["t_verify_ms"] + df["t_prefill_ms"]
     g = df.groupby("request_id", sort=False)
@@ -73,6 +75,8 @@ def positions_frame(trace: Trace) -> pd.DataFrame:
     """One row per drafted token: its position in the block (1-based), probabilities and fate."""
     rows = []
     for s in trace.steps:
+        if s["draft_tokens"] is None:  # an imported run: no drafted tokens recorded
+            continue
         fates = draft_fates(s["accepted"], s["window"])
         for i, tok in enumerate(s["draft_tokens"]):
             rows.append({"request_id": s["request_id"], "step": s["step"], "pos": i + 1, "token": tok,
@@ -198,7 +202,9 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[s
     if label in store and store[label].info.get("digest") == digest:
         return label, None
     try:
-        trace = loads_trace(data, name=name)
+        # a Spec-Bench answer file is imported on the way in (engine.interop.specbench)
+        trace = (specbench.loads_answers(data, name) if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20])
+                 else loads_trace(data, name=name))
     except TraceError as e:
         return None, str(e)
     except Exception as e:  # a parser bug must still not take the page down; say what and where

@@ -303,7 +303,8 @@ def trace_accepted_frame(traces) -> pd.DataFrame:
             rows.append({"source": t.source, "policy": t.header["policy"]["spec"],
                          "task": task_of(cats.get(s["request_id"], "")), "request_id": s["request_id"],
                          "window": s["window"], "accepted": s["accepted"], "emitted": s["emitted"],
-                         "censored": s["window"] > 0 and s["accepted"] == s["window"],
+                         # unknown (NaN) for an imported run that never recorded its window
+                         "censored": math.nan if s["window"] is None else s["window"] > 0 and s["accepted"] == s["window"],
                          "t_draft_ms": s["t_draft_ms"], "t_verify_ms": s["t_verify_ms"]})
     return pd.DataFrame(rows)
 

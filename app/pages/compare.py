@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, plots, tokens
+from app import data, downloads, imported, plots, tokens
 
 st.title("Compare")
 entries = data.all_traces()
@@ -43,13 +43,12 @@ st.caption(f"A = {la} ({A.info['pair']}) · B = {lb} ({B.info['pair']}) · delta
 
 ra = data.requests_frame(A.trace, A.steps)
 rb = data.requests_frame(B.trace, B.steps)
-pairs = ra.assign(key=ra["prompt_ids"].map(tuple)).merge(rb.assign(key=rb["prompt_ids"].map(tuple)), on="key",
-                                                         suffixes=("_a", "_b"))
+pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.prompt_keys(rb)), on="key",
+                                                     suffixes=("_a", "_b"))
 if pairs.empty:
     st.warning("The two traces share no prompts (identical prompt token ids), so only totals compare.")
     st.stop()
-same = [A.trace.ends.get(x, {}).get("output_ids") == B.trace.ends.get(y, {}).get("output_ids")
-        for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
+same = [imported.same_output(A.trace, B.trace, x, y) for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
 table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "calls A": pairs["target_calls_a"], "calls B": pairs["target_calls_b"],
                       "Δ calls": pairs["target_calls_b"] - pairs["target_calls_a"],
@@ -72,6 +71,10 @@ k = st.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, k
 cols = st.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
     seq = steps[side]
+    if imported.missing(e.trace, ("emitted_tokens",)):  # imported: counts, no tokens to show
+        col.info(f"**{side}** · {imported.missing(e.trace, ('draft_tokens', 'emitted_tokens'))} After "
+                 f"{min(k + 1, len(seq))} target calls: {sum(s['emitted'] for s in seq[: k + 1])} tokens.")
+        continue
     tok = data.entry_tokenizer(e)
     ids = {t for s in seq for t in (*s["draft_tokens"], *s["emitted_tokens"])}
     texts = dict(zip(ids, data.token_texts(tok, list(ids))))

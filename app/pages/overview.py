@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import data
+from app import data, imported
 
 st.title("speclab")
 st.caption("Speculative decoding, one verify call at a time: replay traces, compare window policies, "
@@ -30,14 +30,16 @@ for row in range(0, len(items), COLS):
         with col.container(border=True):
             st.markdown(f"#### {info['policy']}")
             tags = [":violet-badge[tiny-model demo]" if info["demo"] else "",
-                    f":gray-badge[{e.origin}]", "" if info["complete"] else ":orange-badge[interrupted]"]
+                    f":gray-badge[{e.origin}]", "" if info["complete"] else ":orange-badge[interrupted]",
+                    f":blue-badge[imported: {imported.source_format(e.trace)}]" if imported.lacks(e.trace) else ""]
             st.markdown(" ".join(t for t in tags if t))
             st.caption(f"{e.label}  \npair: {info['pair']}  \ntasks: {', '.join(info['tasks']) or '—'}")
             a, b = st.columns(2)
             a.metric("tokens/s", f"{s['tokens_per_s']:.1f}")
             b.metric("target calls", s["target_calls"])
             a.metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
-            b.metric("acceptance", f"{s['draft_acceptance_rate']:.0%}", help="accepted drafts ÷ drafted, excl. bonus")
+            b.metric("acceptance", imported.pct(s["draft_acceptance_rate"]), help="accepted drafts ÷ drafted, excl. bonus"
+                     + (f" · {imported.missing(e.trace, ('window',))}" if imported.lacks(e.trace) else ""))
             st.caption(f"mean emitted per call incl. bonus · acceptance rate excl. bonus · "
                        f"{s['requests']} prompts · {s['new_tokens']} tokens")
 

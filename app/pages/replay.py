@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, plots, tokens
+from app import data, downloads, imported, plots, tokens
 
 st.title("Replay")
 ss = st.session_state
@@ -40,6 +40,8 @@ st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['ve
            + (f" · {n_drafts} drafts per step" if n_drafts > 1 else "")
            + (" · :violet-badge[tiny-model demo]" if info["demo"] else ""))
 downloads.trace_buttons(e.trace, label, "replay")
+if imported.replay_fallback(e, rid):  # an imported run: step counts, no tokens to replay
+    st.stop()
 
 tok = data.entry_tokenizer(e)
 ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])} | {

@@ -6,7 +6,7 @@ import importlib
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, plots
+from app import data, downloads, imported, plots
 
 st.title("Windows")
 st.caption("Every policy replayed offline over reference runs (one target run + teacher-forced draft signals), "
@@ -19,6 +19,7 @@ except Exception as e:  # the analysis module is optional for the rest of the ap
                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The other pages still work.")
     st.stop()
 
+imported.windows_section(data.all_traces())  # imported runs: what their accepted lengths alone support
 refs_all, bad = data.references()
 for name, err in bad.items():
     st.error(f"Reference skipped: {err}")
