@@ -187,14 +187,20 @@ class Confidence(WindowPolicy):
         return self.trim
 
     def kept_proposal(self, q: "torch.Tensor") -> "torch.Tensor":
-        """trim=1 keeps x only if q(x) ≥ t, so a verified draft was drawn from q·1[q ≥ t] / Z."""
+        """trim=1 keeps x only if q(x) ≥ t, so a verified draft was drawn from q·1[q ≥ t] / Z.
+
+        The keep set must be the one `keep_drafting` applies, decided in the same precision: q is a
+        float32 row but t a Python double, and `q >= t` on a float32 tensor would round t to float32
+        first. For t that rounds down (0.45 → 0.44999998…) a token at exactly float32(t) would be
+        dropped by the loop yet counted in Z here. Both sides therefore compare in float64."""
         if not self.trim:
             return q
-        kept = q * (q >= self.threshold)
+        kept = q * (q.double() >= self.threshold)
         z = kept.sum()
         return kept / z if z > 0 else q  # z > 0 whenever a token was kept (its own q ≥ t)
 
     def keep_drafting(self, info: DraftInfo) -> bool:
+        # q_token is float(q[x]) of the float32 row: exact in float64, so this matches kept_proposal.
         if info.q_token < self.threshold:
             self._fields["stop"] = "low_confidence"
             return False
