@@ -1,0 +1,26 @@
+"""A Spec-Bench answer file uploaded in a real browser (Playwright + Debian's Chromium, as in
+test_app_browser.py, whose server and browser fixtures this reuses): it imports, is marked as
+imported on Overview, and the Windows page shows what its accepted lengths support."""
+
+from __future__ import annotations
+
+from tests.test_app_browser import browser, expect, nav, new_session, server  # noqa: F401  (fixtures)
+from tests.test_interop import SPS, answer_file
+
+
+def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path):  # noqa: F811
+    pg = new_session(browser, server)
+    try:
+        nav(pg, "Upload")
+        raw = answer_file(tmp_path / "vicuna-sps.jsonl", SPS, "vicuna-sps").read_bytes()
+        pg.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
+            files=[{"name": "vicuna-sps.jsonl", "mimeType": "application/json", "buffer": raw}])
+        expect(pg.get_by_text("Loaded vicuna-sps.jsonl")).to_be_visible()
+        expect(pg.get_by_test_id("stAlertContentError")).to_have_count(0)
+        nav(pg, "Overview")
+        expect(pg.get_by_text("imported: specbench").first).to_be_visible()
+        nav(pg, "Windows")
+        expect(pg.get_by_text("Imported runs: what accepted lengths alone support")).to_be_visible()
+        expect(pg.get_by_text("oracle ÷ best fixed (bound)")).to_be_visible()
+    finally:
+        pg.context.close()
