@@ -49,7 +49,10 @@ class Entry:
 
 
 def steps_frame(trace: Trace) -> pd.DataFrame:
-    """One row per verify call. `accepted` excludes the bonus/correction token; `emitted` includes it."""
+    """One row per verify call. `accepted` excludes the bonus/correction token; `emitted` includes it.
+    Of the drafted tokens that were not accepted, the first is `rejected` (0 or 1) and the rest are
+    `pending` (drafted after the rejection, never checked), as in `draft_fates`. `autoregressive`
+    marks a plain target step (nothing drafted): its token is the target's own, not a bonus."""
     cols = ["request_id", "step", "context_len", "window_cap", "window", "accepted", "emitted", "stop_reason",
             "t_draft_ms", "t_verify_ms", "t_prefill_ms", "finished"]
     rows = [{k: s.get(k) for k in cols} | {"has_bonus": s.get("bonus") is not None,
@@ -57,7 +60,9 @@ def steps_frame(trace: Trace) -> pd.DataFrame:
             for s in trace.steps]
     df = pd.DataFrame(rows, columns=cols + ["has_bonus", "has_correction"])
     df["window"] = pd.to_numeric(df["window"])  # NaN where an imported run never recorded it
-    df["rejected"] = df["window"] - df["accepted"]
+    df["rejected"] = (df["window"] > df["accepted"]).astype(int)
+    df["pending"] = df["window"] - df["accepted"] - df["rejected"]
+    df["autoregressive"] = df["window"].eq(0)
     df["t_ms"] = df["t_draft_ms"] + df["t_verify_ms"] + df["t_prefill_ms"]
     g = df.groupby("request_id", sort=False)
     df["cum_emitted"] = g["emitted"].cumsum()
@@ -102,19 +107,98 @@ def requests_frame(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     return df.join(agg, on="request_id").fillna({"target_calls": 0, "new_tokens": 0})
 
 
+def machine_context(h: dict[str, Any]) -> str:
+    """Where and when a trace's timings were taken, from its header: date, device, dtype, threads and
+    torch build. Tokens/s are only comparable within one such context."""
+    sw, tgt = h.get("software") or {}, h.get("target") or {}
+    parts = [tgt.get("device"), tgt.get("dtype"),
+             f"{sw['cpu_threads']} thread{'s' if str(sw['cpu_threads']) != '1' else ''}" if sw.get("cpu_threads") else None,
+             f"torch {sw['torch']}" if sw.get("torch") else None]
+    where = ", ".join(str(x) for x in parts if x) or "machine not recorded"
+    return f"{run_date(h) or 'date not recorded'} · {where}"
+
+
+def run_date(h: dict[str, Any]) -> str:
+    """The header's `created` as 'YYYY-MM-DD HH:MM' (UTC), or '' when absent."""
+    c = str(h.get("created") or "")
+    return c[:16].replace("T", " ") if c else ""
+
+
+def sampling_label(h: dict[str, Any]) -> str:
+    smp = h.get("sampling") or {}
+    t = smp.get("temperature")
+    if t is None:
+        return "T ?"
+    label = "greedy" if not t else f"T = {t:g}"
+    if t and (smp.get("top_k") or (smp.get("top_p") not in (None, 1.0))):
+        label += f" (top-k {smp.get('top_k') or '—'}, top-p {smp.get('top_p')})"
+    return label
+
+
 def describe(trace: Trace) -> dict[str, Any]:
-    """Header facts and the engine's own summary (engine.trace.summarize) for cards and pickers."""
+    """Header facts and the engine's own summary (engine.trace.summarize) for cards and pickers.
+
+    `title` (pair · policy · sampling · date) tells traces apart on every page; `context` says where
+    and when the timings were taken; `sampling_key` and `prompts_key` decide which traces compare."""
     h = trace.header
     draft = (h.get("draft") or {}).get("name")
+    target = (h.get("target") or {}).get("name", "?")
     tasks = sorted({task_of(p.get("category", "")) for p in h.get("prompts", [])}
                    or {task_of(r.get("category", "")) for r in trace.requests.values()})
-    return {"target": (h.get("target") or {}).get("name", "?"), "draft": draft,
-            "pair": f"{(h.get('target') or {}).get('name', '?')} ← {draft}" if draft else
-                    f"{(h.get('target') or {}).get('name', '?')} (no draft)",
-            "policy": (h.get("policy") or {}).get("spec", "?"), "tasks": tasks, "demo": h.get("demo"),
-            "verifier": h.get("verifier"), "temperature": (h.get("sampling") or {}).get("temperature"),
+    pair = f"{target} ← {draft}" if draft else f"{target} (no draft)"
+    policy = (h.get("policy") or {}).get("spec", "?")
+    smp = h.get("sampling") or {}
+    date = run_date(h)
+    return {"target": target, "draft": draft, "pair": pair, "policy": policy, "tasks": tasks, "demo": h.get("demo"),
+            "verifier": h.get("verifier"), "temperature": smp.get("temperature"),
+            "sampling": sampling_label(h),
+            "sampling_key": (smp.get("temperature"), smp.get("top_k"), smp.get("top_p")),
+            "prompts_key": tuple(sorted(tuple(r["prompt_ids"]) for r in trace.requests.values())),
+            "created": date, "context": machine_context(h),
+            "title": " · ".join(x for x in (pair, policy, sampling_label(h), date[:10]) if x),
             "complete": trace.complete, "warnings": list(trace.warnings), "command": h.get("command"),
             "summary": trace.summary}
+
+
+def unique_titles(entries: dict[str, "Entry"]) -> dict[str, str]:
+    """label -> a title no other entry shares: pair · policy · sampling · date, then the time of day,
+    then the file name for what is still tied (e.g. the same run uploaded twice)."""
+    titles = {k: e.info["title"] for k, e in entries.items()}
+    for extra in (lambda k, e: e.info["created"][11:16], lambda k, e: k):
+        seen: dict[str, int] = {}
+        for t in titles.values():
+            seen[t] = seen.get(t, 0) + 1
+        titles = {k: (f"{t} {extra(k, entries[k])}".rstrip() if seen[t] > 1 else t) for k, t in titles.items()}
+    return titles
+
+
+def run_groups(entries: dict[str, "Entry"]) -> dict[str, dict[tuple, list[str]]]:
+    """target -> run -> labels, in first-seen order. A run is what was recorded the same day, with the
+    same machine settings (device, dtype, threads, torch) and the same prompts: within one, tokens/s
+    compare; across runs they mix hardware and load."""
+    out: dict[str, dict[tuple, list[str]]] = {}
+    for k, e in entries.items():
+        i = e.info
+        machine = i["context"].split(" · ", 1)[-1]
+        run = (i["created"][:10], machine, i["prompts_key"], bool(i["demo"]), e.origin == "live")
+        out.setdefault(i["target"], {}).setdefault(run, []).append(k)
+    return out
+
+
+def comparable(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Why two traces' numbers do not compare like for like (empty: they do): a different target, a
+    different draft (an autoregressive baseline, with no draft, compares with any draft), different
+    sampling, or different prompts."""
+    why = []
+    if a["target"] != b["target"]:
+        why.append(f"different targets ({a['target']} vs {b['target']})")
+    if a["draft"] and b["draft"] and a["draft"] != b["draft"]:
+        why.append(f"different drafts ({a['draft']} vs {b['draft']})")
+    if a["sampling_key"] != b["sampling_key"]:
+        why.append(f"different sampling ({a['sampling']} vs {b['sampling']})")
+    if a["prompts_key"] != b["prompts_key"]:
+        why.append("different prompts")
+    return why
 
 
 def make_entry(label: str, origin: str, trace: Trace) -> Entry:

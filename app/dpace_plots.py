@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.plots import SERIES, _style, rgba
+from app.plots import colorbar, layout, palette, rgba
 
 
 def load_results(directory: str | Path) -> tuple[dict, dict[str, object], dict[str, str]]:
@@ -62,10 +62,12 @@ def weight_heatmap(logs: pd.DataFrame, label: str, value: str = "weight_share") 
     title = {"weight_share": "Weight share", "q": "Drafter probability q of the target token"}[value]
     fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), colorscale="Viridis",
                                zmin=0, zmax=float(grid.values.max()) if grid.size else 1,
-                               colorbar=dict(title=value, thickness=12),
+                               colorbar=colorbar({"weight_share": "share of the loss weight",
+                                                  "q": "drafter probability of the target token"}[value]),
                                hovertemplate="step %{x}, position %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
     fig.update_yaxes(dtick=1, autorange="reversed")
-    return _style(fig, f"{title} by block position — {label}", "training step", "block position", height=300)
+    return layout(fig, f"{title} by block position — {label}", "training step",
+                  "block position (1 = first drafted)", height=340)
 
 
 def share_profiles(logs: pd.DataFrame, label: str, n_curves: int = 4) -> go.Figure:
@@ -74,13 +76,13 @@ def share_profiles(logs: pd.DataFrame, label: str, n_curves: int = 4) -> go.Figu
     steps = sorted(df["step"].unique())
     pick = [steps[round(i * (len(steps) - 1) / max(1, n_curves - 1))] for i in range(min(n_curves, len(steps)))]
     fig = go.Figure()
-    for i, s in enumerate(pick):
+    for s, c in zip(pick, palette(len(pick))):
         g = df[df["step"] == s].groupby("pos")["weight_share"].mean()
-        fig.add_scatter(x=g.index, y=g.values, name=f"step {s}", mode="lines+markers",
-                        line=dict(color=SERIES[i % len(SERIES)]))
+        fig.add_scatter(x=g.index, y=g.values, name=f"step {s}", mode="lines+markers", line=dict(color=c))
     fig.update_yaxes(tickformat=".0%")
     fig.update_xaxes(dtick=1)
-    return _style(fig, f"Weight share profile over training — {label}", "block position", "share", height=300)
+    return layout(fig, f"Weight share profile over training — {label}", "block position (1 = first drafted)",
+                  "share of the loss weight", height=340)
 
 
 def tau_curves(evals: pd.DataFrame, labels: list[str] | None = None) -> go.Figure:
@@ -88,41 +90,43 @@ def tau_curves(evals: pd.DataFrame, labels: list[str] | None = None) -> go.Figur
     df = evals[evals["split"] == "heldout"]
     labels = labels or list(dict.fromkeys(df["label"]))
     fig = go.Figure()
-    for i, lab in enumerate(labels):
+    for lab, c in zip(labels, palette(len(labels))):
         g = df[df["label"] == lab].groupby("step")["tau_offline"].agg(["mean", "min", "max"])
         if g.empty:
             continue
-        c = SERIES[i % len(SERIES)]
         fig.add_scatter(x=list(g.index) + list(g.index[::-1]), y=list(g["max"]) + list(g["min"][::-1]),
                         fill="toself", fillcolor=rgba(c, 0.15), line=dict(width=0), showlegend=False,
                         hoverinfo="skip")
         fig.add_scatter(x=g.index, y=g["mean"], name=lab, mode="lines+markers", line=dict(color=c, width=2))
-    return _style(fig, "Offline τ during training (mean over seeds, band = seed range)", "training step",
-                  "τ (tokens per target call)", height=340)
+    return layout(fig, "Offline τ during training (mean over seeds, band = seed range)", "training step",
+                  "τ (tokens per target call, incl. bonus)", height=360)
 
 
 def alpha_sweep(summary: dict) -> go.Figure:
     """Final offline (and online) τ against α for D-PACE (sum normalisation), ± sd over seeds;
-    DFlash and uniform as horizontal reference lines."""
+    DFlash and uniform as horizontal reference lines, named in the legend (not on the plot)."""
     rows = summary.get("summary", [])
     sw = sorted([r for r in rows if r["objective"] == "dpace"], key=lambda r: r["alpha"])
+    colors = palette(4)
     fig = go.Figure()
     if sw:
         fig.add_scatter(x=[r["alpha"] for r in sw], y=[r["tau_offline_mean"] for r in sw], name="D-PACE offline τ",
-                        mode="lines+markers", line=dict(color=SERIES[0], width=2),
+                        mode="lines+markers", line=dict(color=colors[0], width=2),
                         error_y=dict(type="data", array=[r["tau_offline_std"] for r in sw], visible=True))
         on = [r for r in sw if r.get("tau_online_mean") is not None]
         if on:
             fig.add_scatter(x=[r["alpha"] for r in on], y=[r["tau_online_mean"] for r in on],
-                            name="D-PACE online τ", mode="lines+markers", line=dict(color=SERIES[2], dash="dot"),
+                            name="D-PACE online τ", mode="lines+markers", line=dict(color=colors[1], dash="dot"),
                             error_y=dict(type="data", array=[r["tau_online_std"] or 0 for r in on], visible=True))
     for j, name in enumerate(("dflash", "uniform")):
         ref = next((r for r in rows if r["objective"] == name), None)
         if ref is not None:
-            fig.add_hline(y=ref["tau_offline_mean"], line_dash="dash", line_color=SERIES[5 + j],
-                          annotation_text=f"{ref['label']} offline", annotation_position="bottom right")
+            fig.add_scatter(x=[-0.05, 1.05], y=[ref["tau_offline_mean"]] * 2, mode="lines",
+                            name=f"{ref['label']} offline τ", line=dict(color=colors[2 + j], dash="dash"),
+                            hovertemplate=f"{ref['label']} offline τ %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(range=[-0.05, 1.05], dtick=0.1)
-    return _style(fig, "α sweep (D-PACE, official sum normalisation)", "α (smoothing)", "τ", height=340)
+    return layout(fig, "α sweep (D-PACE, official sum normalisation)", "α (smoothing, 0–1)",
+                  "τ (tokens per target call, incl. bonus)", height=380)
 
 
 def objectives_bar(summary: dict) -> go.Figure:
@@ -130,10 +134,12 @@ def objectives_bar(summary: dict) -> go.Figure:
     rows = [r for r in summary.get("summary", []) if r["objective"] != "dpace" or r["alpha"] == 0.5]
     x = [r["label"] for r in rows]
     fig = go.Figure()
-    fig.add_bar(x=x, y=[r["tau_offline_mean"] for r in rows], name="offline", marker_color=SERIES[0],
+    colors = palette(2)
+    fig.add_bar(x=x, y=[r["tau_offline_mean"] for r in rows], name="offline", marker_color=colors[0],
                 error_y=dict(type="data", array=[r["tau_offline_std"] for r in rows]))
     if any(r.get("tau_online_mean") is not None for r in rows):
         fig.add_bar(x=x, y=[r.get("tau_online_mean") or 0 for r in rows], name="online (Spec-Bench dev)",
-                    marker_color=SERIES[2], error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
+                    marker_color=colors[1], error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
     fig.update_layout(barmode="group")
-    return _style(fig, "τ per objective (mean ± sd over seeds)", "objective", "τ", height=340)
+    return layout(fig, "τ per objective (mean ± sd over seeds)", "objective",
+                  "τ (tokens per target call, incl. bonus)", height=380)

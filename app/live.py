@@ -1,10 +1,14 @@
-"""Live page machinery: the cached demo pair, its lock, and the side-by-side decode that records traces.
+"""Live page machinery: the cached model pairs, the first-come first-served queue for them, input
+validation, and the side-by-side decode that records traces.
 
-Why a lock: `st.cache_resource` hands the same model objects to every browser session, and the KV
+Why a queue: `st.cache_resource` hands the same model objects to every browser session, and the KV
 caches live inside the LM wrappers. Two sessions decoding at once would interleave cache updates
-and silently corrupt both outputs. So each cached pair carries one `threading.Lock`, and a run
-holds it from first step to last. The two sides of one run get their own wrappers around the same
-weights (each wrapper owns its cache), so side A and side B never share a cache either.
+and silently corrupt both outputs (and on a CPU they would only slow each other down). So one
+`ModelQueue`, shared by every session and every pair, lets one run at a time hold the models, in the
+order the Decode buttons were pressed (a ticket is taken in the button's callback, the earliest
+point of the script run), and tells the waiting sessions where they are in line. The sides of one
+run get their own wrappers around the same weights (each wrapper owns its cache), so side A, side B
+and the autoregressive baseline never share a cache either.
 
 Both sides are driven by `engine.decode.decode`, the loop every other tool uses, and each step is
 written through `engine.trace.TraceWriter` as it happens: a finished run is a valid trace file, and
@@ -15,10 +19,15 @@ This is the only app module that imports torch.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import shutil
 import tempfile
 import threading
+import time
+import weakref
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,14 +36,19 @@ import streamlit as st
 from app.data import REPO
 
 DEMO_TARGET, DEMO_DRAFT = "smollm2-135m", "smollm2-draft"
+QWEN_TARGET, QWEN_DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+PAIRS = {"smollm2": (DEMO_TARGET, DEMO_DRAFT), "qwen2.5-coder": (QWEN_TARGET, QWEN_DRAFT)}
+INSTALL_HINT = "run `make models`"
 MODELS_ENV = "SPECLAB_LIVE_MODELS"  # "tiny" forces the tiny random pair (tests; machines without weights)
 DEV_QUESTIONS = REPO.parent / "shared" / "spec_bench" / "questions_dev.jsonl"
 SPEC_BENCH_ENV = "SPECLAB_SPEC_BENCH"  # another Spec-Bench questions file (tests point it at a missing one)
 MAX_PROMPT_CHARS = 6000  # a long Spec-Bench RAG question is ~4k characters
 MAX_PROMPT_TOKENS = 1536  # keeps CPU prefill of both models to a few seconds
 MAX_NEW_TOKENS = 512  # a live demo, not a benchmark: longer runs belong to `python -m engine decode`
-LOCK_WAIT_S = 120  # how long a second session waits for the models before giving up
+LOCK_WAIT_S = 900  # how long a session waits in line for the models before giving up
+MAX_TEMPERATURE = 2.0
 SIDES = ("A", "B")
+BASE = "baseline"  # the autoregressive run on the same prompt that speedups are measured against
 
 
 @dataclass
@@ -44,10 +58,9 @@ class DemoPair:
     note: str  # why the fallback was used (empty for the real pair)
     target_name: str
     draft_name: str
-    sides: dict[str, tuple[Any, Any]]  # side -> (target LM, draft LM): own caches, shared weights
+    sides: dict[str, tuple[Any, Any]]  # side -> (target LM, draft LM or None): own caches, shared weights
     tokenizer: Any
     eos: tuple[int, ...]
-    lock: threading.Lock
 
 
 def _wrap(lm, name: str):
@@ -56,9 +69,42 @@ def _wrap(lm, name: str):
     return HFModel(lm.model, name=name, vocab_subset=lm.vocab_subset)
 
 
-@st.cache_resource(show_spinner="Loading the demo models…")
-def demo_pair(kind: str = "auto") -> DemoPair:
-    """The SmolLM2 demo pair, or — when its weights are missing or kind == 'tiny' — the tiny random pair."""
+def _sides(target, draft, tname: str, dname: str) -> dict[str, tuple[Any, Any]]:
+    sides = {s: (_wrap(target, tname), _wrap(draft, dname)) for s in SIDES}
+    sides[BASE] = (_wrap(target, tname), None)
+    return sides
+
+
+def qwen_installed() -> bool:
+    """Both Qwen2.5-Coder models converted and stamped (`engine.provision`); False when unsure."""
+    try:
+        from engine.provision import installed
+    except ImportError:
+        return False
+    return installed(QWEN_TARGET) and installed(QWEN_DRAFT)
+
+
+def pair_options() -> tuple[list[str], str]:
+    """(the pairs this machine can run, a hint for the ones it cannot). SmolLM2 is always offered (the
+    tiny pair stands in when its weights are missing); Qwen2.5-Coder once `make models` installed it."""
+    if qwen_installed():
+        return list(PAIRS), ""
+    return ["smollm2"], (f"The Qwen2.5-Coder pair ({QWEN_TARGET} ← {QWEN_DRAFT}) is not installed: {INSTALL_HINT} "
+                         "(downloads ~1.6 GB once) to offer it here.")
+
+
+@st.cache_resource(show_spinner="Loading the models…")
+def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
+    """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
+    'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
+    engine.provision.ModelNotInstalled, naming `make models`, when it is not)."""
+    if which == "qwen2.5-coder":
+        from engine.models import eos_token_ids, load_model
+
+        t = load_model(QWEN_TARGET, role="target")
+        d = load_model(QWEN_DRAFT, role="draft", target=t)
+        return DemoPair(f"{QWEN_TARGET} ← {QWEN_DRAFT}", True, "", QWEN_TARGET, QWEN_DRAFT,
+                        _sides(t.lm, d.lm, QWEN_TARGET, QWEN_DRAFT), t.tokenizer, eos_token_ids(t))
     note = "forced by SPECLAB_LIVE_MODELS=tiny" if kind == "tiny" else ""
     if kind != "tiny":
         try:
@@ -66,9 +112,8 @@ def demo_pair(kind: str = "auto") -> DemoPair:
 
             t = load_model(DEMO_TARGET, role="target")
             d = load_model(DEMO_DRAFT, role="draft", target=t)
-            sides = {s: (_wrap(t.lm, DEMO_TARGET), _wrap(d.lm, DEMO_DRAFT)) for s in SIDES}
-            return DemoPair(f"{DEMO_TARGET} ← {DEMO_DRAFT}", True, "", DEMO_TARGET, DEMO_DRAFT, sides, t.tokenizer,
-                            eos_token_ids(t), threading.Lock())
+            return DemoPair(f"{DEMO_TARGET} ← {DEMO_DRAFT}", True, "", DEMO_TARGET, DEMO_DRAFT,
+                            _sides(t.lm, d.lm, DEMO_TARGET, DEMO_DRAFT), t.tokenizer, eos_token_ids(t))
         except Exception as e:  # missing wheel, untrained draft, bad cache: fall back, and say why
             note = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     import torch
@@ -78,12 +123,77 @@ def demo_pair(kind: str = "auto") -> DemoPair:
     # Tiny matrices: intra-op threads only add synchronisation (30× slower on a busy 2-core box).
     torch.set_num_threads(1)
     target, draft = tiny_pair()
-    sides = {s: (_wrap(target, TINY_TARGET), _wrap(draft, TINY_DRAFT)) for s in SIDES}
-    return DemoPair(TINY_LABEL, False, note, TINY_TARGET, TINY_DRAFT, sides, None, (), threading.Lock())
+    return DemoPair(TINY_LABEL, False, note, TINY_TARGET, TINY_DRAFT, _sides(target, draft, TINY_TARGET, TINY_DRAFT),
+                    None, ())
 
 
-def get_pair() -> DemoPair:
-    return demo_pair(os.environ.get(MODELS_ENV, "auto"))
+def get_pair(which: str = "smollm2") -> DemoPair:
+    return demo_pair(os.environ.get(MODELS_ENV, "auto"), which)
+
+
+# ---------------------------------------------------------------- the queue
+
+
+class ModelQueue:
+    """First-come first-served access to the models, shared by every session.
+
+    `take()` hands out a ticket (call it as early as possible: in the Decode button's callback);
+    `wait(ticket, …)` blocks until every earlier ticket is released, reporting the position in line
+    (1 = next) to `on_wait` about twice a second; `release(ticket)` gives the models up (or leaves
+    the line). A ticket whose thread died without releasing it (a session that went away) is dropped,
+    so a lost tab cannot block everyone behind it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._line: list[tuple[int, threading.Thread]] = []
+        self._numbers = itertools.count(1)
+
+    def take(self) -> int:
+        with self._cond:
+            n = next(self._numbers)
+            self._line.append((n, threading.current_thread()))
+            return n
+
+    def _ahead(self, ticket: int) -> int:
+        self._line = [(n, t) for n, t in self._line if t.is_alive() or n == ticket]
+        return next((i for i, (n, _) in enumerate(self._line) if n == ticket), -1)
+
+    def position(self, ticket: int) -> int:
+        """How many tickets are ahead of this one (0: it holds the models or is next)."""
+        with self._cond:
+            return self._ahead(ticket)
+
+    def wait(self, ticket: int, timeout: float, on_wait: Callable[[int], None] | None = None) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                ahead = self._ahead(ticket)
+                if ahead < 0:
+                    raise RuntimeError(f"ticket {ticket} is not in line")
+                if ahead == 0:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            if on_wait is not None:
+                on_wait(ahead)  # outside the lock: a Streamlit call here may stop this script run
+            with self._cond:
+                if self._ahead(ticket) > 0:
+                    self._cond.wait(max(0.01, min(0.5, deadline - time.monotonic())))
+
+    def release(self, ticket: int) -> None:
+        with self._cond:
+            self._line = [(n, t) for n, t in self._line if n != ticket]
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._line)
+
+
+@st.cache_resource
+def model_queue() -> ModelQueue:
+    """The one queue of this server process (all pairs: they share the CPU/GPU and its memory)."""
+    return ModelQueue()
 
 
 def encode(pair: DemoPair, text: str) -> list[int]:
@@ -132,72 +242,145 @@ def prompt_choices(limit_per_task: int = 3) -> tuple[list[Any], bool]:
     return list(EXAMPLE_PROMPTS), False
 
 
-def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int,
-                 temperature: float = 0.0) -> tuple[list[int], dict, str | None]:
-    """(prompt ids, side -> policy or None, error message) — every refusal is one readable line, given
-    before decoding starts (a rule the decoder would refuse mid-run is refused here)."""
+AUTOREGRESSIVE = "autoregressive"
+PRESETS = {"fixed": "fixed:4", "heuristic": "heuristic", "confidence": "confidence:0.4",
+           "cumulative": "cumulative:0.3", "entropy": "entropy:1.0", "pacer": "pacer", AUTOREGRESSIVE: AUTOREGRESSIVE}
+
+
+def policy_names() -> list[str]:
+    """Every policy the engine's parser accepts (PACER registers itself on import), plus
+    'autoregressive' (no draft): what the Live page offers and what its error message lists."""
+    from engine.policies import POLICIES
+
+    try:
+        import engine.pacer  # noqa: F401  (registers "pacer")
+    except Exception:  # noqa: BLE001  (a broken optional module must not hide the other policies)
+        pass
+    return sorted(POLICIES) + [AUTOREGRESSIVE]
+
+
+def preset(name: str) -> str:
+    """The spec a policy choice fills in (editable on the page)."""
+    return PRESETS.get(name, name)
+
+
+def policy_error(pair: DemoPair, spec: str, temperature: float) -> tuple[Any, str | None]:
+    """(policy or None for autoregressive, None) or (None, why this spec cannot run on this pair)."""
     from engine.policies import parse_policy
 
+    spec = spec.strip()
+    if spec == AUTOREGRESSIVE:
+        return None, None
+    name = spec.partition(":")[0].strip()
+    names = policy_names()
+    if not name:
+        return None, f"empty; choose one of {', '.join(names)}"
+    if name not in names:
+        return None, f"unknown policy {name!r}; the engine accepts {', '.join(names)}"
+    try:
+        pol = parse_policy(spec)
+    except (ValueError, TypeError, OSError) as e:
+        return None, str(e).splitlines()[0]
+    if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
+        return None, (f"{pol.spec} drops drafts by value, which is exact for greedy decoding only; set the "
+                      "temperature to 0 or use trim=0.")
+    want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
+    draft = pair.sides[SIDES[0]][1]
+    have = getattr(getattr(getattr(draft, "model", None), "config", None), "hidden_size", None)
+    if want is not None and have is not None and want != have:
+        return None, (f"its pre-verifier reads {want}-dim draft states but this pair's draft has {have}; use the "
+                      "SmolLM2 pair.")
+    return pol, None
+
+
+FIELDS = {"prompt": "Prompt", "A": "Policy A", "B": "Policy B", "max_new": "Max new tokens",
+          "temperature": "Temperature"}
+
+
+def validate(pair: DemoPair, text: str, specs: dict[str, str], max_new: float,
+             temperature: float) -> tuple[list[int], dict, dict[str, str]]:
+    """(prompt ids, side -> policy or None, field -> message). Every field is checked, each message
+    starts with the field's label, and nothing may run while any message is left: a rule the decoder
+    would refuse mid-run is refused here."""
+    errors: dict[str, str] = {}
+    ids: list[int] = []
     if not text.strip():
-        return [], {}, "The prompt is empty: pick a question or type one."
-    if len(text) > MAX_PROMPT_CHARS:
-        return [], {}, f"The prompt has {len(text)} characters; the live demo takes at most {MAX_PROMPT_CHARS}."
-    if not 1 <= max_new <= MAX_NEW_TOKENS:
-        return [], {}, f"Max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {max_new}."
+        errors["prompt"] = "The prompt is empty: pick a question or type one."
+    elif len(text) > MAX_PROMPT_CHARS:
+        errors["prompt"] = f"The prompt has {len(text)} characters; the live demo takes at most {MAX_PROMPT_CHARS}."
+    else:
+        ids = encode(pair, text)
+        if len(ids) > MAX_PROMPT_TOKENS:
+            errors["prompt"] = f"The prompt is {len(ids)} tokens; the live demo takes at most {MAX_PROMPT_TOKENS}."
+    if max_new is None or max_new != int(max_new) or not 1 <= max_new <= MAX_NEW_TOKENS:
+        errors["max_new"] = f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}; got {max_new:g}." \
+            if max_new is not None else f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}."
+    t_ok = temperature is not None and 0 <= temperature <= MAX_TEMPERATURE
+    if not t_ok:
+        errors["temperature"] = (f"Temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}; "
+                                 f"got {temperature:g}." if temperature is not None else
+                                 f"Temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}.")
     policies = {}
     for side, spec in specs.items():
-        spec = spec.strip()
-        if spec == "autoregressive":
-            policies[side] = None
-            continue
-        try:
-            policies[side] = parse_policy(spec)
-        except ValueError as e:
-            return [], {}, f"Policy {side}: {e}"
-        pol = policies[side]
-        if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
-            return [], {}, (f"Policy {side}: {pol.spec} drops drafts by value, which is exact for greedy decoding "
-                            "only; set the temperature to 0 or use trim=0.")
-        want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
-        have = getattr(getattr(getattr(pair.sides[side][1], "model", None), "config", None), "hidden_size", None)
-        if want is not None and have is not None and want != have:
-            return [], {}, (f"Policy {side}: its pre-verifier reads {want}-dim draft states but this pair's draft "
-                            f"has {have}; use the SmolLM2 pair.")
-    ids = encode(pair, text)
-    if len(ids) > MAX_PROMPT_TOKENS:
-        return [], {}, f"The prompt is {len(ids)} tokens; the live demo takes at most {MAX_PROMPT_TOKENS}."
+        pol, err = policy_error(pair, spec, float(temperature) if t_ok else 0.0)
+        if err:
+            errors[side] = f"{FIELDS[side]}: {err}"
+        policies[side] = pol
+    return ids, policies, errors
+
+
+def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int,
+                 temperature: float = 0.0) -> tuple[list[int], dict, str | None]:
+    """`validate` with the first message only: (prompt ids, side -> policy or None, error or None)."""
+    ids, policies, errors = validate(pair, text, specs, max_new, temperature)
+    if errors:
+        return [], {}, next(iter(errors.values()))
     return ids, policies, None
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
 def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], policies: dict, cfg,
-             out_dir: Path, on_step: Callable[[str, list[dict], bool], None]) -> dict[str, Path]:
-    """Decode the prompt with both policies, alternating one verify call per side, holding the pair's
-    lock. Each step is written to that side's trace and reported via on_step(side, steps, done).
-    Raises TimeoutError when another session holds the models for longer than LOCK_WAIT_S."""
+             out_dir: Path, on_step: Callable[[str, list[dict], bool], None], queue: ModelQueue | None = None,
+             ticket: int | None = None, on_wait: Callable[[int], None] | None = None,
+             baseline: bool = True) -> dict[str, Path]:
+    """Decode the prompt with both policies (and, with `baseline`, autoregressively: the reference for
+    the speedups), one verify call per side in turn, while holding the models (`queue`, in ticket
+    order; a ticket is taken here when none is given). Each step is written to that side's trace and
+    reported via on_step(side, steps, done). The headers record when the run queued and started.
+    Raises TimeoutError when the models stay busy for longer than LOCK_WAIT_S; always leaves the line."""
     from engine.decode import decode
     from engine.run import Request, make_header
     from engine.trace import TraceWriter
 
-    if not pair.lock.acquire(timeout=LOCK_WAIT_S):
-        raise TimeoutError(f"another session has been using the demo models for over {LOCK_WAIT_S} s")
-    paths = paths_for(out_dir, specs)
+    queue = queue if queue is not None else model_queue()
+    ticket = ticket if ticket is not None else queue.take()
+    queued = _now()
     try:
+        if not queue.wait(ticket, LOCK_WAIT_S, on_wait):
+            raise TimeoutError(f"another session has been using the models for over {LOCK_WAIT_S} s")
+        started = _now()
+        sides = [*SIDES, BASE] if baseline else list(SIDES)
+        pols = {**policies, BASE: None}
+        paths = paths_for(out_dir, {**specs, BASE: AUTOREGRESSIVE})
         with contextlib.ExitStack() as stack:
-            gens, writers, steps, outs = {}, {}, {s: [] for s in SIDES}, {s: [] for s in SIDES}
+            gens, writers, steps, outs = {}, {}, {s: [] for s in sides}, {s: [] for s in sides}
             req = Request(ids, text, "live", None)
-            for s in SIDES:
+            for s in sides:
                 target, draft = pair.sides[s]
-                draft_lm = draft if policies[s] is not None else None
+                draft_lm = draft if pols[s] is not None else None
                 if draft_lm is not None:
-                    draft_lm.want_hidden = policies[s].needs_hidden
-                header = make_header(target, draft_lm, policies[s], cfg, [req],
-                                     command="streamlit app: Live page",
+                    draft_lm.want_hidden = pols[s].needs_hidden
+                header = make_header(target, draft_lm, pols[s], cfg, [req], command="streamlit app: Live page",
+                                     live={"side": s, "queued_at": queued, "started_at": started},
                                      **({} if pair.real else {"demo": pair.label}))
                 writers[s] = stack.enter_context(TraceWriter(paths[s], header))
                 writers[s].write({"type": "request", "request_id": 0, "prompt_ids": ids, "prompt_text": text,
                                   "category": "live", "question_id": None})
-                gens[s] = decode(target, draft_lm, ids, policies[s], cfg, eos_ids=pair.eos)
-            live = list(SIDES)
+                gens[s] = decode(target, draft_lm, ids, pols[s], cfg, eos_ids=pair.eos)
+            live = list(sides)
             while live:
                 for s in list(live):
                     rec = next(gens[s], None)
@@ -215,19 +398,33 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
                                                                for d in steps[s]), 3)})
                     on_step(s, steps[s], s not in live)
     finally:
-        pair.lock.release()
-    return paths
+        queue.release(ticket)
+    return {s: paths[s] for s in sides}
 
 
 def paths_for(out_dir: Path, specs: dict[str, str]) -> dict[str, Path]:
-    safe = {s: "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in specs[s].strip()) for s in SIDES}
-    return {s: out_dir / f"live-{s}-{safe[s]}.jsonl" for s in SIDES}
+    safe = {s: "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in spec.strip()) for s, spec in specs.items()}
+    return {s: out_dir / f"live-{s}-{safe[s]}.jsonl" for s in specs}
 
 
-def session_dir() -> Path:
-    """A private temporary folder per browser session for its live traces."""
-    d = st.session_state.get("live_dir")
-    if not d or not Path(d).is_dir():
-        d = tempfile.mkdtemp(prefix="speclab-live-")
-        st.session_state["live_dir"] = d
-    return Path(d)
+class RunDir:
+    """A private temporary folder for one Live run's traces. It is removed by `remove()` (the next run
+    of the session), when the object is collected (the session ended and Streamlit dropped its
+    state), or when the server process exits — whichever comes first."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="speclab-live-"))
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), True)
+
+    def remove(self) -> None:
+        self._finalizer()
+
+
+def new_run_dir() -> Path:
+    """A fresh folder for this session's next run; the previous run's folder is removed first."""
+    old = st.session_state.get("live_dir")
+    if isinstance(old, RunDir):
+        old.remove()
+    d = RunDir()
+    st.session_state["live_dir"] = d
+    return d.path

@@ -9,6 +9,7 @@ the free bonus token. Pages pass `theme=None` to st.plotly_chart so Streamlit ke
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -20,19 +21,52 @@ COLORS = {
     "correction": "#ff8c1a",
     "bonus": "#1f6fd1",
     "pending": "#a0a0a0",
+    # A plain target step (nothing drafted, or every draft trimmed): the target's own token. Neutral
+    # slate, so "bonus" keeps meaning the free token after a fully accepted block.
+    "autoregressive": "#5b6776",
 }
-# Policies and series that are not token fates (lines in comparison charts): a colour-blind-safe cycle.
+# Policies and series that are not token fates (lines in comparison charts): a colour-blind-safe cycle
+# (Tol's muted scheme); past eight series, Plotly's Dark24 so no two series share a colour.
 SERIES = ["#332288", "#117733", "#44AA99", "#88CCEE", "#DDCC77", "#CC6677", "#AA4499", "#882255"]
+MANY = ["#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100", "#750D86", "#EB663B",
+        "#511CFB", "#00A08B", "#FB00D1", "#FC0080", "#B2828D", "#6C7C32", "#778AAE", "#862A16", "#A777F1",
+        "#620042", "#1616A7", "#DA60CA", "#6C4516", "#0D2A63", "#AF0038"]
 TEMPLATE = "plotly_white"
+LEGEND_ROW_PX = 22  # one vertical legend entry
 
 
-def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 320) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=dict(text=title, x=0, font=dict(size=15)), height=height,
-                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=1.02, x=1,
-                                                                       xanchor="right", yanchor="bottom"))
-    fig.update_xaxes(title_text=x)
-    fig.update_yaxes(title_text=y)
+def palette(n: int) -> list[str]:
+    """n distinct qualitative colours (cycling only beyond 24 series, where a chart should facet instead)."""
+    base = SERIES if n <= len(SERIES) else MANY
+    return [base[i % len(base)] for i in range(n)]
+
+
+def layout(fig: go.Figure, title: str, x: str, y: str, height: int = 340, legend: bool | None = None) -> go.Figure:
+    """The one figure style every chart goes through.
+
+    - Title top-left in the top margin; the legend, when shown, is vertical *outside* the plot on the
+      right (Plotly grows the right margin to fit it), so it can cover neither the title nor the data.
+    - Height grows with the number of legend entries, so the legend never scrolls and the plot area
+      never shrinks to a sliver.
+    - Axis titles are passed explicitly (with units); colour bars get their own titles at the call site.
+    """
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    show = entries > 1 if legend is None else legend
+    height = max(height, 110 + LEGEND_ROW_PX * entries) if show else height
+    fig.update_layout(template=TEMPLATE, height=height, showlegend=show,
+                      title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", yref="container",
+                                 font=dict(size=15)),
+                      margin=dict(l=60, r=20, t=56, b=56),
+                      legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top",
+                                  bgcolor="rgba(255,255,255,0)", itemclick="toggle"))
+    fig.update_xaxes(title_text=x, automargin=True)
+    fig.update_yaxes(title_text=y, automargin=True)
     return fig
+
+
+def colorbar(title: str) -> dict:
+    """A colour bar titled in words (read along the bar), for heatmaps."""
+    return dict(title=dict(text=title, side="right"), thickness=12)
 
 
 def rgba(hex_color: str, alpha: float) -> str:
@@ -45,12 +79,19 @@ def rgba(hex_color: str, alpha: float) -> str:
 
 
 def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
-    """Stacked tokens per verify call (accepted / rejected drafts, then the correction or bonus),
-    the drafted window as a step line, and a cursor at the replayed step. `steps` is one request."""
+    """Stacked tokens per verify call: accepted drafts, the rejected one, the pending ones (drafted after
+    the rejection, never checked: grey, as in the token strips), then the correction or bonus token; a
+    plain target step (nothing drafted) is one token in its own neutral colour. The drafted window is a
+    step line, the replayed step a cursor. `steps` is one request (`app.data.steps_frame`)."""
     x = steps["step"]
+    ar = steps["window"].eq(0)
     fig = go.Figure()
-    for name, y in (("accepted", steps["accepted"]), ("rejected", steps["rejected"]),
-                    ("correction", steps["has_correction"].astype(int)), ("bonus", steps["has_bonus"].astype(int))):
+    for name, y in (("accepted", steps["accepted"]), ("rejected", steps["rejected"]), ("pending", steps["pending"]),
+                    ("correction", steps["has_correction"].astype(int)),
+                    ("bonus", (steps["has_bonus"] & ~ar).astype(int)),
+                    ("autoregressive", (ar & steps["emitted"].gt(0)).astype(int))):
+        if name == "autoregressive" and not y.any():
+            continue
         fig.add_bar(x=x, y=y, name=name, marker_color=COLORS[name],
                     hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>")
     fig.add_scatter(x=x, y=steps["window"], name="window (drafted)", mode="lines", line_shape="hvh",
@@ -58,7 +99,7 @@ def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
     fig.update_layout(barmode="stack", bargap=0.1)
     if cursor is not None:
         fig.add_vline(x=cursor, line_color="#222222", line_width=2, opacity=0.6)
-    return _style(fig, "Tokens per verify call", "step (verify call)", "tokens")
+    return layout(fig, "Tokens per verify call", "step (verify call)", "tokens per call")
 
 
 def position_heatmap(positions: pd.DataFrame, cursor: int | None = None) -> go.Figure:
@@ -71,14 +112,22 @@ def position_heatmap(positions: pd.DataFrame, cursor: int | None = None) -> go.F
     fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
                                colorscale=[[0, COLORS["rejected"]], [0.5, "#f2f2f2"], [1, COLORS["accepted"]]],
                                customdata=fates.reindex_like(grid).values,
-                               colorbar=dict(title="h", thickness=12),
+                               colorbar=colorbar("accept probability h = min(1, p/q)"),
                                hovertemplate="step %{y}, position %{x}<br>accept prob %{z:.3f}<br>%{customdata}"
                                              "<extra></extra>"))
+    pend = positions.assign(one=1.0).pivot_table(index="step", columns="pos", values="one", aggfunc="first")
+    pend = pend.where(fates.eq("pending")).reindex_like(grid)
+    if pend.notna().any().any():  # never-checked drafts: grey cells, as in the token strips
+        fig.add_heatmap(z=pend.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1, showscale=False,
+                        colorscale=[[0, COLORS["pending"]], [1, COLORS["pending"]]], name="pending",
+                        hovertemplate="step %{y}, position %{x}<br>pending: drafted after the rejection, "
+                                      "never checked<extra></extra>")
     if cursor is not None:
         fig.add_hline(y=cursor, line_color="#222222", line_width=1.5, opacity=0.7)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(dtick=1)
-    return _style(fig, "Accept probability by block position", "position in drafted block", "step")
+    return layout(fig, "Accept probability by block position", "position in drafted block", "step (verify call)",
+                  height=max(340, min(700, 90 + 14 * len(grid.index))))
 
 
 def position_rate(positions: pd.DataFrame) -> go.Figure:
@@ -88,8 +137,8 @@ def position_rate(positions: pd.DataFrame) -> go.Figure:
                            hovertemplate="position %{x}<br>accepted %{y:.1%} of %{customdata} drafts<extra></extra>"))
     fig.update_yaxes(range=[0, 1], tickformat=".0%")
     fig.update_xaxes(dtick=1)
-    return _style(fig, "Acceptance rate by block position (whole trace)", "position in drafted block",
-                  "accepted", height=260)
+    return layout(fig, "Acceptance rate by block position (whole trace)", "position in drafted block",
+                  "share of drafts accepted", height=300)
 
 
 def _is_num(x: Any) -> bool:
@@ -110,10 +159,11 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
     named like thresholds (threshold, t0, t_*) become dashed lines."""
     fig = go.Figure()
     n = 0
+    colors = palette(24)
     for k, v in fields.items():
         if isinstance(v, list) and v and all(_is_num(x) for x in v):
             fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
-                            line=dict(color=SERIES[n % len(SERIES)]))
+                            line=dict(color=colors[n % 24]))
             n += 1
         elif isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
             df = pd.DataFrame(v)
@@ -124,13 +174,13 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
             for c in score_cols:
                 xs = [int(e - len(row) + j + 1) for e, row in zip(ends, df[c]) for j in range(len(row))]
                 fig.add_scatter(x=xs, y=[y for row in df[c] for y in row], name=f"{k}.{c}", mode="markers",
-                                marker=dict(color=SERIES[n % len(SERIES)], size=8))
+                                marker=dict(color=colors[n % 24], size=8))
                 n += 1
             for c in df:
                 if c in score_cols or not df[c].map(_is_num).all() or c.lower() in ("block", "index", "mb_ms"):
                     continue
                 dash = "dash" if _threshold_like(c) else None
-                color = COLORS["rejected"] if dash else SERIES[n % len(SERIES)]
+                color = "#222222" if dash else colors[n % 24]
                 fig.add_scatter(x=list(ends), y=list(df[c]), name=f"{k}.{c}", mode="lines+markers",
                                 line=dict(color=color, dash=dash, shape="hv" if dash else "linear"))
                 n += dash is None
@@ -138,9 +188,11 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
         return None
     for k, v in fields.items():
         if _threshold_like(k) and _is_num(v):
-            fig.add_hline(y=v, line_dash="dot", line_color=COLORS["rejected"], annotation_text=f"{k} = {v:g}")
+            # A named line (legend entry) rather than an annotation: labels on the plot land on the data.
+            fig.add_scatter(x=[0.5, window + 0.5], y=[v, v], mode="lines", name=f"{k} = {v:g}",
+                            line=dict(color="#222222", dash="dot", width=1.5), hoverinfo="skip")
     fig.update_xaxes(dtick=1, range=[0.5, max(window, max(max(t.x) for t in fig.data if len(t.x))) + 0.5])
-    return _style(fig, "Policy scores this step", "drafted token position", "score", height=280)
+    return layout(fig, "Policy scores this step", "drafted token position", "score (policy units)", height=300)
 
 
 # ---------------------------------------------------------------- compare
@@ -150,22 +202,25 @@ def cumulative_compare(curves: dict[str, pd.DataFrame], cursor: int | None = Non
     """Tokens generated after each verify call, one line per trace: step-aligned, so the vertical gap
     is how far ahead one policy is after the same number of target calls."""
     fig = go.Figure()
+    colors = palette(len(curves))
     for i, (label, df) in enumerate(curves.items()):
         fig.add_scatter(x=df["step"] + 1, y=df["cum_emitted"], name=label, mode="lines", line_shape="hv",
-                        line=dict(color=SERIES[i % len(SERIES)], width=2),
+                        line=dict(color=colors[i], width=2),
                         hovertemplate="%{x} target calls<br>%{y} tokens<extra>" + label + "</extra>")
     if cursor is not None:
         fig.add_vline(x=cursor + 1, line_color="#222222", line_width=1.5, opacity=0.6)
-    return _style(fig, "Tokens generated vs target calls", "target calls", "tokens generated (incl. bonus)")
+    return layout(fig, "Tokens generated vs target calls", "target calls (verify forwards)", "tokens generated (incl. bonus)")
 
 
 def time_compare(curves: dict[str, pd.DataFrame]) -> go.Figure:
     """Tokens generated against decode time (draft + verify + prefill), one line per trace."""
     fig = go.Figure()
+    colors = palette(len(curves))
     for i, (label, df) in enumerate(curves.items()):
         fig.add_scatter(x=df["cum_ms"], y=df["cum_emitted"], name=label, mode="lines", line_shape="hv",
-                        line=dict(color=SERIES[i % len(SERIES)], width=2))
-    return _style(fig, "Tokens generated vs decode time", "decode time (ms)", "tokens generated (incl. bonus)")
+                        line=dict(color=colors[i], width=2))
+    return layout(fig, "Tokens generated vs decode time (wall clock: machine-dependent)", "decode time (ms)",
+                  "tokens generated (incl. bonus)")
 
 
 # ---------------------------------------------------------------- windows
@@ -175,88 +230,94 @@ def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None 
                       adaptive: pd.DataFrame | None = None, theory: pd.DataFrame | None = None,
                       group: str | None = None) -> go.Figure:
     """Fixed windows as a line (one per `group`), the oracle as a dashed line, adaptive policies as
-    markers at their mean window, and the i.i.d. closed form as a dotted curve."""
+    markers at their mean window, and the i.i.d. closed form as a dotted curve. Every series is a
+    legend entry (no text on the plot, where it would sit on the data)."""
     fig = go.Figure()
     groups = [(None, fixed)] if group is None or group not in fixed else list(fixed.groupby(group, sort=False))
+    n_adaptive = 0 if adaptive is None else len(adaptive)
+    colors = palette(len(groups) + n_adaptive)
     for i, (g, df) in enumerate(groups):
         fig.add_scatter(x=df[x], y=df[y], mode="lines+markers", name=f"fixed γ{'' if g is None else f' · {g}'}",
-                        line=dict(color=SERIES[i % len(SERIES)], width=2))
+                        line=dict(color=colors[i], width=2))
     if theory is not None and len(theory):
         fig.add_scatter(x=theory[x], y=theory[y], mode="lines", name="i.i.d. theory",
                         line=dict(color="#777777", dash="dot"))
-    if oracle is not None:
-        fig.add_hline(y=oracle, line_dash="dash", line_color=COLORS["bonus"],
-                      annotation_text=f"oracle {oracle:.2f}×", annotation_position="top left")
+    if oracle is not None and len(fixed):
+        lo, hi = float(fixed[x].min()), float(fixed[x].max())
+        fig.add_scatter(x=[lo, hi], y=[oracle, oracle], mode="lines", name=f"oracle {oracle:.2f}×",
+                        line=dict(color=COLORS["bonus"], dash="dash"), hoverinfo="skip")
     symbols = ["diamond", "square", "triangle-up", "star", "cross", "x", "pentagon", "hexagon"]
     for i, (_, row) in enumerate((adaptive if adaptive is not None else pd.DataFrame()).iterrows()):
         # One trace per policy (legend + hover), no text labels: adaptive policies often coincide.
         fig.add_scatter(x=[row[x]], y=[row[y]], mode="markers", name=str(row["policy"]),
-                        marker=dict(symbol=symbols[i % len(symbols)], size=12, color=SERIES[(i + 3) % len(SERIES)],
+                        marker=dict(symbol=symbols[i % len(symbols)], size=12, color=colors[len(groups) + i],
                                     line=dict(width=1, color="#222222")),
                         hovertemplate=f"{row['policy']}<br>mean window %{{x:.2f}}<br>speedup %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(dtick=1)
-    _style(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive", height=400)
-    fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top"))
-    return fig
+    return layout(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive (×)",
+                  height=420)
 
 
 def cost_curve(df: pd.DataFrame, x: str = "gamma") -> go.Figure:
     """Cost of one speculative step by window, one line per column (e.g. verify v(γ), step γc + v(γ)),
     in units of one single-token target forward — as the cost model prices it."""
     fig = go.Figure()
-    for i, col in enumerate(c for c in df.columns if c != x):
-        fig.add_scatter(x=df[x], y=df[col], mode="lines+markers", name=col, line=dict(color=SERIES[i % len(SERIES)]))
+    cols = [c for c in df.columns if c != x]
+    for col, color in zip(cols, palette(len(cols))):
+        fig.add_scatter(x=df[x], y=df[col], mode="lines+markers", name=col, line=dict(color=color))
     fig.update_xaxes(dtick=1)
-    return _style(fig, "Cost of one speculative step", "window γ", "cost (target forwards)", height=300)
+    return layout(fig, "Cost of one speculative step", "window γ (drafted tokens per call)",
+                  "cost (single-token target forwards)", height=340)
 
 
 def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "policy", ecdf: bool = False) -> go.Figure:
-    """Distribution of tokens per verify call by policy: grouped histogram (discrete, dtick 1) or ECDF."""
+    """Distribution of tokens per verify call by series: grouped histogram (discrete, dtick 1) or ECDF.
+    One distinct colour per series; the legend (right of the plot) sets the figure's height."""
     fig = go.Figure()
     label = "emitted tokens per call (incl. bonus)" if x == "emitted" else "accepted drafts per call (excl. bonus)"
-    for i, (name, g) in enumerate(df.groupby(color, sort=False)):
-        c = SERIES[i % len(SERIES)]
+    groups = list(df.groupby(color, sort=False))
+    for (name, g), c in zip(groups, palette(len(groups))):
         if ecdf:
             v = g[x].sort_values().reset_index(drop=True)
             fig.add_scatter(x=v, y=(v.index + 1) / len(v), mode="lines", line_shape="hv", name=str(name),
-                            line=dict(color=c))
+                            line=dict(color=c, width=2))
         else:
             share = g[x].value_counts(normalize=True).sort_index()
-            fig.add_bar(x=share.index, y=share.values, name=str(name), marker_color=c)
+            fig.add_bar(x=share.index, y=share.values, name=str(name), marker_color=c,
+                        hovertemplate=f"{name}<br>%{{x}} tokens: %{{y:.1%}} of calls<extra></extra>")
     fig.update_xaxes(dtick=1)
-    if ecdf:
-        fig.update_yaxes(range=[0, 1.02])
-    _style(fig, "Accepted length per verify call", label, "cumulative share" if ecdf else "share of calls", height=420)
-    # Many series: the legend goes under the axis so it never covers the title.
-    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, xanchor="left", yanchor="top"),
-                      margin=dict(b=40))
-    return fig
+    fig.update_yaxes(tickformat=".0%", range=[0, 1.02] if ecdf else None)
+    return layout(fig, "Tokens per verify call, by trace", label,
+                  "cumulative share of calls" if ecdf else "share of calls", height=420)
 
 
 def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go.Figure:
     """Oracle ÷ best-fixed ratio per task as bars, with 1× (no gain) as a reference line."""
     fig = go.Figure()
     groups = [(None, df)] if color is None or color not in df else list(df.groupby(color, sort=False))
-    for i, (g, d) in enumerate(groups):
-        fig.add_bar(x=d[x], y=d[y], name="" if g is None else str(g), marker_color=SERIES[i % len(SERIES)])
+    for (g, d), c in zip(groups, palette(len(groups))):
+        fig.add_bar(x=d[x], y=d[y], name=f"cost {g}" if g is not None else "", marker_color=c)
     fig.add_hline(y=1.0, line_color="#555555", line_dash="dot")
-    fig.update_layout(barmode="group", showlegend=color is not None)
-    return _style(fig, "Oracle ÷ best fixed window", x, "ratio", height=300)
+    fig.update_layout(barmode="group")
+    return layout(fig, "Oracle ÷ best fixed window", x, "speedup ratio (×)", height=340,
+                  legend=color is not None)
 
 
 def ceiling_lines(df: pd.DataFrame) -> go.Figure:
     """Simulated speedup of each rule against the draft-cost factor f (t_d → f·t_d), one line per rule.
     The oracle is drawn in the bonus colour, like the oracle line of `speedup_vs_window`."""
     fig = go.Figure()
-    for i, (rule, g) in enumerate(df.groupby("rule", sort=False)):
-        color = COLORS["bonus"] if rule == "oracle" else SERIES[(i + 1) % len(SERIES)]
+    groups = list(df.groupby("rule", sort=False))
+    colors = iter(palette(len(groups)))
+    for rule, g in groups:
+        color = COLORS["bonus"] if rule == "oracle" else next(colors)
         fig.add_scatter(x=g["f"], y=g["speedup"], mode="lines+markers", name=str(rule),
                         line=dict(color=color, dash="dash" if rule == "oracle" else "solid"),
                         hovertemplate=f"{rule}<br>f %{{x}}<br>speedup %{{y:.3f}}<extra></extra>")
     fig.add_hline(y=1.0, line_color="#555555", line_dash="dot")
     fig.update_xaxes(autorange="reversed")  # cheaper drafts to the right
-    return _style(fig, "PACER vs the oracle as the draft gets cheaper", "draft cost factor f (t_d → f·t_d)",
-                  "simulated speedup over autoregressive", height=340)
+    return layout(fig, "PACER vs the oracle as the draft gets cheaper", "draft cost factor f (t_d → f·t_d)",
+                  "simulated speedup over autoregressive (×)", height=360)
 
 
 # ---------------------------------------------------------------- audit
@@ -264,16 +325,21 @@ def ceiling_lines(df: pd.DataFrame) -> go.Figure:
 
 def audit_errors(verdicts: pd.DataFrame, tol: float) -> go.Figure:
     """Worst lossless error per verifier on a log axis, green if lossless and red if not, with the
-    tolerance as a dashed line (errors ≈ 1e-16 are float64 rounding; ≥ 1e-3 is a wrong rule).
-    Exact zeros are drawn at 1e-18 so the log axis can show them."""
+    tolerance as a dashed line labelled right at the line (errors ≈ 1e-16 are float64 rounding;
+    ≥ 1e-3 is a wrong rule). Bars run horizontally so long verifier names stay readable. Exact zeros
+    are drawn at 1e-18 so the log axis can show them."""
     ok = verdicts["verdict"].eq("lossless")
-    y = verdicts["max_lossless_error"].clip(lower=1e-18)
-    fig = go.Figure(go.Bar(x=verdicts["verifier"], y=y, marker_color=[COLORS["accepted"] if v else COLORS["rejected"]
-                                                                       for v in ok],
+    x = verdicts["max_lossless_error"].clip(lower=1e-18)
+    fig = go.Figure(go.Bar(y=verdicts["verifier"], x=x, orientation="h",
+                           marker_color=[COLORS["accepted"] if v else COLORS["rejected"] for v in ok],
                            customdata=verdicts[["verdict", "worst_case"]].values,
-                           hovertemplate="%{x}<br>max lossless error %{y:.1e}<br>%{customdata[0]} · worst toy "
+                           hovertemplate="%{y}<br>max lossless error %{x:.1e}<br>%{customdata[0]} · worst toy "
                                          "%{customdata[1]}<extra></extra>"))
-    fig.add_hline(y=tol, line_color="#555555", line_dash="dash", annotation_text=f"tolerance {tol:g}",
-                  annotation_position="top left")
-    fig.update_yaxes(type="log", exponentformat="power")
-    return _style(fig, "Worst lossless error per verifier", "verifier", "max lossless error", height=320)
+    fig.add_vline(x=tol, line_color="#555555", line_dash="dash")
+    # On a log axis annotation coordinates are log10 values (add_vline's own label lands elsewhere).
+    fig.add_annotation(x=math.log10(tol), xref="x", y=1, yref="paper", yanchor="bottom", xanchor="left",
+                       text=f"tolerance {tol:g}", showarrow=False, font=dict(size=12, color="#555555"))
+    fig.update_xaxes(type="log", exponentformat="power")
+    fig.update_yaxes(autorange="reversed")
+    return layout(fig, "Worst lossless error per verifier", "max lossless error (log scale, probability units)",
+                  "verifier", height=max(320, 90 + 26 * len(verdicts)), legend=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.plots import COLORS, TEMPLATE
+from app.plots import COLORS, colorbar, layout
 from engine.sweep import speedup_matrix
 
 FACETS = ["pair", "verifier", "temperature", "max_new_tokens", "dtype", "prompt_set"]
@@ -44,11 +44,8 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
     if not m.empty:
         text = [[f"{v:.2f}×" if pd.notna(v) else "" for v in row] for row in m.to_numpy()]
         fig.add_heatmap(z=m.to_numpy(), x=[str(c) for c in m.columns], y=[str(i) for i in m.index], text=text,
-                        texttemplate="%{text}", zmid=1.0, colorbar=dict(title="speedup"),
+                        texttemplate="%{text}", zmid=1.0, colorbar=colorbar("speedup over autoregressive (×)"),
                         colorscale=[[0, COLORS["rejected"]], [0.5, "#ffffff"], [1, COLORS["accepted"]]],
                         hovertemplate="policy %{y}<br>task %{x}<br>speedup %{z:.3f}×<extra></extra>")
-    fig.update_layout(template=TEMPLATE, title=dict(text=title, x=0, font=dict(size=15)),
-                      height=max(260, 60 + 45 * max(1, len(m.index))), margin=dict(l=50, r=20, t=50, b=45))
-    fig.update_xaxes(title_text="task")
-    fig.update_yaxes(title_text="policy", autorange="reversed")
-    return fig
+    fig.update_yaxes(autorange="reversed")
+    return layout(fig, title, "task", "policy", height=max(300, 90 + 45 * max(1, len(m.index))), legend=False)

@@ -12,13 +12,14 @@ import html
 from app.plots import COLORS, rgba
 
 FATE_ALPHA = 0.32  # light tint: the text stays readable on every fate colour
-LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "pending")
+LEGEND_ORDER = ("accepted", "rejected", "correction", "bonus", "pending", "autoregressive")
 FATE_HELP = {
     "accepted": "draft token accepted by the target",
     "rejected": "draft token rejected (first mismatch)",
     "correction": "target's replacement token at the rejection",
     "bonus": "free token after every draft was accepted",
     "pending": "drafted after the rejection: never checked",
+    "autoregressive": "the target's own token: nothing was drafted this step",
 }
 
 
@@ -75,7 +76,8 @@ def step_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]
         out.append((texts[tok], fate, tip))
     if len(step["emitted_tokens"]) > step["accepted"]:
         last = step["emitted_tokens"][-1]
-        kind = "bonus" if step.get("bonus") is not None else "correction"
+        kind = ("autoregressive" if step["window"] == 0 else
+                "bonus" if step.get("bonus") is not None else "correction")
         out.append((texts[last], kind, FATE_HELP[kind]))
     return out
 

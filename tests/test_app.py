@@ -70,6 +70,31 @@ def test_overview_cards(app):
     # Every number on a card is the engine's own summary of that trace.
     e = data.all_traces()["demo-tiny-fixed4.jsonl"]
     assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
+    # Every tokens/s carries where and when it was measured.
+    assert all("tokens/s measured" in c.value for c in app.caption if "prompts ·" in c.value)
+
+
+def card_titles(at: AppTest) -> list[str]:
+    return [m.value[6:] for m in at.markdown if m.value.startswith("##### ")]
+
+
+def test_overview_titles_are_unique_and_group_by_run(app, trace_dir):
+    """One title per trace that tells it apart (pair · policy · sampling · date), also when the same
+    run is loaded twice; cards sit under their target and run."""
+    n = len(data.bundled_paths(kind="trace"))
+    titles = card_titles(app)
+    assert len(titles) == n and len(set(titles)) == n, titles
+    fixed4 = data.all_traces()["demo-tiny-fixed4.jsonl"].info
+    assert f"{fixed4['pair']} · fixed:4 · greedy · {fixed4['created'][:10]}" in titles
+    assert any(t.endswith(f"T = 0.7 · {fixed4['created'][:10]}") for t in titles)  # the sampled RBV demo
+    assert any(h.value.startswith("Target tiny-random-llama-target") for h in app.subheader)
+    assert any(m.value.startswith("**Run · ") for m in app.markdown)
+    at = goto(app, "upload")  # the same trace again under another name: still told apart
+    raw = (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes()
+    at.file_uploader(key="upload_files").set_value(("again.jsonl", raw, "application/json")).run()
+    at = goto(at, "overview")
+    titles = card_titles(at)
+    assert len(titles) == n + 1 and len(set(titles)) == n + 1, titles
 
 
 def test_replay_slider_and_buttons_move_the_step(app):
@@ -93,7 +118,7 @@ def test_replay_slider_and_buttons_move_the_step(app):
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     timeline = next(f for f in figs if f["layout"]["title"]["text"] == "Tokens per verify call")
     assert {d["name"]: d["marker"]["color"] for d in timeline["data"] if d["type"] == "bar"} == {
-        k: plots.COLORS[k] for k in ("accepted", "rejected", "correction", "bonus")}
+        k: plots.COLORS[k] for k in ("accepted", "rejected", "pending", "correction", "bonus")}
 
 
 def test_replay_switching_trace_resets_the_step(app):
@@ -153,6 +178,27 @@ def test_compare_page(app, trace_dir):
     assert not at.exception
 
 
+def test_compare_pairs_like_with_like_and_warns_on_mismatch(app):
+    """By default B is a trace with the same pair, sampling and prompts as A; switching the filter off and
+    picking a sampled trace against a greedy one is allowed, and said. Hardware-free numbers come first."""
+    at = goto(app, "compare")
+    entries = data.all_traces()
+    a, b = at.selectbox(key="cmp_a").value, at.selectbox(key="cmp_b").value
+    assert data.comparable(entries[a].info, entries[b].info) == []
+    by_title = {t: k for k, t in data.unique_titles(entries).items()}
+    options = [by_title[o] for o in at.selectbox(key="cmp_b").options]  # shown by title
+    assert len(options) >= 2 and all(not data.comparable(entries[a].info, entries[k].info) for k in options)
+    assert not at.warning
+    labels = [m.label for m in at.metric]
+    assert labels.index("emitted per call · B") < labels.index("decode time · B (ms)")
+    assert labels[0].startswith("target calls")
+    at.toggle(key="cmp_only").set_value(False).run()
+    at.selectbox(key="cmp_b").set_value("demo-tiny-rbv-k3-t07.jsonl").run()
+    warn = " ".join(w.value for w in at.warning)
+    assert "not a like-for-like pair" in warn and "different sampling (greedy vs T = 0.7)" in warn
+    assert any("timed" in c.value and "float32" in c.value for c in at.caption)  # wall clock with its context
+
+
 def test_malformed_upload_shows_one_line_error_and_nothing_else_breaks(app, trace_dir):
     at = goto(app, "upload")
     raw, line = broken_trace(trace_dir)
@@ -167,8 +213,9 @@ def test_malformed_upload_shows_one_line_error_and_nothing_else_breaks(app, trac
     assert any("mine.jsonl" in s.value for s in at.success)
     for page in ("overview", "replay", "compare"):  # the upload is visible everywhere, the bad file nowhere
         goto(at, page)
-    assert "uploaded: mine.jsonl" in at.selectbox(key="cmp_a").options
-    assert not any("broken" in o for o in at.selectbox(key="cmp_a").options)
+    goto(at, "replay")  # its options read "title · label"
+    assert any(o.endswith(" · uploaded: mine.jsonl") for o in at.selectbox(key="replay_trace").options)
+    assert not any("broken" in o for o in at.selectbox(key="replay_trace").options)
 
 
 def test_parquet_upload(app, trace_dir, tmp_path):
@@ -201,7 +248,7 @@ def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
     at.number_input(key="live_max").set_value(8).run()
     at.button(key="live_run").click().run()
     assert not at.exception and not at.error
-    assert [m.label for m in at.metric].count("target calls") == 2
+    assert [m.label for m in at.metric].count("target calls") == 3  # A, B and the autoregressive baseline
     res = at.session_state["live_result"]
     assert res["state"] == "finished"
     from engine.trace import load_trace
@@ -217,14 +264,108 @@ def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
 
 
 def test_live_page_refuses_bad_input(app):
+    """Invalid fields disable Decode and name themselves; a click that arrives together with the bad edit
+    runs nothing and leaves the last run's panes as they were."""
     at = goto(app, "live")
     at.text_area(key="live_text").set_value("   ").run()
-    at.button(key="live_run").click().run()
     assert [e.value for e in at.error] == ["The prompt is empty: pick a question or type one."]
+    assert at.button(key="live_run").disabled
     at.text_area(key="live_text").set_value("hi").run()
-    at.text_input(key="live_b").set_value("fixed:0").run()
+    at.number_input(key="live_max").set_value(4).run()
     at.button(key="live_run").click().run()
-    assert len(at.error) == 1 and at.error[0].value.startswith("Policy B:")
+    from app import live
+
+    before = dict(at.session_state["live_result"])
+    panes = [m.value for m in at.markdown if m.value.startswith("**A · ") or m.value.startswith("**B · ")]
+    assert len(panes) == 2
+    for key, value, field in (("live_temp", 5.0, "Temperature"), ("live_b", "banana", "Policy B"),
+                              ("live_b", "fixed:0", "Policy B"), ("live_max", 0, "Max new tokens")):
+        widget = at.number_input(key=key) if key != "live_b" else at.text_input(key=key)
+        widget.set_value(value)
+        at = at.button(key="live_run").click().run()  # the edit and the click arrive in the same rerun
+        assert any(e.value.startswith(field) for e in at.error), (key, [e.value for e in at.error])
+        assert len(live.model_queue()) == 0  # nobody left waiting in line
+        assert at.button(key="live_run").disabled  # and from now on Decode cannot be pressed
+        assert at.session_state["live_result"] == before and not at.exception
+        assert [m.value for m in at.markdown if m.value.startswith(("**A · ", "**B · "))] == panes
+        assert any(":orange-badge[stale]" in m.value for m in at.markdown)  # the inputs no longer match the run
+        at = at.number_input(key="live_temp").set_value(0.0).run()
+        at = at.text_input(key="live_b").set_value("heuristic").run()
+        at = at.number_input(key="live_max").set_value(4).run()
+    at.text_input(key="live_a").set_value("banana").run()
+    msg = next(e.value for e in at.error if e.value.startswith("Policy A"))
+    assert all(name in msg for name in live.policy_names())  # every policy the engine accepts, by name
+    assert {"pacer", "autoregressive", "fixed", "heuristic", "confidence", "cumulative", "entropy"} <= \
+        set(live.policy_names())
+
+
+def test_live_policy_choice_fills_an_editable_spec(app):
+    from app import live
+
+    at = goto(app, "live")
+    assert at.selectbox(key="live_a_kind").options == live.policy_names()
+    at.selectbox(key="live_a_kind").set_value("entropy").run()
+    assert at.text_input(key="live_a").value == live.preset("entropy")
+    at.text_input(key="live_a").set_value("confidence:0.3,max=8").run()
+    assert at.selectbox(key="live_a_kind").value == "confidence" and not at.error
+
+
+def test_live_labels_panes_with_what_ran_and_reports_speedup(app):
+    at = goto(app, "live")
+    at.number_input(key="live_max").set_value(6).run()
+    at.text_input(key="live_b").set_value("autoregressive").run()
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    res = at.session_state["live_result"]
+    assert set(res["paths"]) == {"A", "B", "baseline"}
+    from engine.trace import load_trace
+
+    base = load_trace(res["paths"]["baseline"])
+    assert base.header["policy"]["spec"] == "autoregressive" and base.complete
+    heads = [m.value for m in at.markdown if m.value.startswith(("**A · ", "**B · "))]
+    a = load_trace(res["paths"]["A"]).header
+    assert heads[0].startswith(f"**A · {a['policy']['spec']} · ") and "greedy" in heads[0]
+    assert heads[1].startswith("**B · autoregressive · ")
+    speedups = [m.value for m in at.metric if m.label == "speedup"]
+    assert len(speedups) == 2 and all(v.endswith("×") for v in speedups)
+    want = load_trace(res["paths"]["A"]).summary["tokens_per_s"] / base.summary["tokens_per_s"]
+    assert speedups[0] == f"{want:.2f}×"
+    assert any("Timed on this machine" in c.value for c in at.caption)
+
+
+def test_live_offers_installed_pairs_only(app, monkeypatch):
+    from app import live
+
+    monkeypatch.setattr(live, "qwen_installed", lambda: False)
+    at = goto(app, "live")
+    assert at.selectbox(key="live_pair").options == [f"{live.DEMO_TARGET} ← {live.DEMO_DRAFT}"]
+    assert any("make models" in c.value for c in at.caption)
+    monkeypatch.setattr(live, "qwen_installed", lambda: True)  # offered, not loaded (the tests never load it)
+    at = goto(at, "live")
+    assert at.selectbox(key="live_pair").options[1] == f"{live.QWEN_TARGET} ← {live.QWEN_DRAFT}"
+    assert not any("make models" in c.value for c in at.caption)
+
+
+def test_live_run_folders_are_removed(app):
+    """Each run writes into a fresh temp folder; the previous one goes at the next run, and the last one
+    when the session's state is dropped."""
+    import gc
+
+    from app import live
+
+    at = goto(app, "live")
+    at.number_input(key="live_max").set_value(3).run()
+    at.button(key="live_run").click().run()
+    first = Path(at.session_state["live_result"]["paths"]["A"]).parent
+    assert first.is_dir()
+    at.button(key="live_run").click().run()
+    second = Path(at.session_state["live_result"]["paths"]["A"]).parent
+    assert second.is_dir() and not first.exists()
+    d = live.RunDir()
+    path = d.path
+    del d
+    gc.collect()
+    assert not path.exists()
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -260,7 +401,8 @@ def test_frames_and_describe(trace_dir):
     t = load_trace(trace_dir / "demo-tiny-heuristic.jsonl")
     e = data.make_entry("x", "bundled", t)
     assert len(e.steps) == len(t.steps) and e.steps["emitted"].sum() == t.summary["new_tokens"]
-    assert (e.steps["rejected"] == e.steps["window"] - e.steps["accepted"]).all()
+    assert (e.steps["rejected"] + e.steps["pending"] == e.steps["window"] - e.steps["accepted"]).all()
+    assert e.steps["rejected"].isin([0, 1]).all()  # one rejected draft at most; the ones after it are pending
     assert len(e.positions) == t.summary["drafted_tokens"]
     assert e.info["demo"] and e.info["policy"].startswith("heuristic") and "qa" in e.info["tasks"]
     req = data.requests_frame(t, e.steps)
@@ -281,6 +423,65 @@ def test_figures_are_pure_and_share_the_palette(trace_dir):
     assert pf["data"][0]["y"] == (0.9, 0.4, 0.2) or list(pf["data"][0]["y"]) == [0.9, 0.4, 0.2]
     dist = pd.DataFrame({"policy": ["a", "a", "b"], "emitted": [1, 2, 3]})
     assert plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
+
+
+def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
+    """Never-checked drafts are 'pending' (grey) in the timeline as in the token strip, not 'rejected';
+    a plain target step's token has its own neutral colour, not the bonus blue."""
+    from engine.trace import load_trace
+
+    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed8.jsonl"))
+    fates = e.positions["fate"].value_counts()
+    assert fates.get("pending", 0) > 0  # the fixture has some, or this test proves nothing
+    bars = {d.name: d for d in plots.step_timeline(e.steps).data if d.type == "bar"}
+    assert sum(bars["pending"].y) == fates["pending"] and sum(bars["rejected"].y) == fates["rejected"]
+    assert bars["pending"].marker.color == plots.COLORS["pending"]
+    ar = data.make_entry("y", "bundled", load_trace(trace_dir / "demo-tiny-autoregressive.jsonl"))
+    bars = {d.name: d for d in plots.step_timeline(ar.steps).data if d.type == "bar"}
+    assert sum(bars["autoregressive"].y) == len(ar.steps) and sum(bars["bonus"].y) == 0
+    assert bars["autoregressive"].marker.color == plots.COLORS["autoregressive"] != plots.COLORS["bonus"]
+    step = ar.trace.steps[0]
+    assert [f for _, f, _ in tokens.step_pieces(step, {t: "x" for t in step["emitted_tokens"]})] == ["autoregressive"]
+    heat = plots.position_heatmap(e.positions).to_dict()
+    grey = [d for d in heat["data"] if d.get("name") == "pending"]
+    assert grey and grey[0]["colorscale"][0][1] == plots.COLORS["pending"]
+
+
+def test_every_figure_shares_one_layout(trace_dir, tmp_path):
+    """One figure style: title in the top margin, legend vertical outside the plot on the right (never over
+    the title or the data), height that fits every legend entry, axis titles, colour bars titled in
+    words, and one distinct colour per series."""
+    from app import dpace_plots, sweep_plots
+    from engine.trace import load_trace
+
+    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
+    many = pd.DataFrame({"series": [f"trace-{i}" for i in range(12) for _ in range(3)],
+                         "emitted": [1, 2, 3] * 12})
+    verdicts = audit_view.verdicts(audit_view.load_audit(REPO / "docs" / "results" / "audit.csv"))
+    summary = json.loads((REPO / "docs" / "results" / "dpace" / "summary.json").read_text())
+    from engine.sweep import SUMMARY_NAME
+
+    sweep = pd.read_parquet(synthetic_sweep(tmp_path / "sweep") / SUMMARY_NAME)
+    figs = [plots.step_timeline(e.steps[e.steps["request_id"] == 0]), plots.position_heatmap(e.positions),
+            plots.position_rate(e.positions), plots.accepted_distribution(many, color="series"),
+            plots.accepted_distribution(many, color="series", ecdf=True), plots.audit_errors(verdicts, 1e-12),
+            plots.cumulative_compare({"A": e.steps, "B": e.steps}), dpace_plots.alpha_sweep(summary),
+            sweep_plots.speedup_heatmap(sweep)]
+    for fig in figs:
+        d = fig.to_dict()
+        lay = d["layout"]
+        title = lay["title"]["text"]
+        assert lay["title"]["yref"] == "container" and lay["xaxis"]["title"]["text"] and lay["yaxis"]["title"]["text"]
+        entries = [t for t in d["data"] if t.get("showlegend") is not False and t.get("name")]
+        if lay.get("showlegend"):
+            assert lay["legend"]["orientation"] == "v" and lay["legend"]["x"] > 1, title
+            assert lay["height"] >= 110 + plots.LEGEND_ROW_PX * len(entries), title
+        for t in d["data"]:
+            if t["type"] == "heatmap" and t.get("showscale", True):
+                assert len(t["colorbar"]["title"]["text"]) > 3, title  # words, not a symbol
+        assert not lay.get("annotations") or title.startswith("Worst"), title  # no labels sitting on the data
+    colors = [t["marker"]["color"] for t in plots.accepted_distribution(many, color="series").to_dict()["data"]]
+    assert len(set(colors)) == 12
 
 
 def test_bundled_traces_all_load():
@@ -344,31 +545,73 @@ print("torch" in sys.modules)
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
-def test_live_run_waits_for_the_pair_lock(monkeypatch, tmp_path):
-    """A second session must not decode on the shared models (and their KV caches) while one runs."""
+def test_live_checks_and_queue(tmp_path, monkeypatch):
+    """Rules the decoder would refuse mid-run are refused up front; a run waits in line for the shared
+    models (their KV caches) and the line is first come, first served."""
+    import threading
+    import time
+
     from app import live
     from engine.decode import DecodeConfig
+    from engine.trace import load_trace
 
     pair = live.demo_pair("tiny")
     ids, policies, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
     assert err is None and policies["B"] is None
-    # Rules the decoder would refuse mid-run are refused up front, in one line.
     _, _, err = live.check_inputs(pair, "hello", {"A": "pacer:b=2,trim=1", "B": "fixed:2"}, 4, temperature=0.7)
     assert err.startswith("Policy A:") and "greedy decoding only" in err
     _, _, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "pacer"}, 4)
     assert err.startswith("Policy B:") and "576-dim" in err  # the bundled M_B belongs to the SmolLM2 draft
-    monkeypatch.setattr(live, "LOCK_WAIT_S", 0.05)
-    with pair.lock:  # another session is decoding
-        with pytest.raises(TimeoutError, match="another session"):
-            live.run_pair(pair, ids, "hello", {"A": "fixed:2", "B": "autoregressive"}, policies,
-                          DecodeConfig(max_new_tokens=4), tmp_path, lambda *a: None)
-    seen = []
-    paths = live.run_pair(pair, ids, "hello", {"A": "fixed:2", "B": "autoregressive"}, policies,
-                          DecodeConfig(max_new_tokens=4), tmp_path, lambda side, steps, done: seen.append(side))
-    assert not pair.lock.locked() and set(seen) == {"A", "B"}
-    from engine.trace import load_trace
 
-    assert all(load_trace(p).complete for p in paths.values())
+    q = live.ModelQueue()
+    holder = q.take()  # another session holds the models
+    assert q.wait(holder, 1)
+    specs = {"A": "fixed:2", "B": "autoregressive"}
+    monkeypatch.setattr(live, "LOCK_WAIT_S", 0.05)
+    with pytest.raises(TimeoutError, match="another session"):
+        live.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), tmp_path,
+                      lambda *a: None, queue=q)
+    monkeypatch.undo()
+    assert len(q) == 1  # the timed-out run left the line
+
+    order, waits = [], {}
+
+    def session(name: str, ticket: int) -> None:
+        out = tmp_path / name
+        out.mkdir()
+        live.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), out,
+                      lambda side, steps, done: order.append(name) if done and side == "A" else None,
+                      queue=q, ticket=ticket, on_wait=lambda ahead: waits.setdefault(name, ahead))
+
+    tickets = {name: q.take() for name in ("first", "second", "third")}  # the clicks, in this order
+    threads = [threading.Thread(target=session, args=(n, tickets[n])) for n in ("third", "second", "first")]
+    for t in threads:  # started in reverse: the line, not thread scheduling, decides
+        t.start()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert order == [] and waits == {"first": 1, "second": 2, "third": 3}  # all wait behind the holder
+    q.release(holder)
+    for t in threads:
+        t.join(60)
+    assert order == ["first", "second", "third"] and len(q) == 0
+    for name in order:
+        paths = {p.name: p for p in (tmp_path / name).iterdir()}
+        assert len(paths) == 3 and all(load_trace(p).complete for p in paths.values())
+    starts = [load_trace(next((tmp_path / n).glob("live-A-*"))).header["live"]["started_at"] for n in order]
+    assert starts == sorted(starts)
+
+
+def test_model_queue_drops_tickets_of_dead_threads():
+    import threading
+
+    from app import live
+
+    q = live.ModelQueue()
+    t = threading.Thread(target=q.take)
+    t.start()
+    t.join()
+    mine = q.take()
+    assert q.wait(mine, 1) and q.position(mine) == 0  # the vanished session does not block the line
 
 
 def test_replay_renders_pacer_style_policy_fields(app, trace_dir):

@@ -11,42 +11,65 @@ if len(entries) < 2:
     st.info("Comparing needs two traces: bundled ones in `traces/`, uploads, or Live runs.")
     st.stop()
 names = list(entries)
+titles = data.unique_titles(entries)
 a_label = data.default_label(entries)
-base = entries[a_label].info
-# B defaults to another policy on the same pair (same target, both demo or both real): shared prompts.
-others = sorted((k for k in names if k != a_label and entries[k].info["draft"]
-                 and entries[k].info["policy"] != base["policy"]),
-                key=lambda k: (entries[k].info["target"] != base["target"], entries[k].info["demo"] != base["demo"]))
-b_default = others[0] if others else next(k for k in names if k != a_label)
-c1, c2 = st.columns(2)
 data.pick("cmp_a", names, a_label)
-data.pick("cmp_b", names, b_default)
-la = c1.selectbox("Trace A", names, key="cmp_a")
-lb = c2.selectbox("Trace B", names, key="cmp_b")
+c1, c2 = st.columns(2)
+la = c1.selectbox("Trace A", names, key="cmp_a", format_func=titles.get)
+base = entries[la].info
+only = st.toggle("Only traces comparable with A (same target and draft, sampling and prompts)", True, key="cmp_only",
+                 help="an autoregressive trace (no draft) counts as the baseline of any draft on its target")
+fits = [k for k in names if k != la and not data.comparable(base, entries[k].info)]
+b_names = fits if only and fits else [k for k in names if k != la] or names
+if only and not fits:
+    c2.caption("No other trace matches A's pair, sampling and prompts: showing all traces.")
+# B defaults to another policy on the same pair with the same sampling and prompts.
+b_default = next((k for k in fits if entries[k].info["policy"] != base["policy"] and entries[k].info["draft"]),
+                 fits[0] if fits else b_names[0])
+data.pick("cmp_b", b_names, b_default)
+lb = c2.selectbox("Trace B", b_names, key="cmp_b", format_func=titles.get)
 A, B = entries[la], entries[lb]
 if la == lb:
     st.warning("Pick two different traces.")
     st.stop()
+mismatch = data.comparable(A.info, B.info)
+if mismatch:
+    st.warning("These traces are not a like-for-like pair: " + "; ".join(mismatch) + ". Differences below mix "
+               "the policy with those.")
 
 sa, sb = A.info["summary"], B.info["summary"]
+st.markdown("**Hardware-free** — the same on any machine")
 m = st.columns(4)
 m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], sb["target_calls"] - sa["target_calls"],
             delta_color="inverse", help=f"delta vs A ({A.info['policy']}): {sa['target_calls']} calls")
-m[1].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
-            delta_color="inverse", help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
-m[2].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
-            help=f"A: {sa['tokens_per_s']:.1f}")
-m[3].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}",
+m[1].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}",
             f"{sb['mean_emitted_per_call_incl_bonus'] - sa['mean_emitted_per_call_incl_bonus']:+.2f}",
             help=f"incl. bonus; A: {sa['mean_emitted_per_call_incl_bonus']:.2f}")
-st.caption(f"A = {la} ({A.info['pair']}) · B = {lb} ({B.info['pair']}) · deltas are B − A")
+acc_a, acc_b = sa["draft_acceptance_rate"], sb["draft_acceptance_rate"]  # None: an imported run without drafts
+m[2].metric("acceptance · B", imported.pct(acc_b), None if None in (acc_a, acc_b) else f"{(acc_b - acc_a) * 100:+.0f} pts",
+            help=f"accepted ÷ drafted, excl. bonus; A: {imported.pct(acc_a)}")
+m[3].metric("tokens · B", sb["new_tokens"], sb["new_tokens"] - sa["new_tokens"], delta_color="off",
+            help=f"A: {sa['new_tokens']}")
+same_machine = A.info["context"].split(" · ", 1)[-1] == B.info["context"].split(" · ", 1)[-1]
+same_run = same_machine and A.info["created"][:10] == B.info["created"][:10]
+st.markdown("**Wall clock** — depends on the machine and its load at the time")
+m = st.columns(4)
+m[0].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
+            delta_color="inverse" if same_run else "off", help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
+m[1].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
+            delta_color="normal" if same_run else "off", help=f"A: {sa['tokens_per_s']:.1f}")
+st.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"
+           + ("" if same_run else " · **recorded on different days or machine settings: the wall-clock difference "
+              "mixes hardware and load with the policy; trust the target calls above**"))
+st.caption(f"A = {la} ({A.info['pair']}, {A.info['sampling']}) · B = {lb} ({B.info['pair']}, {B.info['sampling']}) · "
+           "deltas are B − A")
 
 ra = data.requests_frame(A.trace, A.steps)
 rb = data.requests_frame(B.trace, B.steps)
 pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.prompt_keys(rb)), on="key",
                                                      suffixes=("_a", "_b"))
 if pairs.empty:
-    st.warning("The two traces share no prompts (identical prompt token ids), so only totals compare.")
+    st.warning("The two traces share no prompts (identical prompt token ids), so only the totals above compare.")
     st.stop()
 same = [imported.same_output(A.trace, B.trace, x, y) for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
 table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],

@@ -1,4 +1,5 @@
-"""Live: one prompt, two window policies, decoded side by side with the demo pair as you watch."""
+"""Live: one prompt, two window policies and an autoregressive baseline, decoded side by side as you
+watch. Every input is checked before anything runs; the result panes say what actually ran."""
 
 from pathlib import Path
 
@@ -9,9 +10,24 @@ from engine.trace import TraceError, load_trace, summarize
 
 st.title("Live")
 ss = st.session_state
-pair = live.get_pair()
+queue = live.model_queue()
+
+# ---------------------------------------------------------------- inputs
+
+pairs, hint = live.pair_options()
+PAIR_LABELS = {k: f"{t} ← {d}" for k, (t, d) in live.PAIRS.items()}
+data.pick("live_pair", pairs, pairs[0])
+which = st.selectbox("Model pair", pairs, key="live_pair", format_func=PAIR_LABELS.get,
+                     help="SmolLM2 is bundled; the Qwen2.5-Coder pair appears once `make models` installed it")
+if hint:
+    st.caption(hint)
+try:
+    pair = live.get_pair(which)
+except Exception as e:  # noqa: BLE001  (e.g. engine.provision.ModelNotInstalled: the message names the fix)
+    st.error(f"Could not load {PAIR_LABELS[which]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    st.stop()
 if pair.real:
-    st.caption(f"Demo pair: **{pair.label}** · both sides share the models; one session decodes at a time.")
+    st.caption(f"Pair: **{pair.label}** · all sessions share the models and take turns, first come first served.")
 else:
     st.warning(f"Running the **{pair.label}**: the SmolLM2 demo pair is not available here"
                + (f" ({pair.note})" if pair.note else "") + ". The page works the same; the tokens mean nothing.")
@@ -38,75 +54,198 @@ if not from_spec_bench:
     st.caption(f"Spec-Bench questions not found (`{live.questions_file()}`): offering the project's own example "
                f"prompts, one per task type.")
 text = st.text_area("Prompt text", key="live_text", height=110, max_chars=live.MAX_PROMPT_CHARS)
-c = st.columns([2, 2, 1, 1])
-spec_a = c[0].text_input("Policy A", "fixed:4", key="live_a", help="fixed:γ, heuristic, confidence:t, cumulative:t, "
-                         "entropy:H (engine.policies), or autoregressive")
-spec_b = c[1].text_input("Policy B", "heuristic", key="live_b")
-max_new = c[2].number_input("Max new tokens", 1, live.MAX_NEW_TOKENS, 64, key="live_max")
-temp = c[3].number_input("Temperature", 0.0, 2.0, 0.0, 0.1, key="live_temp", help="0 = greedy")
+prompt_err = st.empty()
+
+names = live.policy_names()
+DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
+
+
+def _fill(side: str) -> None:
+    ss[f"live_{side.lower()}"] = live.preset(ss[f"live_{side.lower()}_kind"])
+
+
+c = st.columns([3, 3, 2, 2])
+specs, err_at = {}, {}
+for col, side in zip(c, live.SIDES):
+    key = f"live_{side.lower()}"
+    ss.setdefault(key, DEFAULTS[side])
+    kind = ss[key].strip().partition(":")[0].strip()
+    if kind in names:  # the choice follows an edited spec
+        ss[f"{key}_kind"] = kind
+    data.pick(f"{key}_kind", names, DEFAULTS[side].partition(":")[0])
+    col.selectbox(f"Policy {side}", names, key=f"{key}_kind", on_change=_fill, args=(side,),
+                  help="every policy the engine accepts (engine.policies, PACER included); the spec below is "
+                       "filled in and can be edited")
+    specs[side] = col.text_input(f"Policy {side} spec", key=key,
+                                 help="fixed:γ, heuristic[:γ0,max=N], confidence[:t][,trim=1], cumulative[:t], "
+                                      "entropy[:H], pacer[:b=,t=,rho=][,trim=1], or autoregressive")
+    err_at[side] = col.empty()
+ss.setdefault("live_max", 64)
+ss.setdefault("live_temp", 0.0)
+max_new = c[2].number_input("Max new tokens", step=1, key="live_max",
+                            help=f"1 to {live.MAX_NEW_TOKENS}")
+err_at["max_new"] = c[2].empty()
+temp = c[3].number_input("Temperature", step=0.1, format="%.2f", key="live_temp",
+                         help=f"0 = greedy; at most {live.MAX_TEMPERATURE:g}")
+err_at["temperature"] = c[3].empty()
+err_at["prompt"] = prompt_err
+baseline = st.checkbox("Also decode autoregressively (the baseline the speedups are measured against)", True,
+                       key="live_baseline")
+
+ids, policies, errors = live.validate(pair, text, specs, max_new, temp)
+for f, msg in errors.items():  # each message names its field and sits right under it
+    err_at[f].error(msg)
+inputs = {"pair": which, "text": text, "A": specs["A"].strip(), "B": specs["B"].strip(), "max_new": max_new,
+          "temperature": temp, "baseline": baseline}
+
+
+def _take_ticket() -> None:
+    """Decode's callback: the earliest moment of the run, so the line keeps the order of the clicks."""
+    ss["live_ticket"] = queue.take()
+
+
 b = st.columns([1, 1, 4])
-run = b[0].button("Decode", type="primary", key="live_run")
-b[1].button("Stop", key="live_stop", help="stops both sides; what was decoded so far stays available as a trace")
+run = b[0].button("Decode", type="primary", key="live_run", disabled=bool(errors), on_click=_take_ticket,
+                  help="fix the fields marked in red first" if errors else None)
+b[1].button("Stop", key="live_stop", help="stops all sides; what was decoded so far stays available as a trace")
+ticket = ss.pop("live_ticket", None)
+status = st.empty()
 st.markdown(tokens.legend(), unsafe_allow_html=True)
+stale = st.empty()
 cols = dict(zip(live.SIDES, st.columns(2)))
 panes = {s: cols[s].empty() for s in live.SIDES}
-specs = {"A": spec_a, "B": spec_b}
+base_pane = st.empty()
 
 
-def show(side: str, steps: list[dict], status: str, text_cache: dict) -> None:
-    """Redraw one side: the text so far (last step's block outlined) and the engine's summary numbers."""
-    ids = {t for d in steps for t in (*d["draft_tokens"], *d["emitted_tokens"])}
-    texts = live.token_text(pair, text_cache, ids)
+def _tps(s: dict) -> float:
+    return s["tokens_per_s"] if s["decode_ms"] else 0.0
+
+
+def show(side: str, steps: list[dict], status_text: str, label: str, text_cache: dict, base: dict | None) -> None:
+    """Redraw one side: what ran (label), the text so far (last step's block outlined) and its numbers;
+    the speedup is over the autoregressive baseline of the same run (so far, while it decodes)."""
+    ids_ = {t for d in steps for t in (*d["draft_tokens"], *d["emitted_tokens"])}
+    texts = live.token_text(pair_of_run, text_cache, ids_)
     s = summarize(steps)
     with panes[side].container(border=True):
-        st.markdown(f"**{side} · {specs[side]}** · {status}")
+        st.markdown(f"**{side} · {label}** · {status_text}")
         earlier = [p for d in steps[:-1] for p in tokens.emitted_pieces(d, texts)]
         st.markdown(tokens.strip(earlier, tokens.step_pieces(steps[-1], texts) if steps else None),
                     unsafe_allow_html=True)
-        m = st.columns(3)
-        m[0].metric("tokens/s", f"{s['tokens_per_s']:.1f}")
-        m[1].metric("target calls", s["target_calls"])
-        m[2].metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
+        m = st.columns(4)
+        m[0].metric("tokens/s", f"{_tps(s):.1f}", help="this machine, now: the sides decode in turn, one target "
+                                                        "call each, so they share the same load")
+        speed = _tps(s) / _tps(base) if base and _tps(base) else None
+        m[1].metric("speedup", f"{speed:.2f}×" if speed else "—",
+                    help="tokens/s ÷ the autoregressive baseline's tokens/s on the same prompt, in the same run")
+        m[2].metric("target calls", s["target_calls"], help="hardware-free")
+        m[3].metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
 
 
-if run:
-    from engine.decode import DecodeConfig
-    from engine.sampling import SamplingConfig
+def show_base(steps: list[dict], status_text: str) -> None:
+    s = summarize(steps)
+    with base_pane.container(border=True):
+        st.markdown(f"**Autoregressive baseline** (target only, same prompt) · {status_text}")
+        m = st.columns(4)
+        m[0].metric("tokens/s", f"{_tps(s):.1f}")
+        m[1].metric("tokens", s["new_tokens"])
+        m[2].metric("target calls", s["target_calls"])
+        m[3].metric("decode time (ms)", f"{s['decode_ms']:.0f}")
 
-    ids, policies, err = live.check_inputs(pair, text, specs, int(max_new), float(temp))
-    if err:
-        st.error(err)
+
+# ---------------------------------------------------------------- run
+
+pair_of_run = pair
+if ticket is not None and not run:  # a callback's ticket this run did not use: leave the line at once
+    queue.release(ticket)
+if run and ticket is not None:
+    if errors:  # an edit and the click arrived together: the new values are invalid, so nothing runs
+        queue.release(ticket)
+        status.error("Not started: " + " ".join(errors.values()))
     else:
+        from engine.decode import DecodeConfig
+        from engine.sampling import SamplingConfig
+
         cfg = DecodeConfig(max_new_tokens=int(max_new), sampling=SamplingConfig(temperature=float(temp)))
         caches = {s: {} for s in live.SIDES}
-        out = live.session_dir()
-        ss["live_result"] = {"paths": {}, "specs": dict(specs), "state": "running"}
-        ss["live_result"]["paths"] = {s: str(p) for s, p in live.paths_for(out, specs).items()}
+        out = live.new_run_dir()
+        labels = {s: (policies[s].spec if policies[s] is not None else live.AUTOREGRESSIVE) for s in live.SIDES}
+        run_specs = {s: inputs[s] for s in live.SIDES}
+        ss["live_result"] = {"paths": {s: str(p) for s, p in live.paths_for(out, run_specs).items()},
+                             "inputs": dict(inputs), "state": "running"}
+        if baseline:
+            ss["live_result"]["paths"][live.BASE] = str(live.paths_for(out, {live.BASE: live.AUTOREGRESSIVE})[live.BASE])
+        for s in live.SIDES:
+            panes[s].empty()
+        base_pane.empty()
+        progress = {live.BASE: []}
+
+        def _waiting(ahead: int) -> None:
+            status.info(f"Waiting for the models (another session is decoding) · {ahead} "
+                        f"{'run' if ahead == 1 else 'runs'} ahead of yours; yours starts when "
+                        f"{'it finishes' if ahead == 1 else 'they finish'} (first come, first served).",
+                        icon=":material/hourglass_top:")
+
+        def _step(side: str, steps: list[dict], done: bool) -> None:
+            if side == live.BASE:
+                progress[live.BASE] = steps
+                show_base(steps, "done" if done else "decoding…")
+            else:
+                show(side, steps, "done" if done else "decoding…", labels[side], caches[side],
+                     summarize(progress[live.BASE]) if progress[live.BASE] else None)
+
+        if queue.position(ticket) > 0:
+            _waiting(queue.position(ticket))
         try:
-            live.run_pair(pair, ids, text, specs, policies, cfg, out,
-                          lambda side, steps, done: show(side, steps, "done" if done else "decoding…", caches[side]))
+            live.run_pair(pair, ids, text, run_specs, policies, cfg, out, _step, queue=queue, ticket=ticket,
+                          on_wait=_waiting, baseline=baseline)
             ss["live_result"]["state"] = "finished"
+            status.empty()
         except TimeoutError as e:
-            ss["live_result"]["state"] = "busy"
-            st.error(f"Not started: {e}. Try again in a moment.")
+            ss["live_result"] = None
+            status.error(f"Not started: {e}. Try again in a moment.")
+
+# ---------------------------------------------------------------- last run (from its trace files)
 
 res = ss.get("live_result")
-if res and res["state"] != "busy":
+if res:
     if res["state"] == "running":  # the script was interrupted (Stop, or a setting changed) mid-decode
         res["state"] = "stopped"
-    st.subheader("Last run" + (" (stopped early: traces have no footer)" if res["state"] == "stopped" else ""))
-    for side, col in zip(live.SIDES, st.columns(2)):
-        path = res["paths"].get(side)
-        try:
-            t = load_trace(path)
-        except (TraceError, TypeError) as e:
-            col.error(f"{side}: {e}")
+    NAMES = {**live.FIELDS, "pair": "model pair", "text": "prompt", "baseline": "baseline"}
+    changed = [NAMES[k] for k in ("pair", "text", "A", "B", "max_new", "temperature", "baseline")
+               if res["inputs"].get(k) != inputs.get(k)]
+    pair_of_run = live.get_pair(res["inputs"]["pair"]) if res["inputs"]["pair"] in pairs else pair
+    head = "Last run" + (" (stopped early: traces have no footer)" if res["state"] == "stopped" else "")
+    stale.markdown(f"#### {head}" + (f"  \n:orange-badge[stale] the inputs changed since this run "
+                                     f"({', '.join(changed)}): the panes show the run as it was; press Decode to run "
+                                     f"the new settings." if changed else ""))
+    traces = {}
+    if not any(Path(p).exists() for p in res["paths"].values()):
+        st.caption("Stopped while waiting for the models: nothing ran.")
+    for side, path in res["paths"].items():
+        if not Path(path).exists():
             continue
-        caches = {}
+        try:
+            traces[side] = load_trace(path)
+        except (TraceError, TypeError, OSError) as e:
+            (cols[side] if side in cols else st).error(f"{side}: {e}")
+    base = traces.get(live.BASE)
+    base_sum = summarize(base.steps) if base is not None and base.steps else None
+    if base is not None and base.steps:
+        show_base(base.steps, "done" if base.ends else "stopped")
+    for side in live.SIDES:
+        t = traces.get(side)
+        if t is None:
+            continue
+        h = t.header
+        label = (f"{(h.get('policy') or {}).get('spec', '?')} · {(h.get('target') or {}).get('name')}"
+                 f"{' ← ' + h['draft']['name'] if h.get('draft') else ''} · {data.sampling_label(h)} · "
+                 f"max {h.get('max_new_tokens')} tokens")
         if t.steps:  # redrawn from the trace file itself: what you download is what you saw
-            show(side, t.steps, "done" if t.ends else "stopped", caches)
-        name = Path(path).name
-        raw = open(path, "rb").read()
+            show(side, t.steps, "done" if t.ends else "stopped", label, {}, base_sum)
+        col = cols[side]
+        name = Path(res["paths"][side]).name
+        raw = open(res["paths"][side], "rb").read()
         downloads.trace_buttons(t, name, f"live_{side}", where=col, jsonl=raw)
         if col.button(f"Open {side} in Replay", key=f"live_open_{side}"):
             label, err = data.add_trace_bytes(name, raw, origin="live")
@@ -115,3 +254,6 @@ if res and res["state"] != "busy":
             else:
                 ss["replay_trace"], ss["replay_step"] = label, 0
                 st.switch_page("pages/replay.py")
+    st.caption(f"Timed on this machine at {data.run_date(next(iter(traces.values())).header) if traces else '?'} UTC, "
+               "the sides taking turns one target call at a time: compare them with each other (and the speedup), "
+               "not with traces recorded elsewhere.")

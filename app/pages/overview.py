@@ -1,4 +1,5 @@
-"""Overview: what is loaded, one card per trace with the engine's own summary, and where to go next."""
+"""Overview: what is loaded, grouped by target model and run, one card per trace with the engine's own
+summary, and where to go next."""
 
 import streamlit as st
 
@@ -21,33 +22,49 @@ if any(e.info["demo"] for e in entries.values()):
             "real models. Real traces written by `python -m engine decode` into `traces/` appear here too.")
 if not entries:
     st.warning("No traces yet: add some to `traces/`, upload one, or record one on the Live page.")
+else:
+    st.caption("Grouped by target model, then by run (same day, machine settings and prompts). Target calls and "
+               "emitted per call do not depend on the hardware; tokens/s does, so it compares only within a run.")
 
+titles = data.unique_titles(entries)
+groups = data.run_groups(entries)
 COLS = 3
-items = list(entries.values())
-for row in range(0, len(items), COLS):
-    for col, e in zip(st.columns(COLS), items[row:row + COLS]):
-        s, info = e.info["summary"], e.info
-        with col.container(border=True):
-            st.markdown(f"#### {info['policy']}")
-            tags = [":violet-badge[tiny-model demo]" if info["demo"] else "",
-                    f":gray-badge[{e.origin}]", "" if info["complete"] else ":orange-badge[interrupted]",
-                    f":blue-badge[imported: {imported.source_format(e.trace)}]" if imported.lacks(e.trace) else ""]
-            st.markdown(" ".join(t for t in tags if t))
-            st.caption(f"{e.label}  \npair: {info['pair']}  \ntasks: {', '.join(info['tasks']) or '—'}")
-            a, b = st.columns(2)
-            a.metric("tokens/s", f"{s['tokens_per_s']:.1f}")
-            b.metric("target calls", s["target_calls"])
-            a.metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
-            b.metric("acceptance", imported.pct(s["draft_acceptance_rate"]), help="accepted drafts ÷ drafted, excl. bonus"
-                     + (f" · {imported.missing(e.trace, ('window',))}" if imported.lacks(e.trace) else ""))
-            st.caption(f"mean emitted per call incl. bonus · acceptance rate excl. bonus · "
-                       f"{s['requests']} prompts · {s['new_tokens']} tokens")
+for target, runs in groups.items():
+    st.subheader(f"Target {target}")
+    for run, labels in runs.items():
+        first = entries[labels[0]].info
+        st.markdown(f"**Run · {first['context']}** · {len(first['prompts_key'])} prompts "
+                    f"({', '.join(first['tasks']) or '—'})")
+        for row in range(0, len(labels), COLS):
+            for col, label in zip(st.columns(COLS), labels[row:row + COLS]):
+                e = entries[label]
+                s, info = e.info["summary"], e.info
+                with col.container(border=True):
+                    st.markdown(f"##### {titles[label]}")
+                    tags = [":violet-badge[tiny-model demo]" if info["demo"] else "",
+                            f":gray-badge[{e.origin}]", "" if info["complete"] else ":orange-badge[interrupted]",
+                            f":blue-badge[imported: {imported.source_format(e.trace)}]" if imported.lacks(e.trace) else ""]
+                    st.markdown(" ".join(t for t in tags if t))
+                    st.caption(f"{e.label}")
+                    a, b = st.columns(2)
+                    a.metric("target calls", s["target_calls"], help="verify forwards of the target: hardware-free")
+                    b.metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}",
+                             help="incl. bonus token: hardware-free")
+                    a.metric("acceptance", imported.pct(s["draft_acceptance_rate"]),
+                             help="accepted drafts ÷ drafted, excl. bonus"
+                                  + (f" · {imported.missing(e.trace, ('window',))}" if imported.lacks(e.trace) else ""))
+                    b.metric("tokens/s", f"{s['tokens_per_s']:.1f}",
+                             help=f"wall clock on {info['context']}: compare only within one run")
+                    st.caption(f"{s['requests']} prompts · {s['new_tokens']} tokens · tokens/s measured "
+                               f"{info['context']}")
 
 st.subheader("Where next")
-c = st.columns(6)
-c[0].page_link("pages/replay.py", label="Replay a trace step by step", icon=":material/play_circle:")
-c[1].page_link("pages/windows.py", label="Window analysis (oracle vs fixed)", icon=":material/query_stats:")
-c[2].page_link("pages/compare.py", label="Compare two policies", icon=":material/compare_arrows:")
-c[3].page_link("pages/live.py", label="Decode live, side by side", icon=":material/bolt:")
-c[4].page_link("pages/upload.py", label="Upload your traces", icon=":material/upload_file:")
-c[5].page_link("pages/audit.py", label="Which verifiers are lossless", icon=":material/verified:")
+LINKS = [("pages/replay.py", "Replay a trace", ":material/play_circle:"),
+         ("pages/windows.py", "Window analysis", ":material/query_stats:"),
+         ("pages/compare.py", "Compare two traces", ":material/compare_arrows:"),
+         ("pages/live.py", "Decode live", ":material/bolt:"),
+         ("pages/upload.py", "Upload traces", ":material/upload_file:"),
+         ("pages/audit.py", "Lossless verifiers", ":material/verified:")]
+for row in range(0, len(LINKS), 3):
+    for col, (page, label, icon) in zip(st.columns(3), LINKS[row:row + 3]):
+        col.page_link(page, label=label, icon=icon)

@@ -20,7 +20,8 @@ def _reset() -> None:
 c1, c2 = st.columns([2, 3])
 names = list(entries)
 data.pick("replay_trace", names, data.default_label(entries))
-label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset)
+titles = data.unique_titles(entries)
+label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset, format_func=lambda k: f"{titles[k]} · {k}")
 e = entries[label]
 reqs = data.requests_frame(e.trace, e.steps).set_index("request_id")
 data.pick("replay_req", list(reqs.index), reqs.index[0])
@@ -36,7 +37,7 @@ n = len(raw)
 info = e.info
 n_drafts = max(len(s.get("all_drafts") or [()]) for s in raw)  # K > 1: a multi-draft trace
 st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['verifier']} · "
-           f"temperature {info['temperature']} · {n} verify calls"
+           f"{info['sampling']} · {n} verify calls · timed {info['context']}"
            + (f" · {n_drafts} drafts per step" if n_drafts > 1 else "")
            + (" · :violet-badge[tiny-model demo]" if info["demo"] else ""))
 downloads.trace_buttons(e.trace, label, "replay")

@@ -78,31 +78,31 @@ st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · 
            f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
            + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
 
-left, right = st.columns(2)
 gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
-left.plotly_chart(plots.cost_curve(curve), theme=None, key="win_cost")
+st.plotly_chart(plots.cost_curve(curve), theme=None, key="win_cost")
+
+st.subheader("Measured tokens per verify call")
 spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
-with right:
-    non_demo = [k for k, e in spec_entries.items() if not e.info["demo"]]
-    picked = st.multiselect("Decode traces", list(spec_entries), default=non_demo or list(spec_entries),
-                            key="win_traces", help="measured accepted lengths, one series per trace")
-    acc = (analysis.trace_accepted_frame([spec_entries[k].trace for k in picked])
-           .assign(series=lambda d: d["source"].map(lambda p: p.rsplit("/", 1)[-1])) if picked else pd.DataFrame())
+non_demo = [k for k, e in spec_entries.items() if not e.info["demo"]]
+picked = st.multiselect("Decode traces", list(spec_entries), default=non_demo or list(spec_entries),
+                        key="win_traces", help="measured accepted lengths, one series per trace")
+acc = (analysis.trace_accepted_frame([spec_entries[k].trace for k in picked])
+       .assign(series=lambda d: d["source"].map(lambda p: p.rsplit("/", 1)[-1])) if picked else pd.DataFrame())
+if len(acc):
+    acc = acc if task == "all" else acc[acc["task"] == task]
+    a, b = st.columns(2)
+    view = a.segmented_control("View", ["histogram", "ECDF"], default="histogram", key="win_hist")
+    col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
+                              help="emitted includes the bonus/correction token; accepted excludes it")
     if len(acc):
-        acc = acc if task == "all" else acc[acc["task"] == task]
-        a, b = st.columns(2)
-        view = a.segmented_control("View", ["histogram", "ECDF"], default="histogram", key="win_hist")
-        col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
-                                  help="emitted includes the bonus/correction token; accepted excludes it")
-        if len(acc):
-            st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
-                                                        ecdf=view == "ECDF"), theme=None, key="win_dist")
-            st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
-                       "censored at γ.")
-    else:
-        st.caption("No speculative decode traces loaded for the accepted-length distribution.")
+        st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
+                                                    ecdf=view == "ECDF"), theme=None, key="win_dist")
+        st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
+                   "censored at γ.")
+else:
+    st.caption("No speculative decode traces loaded for the accepted-length distribution.")
 
 st.subheader("Oracle ÷ best fixed window, per task")
 costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
