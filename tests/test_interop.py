@@ -181,3 +181,26 @@ def test_renewal_bound():
         w = rng.integers(0, 6, size=len(a))
         s_policy = (np.minimum(a, w) + 1).mean() / (w * 0.1 + 1).mean()
         assert s_policy <= b["s_oracle"] + 1e-12
+
+
+def test_baseline_recount_with_a_local_tokenizer(tmp_path, capsys):
+    """--tokenizer DIR: speed.py's recount, len(tokenizer(turn).input_ids) − 1, with an offline tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", *"abcdefghijklmnopqrstuvwxyz"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>").save_pretrained(tmp_path / "tok")
+    m = answer_file(tmp_path / "m.jsonl", PLD, "m")
+    b = answer_file(tmp_path / "b.jsonl", VANILLA, "vanilla")
+    hf = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    speeds = [sum(r[3]) / sum(r[4]) for r in PLD]
+    speeds0 = [sum(len(hf(t).input_ids) - 1 for t in r[2]) / sum(r[4]) for r in VANILLA]
+    want = np.array(speeds).mean() / np.array(speeds0).mean()
+    rows = speed.speed_table(specbench.read_answers(m), specbench.read_answers(b),
+                             speed.hf_token_counter(str(tmp_path / "tok")))
+    assert rows[-1]["task"] == "overall" and rows[-1]["speedup"] == pytest.approx(want, rel=1e-12)
+    assert main(["import", "specbench", str(m), "--baseline", str(b), "--tokenizer", str(tmp_path / "tok")]) == 0
+    out = capsys.readouterr().out
+    assert f"{want:.3f}×" in out and "recounted from text" in out
