@@ -196,7 +196,8 @@ def hf_header(target_model, assistant_model, gen_kwargs: dict[str, Any], prompts
     return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "target": _info(target_model), "draft": _info(assistant_model),
             "policy": hf_policy(assistant_model, spec), "verifier": "hf-assisted",
-            "sampling": {"temperature": float(kw.get("temperature", 1.0)) if sample else 0.0,
-                         "top_k": kw.get("top_k") or 0, "top_p": kw.get("top_p", 1.0), "seed": kw.get("seed")},
+            # generate's defaults where a knob is unset (None): temperature 1, no top-k, top-p 1
+            "sampling": {"temperature": float(kw.get("temperature") or 1.0) if sample else 0.0,
+                         "top_k": kw.get("top_k") or 0, "top_p": float(kw.get("top_p") or 1.0), "seed": kw.get("seed")},
             "max_new_tokens": kw.get("max_new_tokens"), "prompts": prompts or [],
             "software": software_versions(), "recorder": "engine.hf_record", **extra}

@@ -204,3 +204,15 @@ def test_baseline_recount_with_a_local_tokenizer(tmp_path, capsys):
     assert main(["import", "specbench", str(m), "--baseline", str(b), "--tokenizer", str(tmp_path / "tok")]) == 0
     out = capsys.readouterr().out
     assert f"{want:.3f}×" in out and "recounted from text" in out
+
+
+def test_nulls_load_only_where_the_header_declares_them_lacking(tmp_path):
+    src = answer_file(tmp_path / "a.jsonl", SPS, "m")
+    out = tmp_path / "t.jsonl"
+    specbench.import_answers(src, out)
+    lines = out.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["imported"]["lacks"].remove("draft_tokens")
+    (tmp_path / "bad.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    with pytest.raises(TraceError, match="draft_tokens"):
+        load_trace(tmp_path / "bad.jsonl")
