@@ -96,10 +96,10 @@ class _Hooks:
         if g:
             d = torch.tensor(drafts, device=scores.device)
             logp = torch.log_softmax(scores[0, :g].float(), -1)
-            p_d = logp[torch.arange(g), d].exp()
+            p_d = logp[torch.arange(g, device=d.device), d].exp()
             if st["logits"] is not None:
                 logq = torch.log_softmax(st["logits"][0, :g].float().to(scores.device), -1)
-                q_d = logq[torch.arange(g), d].exp()
+                q_d = logq[torch.arange(g, device=d.device), d].exp()
                 ent = tuple(_entropy(logq).tolist())
             else:  # candidate generators without logits (prompt lookup) have no q
                 q_d, ent = torch.ones(g), tuple([0.0] * g)
