@@ -318,11 +318,14 @@ def trace_table(traces) -> pd.DataFrame:
     rows = []
     for (src, pol, task), g in list(df.groupby(["source", "policy", "task"], sort=False)) + \
             [((s, p, "all"), g) for (s, p), g in df.groupby(["source", "policy"], sort=False)]:
-        drafted = g["window"].sum()
+        known = bool(g["window"].notna().all())  # an imported run (engine.interop) may not record windows
+        drafted = g["window"].sum() if known else 0
         tv = float(g["t_verify_ms"].median())
         rows.append({"source": src, "policy": pol, "task": task, "steps": len(g), "tokens": int(g["emitted"].sum()),
-                     "max_window": int(g["window"].max()), "censored_frac": float(g["censored"].mean()),
-                     "note": f"accepted censored at window {int(g['window'].max())}" if pol.startswith("fixed")
+                     "max_window": int(g["window"].max()) if known else None,
+                     "censored_frac": float(g["censored"].astype(float).mean()),
+                     "note": "imported: windows not recorded, censoring unknown" if not known
+                     else f"accepted censored at window {int(g['window'].max())}" if pol.startswith("fixed")
                      else "accepted censored at each step's window",
                      **_spread(g["accepted"].to_numpy(dtype=float), "accepted"),
                      "emitted_per_call": float(g["emitted"].mean()),

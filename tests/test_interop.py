@@ -216,3 +216,10 @@ def test_nulls_load_only_where_the_header_declares_them_lacking(tmp_path):
     (tmp_path / "bad.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     with pytest.raises(TraceError, match="draft_tokens"):
         load_trace(tmp_path / "bad.jsonl")
+
+
+def test_analyze_cli_reads_an_imported_trace(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    specbench.import_answers(answer_file(tmp_path / "a.jsonl", SPS, "m"), out)
+    assert main(["analyze", str(out)]) == 0
+    assert "specbench:m" in capsys.readouterr().out
