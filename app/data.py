@@ -111,8 +111,9 @@ def machine_context(h: dict[str, Any]) -> str:
     """Where and when a trace's timings were taken, from its header: date, device, dtype, threads and
     torch build. Tokens/s are only comparable within one such context."""
     sw, tgt = h.get("software") or {}, h.get("target") or {}
+    threads = sw.get("cpu_threads")
     parts = [tgt.get("device"), tgt.get("dtype"),
-             f"{sw['cpu_threads']} thread{'s' if str(sw['cpu_threads']) != '1' else ''}" if sw.get("cpu_threads") else None,
+             f"{threads} thread{'s' if str(threads) != '1' else ''}" if threads else None,
              f"torch {sw['torch']}" if sw.get("torch") else None]
     where = ", ".join(str(x) for x in parts if x) or "machine not recorded"
     return f"{run_date(h) or 'date not recorded'} · {where}"
@@ -399,11 +400,13 @@ def pick(key: str, options: list, default) -> None:
 
 
 def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None) -> str | None:
-    """The trace a page opens on: real (non-demo) traces before tiny demo ones; within those, the
-    preferred policy (the usual fixed baseline), else the first speculative trace, else anything.
+    """The trace a page opens on: real (non-demo) traces before tiny demo ones, greedy before sampled;
+    within those, the preferred policy (the usual fixed baseline), else the first speculative trace,
+    else anything.
     `skip` avoids picking the same trace twice (Compare)."""
     labels = [k for k in entries if k != skip] or list(entries)
-    labels.sort(key=lambda k: bool(entries[k].info["demo"]))  # stable: keeps file order within each group
+    # Real before demo, greedy before sampled (stable: keeps file order within each group).
+    labels.sort(key=lambda k: (bool(entries[k].info["demo"]), bool(entries[k].info.get("temperature"))))
     for test in (lambda e: e.info["policy"] == prefer, lambda e: e.info["draft"] is not None, lambda e: True):
         for k in labels:
             if test(entries[k]):

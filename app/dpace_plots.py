@@ -139,7 +139,8 @@ def objectives_bar(summary: dict) -> go.Figure:
                 error_y=dict(type="data", array=[r["tau_offline_std"] for r in rows]))
     if any(r.get("tau_online_mean") is not None for r in rows):
         fig.add_bar(x=x, y=[r.get("tau_online_mean") or 0 for r in rows], name="online (Spec-Bench dev)",
-                    marker_color=colors[1], error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
+                    marker_color=colors[1],
+                    error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
     fig.update_layout(barmode="group")
     return layout(fig, "τ per objective (mean ± sd over seeds)", "objective",
                   "τ (tokens per target call, incl. bonus)", height=380)

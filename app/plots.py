@@ -209,7 +209,8 @@ def cumulative_compare(curves: dict[str, pd.DataFrame], cursor: int | None = Non
                         hovertemplate="%{x} target calls<br>%{y} tokens<extra>" + label + "</extra>")
     if cursor is not None:
         fig.add_vline(x=cursor + 1, line_color="#222222", line_width=1.5, opacity=0.6)
-    return layout(fig, "Tokens generated vs target calls", "target calls (verify forwards)", "tokens generated (incl. bonus)")
+    return layout(fig, "Tokens generated vs target calls", "target calls (verify forwards)",
+                  "tokens generated (incl. bonus)")
 
 
 def time_compare(curves: dict[str, pd.DataFrame]) -> go.Figure:

@@ -720,7 +720,7 @@ def test_multi_draft_view_follows_the_chosen_draft(app, trace_dir):
     s = json.loads(lines[i])
     blocks = s["all_drafts"]
     blocks[0], blocks[1] = blocks[1], blocks[0]  # the followed block now sits at index 1
-    s.update(chosen=1, accepted=1, emitted_tokens=[s["draft_tokens"][0], 7], correction=7, bonus=None,
+    s.update(chosen=1, accepted=1, emitted_tokens=[s["draft_tokens"][0], 7], emitted=2, correction=7, bonus=None,
              decisions=[1] + [0] * (s["window"] - 1))
     lines[i] = json.dumps(s)
     at = goto(app, "upload")

@@ -55,7 +55,8 @@ same_run = same_machine and A.info["created"][:10] == B.info["created"][:10]
 st.markdown("**Wall clock** — depends on the machine and its load at the time")
 m = st.columns(4)
 m[0].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
-            delta_color="inverse" if same_run else "off", help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
+            delta_color="inverse" if same_run else "off",
+            help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
 m[1].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
             delta_color="normal" if same_run else "off", help=f"A: {sa['tokens_per_s']:.1f}")
 st.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"

@@ -174,7 +174,8 @@ if run and ticket is not None:
         ss["live_result"] = {"paths": {s: str(p) for s, p in live.paths_for(out, run_specs).items()},
                              "inputs": dict(inputs), "state": "running"}
         if baseline:
-            ss["live_result"]["paths"][live.BASE] = str(live.paths_for(out, {live.BASE: live.AUTOREGRESSIVE})[live.BASE])
+            base_path = live.paths_for(out, {live.BASE: live.AUTOREGRESSIVE})[live.BASE]
+            ss["live_result"]["paths"][live.BASE] = str(base_path)
         for s in live.SIDES:
             panes[s].empty()
         base_pane.empty()

@@ -1,6 +1,7 @@
 """Sweeps: the per-task table of a `python -m engine sweep` folder and a policy × task speedup heatmap."""
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import streamlit as st
@@ -52,9 +53,12 @@ if facets:
         view = view[view[name] == pick]
 
 st.plotly_chart(sweep_plots.speedup_heatmap(view), theme=None, width="stretch")
+dtypes = ", ".join(map(str, sorted(view["dtype"].unique()))) if "dtype" in view else "?"
+when = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "date unknown"
 st.caption("Speedup = tokens/s ÷ tokens/s of the autoregressive task on the same prompts, pooled over shards "
            "(Σ tokens ÷ Σ decode time). Workers that share CPU cores slow each other: compare cells of one "
-           "sweep, not across sweeps run with different worker counts.")
+           f"sweep, not across sweeps run with different worker counts. Tokens/s here were measured by this sweep's "
+           f"workers (summary written {when}; dtype {dtypes}).")
 st.subheader("Per policy and task")
 downloads.table(sweep_plots.policy_task_table(view), f"sweep-{p.name}-policy-task", "sweep_table",
                 column_config={"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
