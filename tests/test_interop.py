@@ -126,6 +126,10 @@ def test_malformed_answer_files_fail_in_one_line(tmp_path):
                         b'"accept_lengths": [1]}]}\n', "wall_time[0]"),
                        (b'{"question_id": 1, "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [0.1], '
                         b'"accept_lengths": [0]}]}\n', "accept_lengths[0]"),
+                       (b'{"question_id": 1, "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [0.0], '
+                        b'"accept_lengths": [1]}]}\n', "sums to 0 s"),
+                       (b'{"question_id": [1], "choices": [{"turns": ["a"], "new_tokens": [1], "wall_time": [1.0], '
+                        b'"accept_lengths": [1]}]}\n', "question_id"),
                        (b"not json\n", "invalid JSON")):
         with pytest.raises(TraceError) as e:
             specbench.loads_answers(bad, "bad.jsonl")

@@ -87,6 +87,9 @@ def parse_answers(data: bytes, name: str = "answers.jsonl") -> list[dict[str, An
             raise SpecBenchError(f"{where}: invalid JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(d, dict) or not isinstance(d.get("choices"), list) or not d["choices"]:
             _fail(where, "choices", "expected a non-empty list (is this a Spec-Bench answer file?)")
+        q = d.get("question_id")
+        if q is not None and (isinstance(q, bool) or not isinstance(q, (int, str))):
+            _fail(where, "question_id", f"expected an integer or a string, got {type(q).__name__}")
         c = d["choices"][0]
         if not isinstance(c, dict):
             _fail(where, "choices[0]", "expected an object")
@@ -101,6 +104,8 @@ def parse_answers(data: bytes, name: str = "answers.jsonl") -> list[dict[str, An
         if not len(turns) == len(new_tokens) == len(wall):
             _fail(where, "choices[0].new_tokens", f"{len(turns)} turns, {len(new_tokens)} new_tokens, "
                                                    f"{len(wall)} wall_time entries: expected one per turn")
+        if sum(wall) <= 0:
+            _fail(where, "choices[0].wall_time", "sums to 0 s: the question has no throughput")
         steps = c.get("decoding_steps")
         steps = _numbers(c, "decoding_steps", where, integer=True) if steps is not None else None
         out.append({"question_id": d.get("question_id"), "category": str(d.get("category") or ""),
