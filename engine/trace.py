@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+from itertools import chain
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -28,7 +29,7 @@ import numpy as np
 from engine.trace_check import (LACKABLE, MAX_DEPTH, MAX_LINE, MAX_WINDOW, SCHEMA, TOKEN_MAX, VERSION,  # noqa: F401
                                 TraceError, check_depth, check_header, check_request, check_request_end,
                                 compare_summary, fail, lacks_of, validate_step)
-from engine.trace_screen import screen_steps
+from engine.trace_screen import ArrowColumns, DictColumns, fill_counts, screen_steps, step_rows
 
 try:  # ~3x faster than the standard library on trace lines; optional (pyproject lists it)
     import orjson as _orjson
@@ -186,12 +187,14 @@ class Trace:
 # ------------------------------------------------------------------ validation (rules: engine.trace_check)
 
 
-def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool = True) -> Trace:
+def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool = True,
+                screened: dict[str, np.ndarray] | None = None, steps_at: list[int] | None = None) -> Trace:
     """Validate (location, record) pairs into a Trace; TraceError names the first bad record.
 
     `fast` screens the steps' fields as whole columns (engine.trace_screen) and runs the per-record
     reference check only on the step it flags; `fast=False` checks every step one by one (the
-    reference the tests compare against). Both report the same first error."""
+    reference the tests compare against). Both report the same first error. `screened`: the steps'
+    columns when the caller has already screened them (the Parquet fast path)."""
     recs = records if isinstance(records, list) else list(records)
     if not recs:
         raise TraceError(f"{Path(source).name or 'trace'}: empty file (no header)")
@@ -203,11 +206,20 @@ def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool
     check_header(h, where)
     lacks = lacks_of(h, where)
     fast = fast and not lacks  # imported runs (few steps, null fields) take the reference path
-    steps_at = [i for i, (_, d) in enumerate(recs) if type(d) is dict and d.get("type") == "step"]
-    bad_at, cols = None, {}
-    if fast:
-        j, cols = screen_steps([recs[i][1] for i in steps_at])
+    if steps_at is None or screened is None:
+        steps_at = [i for i, (_, d) in enumerate(recs) if type(d) is dict and d.get("type") == "step"]
+    bad_at, cols = None, screened or {}
+    if fast and screened is None:
+        steps = [recs[i][1] for i in steps_at]
+        j, cols = screen_steps(DictColumns(steps))
         bad_at = steps_at[j] if j is not None else None
+        # Steps before the flagged one are sound and get their counts; the reference names the flagged one.
+        fill_counts(steps[:j], {k: v[:j] for k, v in cols.items()}) if j is not None else fill_counts(steps, cols)
+    if fast and bad_at is None and steps_at:
+        try:
+            return _assemble_screened(recs, steps_at, cols, source)
+        except _Defer:  # some cross-record rule fails: the reference pass finds and names the first one
+            return build_trace(recs, source, fast=False)
     trace = Trace(header=h, source=source)
     state: dict[int, list] = {}  # request -> [next step, next context_len, finished, emitted tokens]
     for i in range(1, len(recs)):
@@ -248,6 +260,92 @@ def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool
         else:
             fail(where, "type", f"unknown record type {str(kind)[:40]!r}")
     if trace.footer is None:
+        trace.warnings.append("no footer: the run was interrupted; steps up to the last complete line are kept")
+    return trace
+
+
+class _Defer(Exception):
+    """The screened assembly met something to refuse; the reference pass words the error."""
+
+
+def _assemble_screened(recs: list, steps_at: list[int], c: dict[str, np.ndarray], source: str) -> Trace:
+    """The cross-record rules of `build_trace`'s reference pass, as array operations over steps whose
+    fields are already screened: each step belongs to a request opened before it and not yet ended,
+    steps count 0, 1, … per request, only a request's last step may finish it, context_len grows by
+    the tokens emitted, and request ends / the footer agree with the steps. Raises _Defer on any
+    doubt, never TraceError, so error messages come from one place."""
+    h = recs[0][1]
+    trace = Trace(header=h, source=source)
+    n_rec, pos = len(recs), np.asarray(steps_at)
+    is_step = np.zeros(n_rec, bool)
+    is_step[pos] = True
+    req_pos: dict[int, int] = {}
+    end_pos: dict[int, int] = {}
+    try:
+        for i in np.flatnonzero(~is_step)[1:].tolist():
+            where, d = recs[i]
+            if type(d) is not dict or trace.footer is not None:
+                raise _Defer
+            kind = d.get("type")
+            if kind == "request":
+                check_request(d, where)
+                if d["request_id"] in trace.requests:
+                    raise _Defer
+                trace.requests[d["request_id"]], req_pos[d["request_id"]] = d, i
+            elif kind == "request_end":
+                check_request_end(d, where)
+                if d["request_id"] not in trace.requests or d["request_id"] in trace.ends:
+                    raise _Defer
+                trace.ends[d["request_id"]], end_pos[d["request_id"]] = d, i
+            elif kind == "footer" and type(d.get("summary")) is dict:
+                trace.footer = d
+            else:
+                raise _Defer
+    except TraceError:
+        raise _Defer from None
+    if trace.footer is not None and (recs[-1][1] is not trace.footer or set(trace.requests) - set(trace.ends)):
+        raise _Defer
+    uniq, inv = np.unique(c["request_id"], return_inverse=True)
+    ids = uniq.tolist()
+    big = n_rec + 1
+    if (np.array([req_pos.get(r, big) for r in ids])[inv] > pos).any() or \
+            (np.array([end_pos.get(r, big) for r in ids])[inv] < pos).any():
+        raise _Defer  # a step of an unknown request, or after its request_end
+    order = np.argsort(inv, kind="stable")
+    g = inv[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    last = np.r_[g[1:] != g[:-1], True]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(g)), 0))
+    if (c["step"][order] != np.arange(len(g)) - start).any():
+        raise _Defer
+    if (c["finished"][order] & ~last).any():
+        raise _Defer  # a step after the one that finished its request
+    ctx, em = c["context_len"][order], c["emitted"][order]
+    prompt_len = np.array([len(trace.requests[r]["prompt_ids"]) for r in ids])
+    want = np.where(first, prompt_len[g], np.r_[0, ctx[:-1] + em[:-1]])
+    if (ctx != want).any():
+        raise _Defer
+    steps = [recs[i][1] for i in steps_at]
+    lo, hi = np.flatnonzero(first), np.flatnonzero(last) + 1  # group k = order[lo[k]:hi[k]]
+    for k, r in enumerate(ids):
+        end = trace.ends.get(r)
+        if end is None:
+            continue
+        idx = order[lo[k]:hi[k]]
+        out = list(chain.from_iterable(steps[j]["emitted_tokens"] for j in idx.tolist()))
+        if end["output_ids"] != out or end.get("finished") != steps[idx[-1]].get("finished"):
+            raise _Defer
+    with_steps = set(ids)
+    for r, end in trace.ends.items():  # ends of requests without steps: nothing emitted
+        if r not in with_steps and end["output_ids"]:
+            raise _Defer
+    trace.steps = steps
+    if trace.footer is not None:
+        try:
+            compare_summary(trace.footer["summary"], _summary_of_columns(c, len(trace.ends)), "footer")
+        except TraceError:
+            raise _Defer from None
+    else:
         trace.warnings.append("no footer: the run was interrupted; steps up to the last complete line are kept")
     return trace
 
@@ -474,7 +572,11 @@ def _meta_json(meta: dict, key: bytes, default: bytes, name: str) -> Any:
 
 
 def _load_parquet(data: bytes, name: str) -> Trace:
+    """Parquet: the fast path screens the step columns straight from Arrow (engine.trace_screen) and
+    builds the step dicts column by column; anything unexpected (another schema, a flagged row, a
+    policy_fields string that does not parse) takes the generic path, which names the first error."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     if data[:4] != b"PAR1":
@@ -483,7 +585,6 @@ def _load_parquet(data: bytes, name: str) -> Trace:
     try:
         table = pq.read_table(pa.BufferReader(data))
         meta = table.schema.metadata or {}
-        rows = table.to_pylist()
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for corrupt files
         raise TraceError(f"{name}: not a readable Parquet file ({type(e).__name__})") from None
     if b"speclab.header" not in meta:
@@ -498,8 +599,26 @@ def _load_parquet(data: bytes, name: str) -> Trace:
     was = gc.isenabled()
     gc.disable()
     try:
-        records: list[tuple[str, Any]] = [(f"{name}: header", header)]
-        records += [(f"{name}: request {i}", r) for i, r in enumerate(requests)]
+        head = [(f"{name}: header", header)] + [(f"{name}: request {i}", r) for i, r in enumerate(requests)]
+        tail = [(f"{name}: request_end {i}", e) for i, e in enumerate(ends)]
+        tail += [(f"{name}: footer", footer)] if footer is not None else []
+        cols = ArrowColumns.make(table) if type(header) is dict and not header.get("imported") else None
+        if cols is not None and table.num_rows and pc.all(pc.equal(table.column("type"), "step")).as_py():
+            j, num = screen_steps(cols)
+            pf = _policy_fields(table) if j is None else None
+            if pf is not None:
+                rows = step_rows(table, pf)
+                if not {"window", "emitted"} <= set(table.column_names):
+                    fill_counts(rows, num)
+                wheres = [f"{name}: row {i}" for i in range(len(rows))]
+                recs = head + list(zip(wheres, rows)) + tail
+                return build_trace(recs, source=name, screened=num,
+                                   steps_at=list(range(len(head), len(head) + len(rows))))
+        try:
+            rows = table.to_pylist()
+        except Exception as e:  # noqa: BLE001
+            raise TraceError(f"{name}: not a readable Parquet file ({type(e).__name__})") from None
+        records = list(head)
         for i, row in enumerate(rows):
             where = f"{name}: row {i}"
             pf = row.get("policy_fields")
@@ -512,10 +631,27 @@ def _load_parquet(data: bytes, name: str) -> Trace:
             elif pf is None:
                 row["policy_fields"] = {}
             records.append((where, row))
-        records += [(f"{name}: request_end {i}", e) for i, e in enumerate(ends)]
-        if footer is not None:
-            records.append((f"{name}: footer", footer))
-        return build_trace(records, source=name)
+        return build_trace(records + tail, source=name)
     finally:
         if was:
             gc.enable()
+
+
+def _policy_fields(table) -> list | None:
+    """Parsed policy_fields per row, or None when one is not a JSON object within the depth limit."""
+    if "policy_fields" not in table.column_names:
+        return None
+    out = []
+    for text in table.column("policy_fields").to_pylist():
+        if text is None or text == "{}":
+            out.append({})
+            continue
+        try:
+            v = _loads(text.encode())
+            check_depth(text, v, "")
+        except Exception:  # noqa: BLE001 - the generic path reports it with its row
+            return None
+        if type(v) is not dict:
+            return None
+        out.append(v)
+    return out

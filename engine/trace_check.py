@@ -34,6 +34,9 @@ MAX_TEXT = 1 << 22  # characters in a prompt/output text or any header string
 FINISHED = (None, "eos", "max_new_tokens")
 TIME_FIELDS = ("t_draft_ms", "t_verify_ms", "t_prefill_ms")
 PROB_FIELDS = ("q_draft", "p_target", "accept_probs")
+# Optional step fields and the value a step that omits them is loaded with (null = not set).
+STEP_DEFAULTS = {"correction": None, "bonus": None, "finished": None, "policy_fields": dict, "all_drafts": None,
+                 "chosen": 0, "decisions": None}
 INT_FIELDS = {  # step field -> (lo, hi)
     "request_id": (0, MAX_REQUEST_ID), "step": (0, MAX_STEP), "context_len": (1, MAX_CONTEXT),
     "window_cap": (0, MAX_WINDOW), "accepted": (0, MAX_WINDOW),
@@ -89,6 +92,8 @@ def check_tokens(d: dict, k: str, where: str, max_len: int, min_len: int = 0) ->
         fail(where, k, f"{len(v)} tokens exceeds the limit {max_len}")
     if len(v) < min_len:
         fail(where, k, f"{len(v)} tokens, need at least {min_len}")
+    if not v or set(map(type, v)) == {int} and min(v) >= 0 and max(v) < TOKEN_MAX:
+        return  # the common case at C speed (prompts and outputs run to thousands of ids)
     for i, t in enumerate(v):
         if not is_int(t) or not 0 <= t < TOKEN_MAX:
             fail(where, f"{k}[{i}]", f"not a token id: {_short(t)}")
@@ -216,6 +221,9 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
             fail(where, "decisions", "expected one 0/1 decision per drafted token")
     d.setdefault("window", w)
     d.setdefault("emitted", n_emitted)
+    for k, v in STEP_DEFAULTS.items():
+        if k not in d:
+            d[k] = v() if callable(v) else v
 
 
 def lacks_of(header: dict, where: str) -> frozenset:
@@ -327,6 +335,9 @@ def compare_summary(stated: dict, computed: dict, where: str) -> None:
 # ------------------------------------------------------------------ depth
 
 
+_SCALARS = {int, float, str, bool, type(None)}
+
+
 def depth(v: Any, limit: int = MAX_DEPTH) -> int:
     """Nesting depth of a parsed JSON value (a scalar is 0), counted without recursion so a hostile
     value cannot exhaust the stack; stops counting past `limit`."""
@@ -340,6 +351,8 @@ def depth(v: Any, limit: int = MAX_DEPTH) -> int:
         best = max(best, lvl)
         if best > limit:
             return best
+        if set(map(type, x)) <= _SCALARS:  # a list of numbers (token ids): nothing below it
+            continue
         stack.extend((y, lvl + 1) for y in x if isinstance(y, (dict, list)))
     return best
 
