@@ -270,13 +270,17 @@ def uploads() -> dict[str, Entry]:
     return st.session_state.setdefault(UPLOADS, {})
 
 
-def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[str | None, str | None]:
+def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
+                    progress=None) -> tuple[str | None, str | None]:
     """Parse an uploaded (or live-recorded) trace into the session. Returns (label, error line).
 
     The error is the loader's own one-line message (file, line/row, field), or a size message; no
-    exception escapes, so a bad file cannot break the page or the session's other traces."""
+    exception escapes, so a bad file cannot break the page or the session's other traces. Messages
+    name the file only (`name` is the browser's file name; no server path is ever shown).
+    `progress(fraction, text)` is called while a trace is parsed (engine.trace.loads_trace)."""
+    name = Path(name).name
     if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
-        return None, f"{name}: {len(data) / 1e6:.1f} MB exceeds the {MAX_UPLOAD_MB} MB upload limit"
+        return None, size_message(name, len(data))
     if not name.endswith(TRACE_SUFFIXES):
         return None, f"{name}: expected a .jsonl or .parquet trace"
     digest = hashlib.sha1(data).hexdigest()[:8]
@@ -289,7 +293,7 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[s
     try:
         # a Spec-Bench answer file is imported on the way in (engine.interop.specbench)
         trace = (specbench.loads_answers(data, name) if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20])
-                 else loads_trace(data, name=name))
+                 else loads_trace(data, name=name, progress=progress))
     except TraceError as e:
         return None, str(e)
     except Exception as e:  # a parser bug must still not take the page down; say what and where
@@ -298,6 +302,13 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded") -> tuple[s
     entry.info["digest"] = digest
     store[label] = entry
     return label, None
+
+
+def size_message(name: str, n_bytes: int) -> str:
+    """Why a file is refused for size, and what to do instead (Parquet is ~3.5× smaller than JSONL)."""
+    return (f"{name}: {n_bytes / 1e6:.1f} MB exceeds the {MAX_UPLOAD_MB} MB upload limit; convert it to Parquet "
+            f"(python -m engine export {Path(name).stem}.jsonl {Path(name).stem}.parquet, about 3.5× smaller) "
+            f"or check it locally with python -m engine validate")
 
 
 def remove_upload(label: str) -> None:

@@ -12,9 +12,25 @@ st.write(f"Trace files from `python -m engine decode` (JSONL, or Parquet from `p
 files = st.file_uploader("Trace files", type=["jsonl", "parquet"], accept_multiple_files=True, key="upload_files",
                          max_upload_size=data.MAX_UPLOAD_MB)
 for f in files or []:
-    label, err = data.add_trace_bytes(f.name, f.getvalue())
+    if f.size > data.MAX_UPLOAD_MB * 1024 * 1024:  # before reading it into the session at all
+        st.error(data.size_message(f.name, f.size))
+        continue
+    bar = st.progress(0.0, text=f"Reading {f.name}…")
+
+    def _tick(frac: float, text: str, bar=bar, name=f.name) -> None:
+        bar.progress(min(max(frac, 0.0), 1.0), text=f"{name}: {text}")
+
+    label, err = data.add_trace_bytes(f.name, f.getvalue(), progress=_tick)
+    bar.empty()
+    e = data.uploads().get(label) if label else None
     if err:
         st.error(err)
+    elif e is not None and not e.info["complete"]:
+        # An interrupted (killed) run: what was kept, in yellow, rather than a plain success.
+        ends = len(e.trace.ends)
+        st.warning(f"**{f.name}** is from an interrupted run: kept {len(e.trace.steps)} verify steps of "
+                   f"{len(e.trace.requests)} prompts ({ends} finished) up to its last complete line. "
+                   + " ".join(f"{w[0].upper()}{w[1:]}." for w in e.info["warnings"] if not w.startswith("no footer")))
     else:
         st.success(f"Loaded **{f.name}** — open it in Replay, Compare or Windows.")
 
