@@ -138,7 +138,8 @@ def objectives_bar(summary: dict) -> go.Figure:
     fig.add_bar(x=x, y=[r["tau_offline_mean"] for r in rows], name="offline", marker_color=colors[0],
                 error_y=dict(type="data", array=[r["tau_offline_std"] for r in rows]))
     if any(r.get("tau_online_mean") is not None for r in rows):
-        fig.add_bar(x=x, y=[r.get("tau_online_mean") or 0 for r in rows], name="online (Spec-Bench dev)",
+        # None (no bar) where an objective was not run online: a zero bar would read as τ = 0.
+        fig.add_bar(x=x, y=[r.get("tau_online_mean") for r in rows], name="online (Spec-Bench dev)",
                     marker_color=colors[1],
                     error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
     fig.update_layout(barmode="group")

@@ -5,8 +5,11 @@ sees: pages render without an exception box, replay's buttons and Play timer mov
 malformed upload shows the loader's one-line error, an upload is visible from other pages of the
 same session, a Live run finishes and opens in Replay, downloaded files (trace Parquet, Perfetto
 step timings, table CSV) read back, the Audit page shows its verdicts, and four browser sessions
-decoding at once each get their own, exact result. Screenshots land in docs/screenshots/ (each
-re-encoded as a palette PNG and kept under MAX_SHOT_BYTES).
+decoding at once each get their own, exact result; Live refuses invalid inputs without touching its
+panes, and a second session waits, visibly, behind the first. Screenshots of every page are written to
+$SPECLAB_SCREENSHOTS, or a pytest temp folder when unset, never into the repository: `make screenshots`
+runs this file with that variable set and copies them into docs/screenshots/ (each re-encoded as a palette
+PNG and kept under MAX_SHOT_BYTES).
 
 Needs `apt-get install -y chromium` and `pip install playwright` (Playwright's own browser download
 is not used); skips with the reason when either is missing. The Live page runs the tiny random pair
@@ -30,7 +33,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = REPO / "docs" / "screenshots"
+SHOTS_ENV = "SPECLAB_SCREENSHOTS"  # where screenshots go; unset: a pytest temp folder (the tree stays clean)
+SHOTS = Path()  # set by the `browser` fixture
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 90_000  # a 2-core box shared with training: page runs can take tens of seconds
@@ -52,10 +56,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def tiny_sweep(tmp_path_factory) -> Path:
+    """A sweep folder with only summary.parquet (what the Sweeps page reads): 3 policies × 3 tasks."""
+    import pandas as pd
+
+    from engine.sweep import SUMMARY_NAME, add_speedup
+
+    folder = tmp_path_factory.mktemp("sweep")
+    rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
+             "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
+             "chat": True, "task": task, "shard_hash": task, "prompts": 1, "new_tokens": 8,
+             "decode_ms": 8 / (tps * f) * 1e3, "target_calls": 4, "accepted_per_call_excl_bonus": 0.5,
+             "drafted_tokens": 4, "emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "tokens_per_s": tps * f}
+            for pol, tps in (("autoregressive", 100.0), ("fixed:4", 150.0), ("heuristic", 90.0))
+            for task, f in (("qa", 1.0), ("rag", 1.2), ("math", 0.8))]
+    add_speedup(pd.DataFrame(rows)).to_parquet(folder / SUMMARY_NAME, index=False)
+    return folder
+
+
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     port = _free_port()
-    env = {**os.environ, "SPECLAB_LIVE_MODELS": "tiny"}
+    env = {**os.environ, "SPECLAB_LIVE_MODELS": "tiny", "SPECLAB_SWEEP_DIR": str(tiny_sweep(tmp_path_factory))}
     cmd = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
            "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
@@ -82,7 +104,9 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
+    global SHOTS
+    SHOTS = Path(os.environ.get(SHOTS_ENV) or tmp_path_factory.mktemp("screenshots"))
     SHOTS.mkdir(parents=True, exist_ok=True)
     expect.set_options(timeout=TIMEOUT_MS)
     with sync_playwright() as p:
@@ -121,7 +145,7 @@ def settle(pg) -> None:
 def nav(pg, title: str) -> None:
     """Click the sidebar link, as a person would: the session (and its uploads) survives."""
     pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
-    pg.wait_for_url(re.compile(title.lower() if title != "Overview" else ".*"))
+    pg.wait_for_url(re.compile(re.sub(r"[^a-z]", "", title.lower()) if title != "Overview" else ".*"))
     settle(pg)
 
 
@@ -180,7 +204,7 @@ def test_replay_downloads_read_back(page, tmp_path):
     Perfetto step timings (JSON with one draft and one verify event per step)."""
     from engine.trace import load_trace
 
-    label = page.get_by_role("combobox", name="Trace").input_value()
+    label = page.get_by_role("combobox", name="Trace").input_value().rsplit(" · ", 1)[-1]  # "title · file"
     want = load_trace(REPO / "traces" / label)
     pq = download(page, download_button(page, "Trace (Parquet)"), ".parquet", tmp_path)
     got = load_trace(pq)
@@ -207,6 +231,15 @@ def test_compare(page):
     shot(page, "compare")
 
 
+def test_sweeps_and_dpace(page):
+    nav(page, "Sweeps")
+    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    shot(page, "sweeps")
+    nav(page, "D-PACE")
+    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    shot(page, "dpace")
+
+
 def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(page):
     nav(page, "Upload")
     lines = (REPO / "traces" / "demo-tiny-fixed4.jsonl").read_bytes().split(b"\n")
@@ -224,7 +257,7 @@ def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(pa
         files=[{"name": "mine.jsonl", "mimeType": "application/json", "buffer": b"\n".join(lines)}])
     expect(page.get_by_text("Loaded mine.jsonl")).to_be_visible()
     nav(page, "Overview")
-    expect(page.get_by_text("uploaded: mine.jsonl")).to_be_visible()
+    expect(page.get_by_text("uploaded: mine.jsonl", exact=True)).to_be_visible()  # the card's caption
     nav(page, "Replay")
     page.get_by_test_id("stSelectbox").first.click()
     expect(page.get_by_role("option", name="uploaded: mine.jsonl")).to_be_visible()
@@ -232,7 +265,7 @@ def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(pa
 
 
 def set_max_tokens(pg, n: int) -> None:
-    box = pg.get_by_label("Max new tokens")
+    box = pg.get_by_role("spinbutton", name="Max new tokens")
     box.fill(str(n))
     box.press("Enter")
     settle(pg)
@@ -258,13 +291,90 @@ def test_live_run_and_open_in_replay(page):
     page.get_by_role("button", name="Decode").click()
     expect(page.get_by_role("button", name="Open A in Replay")).to_be_visible()
     settle(page)
-    expect(page.get_by_text("· done")).to_have_count(2)
+    expect(page.get_by_text("· done")).to_have_count(3)  # A, B and the autoregressive baseline
     expect(page.get_by_test_id("stDownloadButton")).to_have_count(6)
+    expect(page.get_by_text("speedup").first).to_be_visible()
     shot(page, "live")
     page.get_by_role("button", name="Open A in Replay").click()
     page.wait_for_url(re.compile("replay"))
     settle(page)
-    expect(page.get_by_role("combobox", name="Trace")).to_have_value(re.compile("^live: live-A-"))
+    expect(page.get_by_role("combobox", name="Trace")).to_have_value(re.compile("live: live-A-"))
+
+
+def pane_texts(pg) -> list[str]:
+    """What the Live result panes show: their headings and token strips."""
+    return (pg.get_by_text(re.compile(r"^[AB] · ")).all_inner_texts()
+            + pg.locator(".token-strip").all_inner_texts())
+
+
+def test_live_invalid_inputs_run_nothing(page):
+    """Temperature 5 and policy `banana`: Decode is disabled, the message names the field, and the panes
+    keep the last run exactly as it was. A click that arrives together with the bad edit runs nothing."""
+    nav(page, "Live")
+    set_max_tokens(page, 12)
+    page.get_by_role("button", name="Decode").click()
+    expect(page.get_by_role("button", name="Open A in Replay")).to_be_visible()
+    settle(page)
+    before = pane_texts(page)
+    assert len(before) >= 4, before  # two headings, two token strips
+    decode = page.get_by_role("button", name="Decode")
+
+    temp = page.get_by_role("spinbutton", name="Temperature")
+    temp.fill("5")
+    temp.press("Enter")
+    settle(page)
+    expect(page.get_by_test_id("stAlertContentError").filter(has_text="Temperature must be between 0")).to_be_visible()
+    expect(decode).to_be_disabled()
+    expect(page.get_by_text("stale").first).to_be_visible()
+    assert pane_texts(page) == before
+    shot(page, "live-invalid")
+    temp.fill("0")
+    temp.press("Enter")
+    settle(page)
+    expect(decode).to_be_enabled()
+
+    spec = page.get_by_role("textbox", name="Policy A spec")
+    spec.fill("banana")
+    decode.click()  # the edit commits on blur, in the same moment as the click
+    settle(page)
+    err = page.get_by_test_id("stAlertContentError").filter(has_text="Policy A: unknown policy 'banana'").first
+    expect(err).to_be_visible()
+    for name in ("pacer", "autoregressive", "fixed", "heuristic"):
+        expect(err).to_contain_text(name)
+    expect(decode).to_be_disabled()
+    expect(page.get_by_text("decoding…")).to_have_count(0)
+    assert pane_texts(page) == before
+    spec.fill("fixed:4")
+    spec.press("Enter")
+    settle(page)
+
+
+def test_live_second_session_waits_its_turn(browser, server, tmp_path):
+    """Two sessions: the second one clicked shows that it waits for the models, and the first one clicked
+    decodes first (the traces record when each run queued and started)."""
+    first, second = (new_session(browser, f"{server}/live") for _ in range(2))
+    try:
+        for pg, n in ((first, 96), (second, 8)):  # long enough for the second click to find it busy
+            settle(pg)
+            set_max_tokens(pg, n)
+        first.get_by_role("button", name="Decode").click()
+        expect(first.get_by_text("decoding…").first).to_be_visible()
+        second.get_by_role("button", name="Decode").click()
+        expect(second.get_by_text("Waiting for the models (another session is decoding)")).to_be_visible()
+        expect(first.get_by_text("Waiting for the models")).to_have_count(0)
+        shot(second, "live-waiting")
+        for pg in (first, second):
+            expect(pg.get_by_role("button", name="Open A in Replay")).to_be_visible(timeout=4 * TIMEOUT_MS)
+            settle(pg)
+        expect(second.get_by_text("Waiting for the models")).to_have_count(0)
+        runs = [json.loads(download(pg, download_button(pg, "Trace (JSONL)"), ".jsonl", tmp_path / name)
+                           .read_text().split("\n", 1)[0])["live"] for pg, name in ((first, "1"), (second, "2"))]
+        assert runs[0]["queued_at"] < runs[1]["queued_at"]
+        assert runs[0]["started_at"] < runs[1]["started_at"]
+        assert runs[1]["started_at"] > runs[1]["queued_at"]  # it waited in line
+    finally:
+        for pg in (first, second):
+            pg.context.close()
 
 
 def test_audit_page_and_its_csv(page, tmp_path):
@@ -325,7 +435,7 @@ def test_four_sessions_decode_at_once(browser, server, tmp_path):
         for pg in pages:
             expect(pg.get_by_role("button", name="Open A in Replay")).to_be_visible(timeout=4 * TIMEOUT_MS)
             settle(pg)
-            expect(pg.get_by_text("· done")).to_have_count(2)
+            expect(pg.get_by_text("· done")).to_have_count(3)
             expect(pg.get_by_test_id("stAlertContentError")).to_have_count(0)
             expect(pg.get_by_test_id("stException")).to_have_count(0)
         for pg, prompt in zip(pages, LOAD_PROMPTS):

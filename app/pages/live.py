@@ -1,6 +1,7 @@
 """Live: one prompt, two window policies and an autoregressive baseline, decoded side by side as you
 watch. Every input is checked before anything runs; the result panes say what actually ran."""
 
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -10,6 +11,7 @@ from engine.trace import TraceError, load_trace, summarize
 
 st.title("Live")
 ss = st.session_state
+REDRAW_S = 0.2
 queue = live.model_queue()
 
 # ---------------------------------------------------------------- inputs
@@ -132,14 +134,14 @@ def show(side: str, steps: list[dict], status_text: str, label: str, text_cache:
         earlier = [p for d in steps[:-1] for p in tokens.emitted_pieces(d, texts)]
         st.markdown(tokens.strip(earlier, tokens.step_pieces(steps[-1], texts) if steps else None),
                     unsafe_allow_html=True)
-        m = st.columns(4)
-        m[0].metric("tokens/s", f"{_tps(s):.1f}", help="this machine, now: the sides decode in turn, one target "
+        m = st.columns(2) + st.columns(2)  # 2 × 2: four metrics do not fit one row of half a page
+        m[0].metric("target calls", s["target_calls"], help="verify forwards of the target: hardware-free")
+        m[1].metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
+        m[2].metric("tokens/s", f"{_tps(s):.1f}", help="this machine, now: the sides decode in turn, one target "
                                                         "call each, so they share the same load")
         speed = _tps(s) / _tps(base) if base and _tps(base) else None
-        m[1].metric("speedup", f"{speed:.2f}×" if speed else "—",
+        m[3].metric("speedup", f"{speed:.2f}×" if speed else "—",
                     help="tokens/s ÷ the autoregressive baseline's tokens/s on the same prompt, in the same run")
-        m[2].metric("target calls", s["target_calls"], help="hardware-free")
-        m[3].metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
 
 
 def show_base(steps: list[dict], status_text: str) -> None:
@@ -187,7 +189,13 @@ if run and ticket is not None:
                         f"{'it finishes' if ahead == 1 else 'they finish'} (first come, first served).",
                         icon=":material/hourglass_top:")
 
+        drawn: dict[str, float] = {}
+
         def _step(side: str, steps: list[dict], done: bool) -> None:
+            now = time.monotonic()  # redraw a side at most 5× a second (the strip grows with every step)
+            if not done and now - drawn.get(side, 0.0) < REDRAW_S:
+                return
+            drawn[side] = now
             if side == live.BASE:
                 progress[live.BASE] = steps
                 show_base(steps, "done" if done else "decoding…")
