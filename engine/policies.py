@@ -63,8 +63,9 @@ class WindowPolicy:
     needs_hidden = False  # True asks the decode loop to return draft hidden states
 
     def __init__(self, max_window: int = 16) -> None:
-        if not 1 <= max_window <= 64:
-            raise ValueError(f"max window must be in [1, 64], got {max_window}")
+        # type(…) is int: a spec such as fixed:4.5 parses as a float, and a window must be whole.
+        if type(max_window) is not int or not 1 <= max_window <= 64:
+            raise ValueError(f"max window must be an integer in [1, 64], got {max_window}")
         self.max_window = max_window
         self._fields: dict[str, Any] = {}
 
@@ -133,8 +134,8 @@ class Heuristic(WindowPolicy):
 
     def __init__(self, start: int = 5, max_window: int = 16) -> None:
         super().__init__(max_window)
-        if not 1 <= start <= max_window:
-            raise ValueError(f"heuristic start must be in [1, max={max_window}], got {start}")
+        if type(start) is not int or not 1 <= start <= max_window:
+            raise ValueError(f"heuristic start must be an integer in [1, max={max_window}], got {start}")
         self.start = start
         self.gamma = start
 

@@ -27,17 +27,30 @@ class Prompt:
 def load_prompts(path: str | Path, limit: int | None = None, per_category: int | None = None,
                  categories: list[str] | None = None) -> list[Prompt]:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ValueError(f"prompts file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise ValueError(f"prompts file {str(p)!r} is not a file")
+    for name, v in (("limit", limit), ("per_category", per_category)):
+        if v is not None and (type(v) is not int or v < 1):  # limit=-3 used to select one prompt silently
+            raise ValueError(f"prompts {name} must be a positive integer, got {v!r}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except OSError as e:  # permissions, a vanished mount: one line, not a traceback
+        raise ValueError(f"prompts file {p.name}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompts file {p.name}: not UTF-8 text (byte {e.start})") from None
     out: list[Prompt] = []
     counts: dict[str, int] = {}
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+    for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             d = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{p.name}: line {i}: invalid JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{p.name}: line {i}: invalid JSON (nested too deeply)") from None
         if not isinstance(d, dict):
             raise ValueError(f"{p.name}: line {i}: expected an object")
         if "turns" in d:

@@ -184,6 +184,17 @@ def _shards(prompts, size: int) -> list[tuple[str, int, list]]:
     return out
 
 
+PAIR_KEYS = {"name", "target", "draft", "dtype"}
+PROMPTS_KEYS = {"file", "name", "limit", "per_category", "categories"}
+
+
+def _known(table: dict, keys: set[str], where: str) -> None:
+    """A misspelt key (per_catgory) would otherwise be ignored and the sweep run on other settings."""
+    unknown = set(table) - keys
+    if unknown:
+        raise ValueError(f"grid: [[{where}]] entry has unknown keys {sorted(unknown)} (known: {', '.join(sorted(keys))})")
+
+
 def load_grid(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -191,7 +202,9 @@ def load_grid(path: str | os.PathLike) -> dict[str, Any]:
     try:
         grid = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{p.name}: invalid TOML ({e})") from None
+        raise ValueError(f"{p.name}: invalid TOML ({str(e).splitlines()[0]})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p.name}: cannot read the grid ({getattr(e, 'strerror', None) or e})") from None
     unknown = set(grid) - GRID_KEYS
     if unknown:
         raise ValueError(f"{p.name}: unknown keys {sorted(unknown)} (known: {', '.join(sorted(GRID_KEYS))})")
@@ -225,6 +238,7 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
 
     loaded = []
     for ps in prompt_sets:
+        _known(ps, PROMPTS_KEYS, "prompts")
         if "file" not in ps:
             raise ValueError(f"grid: prompts entry {ps!r} needs 'file'")
         f = Path(ps["file"]).expanduser()
@@ -235,6 +249,7 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
 
     tasks: dict[str, Task] = {}
     for pair in pairs:
+        _known(pair, PAIR_KEYS, "pairs")
         if "target" not in pair:
             raise ValueError(f"grid: pair {pair!r} needs 'target'")
         dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
