@@ -38,6 +38,9 @@ def _add_decode(sub) -> None:
 
 
 def cmd_decode(a) -> int:
+    from engine.cli_checks import check_decode_args
+
+    check_decode_args(a)  # every number in range before a model loads or a file is opened
     import torch
 
     from engine.decode import DecodeConfig
@@ -191,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         return fn(a)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # disk full, permissions: one line naming the file, not a traceback
+        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the trace so far is valid (no footer)", file=sys.stderr)
