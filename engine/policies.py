@@ -37,6 +37,7 @@ Policies and their sources (details in the project notes on adaptive length):
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,13 +59,24 @@ class DraftInfo:
     q_max: float | None = None
 
 
+def _whole(v: Any) -> bool:
+    """An integer (Python or numpy), not a bool and not a float that happens to be whole."""
+    if isinstance(v, bool):
+        return False
+    try:
+        operator.index(v)
+        return True
+    except TypeError:
+        return False
+
+
 class WindowPolicy:
     name = "base"
     needs_hidden = False  # True asks the decode loop to return draft hidden states
 
     def __init__(self, max_window: int = 16) -> None:
-        # type(…) is int: a spec such as fixed:4.5 parses as a float, and a window must be whole.
-        if type(max_window) is not int or not 1 <= max_window <= 64:
+        # A spec such as fixed:4.5 parses as a float, and a window must be whole (numpy ints are fine).
+        if not _whole(max_window) or not 1 <= max_window <= 64:
             raise ValueError(f"max window must be an integer in [1, 64], got {max_window}")
         self.max_window = max_window
         self._fields: dict[str, Any] = {}
@@ -134,7 +146,7 @@ class Heuristic(WindowPolicy):
 
     def __init__(self, start: int = 5, max_window: int = 16) -> None:
         super().__init__(max_window)
-        if type(start) is not int or not 1 <= start <= max_window:
+        if not _whole(start) or not 1 <= start <= max_window:
             raise ValueError(f"heuristic start must be an integer in [1, max={max_window}], got {start}")
         self.start = start
         self.gamma = start

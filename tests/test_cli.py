@@ -73,9 +73,9 @@ def test_validate_reports_first_error(tmp_path, capsys):
 @pytest.mark.parametrize("args,msg", [
     (["--target", "/nonexistent/model"], "not a model directory"),
     (["--policy", "bogus:3"], "unknown policy 'bogus'"),
-    (["--policy", "fixed:0"], "max window must be in"),
+    (["--policy", "fixed:0"], "max window must be an integer in"),
     (["--temperature", "-2"], "temperature must be in"),
-    (["--max-new-tokens", "0"], "max_new_tokens must be in"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be an integer in"),
 ])
 def test_bad_input_one_line_error(model_dirs, tmp_path, capsys, args, msg):
     t, d, prompts = model_dirs
