@@ -52,3 +52,11 @@ traces: $(STAMP)
 # The demo-pair benchmark (issue figures in docs/benchmarks.md).
 bench: $(STAMP)
 	$(BIN)/python -m engine bench --per-category 1 --max-new-tokens 48 --threads 1 --temperatures 0 --out docs/results/bench-smollm2-greedy.json --markdown docs/benchmarks.md
+
+# Re-take the app's screenshots with the browser tests and copy them into docs/screenshots/. The tests
+# alone write screenshots to a temp folder ($SPECLAB_SCREENSHOTS), so a test run never changes the tree.
+.PHONY: screenshots
+screenshots: $(STAMP) browser
+	@d=$$(mktemp -d) && SPECLAB_SCREENSHOTS=$$d $(BIN)/python -m pytest tests/test_app_browser.py -q \
+	  && cp $$d/*.png docs/screenshots/ && echo "copied $$(ls $$d | wc -l) screenshots into docs/screenshots/"; \
+	  status=$$?; rm -rf $$d; exit $$status

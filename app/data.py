@@ -174,11 +174,11 @@ def unique_titles(entries: dict[str, "Entry"]) -> dict[str, str]:
 
 
 def run_groups(entries: dict[str, "Entry"]) -> dict[str, dict[tuple, list[str]]]:
-    """target -> run -> labels, in first-seen order. A run is what was recorded the same day, with the
+    """target -> run -> labels, in first-seen order (real traces before tiny demo ones). A run is what was recorded the same day, with the
     same machine settings (device, dtype, threads, torch) and the same prompts: within one, tokens/s
     compare; across runs they mix hardware and load."""
     out: dict[str, dict[tuple, list[str]]] = {}
-    for k, e in entries.items():
+    for k, e in sorted(entries.items(), key=lambda kv: bool(kv[1].info["demo"])):  # real pairs first
         i = e.info
         machine = i["context"].split(" · ", 1)[-1]
         run = (i["created"][:10], machine, i["prompts_key"], bool(i["demo"]), e.origin == "live")

@@ -13,11 +13,12 @@ st.caption("One iteration of every verifier enumerated exactly (float64) on toy 
            "of draft blocks and every accept/reject branch of the real verifier function (`engine/audit.py`, "
            "docs/audit.md). Lossless means the emitted tokens follow the target exactly.")
 
-default = os.environ.get("SPECLAB_AUDIT_CSV") or str(Path(__file__).resolve().parents[2] / "docs" / "results" /
-                                                     "audit.csv")
-path = st.text_input("Audit CSV", default, key="audit_csv", help="written by `python -m engine audit`")
+REPO = Path(__file__).resolve().parents[2]
+default = os.environ.get("SPECLAB_AUDIT_CSV") or "docs/results/audit.csv"
+path = st.text_input("Audit CSV", default, key="audit_csv",
+                     help="written by `python -m engine audit`; a relative path starts at the repository")
 try:
-    rows = audit_view.load_audit(path)
+    rows = audit_view.load_audit(path if Path(path).is_absolute() else REPO / path)
 except ValueError as e:
     st.error(str(e))
     st.stop()

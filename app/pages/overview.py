@@ -33,7 +33,9 @@ for target, runs in groups.items():
     st.subheader(f"Target {target}")
     for run, labels in runs.items():
         first = entries[labels[0]].info
-        st.markdown(f"**Run · {first['context']}** · {len(first['prompts_key'])} prompts "
+        machine = first["context"].split(" · ", 1)[-1]
+        st.markdown(f"**Run · {first['created'][:10] or 'date not recorded'} · {machine}** · "
+                    f"{len(first['prompts_key'])} prompts "
                     f"({', '.join(first['tasks']) or '—'})")
         for row in range(0, len(labels), COLS):
             for col, label in zip(st.columns(COLS), labels[row:row + COLS]):
@@ -50,7 +52,7 @@ for target, runs in groups.items():
                     a.metric("target calls", s["target_calls"], help="verify forwards of the target: hardware-free")
                     b.metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}",
                              help="incl. bonus token: hardware-free")
-                    a.metric("acceptance", imported.pct(s["draft_acceptance_rate"]),
+                    a.metric("acceptance", imported.pct(s["draft_acceptance_rate"] if info["draft"] else None),
                              help="accepted drafts ÷ drafted, excl. bonus"
                                   + (f" · {imported.missing(e.trace, ('window',))}" if imported.lacks(e.trace) else ""))
                     b.metric("tokens/s", f"{s['tokens_per_s']:.1f}",
