@@ -182,6 +182,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "pacer": "engine.pacer_cli",
     "dpace": "engine.train.dpace_cli",
     "import": "engine.interop.cli",
+    "models": "engine.models_cli",
 }
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}
