@@ -39,7 +39,7 @@ downloads.table(table, "audit-verdicts", "audit_verdicts",
 st.caption(f"lossless ⇔ lossless error and mass error ≤ {audit_view.TOL:g} on every row; worst_* = the toy "
            f"(case, V, γ, K) with the largest lossless error. Names marked 'near-miss' are deliberately wrong "
            f"variants kept in the audit for contrast.")
-st.plotly_chart(plots.audit_errors(table, audit_view.TOL), theme=None, key="audit_plot")
+st.plotly_chart(plots.audit_errors(table, audit_view.TOL), theme=None, width="stretch", key="audit_plot")
 with st.expander(f"Every row ({len(rows)})"):
     pick = st.selectbox("Verifier", ["all", *table["verifier"]], key="audit_pick")
     view = rows if pick == "all" else rows[rows["verifier"] == pick]

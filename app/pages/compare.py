@@ -117,5 +117,5 @@ st.markdown(tokens.legend(), unsafe_allow_html=True)
 curves = {f"A · {A.info['policy']}": A.steps[A.steps["request_id"] == ida],
           f"B · {B.info['policy']}": B.steps[B.steps["request_id"] == idb]}
 left, right = st.columns(2)
-left.plotly_chart(plots.cumulative_compare(curves, cursor=k), theme=None, key="cmp_cum")
-right.plotly_chart(plots.time_compare(curves), theme=None, key="cmp_time")
+left.plotly_chart(plots.cumulative_compare(curves, cursor=k), theme=None, width="stretch", key="cmp_cum")
+right.plotly_chart(plots.time_compare(curves), theme=None, width="stretch", key="cmp_time")

@@ -124,7 +124,7 @@ def step_view() -> None:
         fields = s.get("policy_fields") or {}
         fig = plots.policy_scores(fields, s["window"])
         if fig is not None:
-            st.plotly_chart(fig, theme=None, key="replay_scores")
+            st.plotly_chart(fig, theme=None, width="stretch", key="replay_scores")
         records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
         for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
             st.caption(f"`{name}`")
@@ -133,11 +133,11 @@ def step_view() -> None:
             st.json(rest, expanded=True)
         if not fields:
             st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
-    st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, key="replay_timeline")
+    st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, width="stretch", key="replay_timeline")
     if len(pos):
-        st.plotly_chart(plots.position_heatmap(pos, cursor=k), theme=None, key="replay_heatmap")
+        st.plotly_chart(plots.position_heatmap(pos, cursor=k), theme=None, width="stretch", key="replay_heatmap")
 
 
 step_view()
 if len(e.positions):
-    st.plotly_chart(plots.position_rate(e.positions), theme=None, key="replay_rate")
+    st.plotly_chart(plots.position_rate(e.positions), theme=None, width="stretch", key="replay_rate")

@@ -73,7 +73,7 @@ m[3].metric("oracle ÷ best fixed", f"{oracle_a / best['speedup']:.2f}×",
             help=f"oracle (b), window = run + 1: {oracle_b / best['speedup']:.2f}×")
 m[4].metric("α (per-token acceptance)", f"{alpha:.2f}")
 st.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive, theory=theory),
-                theme=None, key="win_speedup")
+                theme=None, width="stretch", key="win_speedup")
 st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
            f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
            + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
@@ -81,7 +81,7 @@ st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · 
 gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
-st.plotly_chart(plots.cost_curve(curve), theme=None, key="win_cost")
+st.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
 
 st.subheader("Measured tokens per verify call")
 spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
@@ -98,7 +98,7 @@ if len(acc):
                               help="emitted includes the bonus/correction token; accepted excludes it")
     if len(acc):
         st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
-                                                    ecdf=view == "ECDF"), theme=None, key="win_dist")
+                                                    ecdf=view == "ECDF"), theme=None, width="stretch", key="win_dist")
         st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
                    "censored at γ.")
 else:
@@ -107,7 +107,7 @@ else:
 st.subheader("Oracle ÷ best fixed window, per task")
 costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
 ot = data.oracle_ratio_table(refs, key, costs)
-st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, key="win_ratio")
+st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
 show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
         "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
 downloads.table(ot[show], "oracle-ratio", "win_ratio_table",
@@ -130,7 +130,7 @@ else:
     split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
                                  key="win_ceil_split") or "all"
     cs = ceil[ceil["split"] == split]
-    st.plotly_chart(plots.ceiling_lines(cs), theme=None, key="win_ceiling")
+    st.plotly_chart(plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
     wide = cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
     downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
                     column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
