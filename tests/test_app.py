@@ -723,6 +723,16 @@ def test_multi_draft_view_follows_the_chosen_draft(app, trace_dir):
     s.update(chosen=1, accepted=1, emitted_tokens=[s["draft_tokens"][0], 7], emitted=2, correction=7, bonus=None,
              decisions=[1] + [0] * (s["window"] - 1))
     lines[i] = json.dumps(s)
+    # The loader recomputes what follows from the edit: later contexts, the request's output, the summary.
+    recs = [json.loads(ln) for ln in lines if ln.strip()]
+    ctx, out = None, []
+    for r in recs:
+        if r.get("request_id") == 0 and r["type"] == "step":
+            r["context_len"] = ctx = r["context_len"] if ctx is None else ctx
+            ctx, out = ctx + len(r["emitted_tokens"]), out + r["emitted_tokens"]
+        elif r.get("request_id") == 0 and r["type"] == "request_end":
+            r.update(output_ids=out, new_tokens=len(out))
+    lines = [json.dumps(r) for r in recs if r["type"] != "footer"]
     at = goto(app, "upload")
     at.file_uploader(key="upload_files").set_value(("md.jsonl", "\n".join(lines).encode(), "text/plain")).run()
     assert not at.error, [e.value for e in at.error]
