@@ -22,7 +22,6 @@ from engine.trace_check import MAX_DEPTH, STEP_DEFAULTS, TraceError, check_depth
 from engine.trace_screen import ArrowColumns, fill_counts, screen_steps, step_rows
 
 
-
 def to_parquet(trace: Trace, path: str | os.PathLike) -> None:
     """Steps become columns; header/requests/ends/footer ride along as JSON in file metadata."""
     import pyarrow as pa
