@@ -116,6 +116,19 @@ BAD = {
     "rule time > verify": (lambda r, i: (r[i].__setitem__("t_rule_ms", r[i]["t_verify_ms"] + 5), r)[1],
                            "field 't_rule_ms'", "> the whole verify call"),
     "negative rule time": (_set("t_rule_ms", -1.0), "field 't_rule_ms'", "expected a finite time"),
+    # Derived fields are recomputed, not trusted (each of these loaded before, some crashing a page later).
+    "stated emitted 1e308": (_set("emitted", 1e308), "field 'emitted'", "expected an integer, got float"),
+    "stated emitted -1": (_set("emitted", -1), "field 'emitted'", "outside"),
+    "stated emitted x": (_set("emitted", "x"), "field 'emitted'", "expected an integer, got str"),
+    "stated emitted off by one": (lambda r, i: (r[i].update(emitted=r[i]["emitted"] + 1), r)[1],
+                                  "field 'emitted'", "emitted tokens"),
+    "neither correction nor bonus": (lambda r, i: (r[i].update(correction=None, bonus=None), r)[1],
+                                     "field 'bonus'", "exactly one of correction / bonus"),
+    "both correction and bonus": (lambda r, i: (r[i].update(correction=5, bonus=5), r)[1],
+                                  "field 'bonus'", "exactly one of correction / bonus"),
+    "implausible time": (_set("t_verify_ms", 1e308), "field 't_verify_ms'", "finite time in [0, 3.6e+06] ms"),
+    "context does not grow": (lambda r, i: (r[i + 1].__setitem__("context_len", r[i]["context_len"]), r)[1]
+                              if r[i + 1]["type"] == "step" else r, "field 'context_len'", "earlier steps give"),
 }
 
 
@@ -128,7 +141,7 @@ def test_malformed_step_rejected_with_line_and_field(trace_file, tmp_path, case)
         load_trace(bad)
     text = str(e.value)
     assert "\n" not in text and field in text and msg in text, text
-    if field.startswith("field"):
+    if field.startswith("field") and case != "context does not grow":
         assert f"line {line}" in text, text
 
 
@@ -179,3 +192,37 @@ def test_summary_conventions():
     assert s["draft_acceptance_rate"] == 5 / 8
     assert s["tokens_per_s"] == pytest.approx(7 / 0.015)
     assert s["accepted_histogram"] == {"1": 1, "4": 1}
+
+
+def _records(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _write(tmp_path, recs, name="x.jsonl"):
+    out = tmp_path / name
+    out.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return out
+
+
+def test_footer_summary_and_request_output_are_recomputed(trace_file, tmp_path):
+    path, _ = trace_file
+    recs = _records(path)
+    recs[-1]["summary"]["new_tokens"] += 1
+    with pytest.raises(TraceError, match=r"line \d+: field 'summary.new_tokens': states 41, the steps give 40$"):
+        load_trace(_write(tmp_path, recs))
+    recs = _records(path)
+    end = next(r for r in recs if r["type"] == "request_end")
+    end["output_ids"] = end["output_ids"][:-1]
+    end["new_tokens"] -= 1
+    with pytest.raises(TraceError, match="field 'output_ids': 19 ids differ from the 20 tokens its steps emitted"):
+        load_trace(_write(tmp_path, recs))
+
+
+def test_deep_nesting_is_a_one_line_error_never_a_recursion_error(trace_file, tmp_path):
+    path, _ = trace_file
+    head = path.read_bytes().split(b"\n")[0]
+    for depth in (100, 100_000):  # 100 parses but is refused; 100k used to raise RecursionError
+        deep = head + b"\n" + b"[" * depth + b"]" * depth + b"\n"
+        with pytest.raises(TraceError) as e:
+            loads_trace(deep, "deep.jsonl")
+        assert str(e.value).startswith("deep.jsonl: line 2: ") and "nested deeper than 64 levels" in str(e.value)
