@@ -90,8 +90,10 @@ class DictColumns:
                 col = [_MISSING if x is None else x for x in col]
                 a, present, bad = self.number.__func__(_Fixed(col, self.n), k, integer, optional)
                 return a, present | nulls, bad | nulls
-        absent = np.fromiter((x is None or x is _MISSING for x in col), bool, self.n) if optional or \
-            None in col or any(x is _MISSING for x in col) else np.zeros(self.n, bool)
+        if None in col or _MISSING in col:  # C-level scans; the per-row mask only when needed
+            absent = np.fromiter((x is None or x is _MISSING for x in col), bool, self.n)
+        else:
+            absent = np.zeros(self.n, bool)
         bad = _types_bad(col, (int,) if integer else (int, float))
         if bad is None and not absent.any():
             vals = col
@@ -132,6 +134,13 @@ class DictColumns:
 
     def rare(self) -> np.ndarray:
         """Rows with multi-draft fields, checked by the reference itself (they are few and short)."""
+        try:  # the usual single-draft trace: all null, chosen 0 — decided with C-level scans
+            alt, dec, ch = zip(*map(itemgetter("all_drafts", "decisions", "chosen"), self.steps))
+            if alt.count(None) == self.n and dec.count(None) == self.n and set(map(type, ch)) == {int} \
+                    and not any(ch):
+                return np.zeros(self.n, bool)
+        except KeyError:
+            pass
         bad = np.zeros(self.n, bool)
         for i, s in enumerate(self.steps):
             if s.get("all_drafts") is not None or s.get("decisions") is not None or \
@@ -312,6 +321,11 @@ def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
     and the optional fields' defaults (STEP_DEFAULTS), so every loaded step has every key."""
     if not steps:
         return
+    try:  # every step has every key (what writers produce): nothing to fill, one C-level pass to know
+        list(map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps))
+        return
+    except KeyError:
+        pass
     if not all("window" in s and "emitted" in s for s in steps):
         for s, wi, ei in zip(steps, cols["window"].tolist(), cols["emitted"].tolist()):
             s.setdefault("window", wi)
