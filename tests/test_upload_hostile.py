@@ -89,13 +89,13 @@ def test_progress_is_reported_while_parsing_and_cleared_after(app):
     assert any("p.jsonl" in s.value for s in at.success) and not at.get("progress")  # the bar is gone
 
 
-def accepted_mutants(n: int, seed: int = 7) -> list[bytes]:
+def accepted_mutants(n: int, seed: int = 7, kinds=("delete", "set", "set_elem", "dup", "swap", "drop")
+                     ) -> list[bytes]:
     """The first n distinct random mutations (same vocabulary as the fuzz test) that the loader accepts."""
     rng, out = random.Random(seed), []
 
     def op():
-        k, a, b, c = rng.choice(["delete", "set", "set_elem", "dup", "swap", "drop", "cut"]), *(
-            rng.randrange(10_000) for _ in range(3))
+        k, a, b, c = rng.choice(kinds), *(rng.randrange(10_000) for _ in range(3))
         p = rng.randrange(len(POOL))
         return {"delete": (k, a, b), "set": (k, a, b, p), "set_elem": (k, a, b, c, p), "dup": (k, a, b),
                 "swap": (k, a, b), "drop": (k, a), "cut": (k, rng.random())}[k]
@@ -113,7 +113,7 @@ def accepted_mutants(n: int, seed: int = 7) -> list[bytes]:
 
 
 def test_fuzzed_traces_that_load_render_on_every_page(app):
-    mutants = accepted_mutants(4)
+    mutants = accepted_mutants(4) + accepted_mutants(1, kinds=("cut",))  # field edits, and a killed run
     at = upload(app, *[(f"m{i}.jsonl", raw) for i, raw in enumerate(mutants)])
     assert not at.error
     for page in ("overview", "compare", "upload"):
