@@ -7,9 +7,11 @@
     {"type": "footer", "summary": {...}}                                   written on a clean finish
 
 This is the only module that knows the on-disk form of a StepRecord. Records are flushed one line
-at a time, so a killed run leaves a loadable file (no footer; the loader says so). The loader only
-parses JSON (or Parquet columns) — it never executes or unpickles anything — and rejects malformed
-input with one line naming the line number and field.
+at a time, so a killed run leaves a loadable file (no footer; the loader says so); a write that fails
+(disk full, permissions) stops the writer with one line, and what was flushed still loads. The loader
+only parses JSON (or Parquet columns) — it never executes or unpickles anything — recomputes every
+derived field, and rejects malformed input with one line naming the file, line and field. The rules
+are engine/trace_check.py, their column-wise form engine/trace_screen.py, Parquet engine/trace_parquet.py.
 
 Counting convention: `accepted` excludes the bonus/correction token, `emitted` includes it.
 """

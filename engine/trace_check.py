@@ -33,7 +33,6 @@ MAX_ENTROPY = 32.0  # nats; ln(TOKEN_MAX) ≈ 16.1 is the most a distribution ov
 MAX_TEXT = 1 << 22  # characters in a prompt/output text or any header string
 FINISHED = (None, "eos", "max_new_tokens")
 TIME_FIELDS = ("t_draft_ms", "t_verify_ms", "t_prefill_ms")
-PROB_FIELDS = ("q_draft", "p_target", "accept_probs")
 # Optional step fields and the value a step that omits them is loaded with (null = not set).
 STEP_DEFAULTS = {"correction": None, "bonus": None, "finished": None, "policy_fields": dict, "all_drafts": None,
                  "chosen": 0, "decisions": None}
