@@ -116,7 +116,7 @@ def test_fuzzed_traces_that_load_render_on_every_page(app):
     mutants = accepted_mutants(4) + accepted_mutants(1, kinds=("cut",))  # field edits, and a killed run
     at = upload(app, *[(f"m{i}.jsonl", raw) for i, raw in enumerate(mutants)])
     assert not at.error
-    for page in ("overview", "compare", "upload"):
+    for page in ("overview", "compare", "upload", "windows", "sweeps", "dpace", "audit"):  # Live: its own runs
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
     at.switch_page("pages/replay.py").run()
