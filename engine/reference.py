@@ -132,19 +132,29 @@ def _tails(draft, prompt_len: int, mismatches: list[int], d_tok: list[int], n_ta
 
 
 def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eos_ids=(),
-                      request_id: int = 0) -> dict[str, Any]:
-    """One request record: the target run (decode, draft=None) plus the draft's teacher-forced pass."""
+                      request_id: int = 0, known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One request record: the target run (decode, draft=None) plus the draft's teacher-forced pass.
+
+    `known` (greedy only) supplies a target run already made — an autoregressive trace's request
+    (`ar_runs_from_trace`): output_ids, finished, target_ms, target_step_ms — so it is not repeated."""
     import torch
 
     from engine.decode import DecodeConfig, decode
     from engine.sampling import entropy, probs_from_logits
 
     sc = cfg.sampling
-    t0 = time.perf_counter()
-    steps = list(decode(target, None, prompt, None, DecodeConfig(max_new_tokens=cfg.max_new_tokens, sampling=sc),
-                        eos_ids=eos_ids, request_id=request_id))
-    t_target = (time.perf_counter() - t0) * 1e3
-    y = [t for s in steps for t in s.emitted_tokens]
+    if known is not None:
+        if not sc.greedy:
+            raise ValueError("a recorded target run can stand in for the reference's own only when greedy")
+        y = list(known["output_ids"])[: cfg.max_new_tokens]
+        finished, t_target, t_step = known["finished"], known["target_ms"], known["target_step_ms"]
+    else:
+        t0 = time.perf_counter()
+        steps = list(decode(target, None, prompt, None, DecodeConfig(max_new_tokens=cfg.max_new_tokens, sampling=sc),
+                            eos_ids=eos_ids, request_id=request_id))
+        t_target = (time.perf_counter() - t0) * 1e3
+        y = [t for s in steps for t in s.emitted_tokens]
+        finished, t_step = steps[-1].finished, statistics.median(s.t_verify_ms for s in steps)
     n = len(y)
     dlog = _teacher_forced(draft, prompt, y)
     soft = dlog.softmax(-1)  # the draft's raw confidence, as the decode loop shows it to policies
@@ -152,9 +162,9 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
     idx = torch.arange(n)
     rec: dict[str, Any] = {
         "type": "request", "request_id": request_id, "prompt_ids": list(prompt), "output_ids": y,
-        "finished": steps[-1].finished, "target_ms": round(t_target, 3),
+        "finished": finished, "target_ms": round(t_target, 3),
         # median single-token target forward during the run: a cross-check of the header's t(1)
-        "target_step_ms": round(statistics.median(s.t_verify_ms for s in steps), 4),
+        "target_step_ms": round(t_step, 4),
         "draft_argmax": d_tok,
         "q_top": [round(x, 7) for x in soft[idx, torch.tensor(d_tok, dtype=torch.long)].tolist()] if n else [],
         "q_target": [round(x, 7) for x in soft[idx, torch.tensor(y, dtype=torch.long)].tolist()] if n else [],
@@ -174,6 +184,23 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
         rec["q_target"] = [round(x, 7) for x in q[idx, torch.tensor(y, dtype=torch.long)].tolist()] if n else []
         rec["entropy"] = [round(x, 6) for x in entropy(q).tolist()]
     return rec
+
+
+def ar_runs_from_trace(path) -> dict[Any, dict[str, Any]]:
+    """Greedy autoregressive runs of a trace, by question id (else request id), for `known=`."""
+    from engine.trace import load_trace
+
+    t = load_trace(path)
+    if (t.header.get("draft") is not None or float((t.header.get("sampling") or {}).get("temperature", 0)) != 0):
+        raise ValueError(f"{Path(path).name}: not a greedy autoregressive trace")
+    out: dict[Any, dict[str, Any]] = {}
+    for rid, end in t.ends.items():
+        req = t.requests[rid]
+        steps = [s for s in t.steps if s["request_id"] == rid]
+        key = req.get("question_id") if req.get("question_id") is not None else rid
+        out[key] = {"prompt_ids": req["prompt_ids"], "output_ids": end["output_ids"], "finished": end["finished"],
+                    "target_ms": end["wall_ms"], "target_step_ms": statistics.median(s["t_verify_ms"] for s in steps)}
+    return out
 
 
 def measure_timings(target, draft, context: list[int], max_tokens: int = 17, repeats: int = 5) -> dict[str, Any]:
@@ -252,7 +279,7 @@ def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, ou
         f.write(json.dumps(header, allow_nan=False) + "\n")
         f.flush()  # a reader peeking at a run in progress sees the schema at once
         for rid, pr in enumerate(tqdm(prompts, desc="reference", unit="req", disable=not progress)):
-            rec = reference_request(target, draft, list(pr["prompt_ids"]), cfg, eos_ids, rid)
+            rec = reference_request(target, draft, list(pr["prompt_ids"]), cfg, eos_ids, rid, pr.get("known"))
             cat = str(pr.get("category") or "")
             rec.update(category=cat, task=task_of(cat), question_id=pr.get("question_id"),
                        prompt_text=pr.get("text", ""))

@@ -419,3 +419,31 @@ def test_required_alpha_inverts_the_speedup_formula():
         a_flat, a_meas = required_alpha(CostModel.flat(0.15), g, 1.0), required_alpha(measured, g, 1.0)
         assert a_meas > a_flat
         assert expected_emitted(a_meas, g) / measured.step(g) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_reference_reuses_an_autoregressive_trace(models, ref, tmp_path):
+    """--outputs-from: the target's greedy runs taken from an AR trace give the same A(j), tails and
+    draft signals as a reference that decodes them itself; a sampled or speculative trace is refused."""
+    from engine.decode import DecodeConfig
+    from engine.reference import ar_runs_from_trace
+    from engine.run import Request, run_requests
+
+    target, draft = models
+    reqs = [Request(p, "", c, i) for i, (p, c) in enumerate(zip(PROMPTS, CATS))]
+    ar = tmp_path / "ar.jsonl"
+    run_requests(target, None, None, DecodeConfig(max_new_tokens=N_NEW), reqs, ar, progress=False)
+    runs = ar_runs_from_trace(ar)
+    prompts = [{"prompt_ids": p, "category": c, "question_id": i, "known": runs[i]}
+               for i, (p, c) in enumerate(zip(PROMPTS, CATS))]
+    path = build_reference(target, draft, prompts, ReferenceConfig(max_new_tokens=N_NEW, measure_timings=False),
+                           tmp_path / "reused.jsonl", progress=False)
+    reused = load_reference(path)
+    for a, b in zip(ref.requests, reused.requests):
+        for k in ("output_ids", "accept_run", "tails", "draft_argmax", "q_top", "finished"):
+            assert a[k] == b[k], k
+    assert reused.requests[0]["target_ms"] == runs[0]["target_ms"]
+    fixed = tmp_path / "fixed.jsonl"
+    run_requests(target, draft, parse_policy("fixed:2"), DecodeConfig(max_new_tokens=8), reqs[:1], fixed,
+                 progress=False)
+    with pytest.raises(ValueError, match="not a greedy autoregressive trace"):
+        ar_runs_from_trace(fixed)

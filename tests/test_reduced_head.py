@@ -1,0 +1,116 @@
+"""A reduced-vocabulary draft head (q′ = 0 outside the kept set) keeps speculative decoding exact:
+the χ² of the real loop with a real (tiny) transformers draft, and greedy equality with the target."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.decode import DecodeConfig, decode
+from engine.models import HFModel
+from engine.policies import parse_policy
+from engine.sampling import SamplingConfig
+from engine.tiny import noisy_copy, tiny_llama
+from engine.vocab_subset import build_subset, load_subset, save_subset
+
+V = 4
+KEEP = torch.tensor([0, 2, 3])  # token 1 can never be drafted: only the residual can emit it
+
+
+@pytest.fixture(scope="module")
+def pair4():
+    target = tiny_llama(3, vocab=V)
+    draft = noisy_copy(target, 4, scale=0.8)
+    return target, draft
+
+
+def _target_joint(target, prompt, n):
+    lm = HFModel(target)
+    cells = list(itertools.product(range(V), repeat=n))
+    probs = []
+    for z in cells:
+        lm.reset()
+        rows = lm.extend(list(prompt) + list(z[:-1])).double().softmax(-1)[len(prompt) - 1:]
+        probs.append(float(np.prod([rows[i, t] for i, t in enumerate(z)])))
+    return cells, np.array(probs)
+
+
+def test_reduced_head_scores_only_the_kept_set(pair4):
+    _, draft = pair4
+    lm = HFModel(draft, vocab_subset=KEEP)
+    full = HFModel(draft).extend([0, 2, 3])
+    red = lm.extend([0, 2, 3])
+    assert torch.isinf(red[:, 1]).all() and (red[:, 1] < 0).all()
+    torch.testing.assert_close(red[:, KEEP], full[:, KEEP], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_chi_square_of_the_real_loop_with_a_reduced_head(pair4):
+    target, draft = pair4
+    t, d = HFModel(target), HFModel(draft, vocab_subset=KEEP)
+    prompt, n, samples = [0, 3], 3, 12_000
+    cells, expected = _target_joint(target, prompt, n)
+    index = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells))
+    pol = parse_policy("fixed:2")
+    emitted_1 = 0
+    for s in range(samples):
+        cfg = DecodeConfig(max_new_tokens=n, sampling=SamplingConfig(temperature=1.0, seed=s))
+        out = [x for r in decode(t, d, prompt, pol, cfg, request_id=0) for x in r.emitted_tokens]
+        counts[index[tuple(out)]] += 1
+        emitted_1 += out.count(1)
+    assert emitted_1 > 0  # the never-drafted token still comes out, through the residual
+    stat, pval = chisquare(counts, expected * samples)
+    tv = 0.5 * np.abs(counts / samples - expected).sum()
+    assert pval > 1e-4 and tv < 0.02, (stat, pval, tv)
+
+
+def test_chi_square_sees_the_reduced_draft_itself(pair4):
+    """The statistic has power here: the draft's own law (with token 1 impossible) is rejected."""
+    target, draft = pair4
+    cells, expected = _target_joint(target, [0, 3], 3)
+    lm = HFModel(draft, vocab_subset=KEEP)
+    q = []
+    for z in cells:
+        lm.reset()
+        rows = lm.extend([0, 3] + list(z[:-1])).double().softmax(-1)[1:]
+        q.append(float(np.prod([rows[i, tk] for i, tk in enumerate(z)])))
+    counts = np.random.default_rng(0).multinomial(12_000, np.array(q) / sum(q))
+    assert chisquare(counts + 1e-9, expected * 12_000).pvalue < 1e-4
+
+
+def test_reduced_head_is_greedy_exact(tiny_target, tiny_draft):
+    t = HFModel(tiny_target)
+    keep = torch.arange(0, 64, 2)  # half the vocabulary
+    d = HFModel(tiny_draft, vocab_subset=keep)
+    prompt = [5, 9, 2, 33]
+    cfg = DecodeConfig(max_new_tokens=40)
+    ar = [x for r in decode(t, None, prompt, None, cfg) for x in r.emitted_tokens]
+    for spec in ("fixed:3", "heuristic"):
+        recs = list(decode(t, d, prompt, parse_policy(spec), cfg))
+        assert [x for r in recs for x in r.emitted_tokens] == ar
+        assert all(tok % 2 == 0 for r in recs for tok in r.draft_tokens)  # only kept ids are drafted
+
+
+def test_subset_build_keeps_specials_and_most_frequent(tmp_path):
+    from collections import Counter
+
+    counts = Counter({10: 50, 11: 40, 12: 40, 13: 1})
+    ids = build_subset(counts, 3, always={99}, vocab_size=100)
+    assert ids.tolist() == [10, 11, 99]  # ties broken by the lower id
+    with pytest.raises(ValueError):
+        build_subset(counts, 0, set(), 100)
+    p = tmp_path / "v.safetensors"
+    save_subset(ids, p, {"size": 3})
+    assert load_subset(p).tolist() == [10, 11, 99]
+    assert load_subset(tmp_path / "missing.safetensors") is None
+
+
+def test_bundled_qwen_kept_set_is_sane():
+    ids = load_subset()
+    assert ids is not None and ids.numel() == 32768
+    assert int(ids.max()) < 151_936 and bool((ids[1:] > ids[:-1]).all())
+    # Qwen2.5's chat and end-of-text specials must stay draftable
+    assert {151643, 151644, 151645} <= set(ids.tolist())
