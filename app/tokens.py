@@ -126,3 +126,26 @@ def multi_draft_html(step: dict, texts: dict[int, str]) -> str:
                    f'<span class="draft-tokens" style="font-family:ui-monospace,monospace;font-size:0.92rem;'
                    f'line-height:1.9;white-space:pre-wrap;word-break:break-word;">{body}</span></div>')
     return f'<div class="multi-draft">{"".join(out)}</div>'
+
+
+def copy_source_html(context: list[int], fields: dict, texts: dict[int, str], around: int = 40) -> str:
+    """Where a model-free draft was copied from: the step's context (prompt + output so far) near the
+    drafter's `span` [start, end), the copied tokens marked and the matched context (`match`)
+    underlined; `around` tokens either side, the rest elided (engine.drafters.modelfree fields)."""
+    a, b = fields["span"]
+    m0, m1 = fields.get("match") or (a, a)
+    lo, hi = max(0, min(a, m0) - around), min(len(context), b + around)
+    out = ["… " if lo else ""]
+    for i in range(lo, hi):
+        t = _text(texts.get(context[i], f"⟨{context[i]}⟩"))
+        if a <= i < b:
+            out.append(f'<mark class="copied" title="copied to the draft (position {i})" style="background:'
+                       f'{rgba(COLORS["accepted"], 0.45)};border-radius:3px;">{t}</mark>')
+        elif m0 <= i < m1:
+            out.append(f'<span class="matched" title="matched context (position {i})" '
+                       f'style="border-bottom:2px dotted #222;">{t}</span>')
+        else:
+            out.append(t)
+    out.append(" …" if hi < len(context) else "")
+    return (f'<div class="copy-source" style="font-family:ui-monospace,monospace;font-size:0.92rem;'
+            f'line-height:1.9;white-space:pre-wrap;word-break:break-word;">{"".join(out)}</div>')

@@ -17,7 +17,9 @@ from pathlib import Path
 def _add_decode(sub) -> None:
     p = sub.add_parser("decode", help="decode prompts and write a per-step trace")
     p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
-    p.add_argument("--draft", default=None, help="draft model; omit for autoregressive decoding")
+    p.add_argument("--draft", default=None,
+                   help="draft model, or a model-free drafter (lookup:n=10,ngram=2 | suffix:n=16,depth=32,p=0.1); "
+                        "omit for autoregressive decoding")
     p.add_argument("--policy", default="fixed:4",
                    help="window policy, e.g. fixed:4, heuristic, confidence:0.4, pacer, oracle (greedy hindsight)")
     p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | kbv | spectr-gbv-published")
@@ -44,6 +46,7 @@ def cmd_decode(a) -> int:
     import torch
 
     from engine.decode import DecodeConfig
+    from engine.drafters.modelfree import is_model_free, make_model_free
     from engine.models import check_pair, eos_token_ids, load_model
     from engine.policies import parse_policy
     from engine.prompts import encode, load_prompts
@@ -67,11 +70,18 @@ def cmd_decode(a) -> int:
         policy = parse_policy(a.policy) if a.draft else None
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft = None
-    if a.draft:
+    if is_model_free(a.draft):  # lookup / suffix: no weights, only the target's vocabulary
+        if cfg.verifier in MULTI_DRAFT or a.k != 1:
+            raise ValueError(f"--draft {a.draft} proposes one deterministic block: use a K = 1 verifier")
+        if oracle:
+            raise ValueError("--policy oracle replays a draft model; model-free drafts have none")
+    elif a.draft:
         draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target,
                            want_hidden=bool(policy and policy.needs_hidden))
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     target_lm, draft_lm = target.lm, draft.lm if draft else None
+    if is_model_free(a.draft):
+        draft_lm = make_model_free(a.draft, target.lm.vocab_size)
     if draft is not None and cfg.verifier in MULTI_DRAFT:
         from engine.drafters.multi import MultiDraftConfig, MultiDrafter
         from engine.tree import TreeTarget

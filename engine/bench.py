@@ -241,7 +241,7 @@ def measure_costs(target, draft, ids: list[int], reps: int = 10) -> dict[str, An
             lm.crop(n)
         return statistics.median(ts)
 
-    t_draft = timed(draft, 1) if draft is not None else float("nan")
+    t_draft = timed(draft, 1) if hasattr(draft, "extend") else float("nan")  # model-free drafts: no forward
     tk = {k: timed(target, k) for k in (1, 2, 4, 8, 16)}
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
             "verify_growth": {k: v / tk[1] for k, v in tk.items()}}
@@ -481,8 +481,14 @@ def cmd_bench(a) -> int:
         parse_policy(s)
     target = load_model(a.target, a.dtype, a.device, role="target")
     hidden = any(parse_policy(s).needs_hidden for s in ours)
-    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
-    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    from engine.drafters.modelfree import is_model_free, make_model_free
+
+    if is_model_free(a.draft):  # lookup / suffix: only the target's vocabulary
+        draft_lm = make_model_free(a.draft, target.lm.vocab_size)
+    else:
+        draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
+        check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+        draft_lm = draft.lm
     from engine.jsonio import write_json_atomic
     from engine.models import machine_description
 
@@ -490,7 +496,7 @@ def cmd_bench(a) -> int:
     machine = a.machine or machine_description()
     extra = {"command": command, "machine": machine, "prompts_file": str(a.prompts)}
     checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None  # a kill keeps the prompts done
-    result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
+    result = run_bench(target.lm, draft_lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
                        trace_dir=a.trace_dir, header_extra=extra, checkpoint=checkpoint)
     result.update(extra)
     print(format_table(result))

@@ -30,6 +30,7 @@ Policies and their sources (details in the project notes on adaptive length):
 | confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it | HF ConfidenceCriteria    |
 | cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
 | entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
+| matchlen:f      | model-free drafts: γ ≤ f·match_len + offset; stop when the path score < p | SuffixDecoding            |
 | pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.pacer); `trim=1` drops the failing block (default for b = 1) | PACER                    |
 
 `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
@@ -57,6 +58,10 @@ class DraftInfo:
     # max_x q(x): the draft's confidence *before* it samples. Equal to q_token under greedy; a rule that
     # reads it instead of q_token decides without looking at the sampled token (exact trimming, see Pacer).
     q_max: float | None = None
+    # Model-free drafters (engine.drafters.modelfree): length of the context suffix the copy was matched
+    # on, and the drafter's own score of this token (suffix: continuation frequency); q_token is then 1.
+    match_len: int | None = None
+    score: float | None = None
 
 
 def _whole(v: Any) -> bool:
@@ -279,6 +284,47 @@ class Entropy(WindowPolicy):
         return True
 
 
+class MatchLen(WindowPolicy):
+    """Window from the model-free drafter's match: γ ≤ ⌊factor · match_len + offset⌋ (≥ 1, ≤ max), and
+    stop once the drafter's path score falls below p.
+
+    SuffixDecoding's rule (Arctic Inference `max_spec_factor` / `max_spec_offset` / `min_token_prob`):
+    a long matched context predicts a long correct copy, a 1-token match a short one. Defaults factor
+    = 1, offset = 0, p = 0 (score gate off). Both signals are functions of the context alone, so the
+    stop never depends on a random draw and sampling stays exact. With a model draft (no match
+    length) it is a fixed cap `max`."""
+
+    name = "matchlen"
+
+    def __init__(self, factor: float = 1.0, offset: float = 0.0, max_window: int = 16, p: float = 0.0) -> None:
+        super().__init__(max_window)
+        if not factor > 0 or not -64 <= offset <= 64:
+            raise ValueError(f"matchlen needs factor > 0 and offset in [-64, 64], got {factor!r}, {offset!r}")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"matchlen p must be in [0, 1], got {p!r}")
+        self.factor, self.offset, self.p = factor, offset, p
+
+    @property
+    def params(self) -> dict[str, Any]:
+        out = {"factor": self.factor, "offset": self.offset, "max": self.max_window}
+        if self.p:
+            out["p"] = self.p
+        return out
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        if info.match_len is None:
+            return True
+        limit = max(1, min(self.max_window, int(self.factor * info.match_len + self.offset)))
+        self._fields["limit"] = limit
+        if info.score is not None and info.score < self.p:
+            self._fields["stop"] = "low_score"
+            return False
+        if info.index >= limit:
+            self._fields["stop"] = "match_limit"
+            return False
+        return True
+
+
 @dataclass(frozen=True)
 class _Spec:
     cls: type
@@ -292,6 +338,7 @@ POLICIES: dict[str, _Spec] = {
     "confidence": _Spec(Confidence, "threshold", {"max": "max_window", "trim": "trim"}),
     "cumulative": _Spec(Cumulative, "threshold", {"max": "max_window"}),
     "entropy": _Spec(Entropy, "threshold", {"max": "max_window"}),
+    "matchlen": _Spec(MatchLen, "factor", {"offset": "offset", "max": "max_window", "p": "p"}),
 }
 
 

@@ -93,6 +93,13 @@ def step_view() -> None:
                 help="colours: " + ", ".join(f"{k2} = {v}" for k2, v in tokens.FATE_HELP.items()))
     st.markdown(tokens.strip(earlier, tokens.step_pieces(s, texts)), unsafe_allow_html=True)
     st.markdown(tokens.legend(), unsafe_allow_html=True)
+    src = (s.get("policy_fields") or {}).get("drafter")
+    if isinstance(src, dict) and src.get("span"):  # a model-free draft: show where it was copied from
+        context = list(reqs.at[rid, "prompt_ids"]) + [t for prev in raw[:k] for t in prev["emitted_tokens"]]
+        a, b = src["span"]
+        st.markdown(f"**Copied from the {src.get('source', 'context')}**: positions {a}–{b - 1} (highlighted), "
+                    f"matched on the {src.get('match_len', '?')} tokens before them (dotted)")
+        st.markdown(tokens.copy_source_html(context, src, texts), unsafe_allow_html=True)
     if s.get("all_drafts"):
         st.markdown(f"**{len(s['all_drafts'])} drafted blocks this step** — the verifier followed draft "
                     f"{s['chosen']} (★); the others (○, grey) were scored but not followed",

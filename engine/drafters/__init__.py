@@ -7,7 +7,8 @@
                                              (block drafters condition on the target's hidden states)
 
 `AutoregressiveDrafter` wraps any `LM` (one token per draft forward). Multi-draft and block drafters
-implement the same protocol, so `engine.decode.decode` stays the only decode loop.
+implement the same protocol, so `engine.decode.decode` stays the only decode loop. Model-free
+drafters (`lookup`, `suffix`: engine.drafters.modelfree) copy from the context and propose a one-hot q.
 """
 
 from engine.drafters.base import AutoregressiveDrafter, Proposal, as_drafter
