@@ -145,6 +145,8 @@ class SuffixDrafter(CopyDrafter):
 
     def reset(self, prompt_ids: list[int]) -> None:
         super().reset(prompt_ids)
+        # The finished request joins the corpus as far as the trie saw it: its last step's emitted
+        # tokens never reach a propose() call, so they are missing (≤ γ+1 tokens per request).
         if self.corpus is not None and self.seen:
             self.corpus.restart()
             for t in self.seen:
@@ -178,7 +180,8 @@ class SuffixDrafter(CopyDrafter):
                 if trie.node_depth[v] < self.depth:
                     break  # nothing ever followed this context
                 # Depth bound reached mid-copy: continue from the last ⌊D/2⌋ tokens.
-                w = trie.descend((seq + toks)[-(self.depth // 2):])
+                h = self.depth // 2
+                w = trie.descend((seq[-h:] + toks)[-h:])  # slice first: no copy of the whole context
                 if w is None or not trie.children[w]:
                     break
                 v = w
