@@ -219,14 +219,16 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     finally:
         timer.close()
         tc.close()
-    calls = max(1, tc.n - 1) if spec == "hf:ar" else len(steps)
+    # generate() emits one token per forward, the prompt's prefill included (our AR feeds the prompt
+    # without emitting, then one call per token): both make one target call per new token.
+    calls = max(1, tc.n) if spec == "hf:ar" else len(steps)
     drafted = sum(s.window for s in steps)
     accepted = sum(s.accepted for s in steps)
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
                      drafted, out, 0, timer.s)
 
 
-def measure_costs(target, draft, ids: list[int], reps: int = 10) -> dict[str, Any]:
+def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
     """Median ms of a 1-token draft forward and of k-token target forwards on a warm cache."""
 
     def timed(lm, k):
@@ -296,7 +298,7 @@ class _Traces:
         self.writers: dict[tuple[str, float], Any] = {}
 
     def get(self, spec: str, temp: float):
-        if self.dir is None:
+        if self.dir is None or spec == "hf:ar":  # plain generate(): no steps to record
             return None
         key = (spec, temp)
         if key not in self.writers:
@@ -322,9 +324,11 @@ class _Traces:
             self.writers[key] = TraceWriter(path, header)
         return self.writers[key]
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
+        """Footers only for a finished run: an interrupted one leaves traces that load as interrupted
+        (its header lists prompts it never reached), not as complete runs."""
         for w in self.writers.values():
-            w.close()
+            w.__exit__(KeyboardInterrupt if interrupted else None)
 
 
 def _oracle_stub():
@@ -360,12 +364,13 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
 
     n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded)
     bar = tqdm(total=n_runs, disable=not progress, unit="run", desc="bench")
+    finished = False
     try:
         for temp in cfg.temperatures:
             specs = tuple(s for s in cfg.configs if applies(s, temp))
             for w in range(cfg.warmup):
                 for spec in specs:
-                    _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 16)
+                    _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 8)
             for i, (p, ids) in enumerate(encoded):
                 order = list(specs[i % len(specs):] + specs[: i % len(specs)])
                 meta = {"prompt_text": p.text, "category": p.category, "question_id": p.question_id}
@@ -384,8 +389,9 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
                             mismatches.append(f"{conf} q{p.question_id}")
                 if checkpoint is not None:
                     checkpoint(result())
+        finished = True
     finally:
-        traces.close()
+        traces.close(interrupted=not finished)
         bar.close()
     out = result()
     out["complete"] = True

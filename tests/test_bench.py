@@ -66,3 +66,72 @@ def test_bench_refuses_greedy_only_trim_before_running(model_dirs, tmp_path, cap
                "--dtype", "fp32", "--out", str(out)])
     assert rc != 0 and not out.exists()
     assert "exact for greedy decoding only" in capsys.readouterr().err
+
+
+def test_bench_writes_traces_and_overhead(model_dirs, tmp_path):  # noqa: F811
+    """--trace-dir: one trace per configuration, each a complete run that loads; our greedy traces
+    reproduce AR; HF rows are recorded step by step; non-model time is a share of wall time."""
+    from engine.bench import trace_name
+    from engine.trace import load_trace
+
+    t, d, _ = model_dirs
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n'
+                       '{"question_id": 2, "category": "writing", "turns": ["w4 w5"]}\n')
+    out, tdir = tmp_path / "bench.json", tmp_path / "traces"
+    configs = ["ar", "fixed:2", "oracle", "hf:heuristic:2", "hf:ar"]
+    rc = main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-category", "1",
+               "--max-new-tokens", "10", "--configs", ",".join(configs), "--temperatures", "0", "--dtype", "fp32",
+               "--out", str(out), "--trace-dir", str(tdir)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["complete"] and "command" in res and "machine" in res
+    outputs = {}
+    for c in configs[:-1]:  # plain generate() leaves no per-step record
+        tr = load_trace(tdir / trace_name(c, 0.0))
+        assert tr.complete and len(tr.ends) == 2 and tr.header["command"].startswith("python -m engine")
+        for rid, end in tr.ends.items():
+            steps = [s for s in tr.steps if s["request_id"] == rid]
+            assert sum(s["emitted"] for s in steps) == end["new_tokens"] == len(end["output_ids"])
+        outputs[c] = [tr.ends[i]["output_ids"] for i in sorted(tr.ends)]
+    assert outputs["fixed:2"] == outputs["ar"] == outputs["oracle"] == outputs["hf:heuristic:2"]
+    assert not (tdir / trace_name("hf:ar", 0.0)).exists()
+    rows = {r["config"]: r for r in res["rows"] if r["task"] == "overall"}
+    assert rows["hf:ar"]["emitted_per_call_incl_bonus"] == 1.0
+    assert rows["hf:heuristic:2"]["acceptance_rate"] is not None  # recorded: drafts and accepts are known
+    for r in rows.values():
+        assert 0.0 <= r["non_model_share"] < 1.0 and r["non_model_ms_per_call"] >= 0.0
+
+
+def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
+    """A run stopped after its first prompt: the checkpoint holds that prompt, the traces no footer."""
+    from engine.bench import BenchConfig, run_bench, trace_name
+    from engine.trace import load_trace
+
+    class Tok:
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+        def decode(self, ids):
+            return " ".join(f"w{i}" for i in ids)
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n'
+                       '{"question_id": 2, "category": "writing", "turns": ["w4 w5"]}\n')
+    target, draft = pair
+    saved = []
+
+    def checkpoint(r):
+        saved.append(r)
+        raise KeyboardInterrupt
+
+    cfg = BenchConfig(configs=("ar", "fixed:2"), temperatures=(0.0,), max_new_tokens=6, warmup=0)
+    try:
+        run_bench(target, draft, Tok(), prompts, cfg, progress=False, trace_dir=tmp_path / "t", checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        pass
+    assert len(saved) == 1 and len(saved[0]["runs"]) == 2 and not saved[0]["complete"]
+    tr = load_trace(tmp_path / "t" / trace_name("fixed:2", 0.0))
+    assert not tr.complete and len(tr.ends) == 1

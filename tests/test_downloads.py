@@ -68,7 +68,7 @@ def test_export_cli_picks_the_format_by_suffix(tmp_path, capsys):
     assert main(["export", str(src), str(pq)]) == 0 and load_trace(pq).steps == load_trace(src).steps
     assert main(["export", str(src), str(tmp_path / "run.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: run.txt: export writes Parquet (.parquet) or Perfetto")
+    assert err[-1].startswith("error: run.txt: export writes Parquet (.parquet)")
     assert main(["export", str(tmp_path / "missing.jsonl"), str(out)]) == 2
     assert "no such trace file" in capsys.readouterr().err
 
