@@ -11,18 +11,20 @@ at a time, so a killed run leaves a loadable file (no footer; the loader says so
 (disk full, permissions) stops the writer with one line, and what was flushed still loads. The loader
 only parses JSON (or Parquet columns) — it never executes or unpickles anything — recomputes every
 derived field, and rejects malformed input with one line naming the file, line and field. The rules
-are engine/trace_check.py, their column-wise form engine/trace_screen.py, Parquet engine/trace_parquet.py.
+are engine/trace_check.py, their column-wise form engine/trace_screen.py, fast JSONL reading
+engine/trace_jsonl.py, Parquet engine/trace_parquet.py.
 
 Counting convention: `accepted` excludes the bonus/correction token, `emitted` includes it.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 import os
-from itertools import chain
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -125,41 +127,61 @@ class TraceWriter:
 
 
 def summarize(steps: list[dict], ends: list[dict] | None = None) -> dict[str, Any]:
-    """Run summary from step dicts. Every count says whether it includes the bonus token."""
-    n = len(steps)
+    """Run summary from step dicts. Every count says whether it includes the bonus token.
+
+    Computed on columns (one pass over the dicts, then numpy): ~10x faster than a loop at 200k steps,
+    and the pages ask for it on every trace they load. Float sums use `cumsum` (strictly left to
+    right, like Python's `sum`), so the figures are the same to the last bit as a loop's."""
+    if not steps:
+        return _summary_of_columns(None, len(ends or []))
+    rid, win, acc, emi, td, tv, tp = zip(*map(itemgetter("request_id", "window", "accepted", "emitted", "t_draft_ms",
+                                                         "t_verify_ms", "t_prefill_ms"), steps))
     # Imported runs (engine.interop) may not know how much was drafted: then neither do we.
-    drafted_known = all(s["window"] is not None for s in steps)
-    window = sum(s["window"] or 0 for s in steps)
-    accepted = sum(s["accepted"] for s in steps)
-    emitted = sum(s["emitted"] for s in steps)
-    t_ms = sum(s["t_draft_ms"] + s["t_verify_ms"] + s["t_prefill_ms"] for s in steps)
-    t_draft = sum(s["t_draft_ms"] for s in steps)
-    t_verify = sum(s["t_verify_ms"] for s in steps)
-    per_req: dict[int, list[float]] = {}
-    for s in steps:
-        acc = per_req.setdefault(s["request_id"], [0.0, 0.0])
-        acc[0] += s["emitted"]
-        acc[1] += s["t_draft_ms"] + s["t_verify_ms"] + s["t_prefill_ms"]
-    tps = [tok / (ms / 1e3) for tok, ms in per_req.values() if ms > 0]
-    hist: dict[str, int] = {}
-    for s in steps:
-        hist[str(s["accepted"])] = hist.get(str(s["accepted"]), 0) + 1
+    drafted_known = None not in win
+    c = {"request_id": np.array(rid), "window": np.array(win if drafted_known else [w or 0 for w in win], np.int64),
+         "accepted": np.array(acc, np.int64), "emitted": np.array(emi, np.int64),
+         "t_draft_ms": np.array(td, np.float64), "t_verify_ms": np.array(tv, np.float64),
+         "t_prefill_ms": np.array(tp, np.float64)}
+    out = _summary_of_columns(c, len(ends or []))
+    if not drafted_known:
+        out["drafted_tokens"] = out["draft_acceptance_rate"] = None
+    return out
+
+
+def _sum(a: np.ndarray) -> float:
+    """Left-to-right float sum (numpy's `sum` adds pairwise: other last bits than Python's `sum`)."""
+    return float(np.cumsum(a)[-1]) if len(a) else 0.0
+
+
+def _summary_of_columns(c: dict[str, np.ndarray] | None, n_ends: int) -> dict[str, Any]:
+    """`summarize` from step columns (request_id, window, accepted, emitted, t_*_ms): the loader's
+    screened columns, or those `summarize` gathers."""
+    if c is None or not len(c["accepted"]):
+        return {"requests": 0, "requests_finished": n_ends, "target_calls": 0, "new_tokens": 0, "drafted_tokens": 0,
+                "accepted_tokens_excl_bonus": 0, "mean_emitted_per_call_incl_bonus": 0.0,
+                "mean_accepted_per_call_excl_bonus": 0.0, "draft_acceptance_rate": 0.0, "tokens_per_s": 0.0,
+                "tokens_per_s_mean_over_requests": 0.0, "decode_ms": 0, "draft_ms": 0, "verify_ms": 0,
+                "accepted_histogram": {}}
+    n = len(c["accepted"])
+    w, a, e = int(c["window"].sum()), int(c["accepted"].sum()), int(c["emitted"].sum())
+    t = c["t_draft_ms"] + c["t_verify_ms"] + c["t_prefill_ms"]
+    t_ms = _sum(t)
+    # Requests in order of first appearance, each summed left to right (as a loop over the steps would).
+    _, first, inv = np.unique(c["request_id"], return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    g = rank[inv]
+    tok = np.bincount(g, weights=c["emitted"].astype(np.float64))
+    ms = np.bincount(g, weights=t)
+    tps = tok[ms > 0] / (ms[ms > 0] / 1e3)
+    vals, counts = np.unique(c["accepted"], return_counts=True)
     return {
-        "requests": len(per_req),
-        "requests_finished": len(ends or []),
-        "target_calls": n,
-        "new_tokens": emitted,
-        "drafted_tokens": window if drafted_known else None,
-        "accepted_tokens_excl_bonus": accepted,
-        "mean_emitted_per_call_incl_bonus": emitted / n if n else 0.0,
-        "mean_accepted_per_call_excl_bonus": accepted / n if n else 0.0,
-        "draft_acceptance_rate": (accepted / window if window else 0.0) if drafted_known else None,
-        "tokens_per_s": emitted / (t_ms / 1e3) if t_ms > 0 else 0.0,
-        "tokens_per_s_mean_over_requests": sum(tps) / len(tps) if tps else 0.0,
-        "decode_ms": t_ms,
-        "draft_ms": t_draft,
-        "verify_ms": t_verify,
-        "accepted_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+        "requests": len(first), "requests_finished": n_ends, "target_calls": n, "new_tokens": e,
+        "drafted_tokens": w, "accepted_tokens_excl_bonus": a,
+        "mean_emitted_per_call_incl_bonus": e / n, "mean_accepted_per_call_excl_bonus": a / n,
+        "draft_acceptance_rate": a / w if w else 0.0, "tokens_per_s": e / (t_ms / 1e3) if t_ms > 0 else 0.0,
+        "tokens_per_s_mean_over_requests": _sum(tps) / len(tps) if len(tps) else 0.0,
+        "decode_ms": t_ms, "draft_ms": _sum(c["t_draft_ms"]), "verify_ms": _sum(c["t_verify_ms"]),
+        "accepted_histogram": {str(int(v)): int(k) for v, k in zip(vals, counts)},
     }
 
 
@@ -176,13 +198,20 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     source: str = ""
 
+    # The loader's summary (from the columns it screened), kept with the step list and counts it was
+    # computed for: pages ask for a trace's summary on every load, and a 200k-step trace has one.
+    _summary: tuple[tuple, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+
     @property
     def complete(self) -> bool:
         return self.footer is not None
 
     @property
     def summary(self) -> dict[str, Any]:
-        return summarize(self.steps, list(self.ends.values()))
+        key = (id(self.steps), len(self.steps), len(self.ends))
+        if self._summary is None or self._summary[0] != key:
+            self._summary = (key, summarize(self.steps, list(self.ends.values())))
+        return copy.deepcopy(self._summary[1])
 
 
 
@@ -196,7 +225,7 @@ def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool
     `fast` screens the steps' fields as whole columns (engine.trace_screen) and runs the per-record
     reference check only on the step it flags; `fast=False` checks every step one by one (the
     reference the tests compare against). Both report the same first error. `screened`: the steps'
-    columns when the caller has already screened them (the Parquet fast path)."""
+    columns when the caller has already screened them (the Parquet and chunked-JSONL fast paths)."""
     recs = records if isinstance(records, list) else list(records)
     if not recs:
         raise TraceError(f"{Path(source).name or 'trace'}: empty file (no header)")
@@ -329,22 +358,29 @@ def _assemble_screened(recs: list, steps_at: list[int], c: dict[str, np.ndarray]
         raise _Defer
     steps = [recs[i][1] for i in steps_at]
     lo, hi = np.flatnonzero(first), np.flatnonzero(last) + 1  # group k = order[lo[k]:hi[k]]
+    # Every request's output: its steps' emitted tokens end to end, cut from the flat column.
+    e_off = np.cumsum(em) - em  # em: emitted counts in request order; e_off: where each step's run starts
+    src = np.cumsum(c["emitted"]) - c["emitted"]  # where each step's tokens sit in the flat column
+    outputs = c["emitted_flat"][np.repeat(src[order] - e_off, em) + np.arange(int(em.sum()))]
+    bounds = np.r_[e_off, em.sum()]
     for k, r in enumerate(ids):
         end = trace.ends.get(r)
         if end is None:
             continue
         idx = order[lo[k]:hi[k]]
-        out = list(chain.from_iterable(steps[j]["emitted_tokens"] for j in idx.tolist()))
-        if end["output_ids"] != out or end.get("finished") != steps[idx[-1]].get("finished"):
+        if end["output_ids"] != outputs[bounds[lo[k]]:bounds[hi[k]]].tolist() or \
+                end.get("finished") != steps[idx[-1]].get("finished"):
             raise _Defer
     with_steps = set(ids)
     for r, end in trace.ends.items():  # ends of requests without steps: nothing emitted
         if r not in with_steps and end["output_ids"]:
             raise _Defer
     trace.steps = steps
+    computed = _summary_of_columns(c, len(trace.ends))
+    trace._summary = ((id(steps), len(steps), len(trace.ends)), computed)
     if trace.footer is not None:
         try:
-            compare_summary(trace.footer["summary"], _summary_of_columns(c, len(trace.ends)), "footer")
+            compare_summary(trace.footer["summary"], computed, "footer")
         except TraceError:
             raise _Defer from None
     else:
@@ -387,28 +423,6 @@ def _end_in_context(trace: Trace, state: dict, d: dict, where: str, lacks: froze
         fail(where, "output_ids", f"{len(d['output_ids'])} ids differ from the {len(st[3])} tokens its steps emitted")
     if st[0] and d.get("finished") != st[2]:
         fail(where, "finished", f"{d.get('finished')!r}, but the request's last step says {st[2]!r}")
-
-
-def _summary_of_columns(c: dict[str, np.ndarray], n_ends: int) -> dict[str, Any]:
-    """`summarize` from the screened columns (same keys and meaning; float sums may differ in the
-    last bits because numpy adds pairwise, hence compare_summary's tolerance)."""
-    n = len(c["step"])
-    w, a, e = int(c["window"].sum()), int(c["accepted"].sum()), int(c["emitted"].sum())
-    t = c["t_draft_ms"] + c["t_verify_ms"] + c["t_prefill_ms"]
-    t_ms = float(t.sum())
-    _, inv = np.unique(c["request_id"], return_inverse=True)
-    tok, ms = np.bincount(inv, weights=c["emitted"]), np.bincount(inv, weights=t)
-    tps = tok[ms > 0] / (ms[ms > 0] / 1e3)
-    vals, counts = np.unique(c["accepted"], return_counts=True)
-    return {
-        "requests": int(inv.max()) + 1, "requests_finished": n_ends, "target_calls": n, "new_tokens": e,
-        "drafted_tokens": w, "accepted_tokens_excl_bonus": a,
-        "mean_emitted_per_call_incl_bonus": e / n, "mean_accepted_per_call_excl_bonus": a / n,
-        "draft_acceptance_rate": a / w if w else 0.0, "tokens_per_s": e / (t_ms / 1e3) if t_ms > 0 else 0.0,
-        "tokens_per_s_mean_over_requests": float(tps.mean()) if len(tps) else 0.0,
-        "decode_ms": t_ms, "draft_ms": float(c["t_draft_ms"].sum()), "verify_ms": float(c["t_verify_ms"].sum()),
-        "accepted_histogram": {str(int(v)): int(k) for v, k in zip(vals, counts)},
-    }
 
 
 # ------------------------------------------------------------------ reading bytes
@@ -497,6 +511,22 @@ def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress 
     return out
 
 
+def _resume_gc(was_enabled: bool) -> None:
+    """Re-enable the collector without making it scan what was just loaded.
+
+    A 200k-step trace is ~1.6M lists and dicts, all still in the youngest generation after a load
+    with the collector paused; the first allocation after `gc.enable()` would scan them all (~0.8 s
+    on a small CPU) only to promote them. `freeze` + `unfreeze` moves every tracked object straight
+    to the oldest generation (a list splice, no scan), where the next full collection sees them as
+    usual. Skipped when something else has frozen objects on purpose."""
+    if not was_enabled:
+        return
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+    gc.enable()
+
+
 def load_trace(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
     """Load and validate a JSONL or Parquet trace; raises TraceError with a one-line message that
     names the file (never its directory), the line or row, and the field."""
@@ -514,22 +544,29 @@ def load_trace(path: str | os.PathLike, progress: Progress | None = None) -> Tra
 
 def loads_trace(data: bytes, name: str = "upload.jsonl", progress: Progress | None = None) -> Trace:
     """Load from bytes (app uploads): same validation as `load_trace`. Parquet is recognised by its
-    magic bytes, whatever the name says."""
+    magic bytes, whatever the name says. JSONL steps arrive as columns from engine.trace_jsonl when
+    the file has the common clean shape; a flagged step, or any other shape, is screened from its
+    dict, so the first error is worded by the same rules either way."""
     name = Path(name).name
     if data[:4] == b"PAR1" or (name.endswith(".parquet") and not data.startswith(b"{")):
         t = _load_parquet(data, name)
     else:
+        from engine.trace_jsonl import read_jsonl
+
         warnings: list[str] = []
-        recs = parse_jsonl(data, name, warnings, progress)
-        if progress is not None:
-            progress(0.85, f"checking {len(recs):,} records")
         was = gc.isenabled()
         gc.disable()
         try:
-            t = build_trace(recs, source=name)
+            recs, steps_at, cols = read_jsonl(data, name, warnings, progress)
+            if progress is not None:
+                progress(0.85, f"checking {len(recs):,} records")
+            screened = None
+            if cols is not None and steps_at:
+                j, screened = screen_steps(cols)
+                screened = None if j is not None else screened  # the dict screen names the flagged step
+            t = build_trace(recs, source=name, screened=screened, steps_at=steps_at if screened else None)
         finally:
-            if was:
-                gc.enable()
+            _resume_gc(was)
         t.warnings[:0] = warnings
     t.source = name
     if progress is not None:

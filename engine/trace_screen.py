@@ -17,8 +17,9 @@ the screened and the reference paths agree on random mutations.
 
 from __future__ import annotations
 
-from itertools import chain
-from operator import itemgetter
+from array import array
+from itertools import chain, compress, repeat
+from operator import is_, is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from engine.trace_check import (FINISHED, INT_FIELDS, MAX_ENTROPY, MAX_MS, MAX_W
                                 TOKEN_MAX, validate_step)
 
 _MISSING = object()
+_FINISHED = set(FINISHED)
 LIST_LIMITS = {"draft_tokens": (0, MAX_WINDOW), "emitted_tokens": (1, MAX_WINDOW + 1)}
 VALUE_LISTS = {"q_draft": 1.0, "p_target": 1.0, "accept_probs": 1.0, "draft_entropy": MAX_ENTROPY}
 
@@ -58,18 +60,22 @@ class DictColumns:
     """Columns of step dicts parsed from JSON: types are checked value by value (in bulk)."""
 
     # Fields every step has: gathered in one pass over the dicts (one itemgetter call per step, then
-    # transposed), ~2.5× faster than a pass per field because each dict is visited once.
+    # transposed), ~2.5× faster than a pass per field because each dict is visited once. The fields
+    # writers always add are gathered in the same pass when every step has them.
     CORE = (*INT_FIELDS, "draft_tokens", "emitted_tokens", *VALUE_LISTS, *TIME_FIELDS, "correction", "bonus",
             "finished", "stop_reason")
+    USUAL = ("window", "emitted", "t_rule_ms", "policy_fields", "all_drafts", "chosen", "decisions")
 
     def __init__(self, steps: list[dict]) -> None:
         self.steps, self.n = steps, len(steps)
         self._cols: dict[str, tuple] = {}
-        try:
-            if steps:
-                self._cols = dict(zip(self.CORE, zip(*map(itemgetter(*self.CORE), steps))))
-        except KeyError:  # some step lacks a field: per-field gathering finds which
-            self._cols = {}
+        for keys in ((*self.CORE, *self.USUAL), self.CORE):
+            try:
+                if steps:
+                    self._cols = dict(zip(keys, zip(*map(itemgetter(*keys), steps))))
+                break
+            except KeyError:  # some step lacks a field: per-field gathering finds which
+                self._cols = {}
 
     def objects(self, k: str) -> list:
         if k in self._cols:
@@ -91,7 +97,7 @@ class DictColumns:
                 a, present, bad = self.number.__func__(_Fixed(col, self.n), k, integer, optional)
                 return a, present | nulls, bad | nulls
         if None in col or _MISSING in col:  # C-level scans; the per-row mask only when needed
-            absent = np.fromiter((x is None or x is _MISSING for x in col), bool, self.n)
+            absent = np.fromiter(map(_is_absent, col), bool, self.n)
         else:
             absent = np.zeros(self.n, bool)
         bad = _types_bad(col, (int,) if integer else (int, float))
@@ -135,7 +141,7 @@ class DictColumns:
     def rare(self) -> np.ndarray:
         """Rows with multi-draft fields, checked by the reference itself (they are few and short)."""
         try:  # the usual single-draft trace: all null, chosen 0 — decided with C-level scans
-            alt, dec, ch = zip(*map(itemgetter("all_drafts", "decisions", "chosen"), self.steps))
+            alt, dec, ch = map(self.objects, ("all_drafts", "decisions", "chosen"))
             if alt.count(None) == self.n and dec.count(None) == self.n and set(map(type, ch)) == {int} \
                     and not any(ch):
                 return np.zeros(self.n, bool)
@@ -152,7 +158,30 @@ class DictColumns:
         return bad
 
     def policy_fields_bad(self) -> np.ndarray:
+        if "policy_fields" in self._cols and set(map(type, self._cols["policy_fields"])) == {dict}:
+            return np.zeros(self.n, bool)
         return np.fromiter((type(s.get("policy_fields", {})) is not dict for s in self.steps), bool, self.n)
+
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bad mask, null-or-absent mask) of `finished`."""
+        fin = self.objects("finished")
+        try:
+            if set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
+                return np.zeros(self.n, bool), np.fromiter(map(is_, fin, repeat(None)), bool, self.n)
+        except TypeError:  # an unhashable value (a list, an object): the scan below flags it
+            pass
+        ok = np.fromiter((type(x) in (str, type(None)) and x in FINISHED or x is _MISSING for x in fin), bool, self.n)
+        return ~ok, np.fromiter((x is None or x is _MISSING for x in fin), bool, self.n)
+
+    def stop_reason_bad(self) -> np.ndarray:
+        stop = self.objects("stop_reason")
+        if set(map(type, stop)) == {str} and max(map(len, stop)) <= 64:
+            return np.zeros(self.n, bool)
+        return np.fromiter((type(x) is not str or len(x) > 64 for x in stop), bool, self.n)
+
+
+def _is_absent(x: Any) -> bool:
+    return x is None or x is _MISSING
 
 
 class _Fixed(DictColumns):
@@ -246,6 +275,160 @@ class ArrowColumns:
     def policy_fields_bad(self) -> np.ndarray:  # a JSON string per row: parsed (and checked) as rows are built
         return np.zeros(self.n, bool)
 
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        return DictColumns.finished(self)
+
+    def stop_reason_bad(self) -> np.ndarray:
+        return DictColumns.stop_reason_bad(self)
+
+
+class StepChunks:
+    """Step columns gathered a few hundred steps at a time, right after those steps are parsed.
+
+    Why: converting 200k parsed steps to columns after the fact touches every dict, list and number
+    once more, long after they left the CPU cache; converting each small chunk while it is still
+    cached, several fields per pass (one itemgetter call per step yields all its ints, all its
+    lists, …), costs a fraction of that. Only the common, clean shape is taken — every step has the
+    writer's keys, no JSON boolean on its line, numbers of the right kind (`array('q')` refuses floats,
+    strings, null and ints beyond int64; `array('d')` anything but numbers), single-draft fields null
+    — and then the values are exactly what `DictColumns` would give. `add` returns False on anything
+    else (the object is then spent), and the caller screens the steps with `DictColumns`.
+
+    `deep`: indices (into the added steps) whose nesting the columns do not bound — a non-empty
+    policy_fields or keys beyond the writer's — so the reader must check their depth itself."""
+
+    KEYS = (*DictColumns.CORE, *DictColumns.USUAL)
+    INTS = (*INT_FIELDS, "window", "emitted", "chosen")
+    FLOATS = (*TIME_FIELDS, "t_rule_ms")
+    LISTS = (*LIST_LIMITS, *VALUE_LISTS)  # two of ints, four of numbers
+    OTHER = ("finished", "stop_reason", "policy_fields", "all_drafts", "decisions")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._floats: tuple[str, ...] = ()
+        self._parts: dict[str, list[array]] = {}
+        self.deep: list[int] = []
+
+    def _put(self, k: str, code: str, vals) -> None:
+        self._parts.setdefault(k, []).append(array(code, vals))
+
+    def add(self, steps: list[dict]) -> bool:
+        """Append a chunk of step dicts (whose lines hold no `true` / `false`); False if it does not fit."""
+        n = len(steps)
+        if not n:
+            return True
+        if not self._floats:  # older traces lack t_rule_ms: then no step may have it (or any other extra key)
+            self._floats = self.FLOATS if "t_rule_ms" in steps[0] else TIME_FIELDS
+        cat = chain.from_iterable
+        try:
+            ints = list(cat(map(itemgetter(*self.INTS), steps)))
+            if any(ints[len(self.INTS) - 1::len(self.INTS)]):
+                return False  # `chosen` must be 0 on a single-draft step
+            self._put("ints", "q", ints)
+            self._put("floats", "d", list(cat(map(itemgetter(*self._floats), steps))))
+            lists = list(cat(map(itemgetter(*self.LISTS), steps)))  # step by step: its 6 lists
+            if set(map(type, lists)) != {list}:
+                return False
+            lens = list(map(len, lists))
+            il, fl = lists[0::6] + lists[1::6], [x for k in range(2, 6) for x in lists[k::6]]
+            self._put("ilists", "q", list(cat(il)))
+            self._put("flists", "d", list(cat(fl)))
+            self._put("lens", "q", lens)
+            cb = list(cat(map(itemgetter("correction", "bonus"), steps)))
+            present = list(map(is_not, cb, repeat(None)))
+            self._put("cb", "q", list(compress(cb, present)))
+            self._put("cb?", "b", present)
+            fin, stop, pf, alt, dec = zip(*map(itemgetter(*self.OTHER), steps))
+            if not set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
+                return False
+            self._put("finished?", "b", map(is_not, fin, repeat(None)))
+            if set(map(type, stop)) != {str} or max(map(len, stop)) > 64 or set(map(type, pf)) != {dict} or \
+                    alt.count(None) != n or dec.count(None) != n:
+                return False
+        except (KeyError, TypeError, OverflowError):  # a missing key, a value of another kind, an unhashable
+            return False
+        full = len(self.KEYS) + 1 - (len(self.FLOATS) - len(self._floats))  # and "type"
+        longest = max(map(len, steps))
+        if longest < full or (len(self._floats) < len(self.FLOATS) and longest > full):
+            return False  # a key missing, or one beyond an older writer's (perhaps t_rule_ms): the dict screen
+        self.deep += [self.n + i for i, (s, p) in enumerate(zip(steps, pf)) if p or len(s) != full]
+        self.n += n
+        return True
+
+    def columns(self) -> "_ChunkColumns":
+        return _ChunkColumns(self)
+
+
+class _ChunkColumns:
+    """The `DictColumns` interface over StepChunks' arrays (every value already known to be clean)."""
+
+    def __init__(self, ch: StepChunks) -> None:
+        n = self.n = ch.n
+        a = {k: np.concatenate([np.frombuffer(p, _DTYPES[p.typecode]) for p in parts])
+             for k, parts in ch._parts.items()}
+        self._a: dict[str, np.ndarray] = {}
+        for k, col in zip(StepChunks.INTS, a["ints"].reshape(n, -1).T):
+            self._a[k] = col.copy()
+        for k, col in zip(ch._floats, a["floats"].reshape(n, -1).T):
+            self._a[k] = col.copy()
+        lens = a["lens"].reshape(n, 6)
+        for j, k in enumerate(StepChunks.LISTS):
+            self._a[k + "#"] = lens[:, j].copy()
+        # Within one chunk the lists were laid out field by field; across chunks, chunk by chunk.
+        self._a["draft_tokens"], self._a["emitted_tokens"] = _split(ch._parts["ilists"], ch._parts["lens"], (0, 1))
+        for k, v in zip(VALUE_LISTS, _split(ch._parts["flists"], ch._parts["lens"], (2, 3, 4, 5))):
+            self._a[k] = v
+        present = a["cb?"].reshape(n, 2)
+        for j, k in enumerate(("correction", "bonus")):
+            full = np.zeros(n * 2, np.int64)
+            full[a["cb?"]] = a["cb"]
+            self._a[k] = full.reshape(n, 2)[:, j].copy()
+            self._a[k + "?"] = present[:, j].copy()
+        self._a["finished?"] = a["finished?"]
+
+    def number(self, k: str, integer: bool, optional: bool, nullable: bool = True):
+        if k not in self._a:  # t_rule_ms of an older trace: absent everywhere
+            return np.zeros(self.n), np.zeros(self.n, bool), np.full(self.n, not optional)
+        a = self._a[k].astype(np.int64 if integer else np.float64, copy=False)
+        if k + "?" not in self._a:
+            return a, np.ones(self.n, bool), np.zeros(self.n, bool)
+        present = self._a[k + "?"]
+        return a, present, ~present if not optional else np.zeros(self.n, bool)
+
+    def lists(self, k: str, integer: bool):
+        lens = self._a[k + "#"]
+        return lens, self._a[k], np.repeat(np.arange(self.n), lens), np.zeros(self.n, bool)
+
+    def rare(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+    def policy_fields_bad(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.n, bool), ~self._a["finished?"]
+
+    def stop_reason_bad(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+
+def _split(parts: list[array], lens_parts: list[array], fields: tuple[int, ...]) -> list[np.ndarray]:
+    """Per-field flat arrays from chunks whose values were laid out field by field (fields `fields`
+    of the 6 lists, in that order), given each chunk's lengths step by step (6 per step)."""
+    out: list[list[np.ndarray]] = [[] for _ in fields]
+    for p, lp in zip(parts, lens_parts):
+        vals = np.frombuffer(p, _DTYPES[p.typecode])
+        lens = np.frombuffer(lp, np.int64).reshape(-1, 6)
+        at = 0
+        for j, f in enumerate(fields):
+            m = int(lens[:, f].sum())
+            out[j].append(vals[at:at + m])
+            at += m
+    return [np.concatenate(o) if o else np.zeros(0) for o in out]
+
+
+_DTYPES = {"q": np.int64, "d": np.float64, "b": np.bool_}
+
 
 def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[str, np.ndarray]]:
     """(index of the first step `validate_step` would refuse, or None; numeric columns of the steps:
@@ -268,6 +451,7 @@ def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[s
         lists[k] = (lens, flat, rows)
     w, e = lists["draft_tokens"][0], lists["emitted_tokens"][0]
     out["window"], out["emitted"] = w, e
+    out["emitted_flat"] = lists["emitted_tokens"][1]  # every step's emitted_tokens, end to end
     for k, counted, hi in (("window", w, MAX_WINDOW), ("emitted", e, MAX_WINDOW + 1)):
         v, present, b = cols.number(k, True, True, nullable=False)
         bad |= present & (b | (v != counted))
@@ -304,13 +488,10 @@ def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[s
     full = ~bad & (e == acc + 1) & (e > 0)
     last = np.where(full, e_flat[np.where(full, e_off + e - 1, 0)] if len(e_flat) else -1, -1)
     bad |= full & (last != np.where(has_b, b_val, c_val))
-    fin = cols.objects("finished")
-    fin_ok = np.fromiter((type(x) in (str, type(None)) and x in FINISHED or x is _MISSING for x in fin), bool, n)
-    fin_none = np.fromiter((x is None or x is _MISSING for x in fin), bool, n)
-    bad |= ~fin_ok | ((e < acc + 1) & fin_none)
+    fin_bad, fin_none = cols.finished()
+    bad |= fin_bad | ((e < acc + 1) & fin_none)
     out["finished"] = ~fin_none
-    stop = cols.objects("stop_reason")
-    bad |= np.fromiter((type(x) is not str or len(x) > 64 for x in stop), bool, n)
+    bad |= cols.stop_reason_bad()
     bad |= cols.policy_fields_bad() | cols.rare()
     first = int(np.argmax(bad)) if bad.any() else None
     return first, out

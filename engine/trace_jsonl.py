@@ -1,0 +1,131 @@
+"""Reading a large JSONL trace fast: parse in small chunks and gather the step columns while hot.
+
+Why: at 200k steps the loader's time went to touching objects, not to checking them. Parsing makes
+~6M Python objects (~1.4 s with orjson on a small shared CPU); gathering the steps' fields into
+columns afterwards walks all of them again once they have left the CPU cache (~2.5 s). Here each
+chunk of a few hundred lines is parsed and its steps are converted to columns at once
+(engine.trace_screen.StepChunks), while the chunk is still cached — about a third of the cost.
+
+`read_jsonl` gives exactly what `engine.trace.parse_jsonl` gives — the same records, warnings and
+first error — plus the step columns when the file has the common clean shape. It never words an
+error itself: on anything unexpected (a line that does not parse, a blank line, a deep value, an
+over-long line) it hands the whole file to `parse_jsonl`, which names the first problem.
+
+Depth: `parse_jsonl` counts brackets on every line. The columns already prove that a step's fields
+are flat (numbers, lists of numbers, short strings), so here only the steps StepChunks marks as
+`deep` (a non-empty policy_fields, keys beyond the writer's) and the other records are counted.
+"""
+
+from __future__ import annotations
+
+from itertools import compress, repeat
+from operator import eq
+from typing import Any
+
+from engine.trace import Progress, _orjson, _refuse_binary, parse_jsonl
+from engine.trace_check import MAX_LINE, TraceError, check_depth
+from engine.trace_screen import StepChunks, _ChunkColumns
+
+CHUNK = 256  # lines per chunk: their objects (~1 MB) stay in cache between parsing and gathering
+
+
+class _Fallback(Exception):
+    """Something parse_jsonl must word; it re-reads the file from the start."""
+
+
+def read_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress | None = None
+               ) -> tuple[list[tuple[str, Any]], list[int] | None, _ChunkColumns | None]:
+    """(records as (location, value) pairs, record index of each step, the steps' columns); the last
+    two are None when the steps are to be screened from their dicts. Same records, warnings and
+    errors as `parse_jsonl`."""
+    _refuse_binary(data, name)
+    try:
+        return _read(data, name, warnings, progress)
+    except _Fallback:
+        return parse_jsonl(data, name, warnings, progress), None, None
+
+
+def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None):
+    if _orjson is None:
+        raise _Fallback
+    loads = _orjson.loads
+    lines = data.split(b"\n")
+    ends_clean = lines[-1] == b""
+    if ends_clean:
+        lines.pop()
+    if not lines or max(map(len, lines)) > MAX_LINE:
+        raise _Fallback
+    cut = None
+    if not ends_clean and lines[-1].strip():
+        try:
+            loads(lines[-1])
+        except Exception:  # noqa: BLE001 - a run killed mid-line: parse_jsonl drops it with this warning
+            cut = f"line {len(lines)} is cut off (the run was killed while writing it); dropped"
+            lines.pop()
+    n = len(lines)
+    has_bool = b"true" in data or b"false" in data  # else no line needs looking at for booleans
+    recs: list[tuple[str, Any]] = []
+    steps_at: list[int] = []
+    chunks: StepChunks | None = StepChunks()
+    size = max(1, min(CHUNK, n // 40))  # a small file still reports progress ~40 times
+    tick, report = max(1, n // 40), max(1, n // 40)
+    for a in range(0, n, size):
+        if progress is not None and a >= report:
+            progress(0.8 * a / n, f"read {a:,} of {n:,} lines")
+            report += tick
+        block = lines[a:a + size]
+        try:
+            vals = list(map(loads, block))  # a blank line fails here too: parse_jsonl skips it
+        except Exception:  # noqa: BLE001
+            raise _Fallback from None
+        wheres = [f"{name}: line {i}" for i in range(a + 1, a + len(block) + 1)]
+        try:  # C-level when every value is an object (dict.get refuses anything else)
+            at = list(compress(range(len(vals)), map(eq, map(dict.get, vals, repeat("type")), repeat("step"))))
+        except TypeError:
+            at = [j for j, v in enumerate(vals) if type(v) is dict and v.get("type") == "step"]
+        for j in _others(at, len(vals)):
+            _depth(block[j], vals[j], wheres[j])
+        if chunks is not None:
+            first, d0 = chunks.n, len(chunks.deep)
+            # No `true` / `false` on a step line: no JSON boolean hides among the ints (array('q') takes bools).
+            if (has_bool and _bools(block, at)) or not chunks.add([vals[j] for j in at]):
+                chunks = None  # the dict screen takes over; the steps so far get their depth counted
+                for i in steps_at:
+                    _depth_line(lines, recs, i)
+            else:
+                for k in chunks.deep[d0:]:
+                    j = at[k - first]
+                    _depth(block[j], vals[j], wheres[j])
+        if chunks is None:
+            for j in at:
+                _depth(block[j], vals[j], wheres[j])
+        base = len(recs)
+        steps_at += [base + j for j in at]
+        recs += zip(wheres, vals)
+    if cut is not None:
+        warnings.append(cut)
+    if chunks is None or not chunks.n:
+        return recs, None, None
+    return recs, steps_at, chunks.columns()
+
+
+def _bools(block: list[bytes], at: list[int]) -> bool:
+    raw = b"\n".join([block[j] for j in at])
+    return b"true" in raw or b"false" in raw
+
+
+def _others(at: list[int], n: int) -> list[int]:
+    s = set(at)
+    return [j for j in range(n) if j not in s]
+
+
+def _depth(raw: bytes, value: Any, where: str) -> None:
+    try:
+        check_depth(raw, value, where)
+    except TraceError:
+        raise _Fallback from None
+
+
+def _depth_line(lines: list[bytes], recs: list, i: int) -> None:
+    """Depth of record i, read back from its line (no blank lines here: record i is line i + 1)."""
+    _depth(lines[i], recs[i][1], recs[i][0])
