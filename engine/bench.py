@@ -115,8 +115,21 @@ def _sync_module(module) -> None:
         torch.cuda.synchronize()
 
 
-def _hf_module(lm):
-    return getattr(lm, "model", None) if isinstance(getattr(lm, "model", None), torch.nn.Module) else None
+def _hf_modules(lm) -> list:
+    """The modules whose forward calls are model time: the causal LM, and its decoder and output
+    head, which `engine.models.HFModel` calls directly when it needs hidden states or scores a
+    reduced vocabulary (a hook on the causal LM alone would count that time as overhead)."""
+    m = getattr(lm, "model", None)
+    if not isinstance(m, torch.nn.Module):
+        return []
+    out = [m]
+    if hasattr(m, "get_decoder"):
+        out.append(m.get_decoder())
+    if hasattr(m, "get_output_embeddings") and m.get_output_embeddings() is not None:
+        out.append(m.get_output_embeddings())
+    if getattr(lm, "sub_head", None) is not None:
+        out.append(lm.sub_head)
+    return out
 
 
 def applies(spec: str, temperature: float) -> bool:
@@ -144,7 +157,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
              request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
     """One prompt through engine.decode; with a TraceWriter its request, steps and end are appended."""
     policy = make_policy(spec, target, draft, ids, cfg, eos)
-    timer = _ForwardTimer(_hf_module(target), None if spec == "ar" else _hf_module(draft))
+    timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "ar" else _hf_modules(draft)))
     t0 = time.perf_counter()
     out, calls, drafted, accepted, dropped = [], 0, 0, 0, 0
     steps = []
@@ -202,7 +215,7 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     kw = hf_kwargs(cfg, x, eos)
     if not cfg.sampling.greedy:
         torch.manual_seed(cfg.sampling.seed)
-    timer = _ForwardTimer(target.model, None if spec == "hf:ar" else draft.model)
+    timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "hf:ar" else _hf_modules(draft)))
     tc = _Counter(target.model)
     try:
         if spec == "hf:ar":

@@ -96,6 +96,19 @@ def use_skinny_linears(model: torch.nn.Module) -> int:
     return n
 
 
+class _SubsetHead(torch.nn.Module):
+    """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as `_skinny_forward`). A module so
+    that forward hooks (the bench's model-time clock) see it as model time."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h2 = h.reshape(-1, h.shape[-1])
+        return torch.mm(self.weight, h2.T).T.reshape(*h.shape[:-1], self.weight.shape[0])
+
+
 class HFModel:
     """A transformers causal LM with a KV cache that can be cropped after verification.
 
@@ -128,7 +141,7 @@ class HFModel:
         self.vocab_subset = None
         if vocab_subset is not None:
             self.vocab_subset = vocab_subset.to(self.device)
-            self._sub_weight = model.get_output_embeddings().weight[self.vocab_subset].detach()
+            self.sub_head = _SubsetHead(model.get_output_embeddings().weight[self.vocab_subset].detach())
 
     def reset(self) -> None:
         self.cache = self._cache_cls()
@@ -157,7 +170,7 @@ class HFModel:
             if self.vocab_subset is None:
                 logits = self.model.get_output_embeddings()(h)
             else:
-                sub = torch.mm(self._sub_weight, h.T).T  # weight-major, as _skinny_forward
+                sub = self.sub_head(h)
                 logits = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device,
                                     dtype=sub.dtype)
                 logits[:, self.vocab_subset] = sub

@@ -122,7 +122,7 @@ class TreeTarget:
         else:
             base = lm.model.get_decoder() if hasattr(lm.model, "get_decoder") else lm.model.model
             h = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw).last_hidden_state[0]
-            sub = h @ lm._sub_weight.T
+            sub = lm.sub_head(h)
             logits = torch.full((h.shape[0], lm.vocab_size), float("-inf"), device=h.device, dtype=sub.dtype)
             logits[:, lm.vocab_subset] = sub
         logits = logits.float()

@@ -63,7 +63,7 @@ def extend_batch(lm, ids: torch.Tensor) -> torch.Tensor:
     else:
         base = lm.model.get_decoder() if hasattr(lm.model, "get_decoder") else lm.model.model
         h = base(input_ids=ids, use_cache=True, position_ids=pos, **{lm._cache_kw: lm.cache}).last_hidden_state
-        sub = h @ lm._sub_weight.T
+        sub = lm.sub_head(h)
         logits = torch.full((B, n, lm.vocab_size), float("-inf"), device=h.device, dtype=sub.dtype)
         logits[..., lm.vocab_subset] = sub
     lm.length += n
