@@ -118,7 +118,7 @@ class HFModel:
     """
 
     def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
-                 want_hidden: bool = False) -> None:
+                 want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
         from transformers import DynamicCache
 
         self.model = model.eval()
@@ -139,9 +139,26 @@ class HFModel:
         if self.device.type == "cpu" and self.dtype == torch.float32:
             use_skinny_linears(self.model)
         self.vocab_subset = None
+        self.base_subset = None
+        self.subset_adds_prompt = subset_adds_prompt
         if vocab_subset is not None:
-            self.vocab_subset = vocab_subset.to(self.device)
+            self.base_subset = self.vocab_subset = vocab_subset.to(self.device)
             self.sub_head = _SubsetHead(model.get_output_embeddings().weight[self.vocab_subset].detach())
+
+    def add_request_tokens(self, ids: list[int]) -> None:
+        """With `subset_adds_prompt`, score V′ ∪ {the request's prompt tokens} for this request.
+
+        Why: a summary or a RAG answer copies names and rare words from its prompt; on a Spec-Bench
+        summarization question a quarter of the target's greedy output lay outside a 32k kept set
+        chosen from chat text, so a fixed V′ could never draft them. Still exact: q′ is zero outside
+        the set, and the target verifies every token."""
+        if self.base_subset is None or not self.subset_adds_prompt:
+            return
+        extra = torch.as_tensor(list(ids), dtype=torch.long, device=self.device)
+        sub = torch.unique(torch.cat([self.base_subset, extra]))  # sorted, as the head expects
+        if sub.numel() != self.vocab_subset.numel() or not torch.equal(sub, self.vocab_subset):
+            self.vocab_subset = sub
+            self.sub_head = _SubsetHead(self.model.get_output_embeddings().weight[sub].detach())
 
     def reset(self) -> None:
         self.cache = self._cache_cls()
@@ -284,7 +301,9 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         except (OSError, ValueError, TypeError):
             tok = None
         model = model.to(dev)
-    lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden)
+    # The Qwen draft's reduced head also scores each request's prompt tokens (HFModel.add_request_tokens).
+    adds = subset is not None and qwen_name(name_or_path) is not None
+    lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden, subset_adds_prompt=adds)
     return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
 
 

@@ -55,6 +55,10 @@ def add_vocab_parser(sub) -> None:
     m.add_argument("--dtype", default="auto")
     m.add_argument("--threads", type=int, default=None)
     m.add_argument("--out", default=None, help="JSON result path")
+    g = vs.add_parser("agree", help="greedy agreement per draft head on a recorded autoregressive trace")
+    g.add_argument("trace", help="greedy autoregressive trace of the Qwen target (e.g. traces/qwen-ar-t0.jsonl)")
+    g.add_argument("--threads", type=int, default=None)
+    g.add_argument("--out", default=None, help="JSON result path")
     p.set_defaults(func=run_vocab)
 
 
@@ -90,6 +94,8 @@ def run_vocab(a) -> int:
         return 0
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.vocab_cmd == "agree":
+        return _agree(a)
     from engine.models import HFModel
     from engine.prompts import encode
     from engine.train.data import load_sharegpt
@@ -124,4 +130,48 @@ def run_vocab(a) -> int:
         from engine.jsonio import write_json_atomic
 
         write_json_atomic(res, a.out)
+    return 0
+
+
+def _agree(a) -> int:
+    """Teacher-forced greedy agreement on the target's own recorded output, per task: the full head,
+    the kept set V′, and V′ ∪ the request's prompt tokens (what `qwen2.5-coder-0.5b-reduced` scores).
+
+    α_head = mean over output positions j of [argmax_{x ∈ head} q_j(x) = y_j]; y = the trace's output."""
+    import json
+
+    import torch
+
+    from engine.jsonio import write_json_atomic
+    from engine.models import load_model
+    from engine.prompts import task_of
+    from engine.reference import ar_runs_from_trace
+    from engine.trace import load_trace
+    from engine.vocab_subset import load_subset
+
+    runs = ar_runs_from_trace(a.trace)
+    cats = {r.get("question_id"): r.get("category", "") for r in load_trace(a.trace).requests.values()}
+    draft = load_model("qwen2.5-coder-0.5b-full", "fp32", role="draft")
+    m = draft.lm.model
+    w = m.get_output_embeddings().weight
+    base = load_subset()
+    res: dict = {}
+    with torch.inference_mode():
+        for qid, r in runs.items():
+            p, y = list(r["prompt_ids"]), list(r["output_ids"])
+            h = m.get_decoder()(input_ids=torch.tensor([p + y[:-1]])).last_hidden_state[0, len(p) - 1:]
+            yt = torch.tensor(y)
+            grown = torch.unique(torch.cat([base, torch.tensor(p)]))
+            row = {"task": task_of(cats.get(qid, "")), "positions": len(y),
+                   "outside_kept_set": sum(t not in set(base.tolist()) for t in y) / len(y)}
+            for name, ids in (("full", None), ("kept", base), ("kept+prompt", grown)):
+                pred = (h @ w.T).argmax(-1) if ids is None else ids[(h @ w[ids].T).argmax(-1)]
+                row[name] = float((pred == yt).float().mean())
+            res[str(qid)] = row
+    n = sum(r["positions"] for r in res.values())
+    res["all"] = {k: sum(r[k] * r["positions"] for r in res.values()) / n
+                  for k in ("full", "kept", "kept+prompt", "outside_kept_set")} | {"positions": n}
+    print(json.dumps(res, indent=1))
+    if a.out:
+        write_json_atomic(res | {"trace": str(a.trace)}, a.out)
     return 0

@@ -114,3 +114,23 @@ def test_bundled_qwen_kept_set_is_sane():
     assert int(ids.max()) < 151_936 and bool((ids[1:] > ids[:-1]).all())
     # Qwen2.5's chat and end-of-text specials must stay draftable
     assert {151643, 151644, 151645} <= set(ids.tolist())
+
+
+def test_prompt_tokens_join_the_kept_set_and_stay_exact(tiny_target, tiny_draft):
+    """subset_adds_prompt: a token outside V′ that the prompt contains becomes draftable for that
+    request only; greedy output still equals the target's."""
+    t = HFModel(tiny_target)
+    keep = torch.arange(0, 64, 2)
+    prompt = [5, 9, 2, 33, 7, 7, 5]  # odd ids: outside V′
+    cfg = DecodeConfig(max_new_tokens=40)
+    ar = [x for r in decode(t, None, prompt, None, cfg) for x in r.emitted_tokens]
+    plain = HFModel(tiny_draft, vocab_subset=keep)
+    grown = HFModel(tiny_draft, vocab_subset=keep, subset_adds_prompt=True)
+    recs = list(decode(t, grown, prompt, parse_policy("fixed:3"), cfg))
+    assert [x for r in recs for x in r.emitted_tokens] == ar
+    assert set(grown.vocab_subset.tolist()) == set(keep.tolist()) | {5, 9, 33, 7}
+    assert all(tok % 2 == 0 or tok in (5, 9, 33, 7) for r in recs for tok in r.draft_tokens)
+    list(decode(t, grown, [2, 4], parse_policy("fixed:3"), cfg))  # the next request: back to V′ ∪ its own
+    assert set(grown.vocab_subset.tolist()) == set(keep.tolist())
+    list(decode(t, plain, prompt, parse_policy("fixed:3"), cfg))
+    assert plain.vocab_subset.numel() == keep.numel()  # off by default

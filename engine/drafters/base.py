@@ -42,6 +42,8 @@ class AutoregressiveDrafter:
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.lm.reset()
+        if hasattr(self.lm, "add_request_tokens"):
+            self.lm.add_request_tokens(prompt_ids)
         if len(prompt_ids) > 1:
             self.lm.extend(prompt_ids[:-1])
 
