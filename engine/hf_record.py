@@ -112,13 +112,21 @@ class _Hooks:
         while acc < min(g, len(emitted)) and emitted[acc] == drafts[acc]:
             acc += 1
         full = len(emitted) == acc + 1
+        fields = {"num_assistant_tokens": st["n_assist"], "hf_num_matches": n_matches}
+        last = emitted[-1] if full else None
+        if not full and scores.shape[1] > acc:
+            # Cut at EOS / the length limit before HF's own correction or bonus token: HF drops it
+            # unseen. The format needs one; the target's argmax there is what greedy decoding takes
+            # (under sampling it is a stand-in, flagged as such).
+            last = int(scores[0, acc].argmax())
+            fields["final_token_unobserved"] = True
         self.steps.append(StepRecord(
             request_id=self.request_id, step=len(self.steps), context_len=S, window_cap=st["cap"],
             draft_tokens=tuple(drafts), q_draft=q, p_target=p, accept_probs=h, draft_entropy=ent, accepted=acc,
-            emitted_tokens=tuple(emitted), correction=emitted[-1] if full and acc < g else None,
-            bonus=emitted[-1] if full and acc == g else None, stop_reason="cap" if g >= st["cap"] else "policy",
+            emitted_tokens=tuple(emitted), correction=last if acc < g else None,
+            bonus=last if acc == g else None, stop_reason="cap" if g >= st["cap"] else "policy",
             t_draft_ms=(st["t1"] - st["t0"]) * 1e3, t_verify_ms=(t2 - st["t1"]) * 1e3,
-            policy_fields={"num_assistant_tokens": st["n_assist"], "hf_num_matches": n_matches}))
+            policy_fields=fields))
 
 
 def record_assisted(target_model, assistant_model, input_ids: torch.Tensor, gen_kwargs: dict[str, Any] | None = None,

@@ -92,3 +92,36 @@ def test_sampling_trace_is_valid(hf_pair, tmp_path):
     for s in rec.steps:
         for i in range(s.accepted):  # an accepted draft is the emitted token
             assert s.draft_tokens[i] == s.emitted_tokens[i]
+
+
+def test_step_cut_at_eos_still_names_its_final_token(hf_pair, tmp_path):
+    """HF drops the correction/bonus of a block cut by EOS; the recorder names the target's argmax
+    there (flagged), so the trace keeps the format's either/or and loads."""
+    target, draft = hf_pair
+    found = None
+    for p in PROMPTS + [[i, i + 1] for i in range(10, 60, 5)]:
+        x = torch.tensor([p])
+        configure(draft, "constant", 4)
+        rec = record_assisted(target, draft, x, kwargs(x))
+        out, pos = rec.output_ids, 0
+        for s in rec.steps:  # a draft accepted inside a block, at its first occurrence in the output
+            for i in range(min(s.accepted, s.emitted - 1)):
+                if found is None and out.index(s.emitted_tokens[i]) == pos + i:
+                    found = (p, s.emitted_tokens[i])
+            pos += s.emitted
+        if found:
+            break
+    assert found, "the tiny pair should accept some draft inside a block"
+    p, eos = found
+    x = torch.tensor([p])
+    configure(draft, "constant", 4)
+    header = hf_header(target, draft, kwargs(x, eos_token_id=eos, pad_token_id=eos))
+    path = tmp_path / "eos.jsonl"
+    with TraceWriter(path, header) as w:
+        rec2 = record_assisted(target, draft, x, kwargs(x, eos_token_id=eos, pad_token_id=eos), writer=w)
+    last = rec2.steps[-1]
+    assert last.finished == "eos" and last.emitted_tokens[-1] == eos
+    assert last.emitted == last.accepted and last.policy_fields.get("final_token_unobserved")
+    assert (last.bonus is None) != (last.correction is None)
+    t = load_trace(path)
+    assert t.complete and t.steps[-1]["finished"] == "eos"
