@@ -78,7 +78,7 @@ traces-qwen: models
 	  --trace-dir build/qwen-greedy --out docs/results/bench-qwen-greedy.json
 	for f in build/qwen-greedy/*.jsonl; do cp "$$f" "traces/qwen-$$(basename $$f)"; done
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
-	  --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 64 --max-window 8 --timing-repeats 3 --threads 2 \
+	  --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 64 --max-window 16 --timing-repeats 3 --threads 2 \
 	  --outputs-from traces/qwen-ar-t0.jsonl --out traces/ref-qwen-greedy.jsonl
 
 bench-qwen-t07: models
