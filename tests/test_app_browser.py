@@ -260,6 +260,7 @@ def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(pa
     expect(page.get_by_text("uploaded: mine.jsonl", exact=True)).to_be_visible()  # the card's caption
     nav(page, "Replay")
     page.get_by_test_id("stSelectbox").first.click()
+    page.keyboard.type("mine.jsonl")  # the list is virtualised: with many bundled traces, filter to reach it
     expect(page.get_by_role("option", name="uploaded: mine.jsonl")).to_be_visible()
     page.keyboard.press("Escape")
 
