@@ -64,7 +64,9 @@ def test_chi_square_of_the_real_loop_with_a_reduced_head(pair4):
     assert emitted_1 > 0  # the never-drafted token still comes out, through the residual
     stat, pval = chisquare(counts, expected * samples)
     tv = 0.5 * np.abs(counts / samples - expected).sum()
-    assert pval > 1e-4 and tv < 0.02, (stat, pval, tv)
+    # 64 cells at 12k samples: sampling noise alone gives TV ≈ 0.03, so TV only guards gross errors;
+    # the χ² carries the power (the test below shows it rejects the reduced draft's own law).
+    assert pval > 1e-4 and tv < 0.06, (stat, pval, tv)
 
 
 def test_chi_square_sees_the_reduced_draft_itself(pair4):
