@@ -155,6 +155,7 @@ def _agree(a) -> int:
     m = draft.lm.model
     w = m.get_output_embeddings().weight
     base = load_subset()
+    kept = set(base.tolist())
     res: dict = {}
     with torch.inference_mode():
         for qid, r in runs.items():
@@ -163,7 +164,7 @@ def _agree(a) -> int:
             yt = torch.tensor(y)
             grown = torch.unique(torch.cat([base, torch.tensor(p)]))
             row = {"task": task_of(cats.get(qid, "")), "positions": len(y),
-                   "outside_kept_set": sum(t not in set(base.tolist()) for t in y) / len(y)}
+                   "outside_kept_set": sum(t not in kept for t in y) / len(y)}
             for name, ids in (("full", None), ("kept", base), ("kept+prompt", grown)):
                 pred = (h @ w.T).argmax(-1) if ids is None else ids[(h @ w[ids].T).argmax(-1)]
                 row[name] = float((pred == yt).float().mean())
