@@ -148,15 +148,39 @@ def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos
     return parse_policy(spec)
 
 
+def split_config(spec: str) -> tuple[str, str | None]:
+    """`POLICY@DRAFTER` → (policy, model-free drafter spec); a bare policy uses the run's `--draft`.
+
+    `fixed:10@lookup:n=10,ngram=2` drafts by prompt lookup with a fixed cap of 10 in the same run
+    (and on the same prompts, interleaved) as `heuristic` with the draft model — so a model draft and
+    model-free drafts are compared side by side. Only model-free drafters go after '@': a second
+    draft model would double the memory for what two bench runs do as well.
+    """
+    pol, at, drafter = spec.partition("@")
+    if not at:
+        return spec, None
+    from engine.drafters.modelfree import is_model_free
+
+    if pol in ("ar", "oracle") or pol.startswith("hf:") or not is_model_free(drafter):
+        raise ValueError(f"config {spec!r}: '@' takes a window policy before it and a model-free drafter "
+                         "(lookup:…, suffix:…) after it")
+    return pol, drafter
+
+
 def policy_specs(configs) -> list[str]:
-    """The configurations `parse_policy` builds: not 'ar', 'oracle' (per prompt) or HF's 'hf:…'."""
-    return [s for s in configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
+    """The policies `parse_policy` builds: not 'ar', 'oracle' (per prompt) or HF's 'hf:…'."""
+    return [split_config(s)[0] for s in configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
+
+
+def _hf_needs_draft(spec: str) -> bool:
+    """`hf:ar` and `hf:lookup:N` (HF's prompt lookup) run on the target alone."""
+    return spec != "hf:ar" and not spec.startswith("hf:lookup:")
 
 
 def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
              request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
     """One prompt through engine.decode; with a TraceWriter its request, steps and end are appended."""
-    policy = make_policy(spec, target, draft, ids, cfg, eos)
+    policy = make_policy(split_config(spec)[0], target, draft, ids, cfg, eos)
     timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "ar" else _hf_modules(draft)))
     t0 = time.perf_counter()
     out, calls, drafted, accepted, dropped = [], 0, 0, 0, 0
@@ -197,8 +221,11 @@ def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
 
 def set_hf_mode(spec: str, draft) -> None:
     """HF's window knobs on the assistant's generation_config for `hf:constant:γ`, `hf:heuristic:γ0`,
-    `hf:confidence:t` (threshold 0.0 disables the confidence stop: None would silently mean 0.4)."""
+    `hf:confidence:t` (threshold 0.0 disables the confidence stop: None would silently mean 0.4).
+    `hf:lookup:N` needs no assistant: it is `prompt_lookup_num_tokens=N` (see `hf_kwargs`)."""
     _, mode, val = spec.split(":")
+    if mode == "lookup":
+        return
     gc = draft.model.generation_config
     gc.num_assistant_tokens_schedule = "constant" if mode in ("constant", "confidence") else "heuristic"
     gc.num_assistant_tokens = int(val) if mode != "confidence" else 20
@@ -207,18 +234,22 @@ def set_hf_mode(spec: str, draft) -> None:
 
 def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
            request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
-    """HF transformers on the same models: `hf:ar` is plain `generate()`; `hf:MODE:VAL` is assisted
-    generation, recorded step by step (engine.hf_record) so its rows carry acceptance and traces."""
+    """HF transformers on the same models: `hf:ar` is plain `generate()`; `hf:lookup:N` is `generate()`
+    with HF's prompt lookup (`prompt_lookup_num_tokens=N`, its default 2-gram match): counted by its
+    target calls only, its drafts are internal to HF; `hf:MODE:VAL` is assisted generation, recorded step
+    by step (engine.hf_record) so its rows carry acceptance and traces."""
     from engine.hf_record import record_assisted
 
     x = torch.tensor([ids], device=target.device)
     kw = hf_kwargs(cfg, x, eos)
     if not cfg.sampling.greedy:
         torch.manual_seed(cfg.sampling.seed)
-    timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "hf:ar" else _hf_modules(draft)))
+    timer = _ForwardTimer(*_hf_modules(target), *(_hf_modules(draft) if _hf_needs_draft(spec) else []))
     tc = _Counter(target.model)
     try:
-        if spec == "hf:ar":
+        if not _hf_needs_draft(spec):
+            if spec.startswith("hf:lookup:"):
+                kw["prompt_lookup_num_tokens"] = int(spec.split(":")[2])
             t0 = time.perf_counter()
             with torch.inference_mode():
                 y = target.model.generate(x, **kw)
@@ -234,7 +265,7 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
         tc.close()
     # generate() emits one token per forward, the prompt's prefill included (our AR feeds the prompt
     # without emitting, then one call per token): both make one target call per new token.
-    calls = max(1, tc.n) if spec == "hf:ar" else len(steps)
+    calls = max(1, tc.n) if not _hf_needs_draft(spec) else len(steps)
     drafted = sum(s.window for s in steps)
     accepted = sum(s.accepted for s in steps)
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
@@ -309,9 +340,11 @@ class _Traces:
     def __init__(self, directory, target, draft, encoded, cfg: "BenchConfig", extra: dict) -> None:
         self.dir, self.target, self.draft, self.encoded, self.cfg, self.extra = directory, target, draft, encoded, cfg, extra
         self.writers: dict[tuple[str, float], Any] = {}
+        self.drafts: dict[str, Any] = {}  # configs with their own model-free drafter (POLICY@DRAFTER)
 
     def get(self, spec: str, temp: float):
-        if self.dir is None or spec == "hf:ar":  # plain generate(): no steps to record
+        if self.dir is None or (spec.startswith("hf:") and not _hf_needs_draft(spec)):
+            # plain generate() and HF's prompt lookup: no steps we can record
             return None
         key = (spec, temp)
         if key not in self.writers:
@@ -332,8 +365,9 @@ class _Traces:
                                             for i, r in enumerate(reqs)], **self.extra)
                 header["sampling"]["seed"] = self.cfg.seed
             else:
-                pol = None if spec == "ar" else (_oracle_stub() if spec == "oracle" else parse_policy(spec))
-                header = make_header(self.target, None if spec == "ar" else self.draft, pol, dc, reqs, **self.extra)
+                pol = None if spec == "ar" else (_oracle_stub() if spec == "oracle" else parse_policy(split_config(spec)[0]))
+                header = make_header(self.target, None if spec == "ar" else self.drafts.get(spec, self.draft), pol, dc,
+                                     reqs, **self.extra)
             self.writers[key] = TraceWriter(path, header)
         return self.writers[key]
 
@@ -359,12 +393,16 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
             if not parse_policy(spec).trim_exact_when_sampling:
                 raise ValueError(f"{spec!r} drops drafts by value, exact for greedy decoding only: "
                                  "drop T > 0 from --temperatures or use trim=0")
+    from engine.drafters.modelfree import make_model_free
+
+    own = {s: make_model_free(split_config(s)[1], target.vocab_size) for s in cfg.configs if "@" in s}
     prompts = load_prompts(prompts_file, per_category=cfg.per_category)
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     costs = measure_costs(target, draft, encoded[0][1])
     results: list[RunResult] = []
     mismatches: list[str] = []
     traces = _Traces(trace_dir, target, draft, encoded, cfg, header_extra or {})
+    traces.drafts = own
     decode_text = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else None
 
     def result() -> dict[str, Any]:
@@ -383,13 +421,13 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
             specs = tuple(s for s in cfg.configs if applies(s, temp))
             for w in range(cfg.warmup):
                 for spec in specs:
-                    _run(spec, target, draft, encoded[0][1], temp, cfg, eos, 8)
+                    _run(spec, target, own.get(spec, draft), encoded[0][1], temp, cfg, eos, 8)
             for i, (p, ids) in enumerate(encoded):
                 order = list(specs[i % len(specs):] + specs[: i % len(specs)])
                 meta = {"prompt_text": p.text, "category": p.category, "question_id": p.question_id}
                 for spec in order:
                     bar.set_postfix_str(f"T={temp:g} q{p.question_id} {spec}")
-                    r = _run(spec, target, draft, ids, temp, cfg, eos, cfg.max_new_tokens,
+                    r = _run(spec, target, own.get(spec, draft), ids, temp, cfg, eos, cfg.max_new_tokens,
                              traces.get(spec, temp), i, meta, decode_text)
                     r.task, r.question_id = task_of(p.category), p.question_id
                     results.append(r)
@@ -468,7 +506,9 @@ def add_parser(sub) -> None:
     p.add_argument("--per-category", type=int, default=BenchConfig.per_category)
     p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                   help="comma (or ';' when a spec has commas) list; 'ar', policies, hf:MODE:VAL, 'oracle' (greedy)")
+                   help="comma (or ';' when a spec has commas) list; 'ar', policies, POLICY@lookup:…|suffix:… "
+                        "(a model-free drafter for that config), hf:MODE:VAL (MODE constant|heuristic|confidence|"
+                        "lookup), 'oracle' (greedy)")
     p.add_argument("--temperatures", default="0,0.7")
     p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
     p.add_argument("--device", default="auto")

@@ -135,3 +135,41 @@ def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
     assert len(saved) == 1 and len(saved[0]["runs"]) == 2 and not saved[0]["complete"]
     tr = load_trace(tmp_path / "t" / trace_name("fixed:2", 0.0))
     assert not tr.complete and len(tr.ends) == 1
+
+
+def test_bench_mixes_model_and_model_free_drafters_in_one_run(model_dirs, tmp_path):  # noqa: F811
+    """`POLICY@DRAFTER` runs a model-free drafter beside the model draft, and `hf:lookup:N` is HF's
+    prompt lookup on the same target: all interleaved in one run, greedy outputs all equal to AR."""
+    t, d, _ = model_dirs
+    prompts = tmp_path / "p.jsonl"  # repeated words so lookup finds matches
+    prompts.write_text('{"question_id": 1, "category": "summarization", "turns": ["w1 w2 w3 w4 w1 w2 w3 w4 w1 w2"]}\n')
+    out, tdir = tmp_path / "bench.json", tmp_path / "traces"
+    rc = main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-category", "1",
+               "--max-new-tokens", "16", "--configs", "ar;fixed:2;fixed:4@lookup:n=4,ngram=2;matchlen:1@suffix:n=8;"
+               "hf:lookup:4", "--temperatures", "0", "--warmup", "0", "--dtype", "fp32", "--out", str(out),
+               "--trace-dir", str(tdir)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["complete"] and res["greedy_mismatches"] == []
+    runs = {r["config"]: r for r in res["runs"]}
+    assert set(runs) == {"ar", "fixed:2", "fixed:4@lookup:n=4,ngram=2", "matchlen:1@suffix:n=8", "hf:lookup:4"}
+    assert runs["fixed:4@lookup:n=4,ngram=2"]["draft_calls"] == runs["fixed:4@lookup:n=4,ngram=2"]["drafted"]
+    assert runs["hf:lookup:4"]["new_tokens"] == runs["ar"]["new_tokens"]
+    # each drafter's trace names its own draft: the model-free configs are not labelled with the model
+    from engine.trace import load_trace
+
+    lk = load_trace(tdir / "fixed-4-lookup-n-4-ngram-2-t0.jsonl")
+    assert "lookup" in str(lk.header["draft"]) and not (tdir / "hf-lookup-4-t0.jsonl").exists()
+    assert "lookup" not in str(load_trace(tdir / "fixed-2-t0.jsonl").header["draft"])
+
+
+def test_bench_refuses_a_model_draft_after_at():
+    import pytest
+
+    from engine.bench import split_config
+
+    assert split_config("fixed:4@lookup:n=4") == ("fixed:4", "lookup:n=4")
+    assert split_config("heuristic") == ("heuristic", None)
+    for bad in ("fixed:4@smollm2-135m", "ar@lookup", "oracle@suffix", "hf:ar@lookup"):
+        with pytest.raises(ValueError, match="model-free"):
+            split_config(bad)
