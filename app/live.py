@@ -10,6 +10,9 @@ point of the script run), and tells the waiting sessions where they are in line.
 run get their own wrappers around the same weights (each wrapper owns its cache), so side A, side B
 and the autoregressive baseline never share a cache either.
 
+Each side drafts with the pair's draft model or with a model-free drafter (lookup, suffix:
+engine.drafters.modelfree), built fresh for every run from the target's vocabulary alone.
+
 Both sides are driven by `engine.decode.decode`, the loop every other tool uses, and each step is
 written through `engine.trace.TraceWriter` as it happens: a finished run is a valid trace file, and
 a stopped one is a valid interrupted trace (no footer), exactly what the CLI leaves when killed.
@@ -264,8 +267,51 @@ def preset(name: str) -> str:
     return PRESETS.get(name, name)
 
 
-def policy_error(pair: DemoPair, spec: str, temperature: float) -> tuple[Any, str | None]:
-    """(policy or None for autoregressive, None) or (None, why this spec cannot run on this pair)."""
+MODEL_DRAFT = "model"  # a side's draft choice meaning "the pair's draft model"
+DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16"}
+DRAFT_SYNTAX = "model, lookup[:n=N,ngram=G,pick=0|1] or suffix[:n=N,depth=D,p=P,corpus=0|1]"
+
+
+def draft_names() -> list[str]:
+    """What a side can draft with: the pair's draft model, then every model-free drafter of the engine."""
+    from engine.drafters.modelfree import MODEL_FREE
+
+    return [MODEL_DRAFT, *MODEL_FREE]
+
+
+def draft_preset(name: str) -> str:
+    """The spec a draft choice fills in (editable on the page): the drafter's main parameters spelt out."""
+    return DRAFT_PRESETS.get(name, name)
+
+
+def is_model_free(draft: str | None) -> bool:
+    from engine.drafters.modelfree import is_model_free as engine_is_model_free
+
+    return engine_is_model_free(draft)
+
+
+def draft_error(pair: DemoPair, spec: str) -> tuple[str, str | None]:
+    """(canonical draft spec, None) or (the spec, why it cannot draft on this pair). 'model' is the pair's
+    draft; a model-free spec is built once here so that a bad parameter is refused before anything runs."""
+    from engine.drafters.modelfree import make_model_free
+
+    spec = spec.strip()
+    if spec == MODEL_DRAFT:
+        return spec, None
+    if not spec:
+        return spec, f"empty; choose {DRAFT_SYNTAX}"
+    if not is_model_free(spec):
+        return spec, f"unknown drafter {spec.partition(':')[0].strip()!r}; choose {DRAFT_SYNTAX}"
+    try:
+        return make_model_free(spec, pair.sides[BASE][0].vocab_size).spec, None
+    except (ValueError, TypeError) as e:
+        return spec, str(e).splitlines()[0]
+
+
+def policy_error(pair: DemoPair, spec: str, temperature: float,
+                 drafter: str = MODEL_DRAFT) -> tuple[Any, str | None]:
+    """(policy or None for autoregressive, None) or (None, why this spec cannot run on this pair with
+    this drafter: 'model' or a model-free drafter spec)."""
     from engine.policies import parse_policy
 
     spec = spec.strip()
@@ -284,6 +330,12 @@ def policy_error(pair: DemoPair, spec: str, temperature: float) -> tuple[Any, st
     if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
         return None, (f"{pol.spec} drops drafts by value, which is exact for greedy decoding only; set the "
                       "temperature to 0 or use trim=0.")
+    if is_model_free(drafter):
+        if pol.needs_hidden:  # the drafter would refuse at its first step (engine.drafters.modelfree)
+            return None, (f"{pol.spec} reads draft hidden states; the {drafter.partition(':')[0].strip()} drafter "
+                          "has none: draft with the model or pick another policy (matchlen sizes the window "
+                          "from the copy's match length).")
+        return pol, None
     want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
     draft = pair.sides[SIDES[0]][1]
     have = getattr(getattr(getattr(draft, "model", None), "config", None), "hidden_size", None)
@@ -293,15 +345,15 @@ def policy_error(pair: DemoPair, spec: str, temperature: float) -> tuple[Any, st
     return pol, None
 
 
-FIELDS = {"prompt": "Prompt", "A": "Policy A", "B": "Policy B", "max_new": "Max new tokens",
-          "temperature": "Temperature"}
+FIELDS = {"prompt": "Prompt", "A": "Policy A", "B": "Policy B", "draft_A": "Draft A", "draft_B": "Draft B",
+          "max_new": "Max new tokens", "temperature": "Temperature"}
 
 
-def validate(pair: DemoPair, text: str, specs: dict[str, str], max_new: float,
-             temperature: float) -> tuple[list[int], dict, dict[str, str]]:
+def validate(pair: DemoPair, text: str, specs: dict[str, str], max_new: float, temperature: float,
+             drafts: dict[str, str] | None = None) -> tuple[list[int], dict, dict[str, str]]:
     """(prompt ids, side -> policy or None, field -> message). Every field is checked, each message
     starts with the field's label, and nothing may run while any message is left: a rule the decoder
-    would refuse mid-run is refused here."""
+    would refuse mid-run is refused here. `drafts`: side -> 'model' (the default) or a model-free spec."""
     errors: dict[str, str] = {}
     ids: list[int] = []
     if not text.strip():
@@ -322,17 +374,20 @@ def validate(pair: DemoPair, text: str, specs: dict[str, str], max_new: float,
                                  f"Temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}.")
     policies = {}
     for side, spec in specs.items():
-        pol, err = policy_error(pair, spec, float(temperature) if t_ok else 0.0)
+        draft, derr = draft_error(pair, (drafts or {}).get(side, MODEL_DRAFT))
+        if derr:
+            errors[f"draft_{side}"] = f"{FIELDS[f'draft_{side}']}: {derr}"
+        pol, err = policy_error(pair, spec, float(temperature) if t_ok else 0.0, MODEL_DRAFT if derr else draft)
         if err:
             errors[side] = f"{FIELDS[side]}: {err}"
         policies[side] = pol
     return ids, policies, errors
 
 
-def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int,
-                 temperature: float = 0.0) -> tuple[list[int], dict, str | None]:
+def check_inputs(pair: DemoPair, text: str, specs: dict[str, str], max_new: int, temperature: float = 0.0,
+                 drafts: dict[str, str] | None = None) -> tuple[list[int], dict, str | None]:
     """`validate` with the first message only: (prompt ids, side -> policy or None, error or None)."""
-    ids, policies, errors = validate(pair, text, specs, max_new, temperature)
+    ids, policies, errors = validate(pair, text, specs, max_new, temperature, drafts)
     if errors:
         return [], {}, next(iter(errors.values()))
     return ids, policies, None
@@ -345,13 +400,15 @@ def _now() -> str:
 def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], policies: dict, cfg,
              out_dir: Path, on_step: Callable[[str, list[dict], bool], None], queue: ModelQueue | None = None,
              ticket: int | None = None, on_wait: Callable[[int], None] | None = None,
-             baseline: bool = True) -> dict[str, Path]:
+             baseline: bool = True, drafts: dict[str, str] | None = None) -> dict[str, Path]:
     """Decode the prompt with both policies (and, with `baseline`, autoregressively: the reference for
     the speedups), one verify call per side in turn, while holding the models (`queue`, in ticket
-    order; a ticket is taken here when none is given). Each step is written to that side's trace and
-    reported via on_step(side, steps, done). The headers record when the run queued and started.
+    order; a ticket is taken here when none is given). `drafts` gives a side a model-free drafter spec
+    instead of the pair's draft model ('model', the default). Each step is written to that side's trace
+    and reported via on_step(side, steps, done). The headers record when the run queued and started.
     Raises TimeoutError when the models stay busy for longer than LOCK_WAIT_S; always leaves the line."""
     from engine.decode import decode
+    from engine.drafters.modelfree import make_model_free
     from engine.run import Request, make_header
     from engine.trace import TraceWriter
 
@@ -364,14 +421,19 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
         started = _now()
         sides = [*SIDES, BASE] if baseline else list(SIDES)
         pols = {**policies, BASE: None}
-        paths = paths_for(out_dir, {**specs, BASE: AUTOREGRESSIVE})
+        drafts = drafts or {}
+        paths = paths_for(out_dir, {**run_labels(specs, drafts), BASE: AUTOREGRESSIVE})
         with contextlib.ExitStack() as stack:
             gens, writers, steps, outs = {}, {}, {s: [] for s in sides}, {s: [] for s in sides}
             req = Request(ids, text, "live", None)
             for s in sides:
                 target, draft = pair.sides[s]
-                draft_lm = draft if pols[s] is not None else None
-                if draft_lm is not None:
+                if pols[s] is None:
+                    draft_lm = None
+                elif is_model_free(drafts.get(s)):  # fresh per run: suffix:corpus=1 remembers what it saw
+                    draft_lm = make_model_free(drafts[s], target.vocab_size)
+                else:
+                    draft_lm = draft
                     draft_lm.want_hidden = pols[s].needs_hidden
                 header = make_header(target, draft_lm, pols[s], cfg, [req], command="streamlit app: Live page",
                                      live={"side": s, "queued_at": queued, "started_at": started},
@@ -400,6 +462,35 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
     finally:
         queue.release(ticket)
     return {s: paths[s] for s in sides}
+
+
+def run_labels(specs: dict[str, str], drafts: dict[str, str] | None = None) -> dict[str, str]:
+    """side -> what its trace file is named after: the policy spec, prefixed with a model-free drafter's."""
+    drafts = drafts or {}
+    return {s: f"{drafts[s].strip()}+{spec.strip()}" if is_model_free(drafts.get(s)) and
+            spec.strip() != AUTOREGRESSIVE else spec for s, spec in specs.items()}
+
+
+def last_copy(steps: list[dict], prompt_ids: list[int]) -> tuple[int, list[int], dict] | None:
+    """The latest step whose draft a model-free drafter copied from the context: (its index, the context
+    it copied from — the prompt and the output before that step — and the drafter's trace fields, whose
+    `span` / `match` index that context; see engine.drafters.modelfree). None when no step copied."""
+    for k in range(len(steps) - 1, -1, -1):
+        src = (steps[k].get("policy_fields") or {}).get("drafter")
+        if isinstance(src, dict) and src.get("span"):
+            return k, list(prompt_ids) + [t for d in steps[:k] for t in d["emitted_tokens"]], src
+    return None
+
+
+def copy_sources(steps: list[dict]) -> dict[str, int]:
+    """How many steps copied from the prompt / the output / found no match (a model-free side only)."""
+    out: dict[str, int] = {}
+    for d in steps:
+        src = (d.get("policy_fields") or {}).get("drafter")
+        if isinstance(src, dict):
+            key = src.get("source") or "none"
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def paths_for(out_dir: Path, specs: dict[str, str]) -> dict[str, Path]:

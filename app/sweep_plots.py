@@ -1,6 +1,10 @@
 """Pure figure builders for sweep summaries (engine.sweep.load_sweep_summary): dataframe in, plotly
 figure out, no Streamlit calls. Speedup colours run from the app's "rejected" red (slower than
-autoregressive) through white at 1× to its "accepted" green (faster)."""
+autoregressive) through white at 1× to its "accepted" green (faster).
+
+Rows are *settings* (engine.sweep.with_settings): the window policy, prefixed with the drafter
+(`lookup:n=10,ngram=2 · matchlen:…`) once a sweep has model-free drafters, so a drafter × window
+grid reads as one table."""
 
 from __future__ import annotations
 
@@ -8,9 +12,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.plots import COLORS, colorbar, layout
-from engine.sweep import speedup_matrix
+from engine.sweep import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER, speedup_matrix, with_settings
 
 FACETS = ["pair", "verifier", "temperature", "max_new_tokens", "dtype", "prompt_set"]
+KEYS = ["setting", "drafter", "policy"]  # setting names the other two; they stay as columns to filter on
 
 
 def facet_values(df: pd.DataFrame) -> dict[str, list]:
@@ -19,26 +24,52 @@ def facet_values(df: pd.DataFrame) -> dict[str, list]:
             if c in df.columns and df[c].nunique(dropna=True) > 1}
 
 
-def policy_task_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per policy × task, pooled over shards: tokens/s (Σ tokens / Σ decode time), emitted per call incl.
-    bonus (Σ emitted / Σ target calls), acceptance (Σ accepted / Σ drafted, excl. bonus), and speedup."""
-    if df.empty:
-        return pd.DataFrame()
-    g = df.assign(accepted=df["accepted_per_call_excl_bonus"] * df["target_calls"]).groupby(["policy", "task"])
+def _pooled(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Sums per group and the ratios of sums: tokens/s (Σ tokens / Σ decode time), emitted per call incl.
+    bonus (Σ emitted / Σ target calls), acceptance (Σ accepted / Σ drafted, excl. bonus)."""
+    g = df.assign(accepted=df["accepted_per_call_excl_bonus"] * df["target_calls"]).groupby(by)
     out = g.agg(tasks=("task_id", "count"), prompts=("prompts", "sum"), new_tokens=("new_tokens", "sum"),
                 decode_ms=("decode_ms", "sum"), target_calls=("target_calls", "sum"),
                 drafted=("drafted_tokens", "sum"), accepted=("accepted", "sum"))
     out["tokens_per_s"] = out["new_tokens"] / (out["decode_ms"] / 1e3)
     out["emitted_per_call_incl_bonus"] = out["new_tokens"] / out["target_calls"]
     out["acceptance_rate"] = (out["accepted"] / out["drafted"]).where(out["drafted"] > 0)
+    return out
+
+
+def _lookup(sp: pd.DataFrame, setting: str, col) -> float:
+    if not sp.empty and setting in sp.index and col in sp.columns:
+        return sp.at[setting, col]
+    return 1.0 if setting == AUTOREGRESSIVE else float("nan")
+
+
+def policy_task_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per setting (drafter × policy) × task, pooled over shards: the `_pooled` ratios and the speedup."""
+    if df.empty:
+        return pd.DataFrame()
+    df = with_settings(df)
+    out = _pooled(df, KEYS + ["task"])
     sp = speedup_matrix(df)
-    out["speedup"] = [sp.at[p, t] if not sp.empty and p in sp.index and t in sp.columns else
-                      (1.0 if p == "autoregressive" else float("nan")) for p, t in out.index]
+    out["speedup"] = [_lookup(sp, s, t) for s, _, _, t in out.index]
     return out.drop(columns=["accepted", "decode_ms"]).reset_index()
 
 
+def setting_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per setting (drafter × policy), pooled over every task and shard of `df`: the `_pooled` ratios and the
+    speedup over the autoregressive tasks on the same shards — one line per drafter × window choice."""
+    if df.empty:
+        return pd.DataFrame()
+    df = with_settings(df).assign(all_tasks="all")
+    out = _pooled(df, KEYS)
+    sp = speedup_matrix(df, columns="all_tasks")
+    out["speedup"] = [_lookup(sp, s, "all") for s, _, _ in out.index]
+    return out.drop(columns=["accepted", "decode_ms"]).reset_index().sort_values(
+        "speedup", ascending=False, na_position="last", ignore_index=True)
+
+
 def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive (tokens/s ratio)") -> go.Figure:
-    """Heatmap policy × task of speedup; filter `df` to one slice of facet_values() first."""
+    """Heatmap setting (drafter × policy) × task of speedup; filter `df` to one slice of facet_values() first."""
+    df = with_settings(df)
     m = speedup_matrix(df)
     fig = go.Figure()
     if not m.empty:
@@ -46,6 +77,7 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
         fig.add_heatmap(z=m.to_numpy(), x=[str(c) for c in m.columns], y=[str(i) for i in m.index], text=text,
                         texttemplate="%{text}", zmid=1.0, colorbar=colorbar("speedup over autoregressive (×)"),
                         colorscale=[[0, COLORS["rejected"]], [0.5, "#ffffff"], [1, COLORS["accepted"]]],
-                        hovertemplate="policy %{y}<br>task %{x}<br>speedup %{z:.3f}×<extra></extra>")
+                        hovertemplate="%{y}<br>task %{x}<br>speedup %{z:.3f}×<extra></extra>")
     fig.update_yaxes(autorange="reversed")
-    return layout(fig, title, "task", "policy", height=max(300, 90 + 45 * max(1, len(m.index))), legend=False)
+    ylabel = "drafter · policy" if (~df["drafter"].isin([NO_DRAFTER, MODEL_DRAFTER])).any() else "policy"
+    return layout(fig, title, "task", ylabel, height=max(300, 90 + 45 * max(1, len(m.index))), legend=False)

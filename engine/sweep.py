@@ -1,9 +1,10 @@
 """Grid sweeps on Ray: `python -m engine sweep GRID.toml --out DIR`.
 
-A grid (TOML) names model pairs, window policies, verifiers, temperatures, prompt files and token
-budgets. Its cartesian product, split into prompt shards, gives the *tasks*; each task decodes one
-shard with one configuration through `engine.run.run_requests` (the same decode generator as the CLI)
-and writes one trace, `DIR/traces/<task_id>.jsonl`.
+A grid (TOML) names model pairs, drafters (the pair's draft model, or model-free lookup / suffix),
+window policies, verifiers, temperatures, prompt files and token budgets. Its cartesian product, split
+into prompt shards, gives the *tasks*; each task decodes one shard with one configuration through
+`engine.run.run_requests` (the same decode generator as the CLI) and writes one trace,
+`DIR/traces/<task_id>.jsonl`.
 
     task id   = sha256 of the canonical task config + the shard's prompts (text, category, id):
                 the same work always has the same id, whatever the grid file looks like around it.
@@ -32,8 +33,9 @@ Grid format (docs/examples/sweep-tiny.toml is a runnable one):
     temperatures = [0.0, 1.0]      # float or list
     verifiers = ["token"]          # names from engine.verify.VERIFIERS
     policies = ["autoregressive", "fixed:4", {name = "confidence", params = {threshold = 0.4, max = 12}}]
+    drafters = ["model", "lookup:n=10,ngram=2", {name = "suffix", params = {n = 16}}]   # default ["model"]
     seed = 0, top_k = 0, top_p = 1.0, chat = true, device = "auto", threads = 1 (torch threads per worker)
-    [[pairs]]     target = "...", draft = "..." (omit: autoregressive only), dtype = "fp32", name = "label"
+    [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name
     [[prompts]]   file = "...", per_category = 2, limit = 12, categories = ["qa"], name = "label"
 
 Relative model and prompt paths are resolved against the grid file's folder (then the current
@@ -63,8 +65,12 @@ SUMMARY_NAME = "summary.parquet"
 LOG_NAME = "sweep-log.jsonl"
 DTYPE_NAMES = {"auto": "auto", "fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
                "fp16": "fp16", "float16": "fp16"}
-GRID_KEYS = {"name", "shard_size", "max_new_tokens", "temperatures", "verifiers", "policies", "seed", "top_k",
-             "top_p", "chat", "device", "threads", "pairs", "prompts"}
+GRID_KEYS = {"name", "shard_size", "max_new_tokens", "temperatures", "verifiers", "policies", "drafters", "seed",
+             "top_k", "top_p", "chat", "device", "threads", "pairs", "prompts"}
+# The `drafters` entry meaning "the pair's draft model"; any other entry is a model-free drafter spec
+# (engine.drafters.modelfree: lookup, suffix), which needs only the target.
+MODEL_DRAFTER = "model"
+NO_DRAFTER = "none"  # the summary's drafter of an autoregressive task
 # Columns that, with the shard, identify the autoregressive baseline of a speculative row.
 # Modules that register extra policies or verifiers when imported (engine.policies.register_policy).
 PLUGIN_MODULES = ("engine.pacer",)
@@ -120,30 +126,50 @@ def _list(v: Any, key: str, kind: type | tuple) -> list:
     return items
 
 
+def _entry_spec(entry: Any, what: str) -> str:
+    """A grid entry (a spec string or a {name, params} / {spec} table) → its spec string, uncanonicalised."""
+    if isinstance(entry, dict):
+        unknown = set(entry) - {"name", "params", "spec"}
+        if unknown:
+            raise ValueError(f"grid: {what} entry has unknown keys {sorted(unknown)}")
+        if "spec" in entry:
+            return str(entry["spec"])
+        if "name" not in entry:
+            raise ValueError(f"grid: {what} entry {entry!r} needs 'name' or 'spec'")
+        params = entry.get("params", {})
+        if not isinstance(params, dict):
+            raise ValueError(f"grid: {what} {entry['name']!r}: 'params' must be a table")
+        return str(entry["name"]) + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+    if isinstance(entry, str):
+        return entry
+    raise ValueError(f"grid: a {what} must be a spec string or a table, got {entry!r}")
+
+
 def _policy_spec(entry: Any) -> str:
     """A grid policy entry (a spec string or {name, params}) → canonical spec ('autoregressive' kept)."""
     from engine.policies import parse_policy
 
-    if isinstance(entry, dict):
-        unknown = set(entry) - {"name", "params", "spec"}
-        if unknown:
-            raise ValueError(f"grid: policy entry has unknown keys {sorted(unknown)}")
-        if "spec" in entry:
-            spec = str(entry["spec"])
-        else:
-            if "name" not in entry:
-                raise ValueError(f"grid: policy entry {entry!r} needs 'name' or 'spec'")
-            params = entry.get("params", {})
-            if not isinstance(params, dict):
-                raise ValueError(f"grid: policy {entry['name']!r}: 'params' must be a table")
-            spec = str(entry["name"]) + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
-    elif isinstance(entry, str):
-        spec = entry
-    else:
-        raise ValueError(f"grid: a policy must be a spec string or a table, got {entry!r}")
+    spec = _entry_spec(entry, "policy")
     if spec.strip() in (AUTOREGRESSIVE, "ar"):
         return AUTOREGRESSIVE
     return parse_policy(spec).spec
+
+
+def _drafter_spec(entry: Any) -> str:
+    """A grid drafter entry → 'model' or the canonical model-free spec ('lookup' → 'lookup:n=10,ngram=2'),
+    so that two spellings of one drafter are one task."""
+    from engine.drafters.modelfree import is_model_free, make_model_free
+
+    spec = _entry_spec(entry, "drafter").strip()
+    if spec == MODEL_DRAFTER:
+        return MODEL_DRAFTER
+    if not is_model_free(spec):
+        raise ValueError(f"grid: unknown drafter {spec!r}; choose from {MODEL_DRAFTER} (the pair's draft), "
+                         "lookup[:n=,ngram=,pick=], suffix[:n=,depth=,p=,corpus=]")
+    try:  # the spec does not depend on the vocabulary: any size builds it; workers use the target's
+        return make_model_free(spec, 2).spec
+    except ValueError as e:
+        raise ValueError(f"grid: {str(e).splitlines()[0]}") from None
 
 
 def _model_ref(value: str, base: Path) -> dict[str, Any]:
@@ -214,10 +240,19 @@ def load_grid(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> list[Task]:
-    """Every task of a grid, in a stable order (pair, prompt file, budget, temperature, policy, verifier, shard)."""
+    """Every task of a grid, in a stable order (pair, prompt file, budget, temperature, policy, drafter, verifier,
+    shard).
+
+    A model-free drafter (lookup, suffix) runs with every pair — it needs only the target — and its task
+    config gains `drafter` (its canonical spec; `draft` stays None: no weights). Tasks of the draft model
+    keep the config they always had, so sweeps written before `drafters` existed resume without rework.
+    Combinations a model-free drafter cannot run are left out (as the CLI refuses them): a policy that reads
+    draft hidden states (pacer), and a multi-draft verifier (it proposes one deterministic block)."""
     from engine.decode import DecodeConfig
+    from engine.policies import parse_policy
     from engine.prompts import load_prompts
     from engine.sampling import SamplingConfig
+    from engine.verify import MULTI_DRAFT
 
     load_plugins()
     base = Path(base or grid.get("_base") or ".")
@@ -229,6 +264,9 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
     verifiers = _list(grid.get("verifiers", "token"), "verifiers", str)
     policies = list(dict.fromkeys(_policy_spec(e) for e in _list(grid.get("policies", ["fixed:4"]), "policies",
                                                                   (str, dict))))
+    drafters = list(dict.fromkeys(_drafter_spec(e) for e in _list(grid.get("drafters", [MODEL_DRAFTER]), "drafters",
+                                                                   (str, dict))))
+    needs_hidden = {p: p != AUTOREGRESSIVE and parse_policy(p).needs_hidden for p in policies}
     seed, top_k, top_p = int(grid.get("seed", 0)), int(grid.get("top_k", 0)), float(grid.get("top_p", 1.0))
     chat = bool(grid.get("chat", True))
     pairs = _list(grid.get("pairs", []), "pairs", dict)
@@ -258,14 +296,19 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
         target, draft = str(pair["target"]), (str(pair["draft"]) if pair.get("draft") else None)
         label = pair.get("name") or (f"{Path(target).name}+{Path(draft).name}" if draft else Path(target).name)
         models = {"target": _model_ref(target, base), "draft": _model_ref(draft, base) if draft else None}
-        for (pset, pfile, shards), budget, temp, policy, verifier in itertools.product(
-                loaded, budgets, temps, policies, verifiers):
+        for (pset, pfile, shards), budget, temp, policy, drafter, verifier in itertools.product(
+                loaded, budgets, temps, policies, drafters, verifiers):
             ar = policy == AUTOREGRESSIVE
-            if not ar and draft is None:
-                continue  # a pair without a draft only has the baseline
-            config = {"target": target, "draft": None if ar else draft, "dtype": dtype, "policy": policy,
-                      "verifier": "token" if ar else verifier, "temperature": temp, "top_k": top_k,
-                      "top_p": top_p, "seed": seed, "max_new_tokens": budget, "chat": chat}
+            free = not ar and drafter != MODEL_DRAFTER
+            if not ar and not free and draft is None:
+                continue  # a pair without a draft model: the baseline and model-free drafters only
+            if free and (needs_hidden[policy] or verifier in MULTI_DRAFT):
+                continue  # no hidden states, one block: the CLI refuses these too
+            config = {"target": target, "draft": draft if not (ar or free) else None, "dtype": dtype,
+                      "policy": policy, "verifier": "token" if ar else verifier, "temperature": temp,
+                      "top_k": top_k, "top_p": top_p, "seed": seed, "max_new_tokens": budget, "chat": chat}
+            if free:  # only here: the ids of draft-model and baseline tasks are those of older sweeps
+                config["drafter"] = drafter
             for task_name, shard_index, ps in shards:
                 shard = tuple({"text": p.text, "category": p.category, "question_id": p.question_id} for p in ps)
                 tid = make_task_id(config, shard)
@@ -274,7 +317,7 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
                 meta = {"pair": label, "prompt_set": pset, "prompts_file": pfile, "task": task_name,
                         "shard": shard_index, "shard_hash": make_task_id({}, shard)}
                 tasks[tid] = Task(tid, config, shard, meta,
-                                  {"target": models["target"], "draft": None if ar else models["draft"]})
+                                  {"target": models["target"], "draft": None if ar or free else models["draft"]})
     if not tasks:
         raise ValueError("grid: no tasks (needs at least one pair, one prompts file and one policy)")
     return list(tasks.values())
@@ -362,6 +405,7 @@ class SweepWorker:
 
     def run(self, task: Task, out_dir: str, tmp_name: str) -> dict[str, Any]:
         from engine.decode import DecodeConfig
+        from engine.drafters.modelfree import make_model_free
         from engine.models import eos_token_ids
         from engine.policies import parse_policy
         from engine.prompts import encode
@@ -378,6 +422,9 @@ class SweepWorker:
         policy = None if ar else parse_policy(c["policy"])
         # Policies that read draft hidden states (PACER) get a draft loaded with want_hidden.
         target, draft = self._pair(task, want_hidden=bool(policy is not None and policy.needs_hidden))
+        # A model-free drafter is built fresh per task: suffix:corpus=1 learns from the requests it saw.
+        draft_lm = (None if ar else make_model_free(c["drafter"], target.lm.vocab_size) if c.get("drafter")
+                    else draft.lm)
         tok = target.tokenizer
         if tok is None:
             raise ValueError(f"target {c['target']!r} has no tokenizer; cannot encode text prompts")
@@ -389,7 +436,7 @@ class SweepWorker:
         final.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         try:
-            summary = run_requests(target.lm, None if ar else draft.lm, policy, cfg, requests, tmp,
+            summary = run_requests(target.lm, draft_lm, policy, cfg, requests, tmp,
                                    eos_ids=eos_token_ids(target), decode_text=lambda ids: tok.decode(ids),
                                    progress=False,
                                    header_extra={"sweep": {"task_id": task.task_id, "config": c, **task.meta,
@@ -630,8 +677,9 @@ def summary_rows(out_dir: str | os.PathLike, task_ids: list[str] | None = None,
         s = t.footer.get("summary") or t.summary
         c = sw["config"]
         rows.append({
-            "task_id": sw["task_id"], "pair": sw.get("pair"), "target": c["target"], "draft": c["draft"],
-            "dtype": c["dtype"], "policy": c["policy"], "policy_name": c["policy"].split(":")[0],
+            "task_id": sw["task_id"], "pair": sw.get("pair"), "target": c["target"],
+            "draft": c["draft"] or c.get("drafter"), "drafter": drafter_of(c), "dtype": c["dtype"],
+            "policy": c["policy"], "policy_name": c["policy"].split(":")[0],
             "verifier": c["verifier"], "temperature": c["temperature"], "top_k": c["top_k"], "top_p": c["top_p"],
             "seed": c["seed"], "max_new_tokens": c["max_new_tokens"], "chat": c["chat"],
             "prompt_set": sw.get("prompt_set"), "task": sw.get("task"), "shard": sw.get("shard"),
@@ -647,11 +695,37 @@ def summary_rows(out_dir: str | os.PathLike, task_ids: list[str] | None = None,
     return rows
 
 
+def drafter_of(config: dict[str, Any]) -> str:
+    """A task config's drafter: 'none' (autoregressive), 'model' (the pair's draft) or a model-free spec."""
+    if config["policy"] == AUTOREGRESSIVE:
+        return NO_DRAFTER
+    return config.get("drafter") or MODEL_DRAFTER
+
+
+def with_settings(df):
+    """`df` with `drafter` (filled in for summaries written before it existed: every drafted task then used
+    the draft model) and `setting`, the row label of the heatmap and tables: the policy, prefixed with the
+    drafter ('lookup:n=10,ngram=2 · fixed:4') as soon as any row uses a model-free drafter — rows of two
+    drafters with one policy must not be pooled."""
+    df = df.copy()
+    if df.empty:
+        df["drafter"], df["setting"] = [], []
+        return df
+    ar = df["policy"] == AUTOREGRESSIVE
+    given = df["drafter"] if "drafter" in df.columns else [None] * len(df)
+    df["drafter"] = [NO_DRAFTER if a else (d if isinstance(d, str) and d else MODEL_DRAFTER)
+                     for a, d in zip(ar, given)]
+    mixed = bool((~df["drafter"].isin([NO_DRAFTER, MODEL_DRAFTER])).any())
+    df["setting"] = [p if a or not mixed else f"{d} · {p}" for a, d, p in zip(ar, df["drafter"], df["policy"])]
+    return df
+
+
 def add_speedup(df):
-    """Add `speedup`: tokens/s over the autoregressive task with the same target, sampling, budget and shard."""
+    """Add `speedup`: tokens/s over the autoregressive task with the same target, sampling, budget and shard
+    (and `drafter` / `setting`, see with_settings)."""
     import numpy as np
 
-    df = df.copy()
+    df = with_settings(df)
     if df.empty:
         df["speedup"] = []
         return df
@@ -687,14 +761,16 @@ def load_sweep_summary(out_dir: str | os.PathLike):
     return add_speedup(pd.DataFrame(summary_rows(out_dir)))
 
 
-def speedup_matrix(df, index: str = "policy", columns: str = "task"):
-    """policy × task speedup over autoregressive, pooled over shards: (Σ tokens / Σ decode time) of the
-    policy divided by the same for the autoregressive tasks on the same shards. Filter `df` to one
-    pair / verifier / temperature / budget first (rows of several would be pooled)."""
+def speedup_matrix(df, index: str = "setting", columns: str = "task"):
+    """setting (drafter × policy, see with_settings) × task speedup over autoregressive, pooled over shards:
+    (Σ tokens / Σ decode time) of the setting divided by the same for the autoregressive tasks on the same
+    shards. Filter `df` to one pair / verifier / temperature / budget first (rows of several would be pooled)."""
     import pandas as pd
 
     if df.empty or not (df["policy"] == AUTOREGRESSIVE).any():
         return pd.DataFrame()
+    if "setting" not in df.columns:  # a summary written before drafters were a grid key
+        df = with_settings(df)
     keys = [k for k in BASELINE_KEYS if k in df.columns]
     ar = df[df["policy"] == AUTOREGRESSIVE]
     spec = df[df["policy"] != AUTOREGRESSIVE].merge(
@@ -732,7 +808,8 @@ def cmd_sweep(a) -> int:
             ok = valid_trace(trace_path(a.out, t.task_id), t.task_id) is not None
             done += ok
             c = t.config
-            print(f"{'done' if ok else 'todo'} {t.task_id} {t.meta['pair']} {c['policy']} {c['verifier']} "
+            draft = f" draft={c['drafter']}" if c.get("drafter") else ""
+            print(f"{'done' if ok else 'todo'} {t.task_id} {t.meta['pair']} {c['policy']}{draft} {c['verifier']} "
                   f"T={c['temperature']} max={c['max_new_tokens']} {t.meta['task']}#{t.meta['shard']} "
                   f"({len(t.prompts)} prompts)")
         print(f"{len(tasks)} tasks, {done} done, {len(tasks) - done} to run")

@@ -333,6 +333,59 @@ def test_live_labels_panes_with_what_ran_and_reports_speedup(app):
     assert any("Timed on this machine" in c.value for c in at.caption)
 
 
+def test_live_runs_model_free_drafters_side_by_side(app):
+    """Each side can draft with lookup or suffix instead of the draft model: the run goes through the same
+    decode loop (lossless at T = 0: the baseline's tokens), the panes say which drafter ran and show where
+    the latest draft was copied from, and bad drafter input is refused under its field before anything runs."""
+    from app import live
+    from engine.trace import load_trace
+
+    at = goto(app, "live")
+    box = at.selectbox(key="live_a_draft_kind")
+    assert box.value == "model" and box.options[0] == "draft model (tiny-random-llama-draft)"
+    at.selectbox(key="live_a_draft_kind").set_value("suffix").run()
+    assert at.text_input(key="live_a_draft").value == live.draft_preset("suffix") == "suffix:n=16"
+    at.text_input(key="live_a_draft").set_value("suffix:n=8").run()
+    at.selectbox(key="live_b_draft_kind").set_value("lookup").run()
+    assert at.text_input(key="live_b_draft").value == "lookup:n=10,ngram=2"
+    at.text_input(key="live_b").set_value("matchlen:1,offset=2,max=8").run()
+    # Repeats in the prompt: the first step's context ends in an n-gram that occurred before.
+    at.text_area(key="live_text").set_value("the cat sat on the mat; the cat sat on the mat; the cat").run()
+    at.number_input(key="live_max").set_value(12).run()
+    assert not at.error
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    res = at.session_state["live_result"]
+    base = load_trace(res["paths"]["baseline"])
+    for side, spec in (("A", "suffix:n=8,depth=32,p=0.1"), ("B", "lookup:n=10,ngram=2")):
+        t = load_trace(res["paths"][side])
+        assert t.complete and t.header["draft"]["name"] == spec
+        assert t.ends[0]["output_ids"] == base.ends[0]["output_ids"]  # greedy: the target's own tokens
+        assert all("drafter" in d["policy_fields"] for d in t.steps)
+        k, context, src = live.last_copy(t.steps, t.requests[0]["prompt_ids"])
+        a, b = src["span"]
+        assert context[a:b] == t.steps[k]["draft_tokens"][: b - a]  # the span indexes the context it shows
+    b_steps = load_trace(res["paths"]["B"]).steps
+    assert b_steps[0]["policy_fields"]["drafter"]["source"] == "prompt"
+    heads = [m.value for m in at.markdown if m.value.startswith(("**A · ", "**B · "))]
+    assert "← suffix:n=8,depth=32,p=0.1 · " in heads[0] and "← lookup:n=10,ngram=2 · " in heads[1]
+    copied = [m.value for m in at.markdown if m.value.startswith("**Copied from the ")]
+    assert len(copied) == 2 and len([m for m in at.markdown if 'class="copy-source"' in m.value]) == 2
+    assert Path(res["paths"]["B"]).name.startswith("live-B-lookup")
+    # Bad drafter input is refused under its field; a policy the drafter cannot feed under the policy.
+    for key, value, field, words in (("live_b_draft", "banana", "Draft B", "unknown drafter 'banana'"),
+                                     ("live_b_draft", "lookup:x=1", "Draft B", "no parameter 'x'"),
+                                     ("live_a", "pacer", "Policy A", "hidden states")):
+        at = at.text_input(key=key).set_value(value).run()
+        assert any(e.value.startswith(field) and words in e.value for e in at.error), [e.value for e in at.error]
+        assert at.button(key="live_run").disabled
+        assert any(":orange-badge[stale]" in m.value for m in at.markdown)
+    at = at.text_input(key="live_a").set_value("fixed:4").run()
+    at = at.text_input(key="live_b_draft").set_value("model").run()
+    assert not at.error and at.selectbox(key="live_b_draft_kind").value == "model"
+    assert any("Draft B" in m.value for m in at.markdown if ":orange-badge[stale]" in m.value)
+
+
 def test_live_offers_installed_pairs_only(app, monkeypatch):
     from app import live
 

@@ -112,10 +112,42 @@ def test_task_ids_are_stable_hashes(root):
     ("colour = 3\n" + grid_text(["fixed:2"]), "unknown keys"),
     ('verifiers = ["nope"]\n' + grid_text(["fixed:2"]), "unknown verifier 'nope'"),
     (grid_text(["fixed:2"]).replace("dtype = \"fp32\"", "dtype = \"fp8\""), "unknown dtype"),
+    ('drafters = ["banana"]\n' + grid_text(["fixed:2"]), "unknown drafter 'banana'; choose from model"),
+    ('drafters = ["lookup:x=1"]\n' + grid_text(["fixed:2"]), "no parameter 'x'"),
+    ('drafters = ["suffix:n=0"]\n' + grid_text(["fixed:2"]), r"max draft tokens must be an integer in \[1, 64\]"),
+    ('drafters = [{ name = "lookup", size = 3 }]\n' + grid_text(["fixed:2"]), "drafter entry has unknown keys"),
 ])
 def test_bad_grid_one_line_error(root, text, msg):
     with pytest.raises(ValueError, match=msg):
         sweep.expand_grid(sweep.load_grid(write_grid(root, "bad.toml", text)))
+
+
+DRAFTERS = 'drafters = ["model", "lookup:n=4", { name = "suffix", params = { n = 8 } }]\n'
+DRAFTER_POLICIES = ["autoregressive", "fixed:3", {"name": "matchlen", "params": {"factor": 1, "offset": 2, "max": 8}}]
+
+
+def test_drafters_are_a_grid_key(root):
+    """`drafters` crosses the pair's draft model and model-free drafters with the policies; the tasks of the
+    draft model keep their ids (old sweeps resume), and each spelling of a drafter is one task."""
+    base = sweep.expand_grid(sweep.load_grid(write_grid(root, "d0.toml", grid_text(DRAFTER_POLICIES))))
+    tasks = sweep.expand_grid(sweep.load_grid(write_grid(root, "d1.toml", DRAFTERS + grid_text(
+        DRAFTER_POLICIES + ["pacer"]))))
+    by = Counter(sweep.drafter_of(t.config) for t in tasks)
+    # 4 shards: the baseline, model × 3 policies, lookup and suffix × 2 each (pacer reads draft hidden states).
+    assert by == {"none": 4, "model": 12, "lookup:n=4,ngram=2": 8, "suffix:n=8,depth=32,p=0.1": 8}
+    assert {t.task_id for t in base} <= {t.task_id for t in tasks}
+    free = [t for t in tasks if t.config.get("drafter")]
+    assert all(t.config["draft"] is None and t.models["draft"] is None and not t.config["policy"].startswith("pacer")
+               for t in free)
+    assert {t.pair_key for t in free} == {t.pair_key for t in tasks if t.config["policy"] == "autoregressive"}
+    respelt = sweep.expand_grid(sweep.load_grid(write_grid(root, "d2.toml", DRAFTERS.replace(
+        '"lookup:n=4"', '{ name = "lookup", params = { n = 4, ngram = 2 } }') + grid_text(DRAFTER_POLICIES))))
+    assert {t.task_id for t in respelt} == {t.task_id for t in tasks if not t.config["policy"].startswith("pacer")}
+    # A pair without a draft model still runs the model-free drafters (they need only the target).
+    lone = sweep.expand_grid(sweep.load_grid(write_grid(root, "d3.toml", DRAFTERS + grid_text(
+        DRAFTER_POLICIES).replace('draft = "models/draft"\n', ""))))
+    assert Counter(sweep.drafter_of(t.config) for t in lone) == {"none": 4, "lookup:n=4,ngram=2": 8,
+                                                                  "suffix:n=8,depth=32,p=0.1": 8}
 
 
 def test_publish_never_overwrites(tmp_path):
@@ -234,7 +266,48 @@ def test_failing_task_is_reported_not_retried(root, local_ray, tmp_path):
     assert "cannot load target" in next(iter(res.failed.values()))
 
 
+def test_model_free_drafters_sweep(root, local_ray, tmp_path):
+    """A drafter × window grid on Ray: every model-free task runs on the target alone, is lossless at T = 0
+    (the same tokens as the baseline on its shard), and the summary, the speedup matrix and the pooled
+    table report speedup and emitted per call per drafter × policy."""
+    from app import sweep_plots
+
+    text = DRAFTERS + grid_text(DRAFTER_POLICIES, max_new_tokens=24).replace(
+        'file = "prompts.jsonl"', 'file = "prompts.jsonl"\nlimit = 2')
+    grid = sweep.load_grid(write_grid(root, "drafters.toml", text))
+    out = tmp_path / "sweep"
+    res = sweep.run_sweep(grid, out, workers=2, progress=False)
+    tasks = sweep.expand_grid(grid)
+    assert res.ok and res.executed == res.tasks == len(tasks) == 2 * 7
+    check_traces(out, tasks)
+    df = sweep.load_sweep_summary(out)
+    free = df[~df["drafter"].isin(["none", "model"])]
+    assert set(free["drafter"]) == {"lookup:n=4,ngram=2", "suffix:n=8,depth=32,p=0.1"} and len(free) == 8
+    assert (free["draft"] == free["drafter"]).all() and free["speedup"].notna().all()
+    assert (free["emitted_per_call_incl_bonus"] >= 1.0).all() and free["drafted_tokens"].sum() > 0
+    outputs = {}
+    for t in tasks:
+        tr = load_trace(out / "traces" / f"{t.task_id}.jsonl")
+        outputs[t.task_id] = [tr.ends[k]["output_ids"] for k in sorted(tr.ends)]
+        if t.config.get("drafter"):
+            assert tr.header["draft"]["name"] == t.config["drafter"]
+            assert all("drafter" in s["policy_fields"] for s in tr.steps)
+    ar = {t.meta["shard_hash"]: outputs[t.task_id] for t in tasks if t.config["policy"] == "autoregressive"}
+    assert all(outputs[t.task_id] == ar[t.meta["shard_hash"]] for t in tasks)  # greedy: lossless
+    m = sweep.speedup_matrix(df)
+    assert set(m.index) == {f"{d} · {p}" for d in ("model", "lookup:n=4,ngram=2", "suffix:n=8,depth=32,p=0.1")
+                            for p in ("fixed:3", "matchlen:factor=1,offset=2,max=8")}
+    table = sweep_plots.setting_table(df)
+    assert len(table) == 7 and table["speedup"].notna().all()
+    row = table.set_index("setting").loc["lookup:n=4,ngram=2 · fixed:3"]
+    lk = free[(free["drafter"] == "lookup:n=4,ngram=2") & (free["policy"] == "fixed:3")]
+    assert row["emitted_per_call_incl_bonus"] == pytest.approx(lk["new_tokens"].sum() / lk["target_calls"].sum())
+    assert sweep_plots.speedup_heatmap(df).to_dict()["layout"]["yaxis"]["title"]["text"] == "drafter · policy"
+
+
 def test_speedup_plots_from_a_summary_table():
+    import pandas as pd
+
     from app import sweep_plots
 
     df = synthetic_summary()
@@ -244,6 +317,16 @@ def test_speedup_plots_from_a_summary_table():
     table = sweep_plots.policy_task_table(df)
     assert table.set_index(["policy", "task"]).loc[("fixed:4", "qa"), "speedup"] == pytest.approx(1.5)
     assert sweep_plots.facet_values(df) == {}
+    # A summary written before `drafters` existed: every drafted task used the draft model.
+    old = df.drop(columns=["drafter", "setting"])
+    assert sweep_plots.setting_table(old)[["setting", "drafter", "speedup"]].values.tolist() == [
+        ["fixed:4", "model", pytest.approx(1.5)], ["autoregressive", "none", 1.0]]
+    # Two drafters with one policy are two rows, never pooled.
+    mixed = pd.concat([df, df[df["policy"] == "fixed:4"].assign(drafter="lookup:n=10,ngram=2", tokens_per_s=300.0,
+                                                                 decode_ms=8 / 300 * 1e3)])
+    rows = sweep_plots.setting_table(mixed).set_index("setting")["speedup"]
+    assert rows.to_dict() == {"lookup:n=10,ngram=2 · fixed:4": pytest.approx(3.0), "model · fixed:4":
+                              pytest.approx(1.5), "autoregressive": 1.0}
 
 
 def synthetic_summary():
@@ -272,7 +355,7 @@ os.environ["SPECLAB_SWEEP_DIR"] = {str(tmp_path)!r}
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file({page!r}, default_timeout=120).run()
 assert not at.exception, [e.value for e in at.exception]
-assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 2, "heatmap, table, per-task table"
+assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 3, "heatmap, settings, per task, every task"
 print("torch" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -1,5 +1,6 @@
-"""Live: one prompt, two window policies and an autoregressive baseline, decoded side by side as you
-watch. Every input is checked before anything runs; the result panes say what actually ran."""
+"""Live: one prompt, two sides (each a drafter — the pair's draft model, lookup or suffix — and a window
+policy) and an autoregressive baseline, decoded side by side as you watch. Every input is checked before
+anything runs; the result panes say what actually ran, and where a model-free draft was copied from."""
 
 import time
 from pathlib import Path
@@ -60,15 +61,34 @@ prompt_err = st.empty()
 
 names = live.policy_names()
 DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
+draft_names = live.draft_names()
+DRAFT_LABELS = {live.MODEL_DRAFT: f"draft model ({pair.draft_name})",
+                "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)"}
 
 
 def _fill(side: str) -> None:
     ss[f"live_{side.lower()}"] = live.preset(ss[f"live_{side.lower()}_kind"])
 
 
+def _fill_draft(side: str) -> None:
+    ss[f"live_{side.lower()}_draft"] = live.draft_preset(ss[f"live_{side.lower()}_draft_kind"])
+
+
 c = st.columns([3, 3, 2, 2])
-specs, err_at = {}, {}
+specs, drafts, err_at = {}, {}, {}
 for col, side in zip(c, live.SIDES):
+    dkey = f"live_{side.lower()}_draft"
+    ss.setdefault(dkey, live.MODEL_DRAFT)
+    kind = ss[dkey].strip().partition(":")[0].strip()
+    if kind in draft_names:  # the choice follows an edited spec
+        ss[f"{dkey}_kind"] = kind
+    data.pick(f"{dkey}_kind", draft_names, live.MODEL_DRAFT)
+    col.selectbox(f"Draft {side}", draft_names, key=f"{dkey}_kind", on_change=_fill_draft, args=(side,),
+                  format_func=lambda k: DRAFT_LABELS.get(k, k),
+                  help="the pair's draft model, or a model-free drafter that copies from the prompt and the "
+                       "output so far (no draft forward; pair it with matchlen to size windows by the match)")
+    drafts[side] = col.text_input(f"Draft {side} spec", key=dkey, help=live.DRAFT_SYNTAX)
+    err_at[f"draft_{side}"] = col.empty()
     key = f"live_{side.lower()}"
     ss.setdefault(key, DEFAULTS[side])
     kind = ss[key].strip().partition(":")[0].strip()
@@ -80,7 +100,8 @@ for col, side in zip(c, live.SIDES):
                        "filled in and can be edited")
     specs[side] = col.text_input(f"Policy {side} spec", key=key,
                                  help="fixed:γ, heuristic[:γ0,max=N], confidence[:t][,trim=1], cumulative[:t], "
-                                      "entropy[:H], pacer[:b=,t=,rho=][,trim=1], or autoregressive")
+                                      "entropy[:H], pacer[:b=,t=,rho=][,trim=1], matchlen[:f,offset=,max=,p=] "
+                                      "(model-free drafts), or autoregressive")
     err_at[side] = col.empty()
 ss.setdefault("live_max", 64)
 ss.setdefault("live_temp", 0.0)
@@ -94,10 +115,11 @@ err_at["prompt"] = prompt_err
 baseline = st.checkbox("Also decode autoregressively (the baseline the speedups are measured against)", True,
                        key="live_baseline")
 
-ids, policies, errors = live.validate(pair, text, specs, max_new, temp)
+ids, policies, errors = live.validate(pair, text, specs, max_new, temp, drafts)
 for f, msg in errors.items():  # each message names its field and sits right under it
     err_at[f].error(msg)
-inputs = {"pair": which, "text": text, "A": specs["A"].strip(), "B": specs["B"].strip(), "max_new": max_new,
+inputs = {"pair": which, "text": text, "A": specs["A"].strip(), "B": specs["B"].strip(),
+          "draft_A": drafts["A"].strip(), "draft_B": drafts["B"].strip(), "max_new": max_new,
           "temperature": temp, "baseline": baseline}
 
 
@@ -123,9 +145,29 @@ def _tps(s: dict) -> float:
     return s["tokens_per_s"] if s["decode_ms"] else 0.0
 
 
-def show(side: str, steps: list[dict], status_text: str, label: str, text_cache: dict, base: dict | None) -> None:
-    """Redraw one side: what ran (label), the text so far (last step's block outlined) and its numbers;
-    the speedup is over the autoregressive baseline of the same run (so far, while it decodes)."""
+def show_copy(steps: list[dict], prompt_ids: list[int], texts: dict) -> None:
+    """Where a model-free side's latest copy came from, as on the Replay page (app.tokens.copy_source_html)."""
+    found = live.last_copy(steps, prompt_ids)
+    tally = live.copy_sources(steps)
+    if found is None:
+        if tally:
+            st.caption("No copy yet: the context's last tokens never occurred earlier (autoregressive steps).")
+        return
+    k, context, src = found
+    live.token_text(pair_of_run, texts, context)
+    a, b = src["span"]
+    where = {"prompt": "from the prompt", "output": "from the output", "none": "no match"}
+    st.markdown(f"**Copied from the {src.get('source', 'context')}** (step {k}): positions {a}–{b - 1} "
+                f"(highlighted), matched on the {src.get('match_len', '?')} tokens before them (dotted)",
+                help="steps so far: " + ", ".join(f"{n} {where.get(w, w)}" for w, n in tally.items()))
+    st.markdown(tokens.copy_source_html(context, src, texts), unsafe_allow_html=True)
+
+
+def show(side: str, steps: list[dict], status_text: str, label: str, text_cache: dict, base: dict | None,
+         prompt_ids: list[int]) -> None:
+    """Redraw one side: what ran (label), the text so far (last step's block outlined), where a model-free
+    draft was copied from, and its numbers; the speedup is over the autoregressive baseline of the same run
+    (so far, while it decodes)."""
     ids_ = {t for d in steps for t in (*d["draft_tokens"], *d["emitted_tokens"])}
     texts = live.token_text(pair_of_run, text_cache, ids_)
     s = summarize(steps)
@@ -134,6 +176,7 @@ def show(side: str, steps: list[dict], status_text: str, label: str, text_cache:
         earlier = [p for d in steps[:-1] for p in tokens.emitted_pieces(d, texts)]
         st.markdown(tokens.strip(earlier, tokens.step_pieces(steps[-1], texts) if steps else None),
                     unsafe_allow_html=True)
+        show_copy(steps, prompt_ids, texts)
         m = st.columns(2) + st.columns(2)  # 2 × 2: four metrics do not fit one row of half a page
         m[0].metric("target calls", s["target_calls"], help="verify forwards of the target: hardware-free")
         m[1].metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}", help="incl. bonus token")
@@ -171,9 +214,12 @@ if run and ticket is not None:
         cfg = DecodeConfig(max_new_tokens=int(max_new), sampling=SamplingConfig(temperature=float(temp)))
         caches = {s: {} for s in live.SIDES}
         out = live.new_run_dir()
-        labels = {s: (policies[s].spec if policies[s] is not None else live.AUTOREGRESSIVE) for s in live.SIDES}
         run_specs = {s: inputs[s] for s in live.SIDES}
-        ss["live_result"] = {"paths": {s: str(p) for s, p in live.paths_for(out, run_specs).items()},
+        run_drafts = {s: inputs[f"draft_{s}"] for s in live.SIDES}
+        labels = {s: (live.AUTOREGRESSIVE if policies[s] is None else policies[s].spec +
+                      (f" ← {run_drafts[s]}" if live.is_model_free(run_drafts[s]) else "")) for s in live.SIDES}
+        ss["live_result"] = {"paths": {s: str(p) for s, p in
+                                       live.paths_for(out, live.run_labels(run_specs, run_drafts)).items()},
                              "inputs": dict(inputs), "state": "running"}
         if baseline:
             base_path = live.paths_for(out, {live.BASE: live.AUTOREGRESSIVE})[live.BASE]
@@ -201,13 +247,13 @@ if run and ticket is not None:
                 show_base(steps, "done" if done else "decoding…")
             else:
                 show(side, steps, "done" if done else "decoding…", labels[side], caches[side],
-                     summarize(progress[live.BASE]) if progress[live.BASE] else None)
+                     summarize(progress[live.BASE]) if progress[live.BASE] else None, ids)
 
         if queue.position(ticket) > 0:
             _waiting(queue.position(ticket))
         try:
             live.run_pair(pair, ids, text, run_specs, policies, cfg, out, _step, queue=queue, ticket=ticket,
-                          on_wait=_waiting, baseline=baseline)
+                          on_wait=_waiting, baseline=baseline, drafts=run_drafts)
             ss["live_result"]["state"] = "finished"
             status.empty()
         except TimeoutError as e:
@@ -221,7 +267,8 @@ if res:
     if res["state"] == "running":  # the script was interrupted (Stop, or a setting changed) mid-decode
         res["state"] = "stopped"
     NAMES = {**live.FIELDS, "pair": "model pair", "text": "prompt", "baseline": "baseline"}
-    changed = [NAMES[k] for k in ("pair", "text", "A", "B", "max_new", "temperature", "baseline")
+    changed = [NAMES[k] for k in ("pair", "text", "draft_A", "A", "draft_B", "B", "max_new", "temperature",
+                                  "baseline")
                if res["inputs"].get(k) != inputs.get(k)]
     pair_of_run = live.get_pair(res["inputs"]["pair"]) if res["inputs"]["pair"] in pairs else pair
     head = "Last run" + (" (stopped early: traces have no footer)" if res["state"] == "stopped" else "")
@@ -251,7 +298,8 @@ if res:
                  f"{' ← ' + h['draft']['name'] if h.get('draft') else ''} · {data.sampling_label(h)} · "
                  f"max {h.get('max_new_tokens')} tokens")
         if t.steps:  # redrawn from the trace file itself: what you download is what you saw
-            show(side, t.steps, "done" if t.ends else "stopped", label, {}, base_sum)
+            show(side, t.steps, "done" if t.ends else "stopped", label, {}, base_sum,
+                 t.requests[0]["prompt_ids"])
         col = cols[side]
         name = Path(res["paths"][side]).name
         raw = open(res["paths"][side], "rb").read()

@@ -1,4 +1,5 @@
-"""Sweeps: the per-task table of a `python -m engine sweep` folder and a policy × task speedup heatmap."""
+"""Sweeps: the per-task table of a `python -m engine sweep` folder, a setting (drafter × policy) × task speedup
+heatmap and the settings pooled over tasks."""
 
 import os
 from datetime import datetime, timezone
@@ -7,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import downloads, sweep_plots
-from engine.sweep import SUMMARY_NAME, load_sweep_summary
+from engine.sweep import NO_DRAFTER, SUMMARY_NAME, load_sweep_summary, with_settings
 
 st.title("Sweeps")
 st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
@@ -42,8 +43,11 @@ if df.empty:
     st.warning("This sweep has no finished tasks yet.")
     st.stop()
 
-st.write(f"**{len(df)} tasks** · {df['policy'].nunique()} policies · {df['task'].nunique()} tasks · "
-         f"{int(df['new_tokens'].sum())} tokens")
+df = with_settings(df)  # summaries written before `drafters` existed get drafter = model
+drafters = sorted(d for d in df["drafter"].unique() if d != NO_DRAFTER)
+st.write(f"**{len(df)} tasks** · {df['policy'].nunique()} policies · {len(drafters)} "
+         f"{'drafter' if len(drafters) == 1 else 'drafters'} ({', '.join(drafters) or 'none'}) · "
+         f"{df['task'].nunique()} tasks · {int(df['new_tokens'].sum())} tokens")
 facets = sweep_plots.facet_values(df)
 view = df
 if facets:
@@ -59,13 +63,17 @@ st.caption("Speedup = tokens/s ÷ tokens/s of the autoregressive task on the sam
            "(Σ tokens ÷ Σ decode time). Workers that share CPU cores slow each other: compare cells of one "
            f"sweep, not across sweeps run with different worker counts. Tokens/s here were measured by this sweep's "
            f"workers (summary written {when}; dtype {dtypes}).")
-st.subheader("Per policy and task")
+NUMBERS = {"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
+           "emitted_per_call_incl_bonus": st.column_config.NumberColumn("emitted/call (incl. bonus)", format="%.2f"),
+           "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)", format="%.2f"),
+           "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")}
+st.subheader("Per drafter and window setting")
+st.caption("Every task of this slice pooled: drafter (`model` = the pair's draft model; `lookup` / `suffix` copy "
+           "from the prompt and output, no draft model) × window policy, best speedup first.")
+downloads.table(sweep_plots.setting_table(view), f"sweep-{p.name}-settings", "sweep_settings",
+                column_config=NUMBERS)
+st.subheader("Per setting and task")
 downloads.table(sweep_plots.policy_task_table(view), f"sweep-{p.name}-policy-task", "sweep_table",
-                column_config={"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
-                               "emitted_per_call_incl_bonus": st.column_config.NumberColumn(
-                                   "emitted/call (incl. bonus)", format="%.2f"),
-                               "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)",
-                                                                                format="%.2f"),
-                               "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")})
+                column_config=NUMBERS)
 with st.expander("Every task (one row per trace)"):
     downloads.table(view, f"sweep-{p.name}-tasks", "sweep_tasks")
