@@ -124,8 +124,19 @@ def _sum_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out
 
 
+def fit_to_references(spec: str, refs: list[Reference]) -> str:
+    """An adaptive policy capped at the references' recorded window (`heuristic` → `heuristic:max=8` on a
+    max-window-8 reference), so its label says it was capped rather than the replay failing midway;
+    fixed windows and the oracles are returned unchanged (they need no recorded tails)."""
+    pol = parse_spec(spec)
+    limit = min((r.max_window for r in refs if r.greedy), default=None)
+    if kind_of(pol) != "adaptive" or limit is None or pol.max_window <= limit:
+        return spec
+    return f"{spec}{',' if ':' in spec else ':'}max={limit}"
+
+
 def _per_request(refs: list[Reference], cost: CostLike, specs: Iterable[str], progress: bool) -> pd.DataFrame:
-    specs = list(specs)
+    specs = [fit_to_references(s, refs) for s in specs]
     greedy = all(r.greedy for r in refs)
     frames = []
     for spec in tqdm(specs, desc="simulate", unit="policy", disable=not progress):

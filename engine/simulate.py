@@ -76,6 +76,16 @@ def parse_spec(spec: str) -> WindowPolicy | OracleSpec:
     return OracleSpec(variant, mx)
 
 
+def check_window(ref: Reference, pol: WindowPolicy | OracleSpec) -> None:
+    """Refuse, before replaying, an adaptive policy whose window can outgrow the reference's recorded
+    draft tails (max_window − 1 tokens after a mismatch): past them its signals are unknown. Fixed
+    windows and the oracles need no tail (their counts are min(A, γ)), so they replay at any γ."""
+    if kind_of(pol) == "adaptive" and ref.greedy and pol.max_window > ref.max_window:
+        raise ValueError(f"policy {pol.spec!r} drafts up to {pol.max_window} tokens but the reference recorded "
+                         f"draft signals for windows ≤ {ref.max_window}: add ,max={ref.max_window} to the spec "
+                         f"or re-run the reference with --max-window {pol.max_window}")
+
+
 def kind_of(pol: WindowPolicy | OracleSpec) -> str:
     return "oracle" if isinstance(pol, OracleSpec) else "fixed" if isinstance(pol, Fixed) else "adaptive"
 
@@ -89,6 +99,8 @@ def _signal(req: dict, pos: int, i: int) -> tuple[int, float, float] | None:
         if j >= n:
             return None
         return req["draft_argmax"][j], req["q_top"][j], req["entropy"][j]
+    if pos + a >= n:  # the run reaches the end of an EOS-ended output: nothing was drafted past it
+        return None
     tail = req["tails_by_pos"][pos + a]
     k = i - a - 1
     if k >= len(tail["tokens"]):
@@ -102,6 +114,7 @@ def simulate_steps(ref: Reference, spec: str, cost: CostModel, request_id: int =
     if not ref.greedy:
         raise ValueError("per-step replay needs a greedy reference; sampling references give expected values only")
     pol = parse_spec(spec)
+    check_window(ref, pol)
     req = ref.requests[request_id]
     return pd.DataFrame(_walk(req, pol, ref.max_new_tokens, cost))
 
@@ -193,6 +206,7 @@ def simulate_policy(ref: Reference, spec: str, cost: CostModel) -> pd.DataFrame:
     kind = kind_of(pol)
     if not ref.greedy and kind == "adaptive":
         raise ValueError(f"policy {spec!r}: adaptive policies are replayed only on greedy references")
+    check_window(ref, pol)
     rows = []
     for req in ref.requests:
         n = len(req["output_ids"])

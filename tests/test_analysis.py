@@ -447,3 +447,32 @@ def test_reference_reuses_an_autoregressive_trace(models, ref, tmp_path):
                  progress=False)
     with pytest.raises(ValueError, match="not a greedy autoregressive trace"):
         ar_runs_from_trace(fixed)
+
+
+def _with_tails(ref: Reference, n_tail: int) -> Reference:
+    """`ref` with a free-running tail of `n_tail` tokens at every mismatch and max_window n_tail + 1."""
+    for req in ref.requests:
+        req["tails_by_pos"] = {j: {"pos": j, "tokens": [3] * n_tail, "q_top": [0.9] * n_tail,
+                                   "entropy": [0.1] * n_tail}
+                               for j, a in enumerate(req["accept_run"]) if a == 0}
+    ref.header["max_window"] = n_tail + 1
+    return ref
+
+
+def test_adaptive_replay_of_a_run_reaching_the_end_of_an_eos_output():
+    """The last step's accepted run reaches the end of an output shorter than the budget (EOS): no
+    mismatch is recorded there, so past it the policy sees no signal — the replay must not look one up."""
+    ref = _with_tails(synthetic([[0, 1, 1, 1]], budget=16), 7)
+    steps = simulate_steps(ref, "confidence:0.4,max=8", CostModel.flat(0.1), 0)
+    assert steps["emitted"].sum() == 4 and steps["pos"].tolist()[-1] == 1
+
+
+def test_a_window_longer_than_the_recorded_tails_is_refused_or_capped():
+    ref = _with_tails(synthetic([[0, 1, 0, 1, 1, 0, 0, 1] * 3]), 7)  # max_window 8
+    with pytest.raises(ValueError, match=r"--max-window 16|max=8"):
+        simulate_steps(ref, "confidence:0.4", CostModel.flat(0.1), 0)  # drafts up to 16
+    assert an.fit_to_references("confidence:0.4", [ref]) == "confidence:0.4,max=8"
+    assert an.fit_to_references("heuristic", [ref]) == "heuristic:max=8"
+    assert an.fit_to_references("fixed:12", [ref]) == "fixed:12"  # fixed windows need no tails
+    wt = an.window_table(ref, CostModel.flat(0.1), gammas=[1, 2], policies=["confidence:0.4"], by_task=False)
+    assert wt["policy"].str.contains("max=8").any()
