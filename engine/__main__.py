@@ -18,11 +18,12 @@ def _add_decode(sub) -> None:
     p = sub.add_parser("decode", help="decode prompts and write a per-step trace")
     p.add_argument("--target", required=True, help="bundled name (smollm2-135m), local dir, or cached hub id")
     p.add_argument("--draft", default=None,
-                   help="draft model, or a model-free drafter (lookup:n=10,ngram=2 | suffix:n=16,depth=32,p=0.1); "
-                        "omit for autoregressive decoding")
+                   help="draft model, or a model-free drafter (lookup:n=10,ngram=2 | suffix:n=16,depth=32,p=0.1), or "
+                        "a draft model plus phrases (phrase:model=DRAFT,n=4,k=1,ngram=2); omit for autoregressive decoding")
     p.add_argument("--policy", default="fixed:4",
                    help="window policy, e.g. fixed:4, heuristic, confidence:0.4, pacer, oracle (greedy hindsight)")
-    p.add_argument("--verifier", default="token", help="token | block | rrs | kseq | rbv | kbv | spectr-gbv-published")
+    p.add_argument("--verifier", default="token",
+                   help="token | block | rrs | kseq | rbv | kbv | spectr-gbv-published | onehot-tree (phrase k > 1)")
     p.add_argument("--k", type=int, default=1, help="i.i.d. drafts per step (multi-draft verifiers need K ≥ 1)")
     p.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
     p.add_argument("--limit", type=int, default=None, help="first N prompts")
@@ -47,6 +48,7 @@ def cmd_decode(a) -> int:
 
     from engine.decode import DecodeConfig
     from engine.drafters.modelfree import is_model_free, make_model_free
+    from engine.drafters.phrase import is_phrase, load_phrase_drafter
     from engine.models import check_pair, eos_token_ids, load_model
     from engine.policies import parse_policy
     from engine.prompts import encode, load_prompts
@@ -75,6 +77,11 @@ def cmd_decode(a) -> int:
             raise ValueError(f"--draft {a.draft} proposes one deterministic block: use a K = 1 verifier")
         if oracle:
             raise ValueError("--policy oracle replays a draft model; model-free drafts have none")
+    elif is_phrase(a.draft):  # a draft model extended with phrases: (target LM, drafter)
+        if oracle:
+            raise ValueError("--policy oracle replays a plain draft model; the phrase drafter is not one")
+        phrase = load_phrase_drafter(a.draft, target, a.dtype, a.device, bool(policy and policy.needs_hidden),
+                                     cfg.verifier)
     elif a.draft:
         draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target,
                            want_hidden=bool(policy and policy.needs_hidden))
@@ -82,6 +89,8 @@ def cmd_decode(a) -> int:
     target_lm, draft_lm = target.lm, draft.lm if draft else None
     if is_model_free(a.draft):
         draft_lm = make_model_free(a.draft, target.lm.vocab_size)
+    if is_phrase(a.draft):
+        target_lm, draft_lm = phrase
     if draft is not None and cfg.verifier in MULTI_DRAFT:
         from engine.drafters.multi import MultiDraftConfig, MultiDrafter
         from engine.tree import TreeTarget

@@ -544,6 +544,10 @@ def cmd_bench(a) -> int:
 
     if is_model_free(a.draft):  # lookup / suffix: only the target's vocabulary
         draft_lm = make_model_free(a.draft, target.lm.vocab_size)
+    elif a.draft.startswith("phrase:"):  # a draft model extended with phrases (engine.drafters.phrase)
+        from engine.drafters.phrase import load_phrase_drafter
+
+        draft_lm = load_phrase_drafter(a.draft, target, a.dtype, a.device, want_hidden=hidden)[1]
     else:
         draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, want_hidden=hidden)
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)

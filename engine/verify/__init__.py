@@ -34,6 +34,7 @@ def register_verifier(name: str, fn, multi: bool = False, uniforms=None) -> None
 from engine.verify.block import verify_block  # noqa: E402
 from engine.verify.coins import uniforms_for_blocks  # noqa: E402
 from engine.verify.multidraft import verify_kbv, verify_kseq, verify_rbv, verify_rrs  # noqa: E402
+from engine.verify.onehot_tree import verify_onehot_tree  # noqa: E402
 from engine.verify.spectr_gbv import verify_spectr_gbv_published  # noqa: E402
 
 register_verifier("block", verify_block)
@@ -42,6 +43,8 @@ register_verifier("kseq", verify_kseq, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("spectr-gbv-published", verify_spectr_gbv_published, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("rbv", verify_rbv, multi=True, uniforms=uniforms_for_blocks)
 register_verifier("kbv", verify_kbv, multi=True, uniforms=uniforms_for_blocks)
+# Lossless only for trees whose branches are deterministic (engine.drafters.phrase); refuses others.
+register_verifier("onehot-tree", verify_onehot_tree, multi=True, uniforms=uniforms_for_blocks)
 # Lossless rules, for tests and the audit: the published SpecTr-GBV code is deliberately absent.
 LOSSLESS = {"token", "block", "rrs", "kseq", "rbv", "kbv"}
 
