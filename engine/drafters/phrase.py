@@ -7,7 +7,8 @@ sequence so far (prompt + verified output), γ the window policy's cap, p the ta
     model part   d_1..d_m ~ q(· | x, d_<i), m ≤ min(n, γ)   exactly the AutoregressiveDrafter loop
                                                              (the policy may stop or trim it)
     phrase part  c = x·d_1..d_m;  v = the longest suffix of c (ngram ≤ |suffix| < depth) that the
-                 pool saw followed by something; the k most frequent continuations of v, each walked
+                 pool saw followed by something; the k most frequent continuations of v (k > 1: with
+                 distinct first tokens, backing off to shorter suffixes for more), each walked
                  greedily (most frequent, then most recent child; at a dead end re-anchored on the longest
                  suffix of c·y that was followed, ≥ ngram tokens), give candidates y^j_1..y^j_r,
                  r ≤ min(len, γ − m); path score s_i = Π_{l ≤ i} π(y_l | ·), π = child count / sibling sum
