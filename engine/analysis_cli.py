@@ -39,8 +39,8 @@ def add_parser(sub) -> None:
     r.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
     r.add_argument("--out", required=True, help="reference path (.jsonl)")
     r.add_argument("--outputs-from", default=None,
-                   help="greedy: take the target's runs from this autoregressive trace (same prompts) instead of "
-                        "decoding them again; only its questions are kept")
+                   help="greedy: take the target's runs from this autoregressive trace where it has the "
+                        "question (same prompt) instead of decoding them again; the others are decoded")
     r.set_defaults(func=cmd_reference)
 
     a = sub.add_parser("analyze", help="oracle vs fixed vs adaptive window tables from references / traces")
@@ -105,17 +105,17 @@ def cmd_reference(a) -> int:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     reqs = [{"prompt_ids": encode(tok, p.text, chat=not a.no_chat), "category": p.category,
              "question_id": p.question_id, "text": p.text} for p in prompts]
-    if a.outputs_from:  # the target's greedy run was already made (an autoregressive trace): reuse it
+    if a.outputs_from:  # the target's greedy runs already made (an autoregressive trace): reuse those
         from engine.reference import ar_runs_from_trace
 
         runs = ar_runs_from_trace(a.outputs_from)
-        reqs = [r for r in reqs if r["question_id"] in runs]
         for r in reqs:
+            if r["question_id"] not in runs:
+                continue  # not in the trace: decoded here as usual
             if runs[r["question_id"]]["prompt_ids"] != r["prompt_ids"]:
                 raise ValueError(f"{a.outputs_from}: question {r['question_id']} was decoded from another prompt")
             r["known"] = runs[r["question_id"]]
-        if not reqs:
-            raise ValueError(f"{a.outputs_from}: none of its questions is among the selected prompts")
+        print(f"reusing {sum('known' in r for r in reqs)} of {len(reqs)} target runs from {a.outputs_from}")
     path = build_reference(target.lm, draft.lm, reqs, cfg, a.out, eos_ids=eos_token_ids(target),
                            header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
                                          "prompts_file": str(a.prompts)})

@@ -147,7 +147,14 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
         if not sc.greedy:
             raise ValueError("a recorded target run can stand in for the reference's own only when greedy")
         y = list(known["output_ids"])[: cfg.max_new_tokens]
-        finished, t_target, t_step = known["finished"], known["target_ms"], known["target_step_ms"]
+        if len(y) < cfg.max_new_tokens and known["finished"] != "eos":
+            raise ValueError(f"the recorded run of request {request_id} stopped at {len(y)} tokens without EOS: "
+                             f"too short for max_new_tokens={cfg.max_new_tokens}")
+        full = len(known["output_ids"])
+        # cut before its end: ended by this budget, whatever ended the recorded run
+        finished = known["finished"] if full == len(y) else "max_new_tokens"
+        # the recorded wall time, pro rata when the run went past this budget
+        t_target, t_step = known["target_ms"] * len(y) / max(1, full), known["target_step_ms"]
     else:
         t0 = time.perf_counter()
         steps = list(decode(target, None, prompt, None, DecodeConfig(max_new_tokens=cfg.max_new_tokens, sampling=sc),

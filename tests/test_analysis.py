@@ -476,3 +476,18 @@ def test_a_window_longer_than_the_recorded_tails_is_refused_or_capped():
     assert an.fit_to_references("fixed:12", [ref]) == "fixed:12"  # fixed windows need no tails
     wt = an.window_table(ref, CostModel.flat(0.1), gammas=[1, 2], policies=["confidence:0.4"], by_task=False)
     assert wt["policy"].str.contains("max=8").any()
+
+
+def test_reused_runs_must_cover_the_budget(models, tmp_path):
+    """A recorded run shorter than max_new_tokens that did not end at EOS cannot stand in for the
+    target's run (its A(j) would silently stop early); a longer one is cut and marked unfinished."""
+    from engine.reference import reference_request
+
+    target, draft = models
+    known = {"output_ids": [5, 6, 7], "finished": "max_new_tokens", "target_ms": 30.0, "target_step_ms": 10.0}
+    with pytest.raises(ValueError, match="too short"):
+        reference_request(target, draft, PROMPTS[0], ReferenceConfig(max_new_tokens=8, measure_timings=False),
+                          known=known)
+    rec = reference_request(target, draft, PROMPTS[0], ReferenceConfig(max_new_tokens=2, measure_timings=False),
+                            known=dict(known, finished="eos"))
+    assert rec["output_ids"] == [5, 6] and rec["finished"] == "max_new_tokens" and rec["target_ms"] == 20.0
