@@ -19,7 +19,7 @@ are flat (numbers, lists of numbers, short strings), so here only the steps Step
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import eq
+from operator import eq, not_
 from typing import Any
 
 from engine.trace import Progress, _orjson, _refuse_binary, parse_jsonl
@@ -53,7 +53,7 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
     ends_clean = lines[-1] == b""
     if ends_clean:
         lines.pop()
-    if not lines or max(map(len, lines)) > MAX_LINE:
+    if not lines or (len(data) > MAX_LINE and max(map(len, lines)) > MAX_LINE):
         raise _Fallback
     cut = None
     if not ends_clean and lines[-1].strip():
@@ -80,15 +80,16 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
             raise _Fallback from None
         wheres = [f"{name}: line {i}" for i in range(a + 1, a + len(block) + 1)]
         try:  # C-level when every value is an object (dict.get refuses anything else)
-            at = list(compress(range(len(vals)), map(eq, map(dict.get, vals, repeat("type")), repeat("step"))))
+            is_step = list(map(eq, map(dict.get, vals, repeat("type")), repeat("step")))
         except TypeError:
-            at = [j for j, v in enumerate(vals) if type(v) is dict and v.get("type") == "step"]
-        for j in _others(at, len(vals)):
+            is_step = [type(v) is dict and v.get("type") == "step" for v in vals]
+        at = list(compress(range(len(vals)), is_step))
+        for j in compress(range(len(vals)), map(not_, is_step)):
             _depth(block[j], vals[j], wheres[j])
         if chunks is not None:
             first, d0 = chunks.n, len(chunks.deep)
-            # No `true` / `false` on a step line: no JSON boolean hides among the ints (array('q') takes bools).
-            if (has_bool and _bools(block, at)) or not chunks.add([vals[j] for j in at]):
+            # No `true` / `false` on a step line: no JSON boolean hides among the ints (struct "q" takes bools).
+            if (has_bool and _bools(block, at)) or not chunks.add(list(compress(vals, is_step))):
                 chunks = None  # the dict screen takes over; the steps so far get their depth counted
                 for i in steps_at:
                     _depth_line(lines, recs, i)
@@ -99,8 +100,7 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
         if chunks is None:
             for j in at:
                 _depth(block[j], vals[j], wheres[j])
-        base = len(recs)
-        steps_at += [base + j for j in at]
+        steps_at += map(len(recs).__add__, at)
         recs += zip(wheres, vals)
     if cut is not None:
         warnings.append(cut)
@@ -112,11 +112,6 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
 def _bools(block: list[bytes], at: list[int]) -> bool:
     raw = b"\n".join([block[j] for j in at])
     return b"true" in raw or b"false" in raw
-
-
-def _others(at: list[int], n: int) -> list[int]:
-    s = set(at)
-    return [j for j in range(n) if j not in s]
 
 
 def _depth(raw: bytes, value: Any, where: str) -> None:

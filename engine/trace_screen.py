@@ -17,8 +17,8 @@ the screened and the reference paths agree on random mutations.
 
 from __future__ import annotations
 
-from array import array
-from itertools import chain, compress, repeat
+import struct
+from itertools import chain, repeat
 from operator import is_, is_not, itemgetter
 from typing import Any
 
@@ -287,12 +287,15 @@ class StepChunks:
 
     Why: converting 200k parsed steps to columns after the fact touches every dict, list and number
     once more, long after they left the CPU cache; converting each small chunk while it is still
-    cached, several fields per pass (one itemgetter call per step yields all its ints, all its
-    lists, …), costs a fraction of that. Only the common, clean shape is taken — every step has the
-    writer's keys, no JSON boolean on its line, numbers of the right kind (`array('q')` refuses floats,
-    strings, null and ints beyond int64; `array('d')` anything but numbers), single-draft fields null
-    — and then the values are exactly what `DictColumns` would give. `add` returns False on anything
-    else (the object is then spent), and the caller screens the steps with `DictColumns`.
+    cached costs a fraction of that. Per chunk: one itemgetter call per step yields all its fields,
+    `zip` turns those rows into one tuple per field, and each kind of value (ints, floats, the flat
+    list values, the list lengths) goes into one packed buffer with one `struct.pack` call.
+
+    Only the common, clean shape is taken — every step has the writer's keys, no JSON boolean on its
+    line, numbers of the right kind (`struct.pack` "q" refuses floats, strings, null and ints beyond
+    int64; "d" anything but numbers and ints beyond a double), single-draft fields null — and then the
+    values are exactly what `DictColumns` would give. `add` returns False on anything else (the object
+    is then spent), and the caller screens the steps with `DictColumns`.
 
     `deep`: indices (into the added steps) whose nesting the columns do not bound — a non-empty
     policy_fields or keys beyond the writer's — so the reader must check their depth itself."""
@@ -301,62 +304,70 @@ class StepChunks:
     INTS = (*INT_FIELDS, "window", "emitted", "chosen")
     FLOATS = (*TIME_FIELDS, "t_rule_ms")
     LISTS = (*LIST_LIMITS, *VALUE_LISTS)  # two of ints, four of numbers
-    OTHER = ("finished", "stop_reason", "policy_fields", "all_drafts", "decisions")
+    OTHER = ("correction", "bonus", "finished", "stop_reason", "policy_fields", "all_drafts", "decisions")
 
     def __init__(self) -> None:
         self.n = 0
         self._floats: tuple[str, ...] = ()
-        self._parts: dict[str, list[array]] = {}
+        self._get: Any = None
+        # Per chunk of n steps, field-major blocks: ints (INTS × n), floats (floats × n), lens (6 × n),
+        # correction / bonus (2 × n, null as 0) and their presence, `finished` present (n); and each list
+        # field's values end to end.
+        self._parts: dict[str, list[bytes]] = {k: [] for k in ("ints", "floats", "lens", "cb", "cb?", "finished?",
+                                                                 *self.LISTS)}
+        self._sizes: list[int] = []
         self.deep: list[int] = []
-
-    def _put(self, k: str, code: str, vals) -> None:
-        self._parts.setdefault(k, []).append(array(code, vals))
 
     def add(self, steps: list[dict]) -> bool:
         """Append a chunk of step dicts (whose lines hold no `true` / `false`); False if it does not fit."""
         n = len(steps)
         if not n:
             return True
-        if not self._floats:  # older traces lack t_rule_ms: then no step may have it (or any other extra key)
+        if self._get is None:  # older traces lack t_rule_ms: then no step may have it (or any other extra key)
             self._floats = self.FLOATS if "t_rule_ms" in steps[0] else TIME_FIELDS
-        cat = chain.from_iterable
+            self._get = itemgetter(*self.INTS, *self._floats, *self.LISTS, *self.OTHER)
+        ni, nf = len(self.INTS), len(self._floats)
+        cat, put = chain.from_iterable, self._parts
         try:
-            ints = list(cat(map(itemgetter(*self.INTS), steps)))
-            if any(ints[len(self.INTS) - 1::len(self.INTS)]):
+            cols = list(zip(*map(self._get, steps)))  # one tuple per field
+            ints, floats, lists = cols[:ni], cols[ni:ni + nf], cols[ni + nf:ni + nf + 6]
+            cor, bon, fin, stop, pf, alt, dec = cols[ni + nf + 6:]
+            if any(ints[-1]):
                 return False  # `chosen` must be 0 on a single-draft step
-            self._put("ints", "q", ints)
-            self._put("floats", "d", list(cat(map(itemgetter(*self._floats), steps))))
-            lists = list(cat(map(itemgetter(*self.LISTS), steps)))  # step by step: its 6 lists
-            if set(map(type, lists)) != {list}:
+            lens = list(map(len, cat(lists)))  # refuses numbers and null; strings and objects yield strings,
+            if 0 in lens and set(map(type, cat(lists))) != {list}:  # which packing refuses, unless empty
                 return False
-            lens = list(map(len, lists))
-            il, fl = lists[0::6] + lists[1::6], [x for k in range(2, 6) for x in lists[k::6]]
-            self._put("ilists", "q", list(cat(il)))
-            self._put("flists", "d", list(cat(fl)))
-            self._put("lens", "q", lens)
-            cb = list(cat(map(itemgetter("correction", "bonus"), steps)))
-            present = list(map(is_not, cb, repeat(None)))
-            self._put("cb", "q", list(compress(cb, present)))
-            self._put("cb?", "b", present)
-            fin, stop, pf, alt, dec = zip(*map(itemgetter(*self.OTHER), steps))
+            put["ints"].append(_pack(f"{ni * n}q", *cat(ints)))
+            put["floats"].append(_pack(f"{nf * n}d", *cat(floats)))
+            put["lens"].append(_pack(f"{6 * n}q", *lens))
+            for j, (k, col) in enumerate(zip(self.LISTS, lists)):
+                put[k].append(_pack(f"{sum(lens[j * n:(j + 1) * n])}{'q' if j < 2 else 'd'}", *cat(col)))
+            cb = cor + bon
+            put["cb?"].append(bytes(map(is_not, cb, repeat(None))))
+            put["cb"].append(_pack(f"{2 * n}q", *[0 if x is None else x for x in cb]))
             if not set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
                 return False
-            self._put("finished?", "b", map(is_not, fin, repeat(None)))
+            put["finished?"].append(bytes(map(is_not, fin, repeat(None))))
             if set(map(type, stop)) != {str} or max(map(len, stop)) > 64 or set(map(type, pf)) != {dict} or \
                     alt.count(None) != n or dec.count(None) != n:
                 return False
-        except (KeyError, TypeError, OverflowError):  # a missing key, a value of another kind, an unhashable
+        except (KeyError, TypeError, OverflowError, struct.error):  # a missing key, a value of another kind
             return False
         full = len(self.KEYS) + 1 - (len(self.FLOATS) - len(self._floats))  # and "type"
-        longest = max(map(len, steps))
-        if longest < full or (len(self._floats) < len(self.FLOATS) and longest > full):
+        lengths = set(map(len, steps))
+        if min(lengths) < full or (len(self._floats) < len(self.FLOATS) and max(lengths) > full):
             return False  # a key missing, or one beyond an older writer's (perhaps t_rule_ms): the dict screen
-        self.deep += [self.n + i for i, (s, p) in enumerate(zip(steps, pf)) if p or len(s) != full]
+        if len(lengths) > 1 or any(pf):
+            self.deep += [self.n + i for i, (s, p) in enumerate(zip(steps, pf)) if p or len(s) != full]
         self.n += n
+        self._sizes.append(n)
         return True
 
     def columns(self) -> "_ChunkColumns":
         return _ChunkColumns(self)
+
+
+_pack = struct.pack
 
 
 class _ChunkColumns:
@@ -364,27 +375,29 @@ class _ChunkColumns:
 
     def __init__(self, ch: StepChunks) -> None:
         n = self.n = ch.n
-        a = {k: np.concatenate([np.frombuffer(p, _DTYPES[p.typecode]) for p in parts])
-             for k, parts in ch._parts.items()}
+        p = ch._parts
+        # Step i of the whole trace sits in chunk c at position j; a chunk's field-major block of `width`
+        # fields holds field f of that step at block offset f * size_c + j.
+        size = np.asarray(ch._sizes)
+        start = np.cumsum(size) - size
+        per = np.repeat(size, size)
+        j = np.arange(n) - np.repeat(start, size)
+
+        def rows(k: str, dtype, width: int) -> list[np.ndarray]:
+            flat = np.frombuffer(b"".join(p[k]), dtype)
+            at = np.repeat(start * width, size) + j
+            return [flat[at + f * per] for f in range(width)]
+
         self._a: dict[str, np.ndarray] = {}
-        for k, col in zip(StepChunks.INTS, a["ints"].reshape(n, -1).T):
-            self._a[k] = col.copy()
-        for k, col in zip(ch._floats, a["floats"].reshape(n, -1).T):
-            self._a[k] = col.copy()
-        lens = a["lens"].reshape(n, 6)
-        for j, k in enumerate(StepChunks.LISTS):
-            self._a[k + "#"] = lens[:, j].copy()
-        # Within one chunk the lists were laid out field by field; across chunks, chunk by chunk.
-        self._a["draft_tokens"], self._a["emitted_tokens"] = _split(ch._parts["ilists"], ch._parts["lens"], (0, 1))
-        for k, v in zip(VALUE_LISTS, _split(ch._parts["flists"], ch._parts["lens"], (2, 3, 4, 5))):
-            self._a[k] = v
-        present = a["cb?"].reshape(n, 2)
-        for j, k in enumerate(("correction", "bonus")):
-            full = np.zeros(n * 2, np.int64)
-            full[a["cb?"]] = a["cb"]
-            self._a[k] = full.reshape(n, 2)[:, j].copy()
-            self._a[k + "?"] = present[:, j].copy()
-        self._a["finished?"] = a["finished?"]
+        self._a.update(zip(StepChunks.INTS, rows("ints", np.int64, len(StepChunks.INTS))))
+        self._a.update(zip(ch._floats, rows("floats", np.float64, len(ch._floats))))
+        self._a.update((k + "#", v) for k, v in zip(StepChunks.LISTS, rows("lens", np.int64, 6)))
+        for f, k in enumerate(StepChunks.LISTS):
+            self._a[k] = np.frombuffer(b"".join(p[k]), np.int64 if f < 2 else np.float64)
+        vals, present = rows("cb", np.int64, 2), rows("cb?", np.bool_, 2)  # null: absent, 0 in `vals`
+        for f, k in enumerate(("correction", "bonus")):
+            self._a[k], self._a[k + "?"] = vals[f], present[f]
+        self._a["finished?"] = np.frombuffer(b"".join(p["finished?"]), np.bool_)
 
     def number(self, k: str, integer: bool, optional: bool, nullable: bool = True):
         if k not in self._a:  # t_rule_ms of an older trace: absent everywhere
@@ -410,24 +423,6 @@ class _ChunkColumns:
 
     def stop_reason_bad(self) -> np.ndarray:
         return np.zeros(self.n, bool)
-
-
-def _split(parts: list[array], lens_parts: list[array], fields: tuple[int, ...]) -> list[np.ndarray]:
-    """Per-field flat arrays from chunks whose values were laid out field by field (fields `fields`
-    of the 6 lists, in that order), given each chunk's lengths step by step (6 per step)."""
-    out: list[list[np.ndarray]] = [[] for _ in fields]
-    for p, lp in zip(parts, lens_parts):
-        vals = np.frombuffer(p, _DTYPES[p.typecode])
-        lens = np.frombuffer(lp, np.int64).reshape(-1, 6)
-        at = 0
-        for j, f in enumerate(fields):
-            m = int(lens[:, f].sum())
-            out[j].append(vals[at:at + m])
-            at += m
-    return [np.concatenate(o) if o else np.zeros(0) for o in out]
-
-
-_DTYPES = {"q": np.int64, "d": np.float64, "b": np.bool_}
 
 
 def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[str, np.ndarray]]:

@@ -61,7 +61,14 @@ def test_loaded_trace_equals_the_reference():
 @pytest.mark.parametrize("field, value", [("accepted", True), ("window_cap", False), ("context_len", 61.0),
                                           ("bonus", "7"), ("q_draft", [0.5, None, 0.5, 0.5]), ("finished", 0),
                                           ("stop_reason", 5), ("chosen", 1), ("t_verify_ms", None),
-                                          ("draft_tokens", [[1], 2, 3, 4]), ("policy_fields", [])])
+                                          ("draft_tokens", [[1], 2, 3, 4]), ("policy_fields", []),
+                                          # values that a packed column could mistake for clean ones:
+                                          ("draft_tokens", {}), ("draft_tokens", ""), ("q_draft", {}),
+                                          ("emitted_tokens", "ab"), ("p_target", "abcd"), ("accept_probs", {"a": 1}),
+                                          ("step", 2**63), ("request_id", 2**64), ("t_draft_ms", 10**400),
+                                          ("correction", 1.5), ("bonus", 2**63), ("window", 4.0),
+                                          ("emitted", None), ("finished", "done"), ("all_drafts", []),
+                                          ("decisions", [1, 2, 1, 1]), ("draft_entropy", [0.5, 0.5, "x", 0.5])])
 def test_a_bad_step_past_the_first_chunk_gets_the_reference_message(field, value):
     recs = records()
     step = [r for r in recs if r["type"] == "step"][600]
