@@ -46,10 +46,11 @@ def add_parser(sub) -> None:
     a = sub.add_parser("analyze", help="oracle vs fixed vs adaptive window tables from references / traces")
     a.add_argument("paths", nargs="+", help="reference files (python -m engine reference) and/or decode traces")
     a.add_argument("--costs", default="measured,0.02,0.05,0.1,0.2",
-                   help="cost models for the 1.4x table: 'measured', a ratio c (flat verify), or C@measured "
-                        "(c with the measured verify curve)")
+                   help="cost models for the 1.4x table: 'measured', a ratio c (flat verify), C@measured "
+                        "(c with the measured verify curve), or 'in-run' (what the decode traces given alongside "
+                        "paid per step: see CostModel.from_steps)")
     a.add_argument("--cost", default=None, help="cost model for the window table (default: measured if "
-                                               "the references have timings, else 0.05)")
+                                               "the references have timings, else 0.05; 'in-run' as in --costs)")
     a.add_argument("--gammas", default="1-16", help="fixed windows to compare, e.g. 1-16 or 1,2,4,8")
     a.add_argument("--policies", default="heuristic,confidence,cumulative,entropy",
                    help="adaptive policies, ';'-separated when a spec has commas (e.g. 'confidence:0.3;heuristic')")
@@ -167,11 +168,16 @@ def cmd_analyze(a) -> int:
     if refs:
         gammas, policies = _gammas(a.gammas), _policies(a.policies)
         costs = [_cost_value(c) for c in a.costs.split(",") if c.strip()]
+        if "in-run" in costs or a.cost == "in-run":  # what the decode traces given alongside paid per step
+            in_run = an.in_run_cost(traces, refs)
+            costs = [in_run if c == "in-run" else c for c in costs]
+            notes.append(f"in-run cost model from the decode traces of this pair: c = {in_run.c:.3f}, "
+                         f"v(1) = {in_run.v(1):.2f}, v(4) = {in_run.v(4):.2f}, t(1) = {in_run.target_ms:.0f} ms")
         timed = an.has_timings(refs)
         if not timed and any(isinstance(c, str) and c.endswith("measured") for c in costs):
             notes.append("references have no timings: measured cost models skipped")
             costs = [c for c in costs if not (isinstance(c, str) and c.endswith("measured"))]
-        main = _cost_value(a.cost) if a.cost else ("measured" if timed else 0.05)
+        main = (in_run if a.cost == "in-run" else _cost_value(a.cost)) if a.cost else ("measured" if timed else 0.05)
         for r in refs:
             steps = [q["target_step_ms"] for q in r.requests if "target_step_ms" in q]
             t = r.header.get("timings") or {}

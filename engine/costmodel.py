@@ -66,6 +66,50 @@ class CostModel:
         label = f"measured c={ratio:.3g}" + (" flat" if flat_verify else "") if c is None else f"c={c:g} measured-verify"
         return cls(c=ratio, verify=verify, target_ms=t1, label=label)
 
+    @classmethod
+    def from_steps(cls, windows: Sequence[int], t_draft_ms: Sequence[float], t_verify_ms: Sequence[float],
+                   max_window: int = 16, label: str = "") -> "CostModel":
+        """The costs real decoding paid, from decode-trace steps (one entry per verify call).
+
+            t(1)      = median t_verify of window-0 steps (autoregressive)
+            v(γ)      = (median t_verify of window-γ steps + a) / t(1)
+            c         = b / t(1),   where  t_draft ≈ a + b·γ  (least squares over steps with γ ≥ 1)
+
+        a is what a step pays the draft whatever its window (catching up on the last emitted tokens),
+        so it is charged to the step, not per drafted token. Windows with no steps are interpolated
+        linearly between their neighbours (extrapolated beyond the last), then t(k) is made
+        non-decreasing. Worked example: AR steps of 100 ms; γ = 2 steps verify in 150 ms and draft in
+        30 + 2·20 ms → c = 0.2, v(2) = (150 + 30) / 100 = 1.8, step(2) = 2·0.2 + 1.8 = 2.2."""
+        import numpy as np
+
+        w = np.asarray(windows, dtype=int)
+        td, tv = np.asarray(t_draft_ms, dtype=float), np.asarray(t_verify_ms, dtype=float)
+        if not (len(w) == len(td) == len(tv)):
+            raise ValueError("windows, t_draft_ms and t_verify_ms must have one entry per step")
+        ok = np.isfinite(td) & np.isfinite(tv) & (tv > 0) & (w >= 0)
+        w, td, tv = w[ok], td[ok], tv[ok]
+        if not (w == 0).any():
+            raise ValueError("an in-run cost model needs autoregressive steps (window 0) for t(1)")
+        spec = w >= 1
+        if len(set(w[spec].tolist())) < 2:
+            raise ValueError("an in-run cost model needs speculative steps of at least two window sizes")
+        t1 = float(np.median(tv[w == 0]))
+        b, a = np.polyfit(w[spec], td[spec], 1)
+        b, a = max(float(b), 0.0), max(float(a), 0.0)
+        seen = sorted(set(w.tolist()))
+        med = {g: float(np.median(tv[w == g])) for g in seen}
+        grid = np.arange(max_window + 1)
+        xs = np.array(seen, dtype=float)
+        ys = np.array([med[g] for g in seen])
+        tk = np.interp(grid, xs, ys)
+        if len(xs) >= 2 and grid[-1] > xs[-1]:  # np.interp holds the last value flat: extend its slope
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            tk = np.where(grid > xs[-1], ys[-1] + slope * (grid - xs[-1]), tk)
+        tk = isotonic(tk.tolist())
+        verify = tuple(max((tk[g] + (a if g else 0.0)) / t1, 1e-9) for g in grid)
+        return cls(c=b / t1, verify=verify, target_ms=t1,
+                   label=label or f"in-run c={b / t1:.3g} (+{a / t1:.2f} per step)")
+
     def v(self, window: int) -> float:
         """Relative cost of verifying `window` drafts (a forward of window+1 tokens)."""
         if not self.verify:

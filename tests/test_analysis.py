@@ -491,3 +491,48 @@ def test_reused_runs_must_cover_the_budget(models, tmp_path):
     rec = reference_request(target, draft, PROMPTS[0], ReferenceConfig(max_new_tokens=2, measure_timings=False),
                             known=dict(known, finished="eos"))
     assert rec["output_ids"] == [5, 6] and rec["finished"] == "max_new_tokens" and rec["target_ms"] == 20.0
+
+
+def test_in_run_cost_model_from_trace_steps():
+    """The docstring's worked example, exactly, and the refusals."""
+    w = [0, 0, 0, 2, 2, 4]
+    td = [0, 0, 0, 70, 70, 110]  # a = 30, b = 20
+    tv = [100, 90, 110, 150, 150, 250]
+    cm = CostModel.from_steps(w, td, tv, max_window=6)
+    assert cm.c == pytest.approx(0.2) and cm.target_ms == 100
+    assert cm.v(0) == 1.0 and cm.v(2) == pytest.approx(1.8) and cm.step(2) == pytest.approx(2.2)
+    assert cm.v(1) == pytest.approx((125 + 30) / 100)  # interpolated between γ = 0 and γ = 2
+    assert cm.v(6) == pytest.approx((350 + 30) / 100)  # the last slope, 50 ms per window
+    with pytest.raises(ValueError, match="autoregressive"):
+        CostModel.from_steps([2, 4], [70, 110], [150, 250])
+    with pytest.raises(ValueError, match="two window"):
+        CostModel.from_steps([0, 2, 2], [0, 70, 70], [100, 150, 150])
+
+
+def test_in_run_cost_replays_what_real_decoding_paid(models, ref, ref_path, tmp_path, capsys):
+    """Decode traces of the reference's own pair calibrate the replay: the in-run cost model prices a
+    fixed-γ replay at the wall time those very steps took (same outputs, same steps), and a trace of
+    another pair is not used."""
+    from engine.run import Request, run_requests
+
+    target, draft = models
+    reqs = [Request(p, "", c, i) for i, (p, c) in enumerate(zip(PROMPTS, CATS))]
+    paths = {}
+    for spec in ("ar", "fixed:2", "fixed:4"):
+        paths[spec] = tmp_path / f"{spec.replace(':', '-')}.jsonl"
+        run_requests(target, None if spec == "ar" else draft, None if spec == "ar" else parse_policy(spec),
+                     DecodeConfig(max_new_tokens=N_NEW), reqs, paths[spec], progress=False)
+    traces = [an.load_any(p)[1] for p in paths.values()]
+    cm = an.in_run_cost(traces, ref)
+    steps = [s for s in traces[1].steps]  # fixed:2: its replay must cost what its steps cost, ± the fit
+    real = sum(s["t_draft_ms"] + s["t_verify_ms"] for s in steps) / cm.target_ms
+    sim = simulate_policy(ref, "fixed:2", cm)["sim_time"].sum()
+    assert sim == pytest.approx(real, rel=0.5)
+    other = HFModel(noisy_copy(target.model, 7), "another-draft")
+    run_requests(target, other, parse_policy("fixed:2"), DecodeConfig(max_new_tokens=4), reqs[:1],
+                 tmp_path / "other.jsonl", progress=False)
+    with pytest.raises(ValueError, match="no decode trace"):
+        an.in_run_cost([an.load_any(tmp_path / "other.jsonl")[1]], ref)
+    assert _cli(["analyze", str(ref_path), *map(str, paths.values()), "--costs", "in-run,0.1", "--cost", "in-run",
+                 "--gammas", "1-4", "--policies", "heuristic"]) == 0
+    assert "in-run cost model from the decode traces" in capsys.readouterr().out
