@@ -22,7 +22,7 @@ from itertools import compress, repeat
 from operator import eq, not_
 from typing import Any
 
-from engine.trace import Progress, _orjson, _refuse_binary, parse_jsonl
+from engine.trace import Lines, Progress, _orjson, _refuse_binary, parse_jsonl
 from engine.trace_check import MAX_LINE, TraceError, check_depth
 from engine.trace_screen import StepChunks, _ChunkColumns
 
@@ -33,14 +33,16 @@ class _Fallback(Exception):
     """Something parse_jsonl must word; it re-reads the file from the start."""
 
 
-def read_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress | None = None
-               ) -> tuple[list[tuple[str, Any]], list[int] | None, _ChunkColumns | None]:
+def read_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress | None = None, lazy: bool = False
+               ) -> tuple[list[tuple[str, Any]] | Lines, list[int] | None, _ChunkColumns | None]:
     """(records as (location, value) pairs, record index of each step, the steps' columns); the last
     two are None when the steps are to be screened from their dicts. Same records, warnings and
-    errors as `parse_jsonl`."""
+    errors as `parse_jsonl`. `lazy`: the pairs as `engine.trace.Lines` (each made when read) where
+    the fast reader produced them."""
     _refuse_binary(data, name)
     try:
-        return _read(data, name, warnings, progress)
+        recs, steps_at, cols = _read(data, name, warnings, progress)
+        return (recs if lazy else list(recs)), steps_at, cols
     except _Fallback:
         return parse_jsonl(data, name, warnings, progress), None, None
 
@@ -64,7 +66,7 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
             lines.pop()
     n = len(lines)
     has_bool = b"true" in data or b"false" in data  # else no line needs looking at for booleans
-    recs: list[tuple[str, Any]] = []
+    recs: list[Any] = []  # the values; record i is line i + 1 (a blank line fell back above)
     steps_at: list[int] = []
     chunks: StepChunks | None = StepChunks()
     size = max(1, min(CHUNK, n // 40))  # a small file still reports progress ~40 times
@@ -78,35 +80,34 @@ def _read(data: bytes, name: str, warnings: list[str], progress: Progress | None
             vals = list(map(loads, block))  # a blank line fails here too: parse_jsonl skips it
         except Exception:  # noqa: BLE001
             raise _Fallback from None
-        wheres = [f"{name}: line {i}" for i in range(a + 1, a + len(block) + 1)]
         try:  # C-level when every value is an object (dict.get refuses anything else)
             is_step = list(map(eq, map(dict.get, vals, repeat("type")), repeat("step")))
         except TypeError:
             is_step = [type(v) is dict and v.get("type") == "step" for v in vals]
         at = list(compress(range(len(vals)), is_step))
         for j in compress(range(len(vals)), map(not_, is_step)):
-            _depth(block[j], vals[j], wheres[j])
+            _depth(block[j], vals[j])
         if chunks is not None:
             first, d0 = chunks.n, len(chunks.deep)
             # No `true` / `false` on a step line: no JSON boolean hides among the ints (struct "q" takes bools).
             if (has_bool and _bools(block, at)) or not chunks.add(list(compress(vals, is_step))):
                 chunks = None  # the dict screen takes over; the steps so far get their depth counted
                 for i in steps_at:
-                    _depth_line(lines, recs, i)
+                    _depth(lines[i], recs[i])
             else:
                 for k in chunks.deep[d0:]:
                     j = at[k - first]
-                    _depth(block[j], vals[j], wheres[j])
+                    _depth(block[j], vals[j])
         if chunks is None:
             for j in at:
-                _depth(block[j], vals[j], wheres[j])
+                _depth(block[j], vals[j])
         steps_at += map(len(recs).__add__, at)
-        recs += zip(wheres, vals)
+        recs += vals
     if cut is not None:
         warnings.append(cut)
     if chunks is None or not chunks.n:
-        return recs, None, None
-    return recs, steps_at, chunks.columns()
+        return Lines(name, recs), None, None
+    return Lines(name, recs), steps_at, chunks.columns()
 
 
 def _bools(block: list[bytes], at: list[int]) -> bool:
@@ -114,13 +115,8 @@ def _bools(block: list[bytes], at: list[int]) -> bool:
     return b"true" in raw or b"false" in raw
 
 
-def _depth(raw: bytes, value: Any, where: str) -> None:
+def _depth(raw: bytes, value: Any) -> None:
     try:
-        check_depth(raw, value, where)
+        check_depth(raw, value, "")  # too deep: parse_jsonl words it, with the line
     except TraceError:
         raise _Fallback from None
-
-
-def _depth_line(lines: list[bytes], recs: list, i: int) -> None:
-    """Depth of record i, read back from its line (no blank lines here: record i is line i + 1)."""
-    _depth(lines[i], recs[i][1], recs[i][0])

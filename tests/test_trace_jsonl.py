@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine import trace_jsonl
-from engine.trace import TraceError, build_trace, loads_trace, parse_jsonl, summarize
+from engine.trace import Lines, TraceError, build_trace, loads_trace, parse_jsonl, summarize
 from engine.trace_bench import synthetic_records
 from engine.trace_screen import DictColumns, screen_steps
 
@@ -49,6 +49,19 @@ def test_clean_trace_is_gathered_in_chunks_with_the_dict_screen_s_values():
     assert j1 is None and j2 is None and fast.keys() == ref.keys()
     for k in ref:
         assert np.array_equal(fast[k], ref[k]), k
+
+
+def test_lazy_records_are_the_reference_pairs():
+    """The loader's records make each (location, value) pair on access; they are parse_jsonl's pairs."""
+    data = encode(records(300))
+    lazy, steps_at, cols = trace_jsonl.read_jsonl(data, NAME, [], lazy=True)
+    ref = parse_jsonl(data, NAME, [])
+    assert isinstance(lazy, Lines) and cols is not None and len(lazy) == len(ref)
+    assert lazy == ref and list(lazy) == ref and lazy[-1] == ref[-1] and lazy[0] == ref[0]
+    with pytest.raises(IndexError):
+        lazy[len(ref)]
+    t = build_trace(lazy, source=NAME, fast=False)  # the reference pass reads them like a list
+    assert t.steps == reference(data).steps
 
 
 def test_loaded_trace_equals_the_reference():
