@@ -481,3 +481,56 @@ def pacer_ceiling(path: str = str(PACER_SWEEP)) -> pd.DataFrame:
                 rows.append({"split": split, "f": c["draft_cost_factor"], "t_draft_ms": c["t_draft_ms"], "rule": rule,
                              "speedup": c[key], "of_oracle": c[key] / c["oracle"]})
     return pd.DataFrame(rows)
+
+
+MODELS = REPO / "models"
+RESULTS = REPO / "docs" / "results"
+
+
+def pacer_models(root: str = str(MODELS)) -> dict[str, tuple[str, str]]:
+    """Trained PACER pre-verifiers: folder name -> (target, draft), from the first line of each
+    models/pacer-*/README.md ("# PACER pre-verifier for `target` + `draft`"). A pre-verifier reads
+    its draft's hidden states, so it only serves the draft it was trained on."""
+    import re
+
+    out = {}
+    for card in sorted(Path(root).glob("pacer-*/README.md")):
+        try:
+            first = card.read_text(encoding="utf-8").split("\n", 1)[0]
+        except OSError:
+            continue
+        names = re.findall(r"`([^`]+)`", first)
+        if len(names) >= 2:
+            out[card.parent.name] = (names[0], names[1])
+    return out
+
+
+def pacer_ceiling_model(path: str = str(PACER_SWEEP)) -> str | None:
+    """The models/ folder whose weights the PACER sweep replayed (whose pair its ceiling is about)."""
+    import json
+
+    try:
+        weights = json.loads(Path(path).read_text(encoding="utf-8")).get("weights") or ""
+    except (OSError, ValueError):
+        return None
+    parts = Path(weights).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "models" else None
+
+
+@st.cache_data(show_spinner=False)
+def _bench(path: str, mtime: float) -> dict:  # mtime is part of the cache key
+    import json
+
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def bench_results(directory: str = str(RESULTS)) -> dict[str, dict]:
+    """docs/results/bench-*.json (written by `python -m engine bench`): file name -> result; unreadable
+    files are skipped (the Windows page only looks for a pair's real oracle row in them)."""
+    out = {}
+    for p in sorted(Path(directory).glob("bench-*.json")):
+        try:
+            out[p.name] = _bench(str(p), p.stat().st_mtime)
+        except (OSError, ValueError):
+            continue
+    return out

@@ -304,6 +304,24 @@ def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go
                   legend=color is not None)
 
 
+def gap_closed_bars(df: pd.DataFrame, x: str = "label", y: str = "position", hover: str | None = "policy") -> go.Figure:
+    """How far each adaptive policy closes the oracle's gap over the best fixed window: one bar per
+    policy, 0 = best fixed γ, 1 = the oracle, negative = worse than the best fixed window. Bars take
+    the colours the same policies' markers get in `speedup_vs_window` (after its one fixed-γ line), so
+    a policy looks the same in both charts; the oracle line is drawn dashed in the bonus colour there
+    and here."""
+    colors = palette(len(df) + 1)[1:]
+    names = df[hover] if hover and hover in df else df[x]
+    fig = go.Figure(go.Bar(x=df[x], y=df[y], marker_color=colors, customdata=names,
+                           hovertemplate="%{customdata}<br>gap closed %{y:.2f}<extra></extra>"))
+    fig.add_hline(y=0.0, line_color="#555555", line_dash="dot")
+    fig.add_hline(y=1.0, line_color=COLORS["bonus"], line_dash="dash")
+    lo = min(0.0, float(df[y].min())) if len(df) and df[y].notna().any() else 0.0
+    fig.update_yaxes(range=[lo - 0.1, 1.1])  # always show both ends of the scale, best fixed and oracle
+    return layout(fig, "Gap closed by each adaptive policy", "adaptive policy",
+                  "gap closed (0 = best fixed γ, 1 = oracle)", height=340, legend=False)
+
+
 def ceiling_lines(df: pd.DataFrame) -> go.Figure:
     """Simulated speedup of each rule against the draft-cost factor f (t_d → f·t_d), one line per rule.
     The oracle is drawn in the bonus colour, like the oracle line of `speedup_vs_window`."""

@@ -143,6 +143,47 @@ def test_windows_page_uses_engine_analysis(app):
     assert not at.exception
 
 
+def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_path, monkeypatch):
+    """With two real pairs' references (and the demo one) present, the page opens on the Qwen pair
+    alone, says the headline sentences, draws the gap chart, and warns once two pairs are blended."""
+    import shutil
+
+    from app import window_story as story
+
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    shutil.copy(REPO / "traces" / "ref-smollm2-greedy.jsonl", refs)  # sorts after the demo, before qwen: not first
+    shutil.copy(REPO / "docs" / "results" / "ref-qwen-greedy-w8.jsonl", refs)
+    shutil.copy(trace_dir / "demo-tiny-reference.jsonl", refs)
+    monkeypatch.setenv(data.TRACES_ENV, str(refs))
+    at = goto(AppTest.from_file(MAIN, default_timeout=TIMEOUT).run(), "windows")
+    assert at.multiselect(key="win_refs").value == ["ref-qwen-greedy-w8.jsonl"]
+    assert not any("blend" in w.value for w in at.warning)
+    text = [m.value for m in at.markdown]
+    said = "\n".join(text)
+    assert "At a glance: qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b" in [h.value for h in at.subheader]
+    gain = next(t for t in text if t.startswith("**Oracle gain.** Oracle (a) ÷ best fixed window: **"))
+    assert "per task — paper: up to 1.4×; this " in gain and gain.endswith(" the paper's figure.")
+    assert any(t.startswith("**Gap closed.** ") and ("(0 = best fixed" in t or "to the oracle (1)" in t) for t in text)
+    assert "**PACER.** No PACER pre-verifier is trained for qwen2.5-coder-0.5b yet; on the smollm2-135m ← " \
+           "smollm2-draft pair it reaches" in said
+    real = story.bench_oracle_ratio(json.loads((REPO / "docs/results/bench-qwen-greedy.json").read_text()))
+    assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle {story.num(real['oracle'])}× AR)" in said
+    assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
+    assert "**Cost.** Cost model: measured (c = " in said
+    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+              for c in at.get("plotly_chart")}
+    gap = charts["Gap closed by each adaptive policy"]["data"][0]
+    assert len(gap["x"]) == 4 and [x.split(":")[0] for x in gap["customdata"]] == \
+        ["heuristic", "confidence", "cumulative", "entropy"]
+
+    at.multiselect(key="win_refs").set_value(["ref-qwen-greedy-w8.jsonl", "ref-smollm2-greedy.jsonl"]).run()
+    assert not at.exception
+    assert [w.value for w in at.warning if "blend" in w.value] == [
+        "These references blend 2 pairs (qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b; smollm2-135m ← smollm2-draft): "
+        "every number below mixes them. Pick one pair's references."]
+
+
 def test_windows_page_shows_pacer_ceiling(app):
     """The ceiling chart and table come from the bundled sweep result, share of the oracle per rule."""
     from app.data import PACER_SWEEP

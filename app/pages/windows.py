@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data, downloads, imported, plots
+from app import window_story as story
 
 st.title("Windows")
 st.caption("Every policy replayed offline over reference runs (one target run + teacher-forced draft signals), "
@@ -19,6 +20,9 @@ except Exception as e:  # the analysis module is optional for the rest of the ap
                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The other pages still work.")
     st.stop()
 
+# The headline sits above everything, filled once the tables below it are computed (no border: with no
+# references it stays empty and invisible).
+head = st.container()
 imported.windows_section(data.all_traces())  # imported runs: what their accepted lengths alone support
 refs_all, bad = data.references()
 for name, err in bad.items():
@@ -29,12 +33,14 @@ if not refs_all:
     st.stop()
 
 c1, c2, c3 = st.columns([3, 2, 2])
-# Real pairs first: mixing a tiny demo reference into a real one would blend two unrelated pairs.
-real = [k for k, (r, _) in refs_all.items() if not r.header.get("demo")]
-chosen = c1.multiselect("Reference runs", list(refs_all), default=real or list(refs_all), key="win_refs")
+# One pair by default (the Qwen pair when present): references of two pairs would blend their numbers.
+headers = {k: r.header for k, (r, _) in refs_all.items()}
+chosen = c1.multiselect("Reference runs", list(refs_all), default=story.default_references(headers), key="win_refs")
 if not chosen:
     st.info("Pick at least one reference run.")
     st.stop()
+if blend := story.blend_warning(headers, chosen):
+    st.warning(blend)
 refs = [refs_all[k][0] for k in chosen]
 key = tuple(refs_all[k][1] for k in chosen)
 timed = analysis.has_timings(refs)
@@ -78,6 +84,33 @@ st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · 
            f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
            + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
 
+costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
+ot = data.oracle_ratio_table(refs, key, costs)
+
+with head:  # the papers' questions, one sentence each, at the cost model chosen above
+    target, draft = story.pair_of(refs[0].header)
+    oh = ot[ot["cost"] == wt["cost"].iloc[0]]
+    st.subheader(f"At a glance: {story.pair_label((target, draft))}")
+    st.markdown(f"**Oracle gain.** {story.oracle_gain(oh)}", help=story.oracle_help(oh))
+    gaps = story.gap_closed(oh)
+    st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
+                help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
+    if gaps["position"].notna().any():
+        st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
+    pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(), data.pacer_ceiling_model())
+    st.markdown(f"**PACER.** {pacer}")
+    found = story.find_bench(data.bench_results(), target, draft)
+    real_r = story.bench_oracle_ratio(found[1]) if found else None
+    bench_gammas = real_r["gammas"] if real_r else None
+    # Both sides take their best fixed window from the γs the bench ran, so the ratios compare.
+    replayed = story.replayed_oracle_ratio(wt, bench_gammas) or story.replayed_oracle_ratio(wt)
+    if replayed:
+        st.markdown(f"**Replayed vs real.** {story.reconcile_sentence(replayed, real_r, bench_gammas)}"
+                    + (f" {story.WHY_DIFFER}" if real_r else ""),
+                    help=(f"replayed: {', '.join(chosen)} at {wt['cost'].iloc[0]}"
+                          + (f"; real: docs/results/{found[0]}, temperature 0, all tasks" if found else "")))
+    st.markdown(f"**Cost.** {story.cost_sentence(cm.c, mode == 'measured', timed, demo)}")
+
 gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
@@ -105,8 +138,6 @@ else:
     st.caption("No speculative decode traces loaded for the accepted-length distribution.")
 
 st.subheader("Oracle ÷ best fixed window, per task")
-costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
-ot = data.oracle_ratio_table(refs, key, costs)
 st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
 show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
         "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
