@@ -6,6 +6,10 @@ hits every configuration alike). Metrics per configuration, per Spec-Bench task 
 
     tokens/s                 Spec-Bench's convention: mean over prompts of new_tokens / wall time
     speedup                  mean tok/s ÷ mean tok/s of our autoregressive run (ratio of means)
+    speedup excl. prefill    the same over wall time minus the prompt's prefill: on a long prompt a
+                             noisy prefill can dominate a short answer's wall time (ours: both models'
+                             prefill; HF: the target's first forward, which also verifies HF's first
+                             candidates in assisted / prompt-lookup modes)
     emitted per call         new tokens / target calls, incl. the bonus token (1.00 for autoregressive)
     acceptance rate          accepted drafts / drafted tokens (excl. bonus)
     target calls             verify forwards (prefill excluded)
@@ -66,6 +70,7 @@ class RunResult:
     output: list[int] = field(default_factory=list)
     dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
     model_s: float = 0.0  # time inside the models' forward calls; wall_s − model_s = non-model overhead
+    prefill_s: float = 0.0  # the prompt's prefill inside wall_s (see the module docstring)
 
 
 class _Counter:
@@ -81,10 +86,12 @@ class _Counter:
 
 
 class _ForwardTimer:
-    """Wall time spent inside `module`'s forward calls (pre/post hooks; device-synchronised)."""
+    """Wall time spent inside `module`'s forward calls (pre/post hooks; device-synchronised);
+    `first_s` is the first top-level call's share of it."""
 
     def __init__(self, *modules) -> None:
         self.s = 0.0
+        self.first_s: float | None = None
         self._t0 = 0.0
         self._depth = 0
         self.hs = []
@@ -102,7 +109,10 @@ class _ForwardTimer:
         self._depth -= 1
         if self._depth == 0:
             _sync_module(module)
-            self.s += time.perf_counter() - self._t0
+            dt = time.perf_counter() - self._t0
+            self.s += dt
+            if self.first_s is None:
+                self.first_s = dt
 
     def close(self) -> None:
         for h in self.hs:
@@ -183,7 +193,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
     policy = make_policy(split_config(spec)[0], target, draft, ids, cfg, eos)
     timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "ar" else _hf_modules(draft)))
     t0 = time.perf_counter()
-    out, calls, drafted, accepted, dropped = [], 0, 0, 0, 0
+    out, calls, drafted, accepted, dropped, prefill_ms = [], 0, 0, 0, 0, 0.0
     steps = []
     try:
         for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos,
@@ -193,6 +203,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
             drafted += rec.window
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
+            prefill_ms += rec.t_prefill_ms
             if writer is not None:
                 steps.append(rec)  # written after the clock stops: file I/O is not the engine's cost
         wall = time.perf_counter() - t0
@@ -206,7 +217,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
                       "output_text": decode_text(out) if decode_text else "", "finished": steps[-1].finished,
                       "new_tokens": len(out), "wall_ms": round(wall * 1e3, 3)})
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
@@ -245,6 +256,7 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     if not cfg.sampling.greedy:
         torch.manual_seed(cfg.sampling.seed)
     timer = _ForwardTimer(*_hf_modules(target), *(_hf_modules(draft) if _hf_needs_draft(spec) else []))
+    first = _ForwardTimer(target.model)  # the target's first forward: the prompt's prefill
     tc = _Counter(target.model)
     try:
         if not _hf_needs_draft(spec):
@@ -262,6 +274,7 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
             wall, out, steps = rec.wall_ms / 1e3, rec.output_ids, rec.steps
     finally:
         timer.close()
+        first.close()
         tc.close()
     # generate() emits one token per forward, the prompt's prefill included (our AR feeds the prompt
     # without emitting, then one call per token): both make one target call per new token.
@@ -269,7 +282,7 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     drafted = sum(s.window for s in steps)
     accepted = sum(s.accepted for s in steps)
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted, out, 0, timer.s)
+                     drafted, out, 0, timer.s, first.first_s or 0.0)
 
 
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
@@ -303,6 +316,7 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
             sel = [r for r in results if r.temperature == temp and (task == "overall" or r.task == task)]
             base = [r for r in sel if r.config == "ar"]
             base_tps = statistics.mean(r.new_tokens / r.wall_s for r in base) if base else float("nan")
+            base_dec = statistics.mean(_decode_tps(r) for r in base) if base else float("nan")
             for t, conf in keys:
                 if t != temp:
                     continue
@@ -314,8 +328,10 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
                 calls = sum(r.target_calls for r in rs)
                 drafted = sum(r.drafted for r in rs)
                 wasted = drafted - sum(r.accepted for r in rs) + sum(r.dropped for r in rs)
+                dec = statistics.mean(_decode_tps(r) for r in rs)
                 rows.append({"temperature": temp, "task": task, "config": conf, "prompts": len(rs),
                              "tokens_per_s": tps, "speedup_vs_ar": tps / base_tps,
+                             "decode_tokens_per_s": dec, "decode_speedup_vs_ar": dec / base_dec,
                              "emitted_per_call_incl_bonus": tok / calls,
                              "acceptance_rate": (sum(r.accepted for r in rs) / drafted) if drafted else None,
                              "target_calls": calls, "new_tokens": tok,
@@ -326,6 +342,11 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
                              "non_model_ms_per_call": 1e3 * sum(r.wall_s - r.model_s for r in rs) / calls,
                              "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs)})
     return rows
+
+
+def _decode_tps(r: RunResult) -> float:
+    """New tokens per second of wall time after the prompt's prefill."""
+    return r.new_tokens / max(r.wall_s - r.prefill_s, 1e-9)
 
 
 def trace_name(spec: str, temperature: float) -> str:
@@ -461,13 +482,14 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
     for temp in sorted({r["temperature"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["temperature"] == temp and (tasks or r["task"] == "overall")]
         lines.append(f"\nT = {temp} ({'greedy' if temp == 0 else 'sampling'})\n")
-        lines.append("| task | config | tok/s | speedup vs AR | emitted/call (incl. bonus) | acceptance | target calls "
-                     "| wasted drafts | non-model share |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
+        lines.append("| task | config | tok/s | speedup vs AR | speedup excl. prefill | emitted/call (incl. bonus) "
+                     "| acceptance | target calls | wasted drafts | non-model share |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             acc = f"{r['acceptance_rate']:.3f}" if r["acceptance_rate"] is not None else "–"
             wasted = r.get("wasted_drafts")
-            lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | "
+            dsp = f"{r['decode_speedup_vs_ar']:.2f}×" if "decode_speedup_vs_ar" in r else "–"
+            lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {dsp} | "
                          f"{r['emitted_per_call_incl_bonus']:.2f} | {acc} | {r['target_calls']} | "
                          f"{'–' if wasted is None else wasted} | "
                          f"{100 * r['non_model_share']:.1f} % |" if "non_model_share" in r else

@@ -155,6 +155,10 @@ def test_bench_mixes_model_and_model_free_drafters_in_one_run(model_dirs, tmp_pa
     assert set(runs) == {"ar", "fixed:2", "fixed:4@lookup:n=4,ngram=2", "matchlen:1@suffix:n=8", "hf:lookup:4"}
     assert runs["fixed:4@lookup:n=4,ngram=2"]["draft_calls"] == runs["fixed:4@lookup:n=4,ngram=2"]["drafted"]
     assert runs["hf:lookup:4"]["new_tokens"] == runs["ar"]["new_tokens"]
+    for r in runs.values():  # the prompt's prefill is timed inside the run (ours and HF's first forward)
+        assert 0 < r["prefill_s"] < r["wall_s"], r["config"]
+    rows = {x["config"]: x for x in res["rows"] if x["task"] == "overall"}
+    assert rows["ar"]["decode_speedup_vs_ar"] == 1.0 and rows["fixed:2"]["decode_speedup_vs_ar"] > 0
     # each drafter's trace names its own draft: the model-free configs are not labelled with the model
     from engine.trace import load_trace
 
