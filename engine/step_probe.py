@@ -13,6 +13,9 @@ each of these conditions, round-robin so machine drift hits every condition alik
     after-draft       the draft has just drafted k − 1 tokens (one forward each), as in a step
                       with window γ = k − 1 — only the target's call is timed
     draft-after-target  one draft token right after a target call (vs `draft alone`)
+    hf-call           k distinct tokens through the model as HF's generate() calls it (2-D attention
+                      mask + cache_position) instead of our `extend` (position_ids only)
+    plain-linear      k distinct tokens with the (W xᵀ)ᵀ linears of engine.models switched off
 
 and reports medians and the ratio to `alone/repeat`. A ratio near 1 everywhere says the parts add up
 and the gap lies elsewhere (Python, cache bookkeeping); a large `after-draft` ratio says the models
@@ -33,6 +36,33 @@ def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) * 1e3
+
+
+def _hf_style(lm, tokens: list[int]) -> None:
+    """One forward as HF's generate() makes it, on `lm`'s own cache (then booked into lm.length)."""
+    import torch
+
+    base = lm.length
+    x = torch.tensor([tokens], dtype=torch.long, device=lm.device)
+    with torch.inference_mode():
+        lm.model(input_ids=x, attention_mask=torch.ones(1, base + len(tokens), dtype=torch.long, device=lm.device),
+                 cache_position=torch.arange(base, base + len(tokens), device=lm.device), use_cache=True,
+                 **{lm._cache_kw: lm.cache})
+    lm.length = base + len(tokens)
+
+
+def _linears(lm, skinny: bool) -> None:
+    """Switch the (W xᵀ)ᵀ linears (engine.models.use_skinny_linears) on or off for `lm`."""
+    import torch
+
+    from engine.models import use_skinny_linears
+
+    if skinny:
+        use_skinny_linears(lm.model)
+        return
+    for m in lm.model.modules():
+        if isinstance(m, torch.nn.Linear) and "forward" in m.__dict__:
+            del m.forward
 
 
 def probe(target, draft, context: list[int], continuation: list[int], repeats: int = 5,
@@ -68,6 +98,14 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
                 draft.extend(continuation[i:i + 1])
             draft.crop(base_d)
             rec(f"after-draft k={k}", target_call(continuation[:k]))
+            if hasattr(target, "model") and hasattr(target, "_cache_kw"):  # a transformers model
+                ms = _timed(lambda: _hf_style(target, continuation[:k]))
+                target.crop(base_t)
+                rec(f"hf-call k={k}", ms)
+                skinny = any("forward" in m.__dict__ for m in target.model.modules())
+                _linears(target, False)
+                rec(f"plain-linear k={k}", target_call(continuation[:k]))
+                _linears(target, skinny)
         rec("draft alone", _timed(lambda: draft.extend(continuation[:1])))
         draft.crop(base_d)
         rec("draft alone", _timed(lambda: draft.extend(continuation[:1])))
@@ -105,19 +143,24 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--context", type=int, default=256, help="tokens of context in both caches")
+    p.add_argument("--ks", default=",".join(map(str, KS)), help="forward widths k to time, e.g. 1,2,5 or 1,11")
     p.add_argument("--out", default=None, help="write the result as JSON")
     a = p.parse_args(argv)
-    if a.repeats < 1 or a.context < 8:
-        p.error("--repeats must be ≥ 1 and --context ≥ 8")
+    try:
+        ks = tuple(sorted({int(k) for k in a.ks.split(",")}))
+    except ValueError:
+        p.error(f"--ks must be comma-separated integers, got {a.ks!r}")
+    if a.repeats < 1 or a.context < 8 or min(ks) < 1 or max(ks) > 64:
+        p.error("--repeats must be ≥ 1, --context ≥ 8 and every k in 1..64")
     torch.set_num_threads(a.threads)
     target = load_model(a.target, a.dtype, "cpu", role="target")
     draft = load_model(a.draft, a.dtype, "cpu", role="draft", target=target)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
-    text = (__doc__ * 4)
+    text = (__doc__ * 8)
     ids = encode(target.tokenizer, text, chat=False)
-    if len(ids) < a.context + max(KS):
-        p.error(f"the probe text has {len(ids)} tokens, fewer than --context + {max(KS)}")
-    res = probe(target.lm, draft.lm, ids[:a.context], ids[a.context:a.context + max(KS)], a.repeats)
+    if len(ids) < a.context + max(ks):
+        p.error(f"the probe text has {len(ids)} tokens, fewer than --context + {max(ks)}")
+    res = probe(target.lm, draft.lm, ids[:a.context], ids[a.context:a.context + max(ks)], a.repeats, ks)
     res.update(target=a.target, draft=a.draft, dtype=a.dtype, threads=a.threads, machine=machine_description(),
                command=" ".join(["python -m engine.step_probe", *sys.argv[1:]]))
     for r in res["rows"]:
