@@ -443,6 +443,25 @@ def oracle_ratio_table(_refs: list, key: tuple, costs: tuple):
     return analysis.oracle_ratio_table(_refs, costs=costs)
 
 
+def in_run_cost(refs: list, key: tuple):
+    """(CostModel, number of traces) fitted from the loaded decode traces of the references' pair
+    (engine.analysis.in_run_cost), or (None, 0) when there are none to fit from."""
+    entries = all_traces()
+    return _in_run_cost(refs, [e.trace for e in entries.values()], key,
+                        tuple((k, e.info.get("steps")) for k, e in sorted(entries.items())))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _in_run_cost(_refs: list, _traces: list, key: tuple, traces_key: tuple):
+    from engine import analysis
+
+    try:
+        use = analysis.in_run_traces(_traces, _refs)
+        return analysis.in_run_cost(use, _refs), len(use)
+    except ValueError:  # another pair's traces only, one kind of step, or references of two pairs
+        return None, 0
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def reference_positions(_refs: list, key: tuple):
     from engine import analysis

@@ -306,20 +306,27 @@ def _name(info) -> str | None:
     return (info or {}).get("name") if isinstance(info, dict) else None
 
 
-def in_run_cost(traces, refs: Refs) -> CostModel:
-    """The cost model real decoding paid on the references' pair (`CostModel.from_steps`): the steps
-    of every decode trace whose target — and draft, for speculative traces — match the references'.
-    Autoregressive traces of the same target give t(1); the pair's speculative traces give v(γ) and c."""
+def in_run_traces(traces, refs: Refs) -> list:
+    """The decode traces of the references' pair: the same target, and no draft (autoregressive) or
+    the same draft. Refuses references of more than one pair."""
     refs = _refs(refs)
     pairs = {(_name(r.header.get("target")), _name(r.header.get("draft"))) for r in refs}
     if len(pairs) != 1:
         raise ValueError("an in-run cost model needs references of one target/draft pair")
     (tname, dname), = pairs
-    use = [t for t in traces if _name(t.header.get("target")) == tname
-           and _name(t.header.get("draft")) in (None, dname)]
+    return [t for t in traces if _name(t.header.get("target")) == tname and _name(t.header.get("draft")) in (None, dname)]
+
+
+def in_run_cost(traces, refs: Refs) -> CostModel:
+    """The cost model real decoding paid on the references' pair (`CostModel.from_steps`) from the
+    steps of `in_run_traces`: autoregressive traces of the target give t(1); the pair's speculative
+    traces give v(γ) and c."""
+    refs = _refs(refs)
+    use = in_run_traces(traces, refs)
     steps = [s for t in use for s in t.steps if s.get("window") is not None]
     if not steps:
-        raise ValueError(f"no decode trace of {tname} (+ {dname}) given for the in-run cost model")
+        names = {(_name(r.header.get("target")), _name(r.header.get("draft"))) for r in refs}
+        raise ValueError(f"no decode trace of {' + '.join(map(str, names.pop()))} given for the in-run cost model")
     return CostModel.from_steps([s["window"] for s in steps], [s["t_draft_ms"] for s in steps],
                                 [s["t_verify_ms"] for s in steps],
                                 max_window=max(r.max_window for r in refs),

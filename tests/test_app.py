@@ -177,6 +177,14 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     assert len(gap["x"]) == 4 and [x.split(":")[0] for x in gap["customdata"]] == \
         ["heuristic", "confidence", "cumulative", "entropy"]
 
+    # with the pair's decode traces loaded, the replay is priced with what those real steps paid
+    for name in ("qwen-ar-t0.jsonl", "qwen-fixed-1-t0.jsonl", "qwen-fixed-4-t0.jsonl", "qwen-lookup-fixed-10-t0.jsonl"):
+        shutil.copy(REPO / "traces" / name, refs)
+    at = goto(AppTest.from_file(MAIN, default_timeout=TIMEOUT).run(), "windows")
+    assert not at.exception and at.radio(key="win_mode").value == "in-run"
+    said = "\n".join(m.value for m in at.markdown)
+    assert "**Cost.** Cost model: in-run (c = " in said and "from 3 decode traces" in said  # not the lookup run
+
     at.multiselect(key="win_refs").set_value(["ref-qwen-greedy-w8.jsonl", "ref-smollm2-greedy.jsonl"]).run()
     assert not at.exception
     assert [w.value for w in at.warning if "blend" in w.value] == [

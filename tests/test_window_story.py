@@ -221,10 +221,16 @@ def test_reconcile_sentence_labels_each_side_once():
     assert story.reconcile_sentence(rep, None) == (
         "Oracle ÷ best fixed window: replayed (reference, cost model) 1.50× (oracle 1.80× AR); no real (bench, wall "
         "clock) figure for this pair yet (a bench with an `oracle` row).")
-    assert "t_target(k)" in story.WHY_DIFFER and "Replayed vs real" in story.WHY_DIFFER
+    assert "timing block" in story.WHY_DIFFER and "in-run" in story.WHY_DIFFER
+    assert "Replayed vs real, reconciled" in story.WHY_DIFFER
 
 
 # ---------------------------------------------------------------- e. cost
+
+
+def test_cost_sentence_for_the_in_run_model():
+    s = story.cost_sentence(0.2, False, True, False, in_run=5)
+    assert s.startswith("Cost model: in-run (c = 0.2)") and "5 decode traces" in s
 
 
 def test_cost_sentence_says_which_and_why():

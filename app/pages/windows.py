@@ -45,14 +45,16 @@ refs = [refs_all[k][0] for k in chosen]
 key = tuple(refs_all[k][1] for k in chosen)
 timed = analysis.has_timings(refs)
 demo = all(r.header.get("demo") for r in refs)  # tiny demo timings (draft ≈ target) make a poor default
-mode = c2.radio("Cost model", ["measured", "flat ratio c"] if timed else ["flat ratio c"], key="win_mode",
-                index=1 if timed and demo else 0,
-                help="measured: draft and verify timings recorded in the reference; flat: Leviathan's model, "
-                     "verify costs one target forward whatever the window")
+in_run, n_in_run = data.in_run_cost(refs, key)  # what real decoding of this pair paid, when traces exist
+modes = (["in-run"] if in_run is not None else []) + (["measured"] if timed else []) + ["flat ratio c"]
+mode = c2.radio("Cost model", modes, key="win_mode", index=len(modes) - 1 if demo else 0,
+                help="in-run: per-step costs fitted from this pair's decode traces (what real runs paid); "
+                     "measured: the timing block recorded in the reference; flat: Leviathan's model, verify "
+                     "costs one target forward whatever the window")
 c_default = analysis.CostModel().c
 c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, c_default, 0.01, key="win_c",
-              disabled=mode == "measured", help="cost of drafting one token relative to one target forward")
-cost = "measured" if mode == "measured" else float(c)
+              disabled=mode != "flat ratio c", help="cost of drafting one token relative to one target forward")
+cost = in_run if mode == "in-run" else "measured" if mode == "measured" else float(c)
 if demo:
     st.caption(":violet-badge[tiny-model demo] the demo reference comes from random tiny models: the shapes are "
                "real, the numbers say nothing about trained pairs.")
@@ -109,7 +111,7 @@ with head:  # the papers' questions, one sentence each, at the cost model chosen
                     + (f" {story.WHY_DIFFER}" if real_r else ""),
                     help=(f"replayed: {', '.join(chosen)} at {wt['cost'].iloc[0]}"
                           + (f"; real: docs/results/{found[0]}, temperature 0, all tasks" if found else "")))
-    st.markdown(f"**Cost.** {story.cost_sentence(cm.c, mode == 'measured', timed, demo)}")
+    st.markdown(f"**Cost.** {story.cost_sentence(cm.c, mode == 'measured', timed, demo, n_in_run if mode == 'in-run' else 0)}")
 
 gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
