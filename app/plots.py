@@ -292,6 +292,20 @@ def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "po
                   "cumulative share of calls" if ecdf else "share of calls", height=420)
 
 
+def accept_run_ecdf(positions: pd.DataFrame, clip: int = 32) -> go.Figure:
+    """ECDF of the accepted run A(j) (excl. bonus) over every output position, one line per task:
+    the per-step variability a fixed window cannot follow. Runs above `clip` are drawn at `clip`."""
+    fig = go.Figure()
+    groups = list(positions.groupby("task", sort=True))
+    for (task, g), c in zip(groups, palette(len(groups))):
+        v = g["accept_run"].clip(upper=clip).sort_values().reset_index(drop=True)
+        fig.add_scatter(x=v, y=(v.index + 1) / len(v), mode="lines", line_shape="hv", name=str(task),
+                        line=dict(color=c, width=2))
+    fig.update_yaxes(tickformat=".0%", range=[0, 1.02])
+    return layout(fig, "Accepted run A(j) from each position, by task", f"A(j) (runs ≥ {clip} drawn at {clip})",
+                  "cumulative share of positions", height=380)
+
+
 def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go.Figure:
     """Oracle ÷ best-fixed ratio per task as bars, with 1× (no gain) as a reference line."""
     fig = go.Figure()

@@ -269,3 +269,14 @@ def test_bench_results_skips_unreadable_files(tmp_path):
     (tmp_path / "bench-b.json").write_text("{not json")
     (tmp_path / "other.json").write_text("{}")
     assert list(data.bench_results(str(tmp_path))) == ["bench-a.json"]
+
+
+def test_accept_run_ecdf_one_line_per_task_clipped():
+    import pandas as pd
+
+    from app import plots
+
+    pos = pd.DataFrame({"task": ["qa", "qa", "qa", "rag"], "accept_run": [0, 3, 40, 1]})
+    f = plots.accept_run_ecdf(pos, clip=32)
+    assert [t.name for t in f.data] == ["qa", "rag"]
+    assert list(f.data[0].x) == [0, 3, 32] and list(f.data[0].y) == [1 / 3, 2 / 3, 1.0]

@@ -150,6 +150,7 @@ st.caption("ratio = S_oracle ÷ S_best fixed; iid_ratio = the same from the clos
            "pos:<policy> = (S_policy − S_fixed*) ÷ (S_oracle(a) − S_fixed*): 0 is the best fixed γ, "
            "1 the oracle.")
 with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
+    st.plotly_chart(plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
     downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
 with st.expander(f"All simulated policies for task '{task}'"):
     downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
