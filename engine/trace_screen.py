@@ -325,7 +325,10 @@ class StepChunks:
             return True
         if self._get is None:  # older traces lack t_rule_ms: then no step may have it (or any other extra key)
             self._floats = self.FLOATS if "t_rule_ms" in steps[0] else TIME_FIELDS
-            self._get = itemgetter(*self.INTS, *self._floats, *self.LISTS, *self.OTHER)
+            # With the parser's own key objects (orjson makes one str per key name and reuses it), each
+            # lookup matches by identity instead of comparing characters: about half the gathering time.
+            own = {k: k for k in steps[0]}
+            self._get = itemgetter(*[own.get(k, k) for k in (*self.INTS, *self._floats, *self.LISTS, *self.OTHER)])
         ni, nf = len(self.INTS), len(self._floats)
         cat, put = chain.from_iterable, self._parts
         try:
@@ -344,7 +347,7 @@ class StepChunks:
                 put[k].append(_pack(f"{sum(lens[j * n:(j + 1) * n])}{'q' if j < 2 else 'd'}", *cat(col)))
             cb = cor + bon
             put["cb?"].append(bytes(map(is_not, cb, repeat(None))))
-            put["cb"].append(_pack(f"{2 * n}q", *[0 if x is None else x for x in cb]))
+            put["cb"].append(_pack(f"{2 * n}q", *map(_NULL_AS_0.get, cb, cb)))  # null as 0, the rest as is
             if not set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
                 return False
             put["finished?"].append(bytes(map(is_not, fin, repeat(None))))
@@ -368,6 +371,7 @@ class StepChunks:
 
 
 _pack = struct.pack
+_NULL_AS_0 = {None: 0}
 
 
 class _ChunkColumns:

@@ -135,6 +135,40 @@ def test_cut_last_line_blank_lines_and_extra_keys_agree_with_the_reference():
     assert t.steps == reference(encode(recs)).steps and t.steps[0]["note"] == {"kept": [1, 2]}
 
 
+def test_a_chunk_parsed_as_one_document_gives_each_line_s_own_value():
+    """The reader parses a chunk's lines as one JSON array with a marker between lines; lines that are
+    no JSON value alone but would pair up inside the array (an open bracket closed on the next line,
+    two values on one line) must not be taken for records."""
+    import orjson
+
+    lines = [b'{"type": "request", "a": [1', b'2]}', b'{"x": 1}, {"y": 2}']
+    assert orjson.loads(b"[" + b"\n,".join(lines) + b"]") is not None  # plain commas would be fooled
+    assert trace_jsonl._joined(b"\n".join(lines), orjson.loads) is None
+    good = [b'{"a": [1, 2]}', b'  {"b": null} ', b'[3]', b'"\xc3\xa9"']
+    assert trace_jsonl._joined(b"\n".join(good), orjson.loads) == [orjson.loads(x) for x in good]
+    # a line could spell the marker with a backslash: such chunks are parsed line by line
+    assert trace_jsonl._joined(b'{"a": "\\b"}\n"\\b"', orjson.loads) is None
+    recs = records()
+    data = encode(recs)
+    cut = data.index(b"\n", len(data) // 2) + 1
+    for bad in (b"\n".join(lines) + b"\n", b'{"type": "step", "request_id": [0\n0]}\n', b"[1\n2]\n"):
+        broken = data[:cut] + bad + data[cut:]
+        with pytest.raises(TraceError) as e:
+            loads_trace(broken, NAME)
+        assert str(e.value) == str(reference(broken)) and "invalid JSON" in str(e.value)
+
+
+def test_escapes_in_a_chunk_load_as_the_reference():
+    recs = records()
+    for r in recs:
+        if r["type"] == "request":
+            r["prompt_text"] = 'line one\nline "two" \b \\ \u00e9'
+    data = encode(recs)
+    assert b"\\n" in data
+    t, ref = loads_trace(data, NAME), reference(data)
+    assert t.steps == ref.steps and t.requests == ref.requests and t.ends == ref.ends
+
+
 def test_older_trace_without_rule_time_loads_the_same():
     recs = records()
     for s in recs:
