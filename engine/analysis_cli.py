@@ -72,8 +72,9 @@ def _gammas(text: str) -> list[int]:
 
 
 def _policies(text: str) -> list[str]:
-    sep = ";" if ";" in text else ","
-    return [p.strip() for p in text.split(sep) if p.strip()]
+    from engine.cli_checks import split_specs
+
+    return split_specs(text, "--policies")
 
 
 def _cost_value(text: str):

@@ -551,8 +551,9 @@ def cmd_bench(a) -> int:
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    sep = ";" if ";" in a.configs else ","  # ';' lets a spec carry its own commas (confidence:0.5,trim=1)
-    cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(sep) if s.strip()),
+    from engine.cli_checks import split_specs
+
+    cfg = BenchConfig(configs=tuple(split_specs(a.configs)),
                       temperatures=tuple(float(t) for t in a.temperatures.split(",")),
                       max_new_tokens=a.max_new_tokens, per_category=a.per_category, warmup=a.warmup)
     if "ar" not in cfg.configs:

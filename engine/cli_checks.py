@@ -30,6 +30,21 @@ def _num(name: str, v: Any, lo: float, hi: float, lo_open: bool = False, integer
         raise ValueError(f"{name} must be {'an integer ' if integer else ''}in {lo_b}{lo:g}, {hi:g}], got {v!r}")
 
 
+def split_specs(text: str, what: str = "--configs") -> list[str]:
+    """A list of policy/config specs: ';'-separated when any spec carries its own commas
+    (`confidence:0.5,trim=1;heuristic`), else ','-separated. A ','-split that leaves a bare `key=value`
+    piece means a spec's own comma was taken as a separator: refused with the fix, not parsed as a
+    policy named `trim=1`."""
+    sep = ";" if ";" in text else ","
+    out = [s.strip() for s in text.split(sep) if s.strip()]
+    if sep == ",":
+        for piece in out:
+            if "=" in piece and ":" not in piece:
+                raise ValueError(f"{what}: {piece!r} looks like a parameter of the spec before it; separate "
+                                 f"specs with ';' when one has commas, e.g. 'ar;confidence:0.5,trim=1'")
+    return out
+
+
 def check_decode_args(a) -> None:
     """ValueError (one line, naming the flag) for any out-of-range number of `python -m engine decode`."""
     _num("--max-new-tokens", a.max_new_tokens, 1, MAX_NEW_TOKENS, integer=True)

@@ -177,3 +177,14 @@ def test_bench_refuses_a_model_draft_after_at():
     for bad in ("fixed:4@smollm2-135m", "ar@lookup", "oracle@suffix", "hf:ar@lookup"):
         with pytest.raises(ValueError, match="model-free"):
             split_config(bad)
+
+
+def test_a_spec_comma_taken_as_separator_is_refused_with_the_fix():
+    import pytest
+
+    from engine.cli_checks import split_specs
+
+    assert split_specs("ar,fixed:2,heuristic") == ["ar", "fixed:2", "heuristic"]
+    assert split_specs("ar;confidence:0.5,trim=1") == ["ar", "confidence:0.5,trim=1"]
+    with pytest.raises(ValueError, match="separate specs with ';'"):
+        split_specs("ar,confidence:0.5,trim=1")
