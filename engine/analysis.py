@@ -36,7 +36,7 @@ __all__ = ["CostModel", "DEFAULT_COSTS", "DEFAULT_POLICIES", "iid_theory", "load
 DEFAULT_POLICIES = ("heuristic", "confidence", "cumulative", "entropy")
 # "measured" = each reference's own timings; the others are Leviathan-style flat-verify ratios.
 DEFAULT_COSTS = ("measured", 0.02, 0.05, 0.1, 0.2)
-ORACLES = ("oracle:a", "oracle:b")
+ORACLES = ("oracle:a", "oracle:b", "oracle:c")  # c: cost-optimal in hindsight, greedy references only
 
 Refs = Union[Reference, Sequence[Reference]]
 CostLike = Union[CostModel, float, str]
@@ -155,7 +155,8 @@ def window_table(refs: Refs, cost: CostLike = "measured", gammas: Iterable[int] 
     Columns: target_calls, emitted_per_call (incl. bonus), accepted_per_call (excl.), drafted,
     wasted_draft, sim_time (target forwards), speedup vs autoregressive, rel_best_fixed, value."""
     refs = _refs(refs)
-    specs = [f"fixed:{g}" for g in gammas] + list(ORACLES) + list(policies)
+    oracles = ORACLES if all(r.greedy for r in refs) else ORACLES[:2]
+    specs = [f"fixed:{g}" for g in gammas] + list(oracles) + list(policies)
     per = _per_request(refs, cost, specs, progress)
     keys = ["policy", "kind", "gamma"]
     groups = [_sum_rows(per, keys).assign(task="all")]
@@ -210,12 +211,15 @@ def _ratio_tables(refs, costs, gammas, policies, progress):
             bf = fixed.loc[fixed["speedup"].idxmax()]
             sa = float(g.loc[g["policy"] == "oracle:a", "speedup"].iloc[0])
             sb = float(g.loc[g["policy"] == "oracle:b", "speedup"].iloc[0])
+            sc = g.loc[g["policy"] == "oracle:c", "speedup"]
+            sc = float(sc.iloc[0]) if len(sc) else math.nan
             sf = float(bf["speedup"])
             c = float(np.mean([cost_for(r, cost).c for r in refs]))
             a = float(min(alpha.get(task, math.nan), 0.999999))
             best_iid = max(leviathan_speedup(a, k, c) for k in gammas)
             row = {"task": task, "cost": wt["cost"].iloc[0], "c": c, "alpha": a, "best_gamma": int(bf["gamma"]),
-                   "s_best_fixed": sf, "s_oracle_a": sa, "s_oracle_b": sb, "ratio_a": sa / sf, "ratio_b": sb / sf,
+                   "s_best_fixed": sf, "s_oracle_a": sa, "s_oracle_b": sb, "s_oracle_c": sc, "ratio_a": sa / sf,
+                   "ratio_b": sb / sf, "ratio_c": sc / sf,
                    "iid_ratio_a": oracle_speedup(a, c, "a") / best_iid,
                    "iid_ratio_b": oracle_speedup(a, c, "b") / best_iid, "value": bf["value"]}
             for _, p in g[g["kind"] == "adaptive"].iterrows():

@@ -205,7 +205,7 @@ def cmd_analyze(a) -> int:
         wide, long = an._ratio_tables(refs, costs, gammas, policies, progress=False)
         _show("oracle / best fixed (the 1.4x table; iid_* = closed form at the same alpha and c)", wide,
               ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a",
-               "ratio_b", "iid_ratio_a", "iid_ratio_b", "value"] if not wide.empty else None)
+               "ratio_b", "ratio_c", "iid_ratio_a", "iid_ratio_b", "value"] if not wide.empty else None)
         if not long.empty:
             piv = long.pivot_table(index=["task", "policy"], columns="cost", values="position", sort=False)
             _show("adaptive policies: position = (S - S_fixed*) / (S_oracle(a) - S_fixed*), 0 = best fixed, "

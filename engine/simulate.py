@@ -48,7 +48,9 @@ class SimVerify:
 
 @dataclass(frozen=True)
 class OracleSpec:
-    variant: str  # "a": window = A (nothing wasted); "b": window = A + 1 (until mismatch)
+    # "a": window = A (nothing wasted); "b": window = A + 1 (until mismatch); "c": the cheapest windows
+    # in hindsight under the cost model (`cost_optimal_windows`; greedy references only)
+    variant: str
     max_window: int | None = None  # None = unlimited, as in the closed form
 
     @property
@@ -67,12 +69,12 @@ def parse_spec(spec: str) -> WindowPolicy | OracleSpec:
     variant, mx = "a", None
     for part in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = part.partition("=")
-        if not eq and key in ("a", "b"):
+        if not eq and key in ("a", "b", "c"):
             variant = key
         elif key == "max" and value.isdigit() and int(value) >= 1:
             mx = int(value)
         else:
-            raise ValueError(f"bad oracle spec {spec!r}: use oracle:a, oracle:b, optionally ,max=N")
+            raise ValueError(f"bad oracle spec {spec!r}: use oracle:a, oracle:b or oracle:c, optionally ,max=N")
     return OracleSpec(variant, mx)
 
 
@@ -119,11 +121,40 @@ def simulate_steps(ref: Reference, spec: str, cost: CostModel, request_id: int =
     return pd.DataFrame(_walk(req, pol, ref.max_new_tokens, cost))
 
 
+def cost_optimal_windows(runs: list[int], budget: int, cost: CostModel, max_window: int | None = None) -> list[int]:
+    """Hindsight windows that minimise the total cost of the whole output (oracle "c").
+
+    With A(j) known, a step at j with window w ≤ A(j) costs cost(w) = wc + v(w) and emits w + 1
+    tokens (a window past A(j) costs more and emits no more). F(N) = 0 and
+
+        F(j) = min_{0 ≤ w ≤ min(A(j), cap_j)} cost(w) + F(min(N, j + w + 1)),   cap_j = min(max, M − j − 1)
+
+    Returns the minimising w for every j (ties → the longer window). Oracle (a), w = A(j), is this
+    only when a wide verify costs no more than a narrow one; under a steep measured verify curve it
+    is not the fastest hindsight schedule, this is. Worked example: A = [3, 2, 1, 0], flat verify,
+    c = 0.5: w = 3 at j = 0 costs 2.5 for all 4 tokens; w = 1 then w = 1 costs 1.5 + 1.5 = 3.0."""
+    n = len(runs)
+    f = [0.0] * (n + 1)
+    best = [0] * n
+    for j in range(n - 1, -1, -1):
+        cap = max(0, min(max_window or budget, budget - j - 1))
+        top = min(runs[j], cap)
+        val, arg = math.inf, 0
+        for w in range(top + 1):
+            v = cost.step(w) + f[min(n, j + w + 1)]
+            if v <= val:
+                val, arg = v, w
+        f[j], best[j] = val, arg
+    return best
+
+
 def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> list[dict[str, Any]]:
     runs = req["accept_run"]
     n = len(runs)
     steps: list[dict[str, Any]] = []
     pos = 0
+    plan = (cost_optimal_windows(runs, budget, cost, pol.max_window)
+            if isinstance(pol, OracleSpec) and pol.variant == "c" else None)
     if not isinstance(pol, OracleSpec):
         pol.reset()
     while pos < n:
@@ -133,7 +164,7 @@ def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostMode
         dropped = 0
         if isinstance(pol, OracleSpec):
             cap = max(0, min(pol.max_window or budget, remaining - 1))
-            window = min(a + (pol.variant == "b"), cap)
+            window = plan[pos] if plan is not None else min(a + (pol.variant == "b"), cap)
             stop = "oracle"
         else:
             cap = max(0, min(pol.propose(), remaining - 1))
@@ -173,6 +204,8 @@ def _expected(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: Cost
     mass[0] = 1.0
     tot = dict(target_calls=0.0, drafted=0.0, accepted=0.0, sim_time=0.0)
     oracle = isinstance(pol, OracleSpec)
+    if oracle and pol.variant == "c":
+        raise ValueError("oracle:c (cost-optimal hindsight windows) needs a greedy reference")
     for pos in range(n):
         w = mass[pos]
         if w <= 1e-15:

@@ -536,3 +536,43 @@ def test_in_run_cost_replays_what_real_decoding_paid(models, ref, ref_path, tmp_
     assert _cli(["analyze", str(ref_path), *map(str, paths.values()), "--costs", "in-run,0.1", "--cost", "in-run",
                  "--gammas", "1-4", "--policies", "heuristic"]) == 0
     assert "in-run cost model from the decode traces" in capsys.readouterr().out
+
+
+def test_cost_optimal_oracle_is_the_cheapest_schedule():
+    """oracle:c = exhaustive search over every window schedule on small outputs (brute force over
+    all sequences of windows), never slower than oracle (a) or any fixed window, and equal to (a)
+    when a wide verify costs nothing extra (flat verify, c = 0)."""
+    import itertools
+
+    from engine.simulate import cost_optimal_windows
+
+    def brute(runs, cost):
+        n, best = len(runs), math.inf
+
+        def go(j, total):
+            nonlocal best
+            if j >= n:
+                best = min(best, total)
+                return
+            for w in range(min(runs[j], n - j - 1) + 1):
+                go(j + w + 1, total + cost.step(w))
+        go(0, 0.0)
+        return best
+
+    steep = CostModel(c=0.3, verify=(1.0, 2.0, 2.4, 2.8, 3.2, 3.6, 4.0, 4.4), label="steep")
+    for bits in itertools.product([0, 1], repeat=8):
+        ref = synthetic([list(bits)])
+        runs = ref.requests[0]["accept_run"]
+        for cost in (steep, CostModel.flat(0.2)):
+            sim = simulate_policy(ref, "oracle:c", cost)["sim_time"].iloc[0]
+            assert sim == pytest.approx(brute(runs, cost)), (bits, cost.label)
+            assert sim <= simulate_policy(ref, "oracle:a", cost)["sim_time"].iloc[0] + 1e-9
+            for g in (1, 2, 4):
+                assert sim <= simulate_policy(ref, f"fixed:{g}", cost)["sim_time"].iloc[0] + 1e-9
+        assert cost_optimal_windows(runs, 8, CostModel.flat(0.0)) == runs[:8] or \
+            simulate_policy(ref, "oracle:c", CostModel.flat(0.0))["sim_time"].iloc[0] == \
+            pytest.approx(simulate_policy(ref, "oracle:a", CostModel.flat(0.0))["sim_time"].iloc[0])
+    assert cost_optimal_windows([3, 2, 1, 0], 4, CostModel.flat(0.5)) == [3, 2, 1, 0]  # docstring example, w = 3 first
+    with pytest.raises(ValueError, match="greedy"):
+        _expected({"beta": [0.5] * 4, "draft_argmax": [1] * 4, "output_ids": [1] * 4}, parse_spec("oracle:c"), 4,
+                  CostModel.flat(0.1))
