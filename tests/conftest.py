@@ -30,3 +30,16 @@ def tiny_draft(tiny_target):
 @pytest.fixture()
 def pair(tiny_target, tiny_draft):
     return HFModel(tiny_target, "tiny-target"), HFModel(tiny_draft, "tiny-draft")
+
+
+def decode_with_contexts(target, draft, prompt, policy, n, **kw):
+    """A decode run's steps, the context each step started from, and the new tokens (drafter tests)."""
+    from engine.decode import DecodeConfig, decode
+    from engine.policies import parse_policy
+
+    steps = list(decode(target, draft, prompt, parse_policy(policy), DecodeConfig(max_new_tokens=n, **kw)))
+    seq, ctx = list(prompt), []
+    for s in steps:
+        ctx.append(list(seq))
+        seq.extend(s.emitted_tokens)
+    return steps, ctx, seq[len(prompt):]

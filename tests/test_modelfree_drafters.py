@@ -17,7 +17,7 @@ from engine.drafters.suffix import SuffixDrafter, SuffixTrie
 from engine.models import HFModel, TableLM
 from engine.policies import Fixed, parse_policy
 from engine.sampling import SamplingConfig
-from tests.conftest import greedy_reference
+from tests.conftest import decode_with_contexts, greedy_reference
 from tests.test_cli import model_dirs  # noqa: F401  (fixture: tiny target saved with a tokenizer)
 from tests.test_decode import _exact_joint
 
@@ -140,13 +140,7 @@ POLICIES = ["fixed:4", "matchlen:1", "matchlen:2,offset=1,max=8,p=0.2", "heurist
 PROMPTS = [[1, 5, 9, 3, 1, 5, 9], [2, 2, 2, 2, 2, 2, 2, 2, 11, 40], [7]]
 
 
-def _contexts_and_steps(target, d, prompt, policy, n, **kw):
-    steps = list(decode(target, d, prompt, parse_policy(policy), DecodeConfig(max_new_tokens=n, **kw)))
-    seq, ctx = list(prompt), []
-    for s in steps:
-        ctx.append(list(seq))
-        seq.extend(s.emitted_tokens)
-    return steps, ctx, seq[len(prompt):]
+_contexts_and_steps = decode_with_contexts
 
 
 @pytest.mark.parametrize("spec", SPECS)

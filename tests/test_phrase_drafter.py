@@ -18,7 +18,7 @@ from engine.policies import parse_policy
 from engine.sampling import SamplingConfig
 from engine.verify import VERIFIERS, uniforms_needed
 from engine.verify.onehot_tree import verify_onehot_tree
-from tests.conftest import greedy_reference
+from tests.conftest import decode_with_contexts, greedy_reference
 from tests.test_decode import _exact_joint
 
 V = 10
@@ -236,13 +236,7 @@ def test_onehot_tree_refuses_stochastic_branches():
 PROMPTS = [[1, 5, 9, 3, 1, 5, 9], [2, 2, 2, 2, 2, 2, 2, 2, 11, 40], [7]]
 
 
-def _run(target, d, prompt, policy, n, **kw):
-    steps = list(decode(target, d, prompt, parse_policy(policy), DecodeConfig(max_new_tokens=n, **kw)))
-    seq, ctx = list(prompt), []
-    for s in steps:
-        ctx.append(list(seq))
-        seq.extend(s.emitted_tokens)
-    return steps, ctx, seq[len(prompt):]
+_run = decode_with_contexts
 
 
 @pytest.mark.parametrize("spec,policy,verifier", [
