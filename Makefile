@@ -112,9 +112,9 @@ bench-phrase-smollm2: $(STAMP)
 
 # Why a real step costs more than its parts (docs/benchmarks.md, "Replayed vs real").
 step-probe-qwen: models
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine.step_probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine.bench.step_probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
 	  --dtype fp32 --threads 2 --repeats 5 --context 256 --out docs/results/step-probe-qwen.json
 
 # A machine with CUDA runs this end to end (exactness in fp32, cost curves of the pair's shapes in bf16).
 gpu-check: $(STAMP)
-	$(BIN)/python -m engine.gpu_check --out docs/results/gpu-check.json
+	$(BIN)/python -m engine.bench.gpu_check --out docs/results/gpu-check.json

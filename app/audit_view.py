@@ -1,14 +1,14 @@
 """The losslessness audit as the Audit page shows it: the rows of docs/results/audit.csv (written
 by `python -m engine audit`, one row per verifier × toy case × (V, γ, K)) → one verdict per verifier.
 
-Verdict rule (the same as `engine.audit.AuditRow.lossless` and the table in docs/audit.md): a
+Verdict rule (the same as `engine.bench.audit.AuditRow.lossless` and the table in docs/audit.md): a
 verifier is **lossless** iff on every row
 
     lossless_error = max_z |Σ_t P(Y = z_1:t)·p(z_t+1: | z_1:t) − p(z)| ≤ TOL   and   mass_error ≤ TOL,
 
 TOL = 1e-12: exact float64 enumeration leaves errors ≈ 1e-16 for a correct rule, while a wrong one
 is off by ≥ 1e-3 on some toy. Otherwise it is **NOT lossless**, and the worst row (largest
-lossless error) names the toy. Pure pandas, no torch (engine.audit itself imports torch).
+lossless error) names the toy. Pure pandas, no torch (engine.bench.audit itself imports torch).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why one module: every page must see the same set of traces (an upload on the Upload page, or a
 finished Live run, shows up in Replay and Compare), and every number a page shows must come from a
-trace through `engine.trace` — so loading, validation and the frames pages plot live here once.
+trace through `engine.trace.format` — so loading, validation and the frames pages plot live here once.
 
 Bundled traces are cached with `st.cache_data` keyed on (path, mtime), so editing or adding a file
 in traces/ is picked up on the next rerun. Uploads are parsed once and stored in
@@ -21,8 +21,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.interop import specbench
-from engine.prompts import task_of
-from engine.trace import Trace, TraceError, load_trace, loads_trace
+from engine.trace.prompts import task_of
+from engine.trace.format import Trace, TraceError, load_trace, loads_trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES_ENV = "SPECLAB_TRACES"  # another folder of bundled traces (tests; a lab's own sweep directory)
@@ -137,7 +137,7 @@ def sampling_label(h: dict[str, Any]) -> str:
 
 
 def describe(trace: Trace) -> dict[str, Any]:
-    """Header facts and the engine's own summary (engine.trace.summarize) for cards and pickers.
+    """Header facts and the engine's own summary (engine.trace.format.summarize) for cards and pickers.
 
     `title` (pair · policy · sampling · date) tells traces apart on every page; `context` says where
     and when the timings were taken; `sampling_key` and `prompts_key` decide which traces compare."""
@@ -210,7 +210,7 @@ def make_entry(label: str, origin: str, trace: Trace) -> Entry:
 # ---------------------------------------------------------------- bundled
 
 
-REFERENCE_SCHEMA = "speclab.reference"  # engine.reference files share traces/ and are told apart by schema
+REFERENCE_SCHEMA = "speclab.reference"  # engine.offline.reference files share traces/ and are told apart by schema
 REF_UPLOADS = "uploaded_refs"  # session_state key: label -> (Reference, digest)
 
 
@@ -277,7 +277,7 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
     The error is the loader's own one-line message (file, line/row, field), or a size message; no
     exception escapes, so a bad file cannot break the page or the session's other traces. Messages
     name the file only (`name` is the browser's file name; no server path is ever shown).
-    `progress(fraction, text)` is called while a trace is parsed (engine.trace.loads_trace)."""
+    `progress(fraction, text)` is called while a trace is parsed (engine.trace.format.loads_trace)."""
     name = Path(name).name
     if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
         return None, size_message(name, len(data))
@@ -317,11 +317,11 @@ def remove_upload(label: str) -> None:
 
 
 # ---------------------------------------------------------------- reference runs (Windows page)
-# engine.reference is imported only here, lazily: it needs torch, which the other pages avoid.
+# engine.offline.reference is imported only here, lazily: it needs torch, which the other pages avoid.
 
 
 def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None, str | None]:
-    from engine.reference import loads_reference
+    from engine.offline.reference import loads_reference
 
     label = f"uploaded: {name}"
     try:
@@ -334,7 +334,7 @@ def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _load_reference(path: str, mtime: float):
-    from engine.reference import load_reference
+    from engine.offline.reference import load_reference
 
     return load_reference(path)
 
@@ -364,7 +364,7 @@ def all_traces() -> dict[str, Entry]:
 def _tokenizer_file(name: str | None) -> Path | None:
     """Where a trace's target tokenizer lives, found without importing torch.
 
-    Bundled SmolLM2 names map to engine.smollm's converted cache ($SPECLAB_CACHE or
+    Bundled SmolLM2 names map to engine.core.smollm's converted cache ($SPECLAB_CACHE or
     ~/.cache/speclab/smollm2-135m-instruct); a local model directory works if it has tokenizer.json.
     Hub ids are not tried: the app never reaches the network."""
     if not name:
@@ -425,27 +425,27 @@ def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str 
     return None
 
 
-# ---------------------------------------------------------------- cached engine.analysis calls
+# ---------------------------------------------------------------- cached engine.offline.analysis calls
 # `_refs` is not hashed (Reference objects are plain data but large); `key` names them instead.
 
 
 @st.cache_data(max_entries=32, show_spinner="Replaying every policy over the reference runs…")
 def window_table(_refs: list, key: tuple, cost: str | float):
-    from engine import analysis
+    from engine.offline import analysis
 
     return analysis.window_table(_refs, cost)
 
 
 @st.cache_data(max_entries=16, show_spinner="Computing the oracle ÷ best-fixed table…")
 def oracle_ratio_table(_refs: list, key: tuple, costs: tuple):
-    from engine import analysis
+    from engine.offline import analysis
 
     return analysis.oracle_ratio_table(_refs, costs=costs)
 
 
 def in_run_cost(refs: list, key: tuple):
     """(CostModel, number of traces) fitted from the loaded decode traces of the references' pair
-    (engine.analysis.in_run_cost), or (None, 0) when there are none to fit from."""
+    (engine.offline.analysis.in_run_cost), or (None, 0) when there are none to fit from."""
     entries = all_traces()
     return _in_run_cost(refs, [e.trace for e in entries.values()], key,
                         tuple((k, e.info.get("steps")) for k, e in sorted(entries.items())))
@@ -453,7 +453,7 @@ def in_run_cost(refs: list, key: tuple):
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _in_run_cost(_refs: list, _traces: list, key: tuple, traces_key: tuple):
-    from engine import analysis
+    from engine.offline import analysis
 
     try:
         use = analysis.in_run_traces(_traces, _refs)
@@ -464,14 +464,14 @@ def _in_run_cost(_refs: list, _traces: list, key: tuple, traces_key: tuple):
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def reference_positions(_refs: list, key: tuple):
-    from engine import analysis
+    from engine.offline import analysis
 
     return analysis.positions_frame(_refs)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def variability_table(_refs: list, key: tuple, cost: str | float):
-    from engine import analysis
+    from engine.offline import analysis
 
     return analysis.variability_table(_refs, cost)
 

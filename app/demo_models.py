@@ -9,7 +9,7 @@ often but not always — the regime where window length matters. Imports torch: 
 
 from __future__ import annotations
 
-from engine.tiny import noisy_copy, tiny_llama  # noqa: F401  (the demo pair's builders)
+from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (the demo pair's builders)
 
 TINY_LABEL = "tiny random demo models (untrained; tokens are ids, not text)"
 TINY_TARGET = "tiny-random-llama-target"
@@ -20,7 +20,7 @@ TINY_VOCAB = 64  # as in the tests: big enough for varied drafts, small enough t
 def tiny_pair(seed: int = 0, noise: float = 0.1):
     """(target, draft) as HFModel wrappers. noise 0.1 gives a fixed:4 acceptance of about two thirds
     on the demo prompts — a realistic trained-draft regime (0.2 already drops it to about a quarter)."""
-    from engine.models import HFModel
+    from engine.core.load import HFModel
 
     target = tiny_llama(seed)
     draft = noisy_copy(target, seed + 1, noise)

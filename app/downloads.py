@@ -7,9 +7,9 @@ download neither recomputes anything on every rerun nor reruns the page (Live wo
 
 Formats:
   CSV      `DataFrame.to_csv(index=False)`, UTF-8; list cells are written as JSON text.
-  Parquet  `engine.trace.to_parquet` (steps as columns, header/requests/ends/footer as file metadata),
-           so the file loads again with `engine.trace.load_trace` / `loads_trace` (Upload page, CLI).
-  Perfetto `engine.perfetto.to_perfetto`: Chrome trace-event JSON, one draft and one verify track per
+  Parquet  `engine.trace.format.to_parquet` (steps as columns, header/requests/ends/footer as file metadata),
+           so the file loads again with `engine.trace.format.load_trace` / `loads_trace` (Upload page, CLI).
+  Perfetto `engine.trace.perfetto.to_perfetto`: Chrome trace-event JSON, one draft and one verify track per
            request, ts/dur in µs (open in ui.perfetto.dev).
 Nothing here imports torch.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from engine.perfetto import to_perfetto
-from engine.trace import Trace, to_parquet
+from engine.trace.perfetto import to_perfetto
+from engine.trace.format import Trace, to_parquet
 
 CSV_LABEL = "⬇ CSV"
 PARQUET_LABEL = "⬇ Trace (Parquet)"
@@ -53,7 +53,7 @@ def csv_bytes(df: pd.DataFrame) -> bytes:
 
 
 def parquet_bytes(trace: Trace) -> bytes:
-    """`engine.trace.to_parquet` into memory (it writes atomically to a path, so via a temp folder)."""
+    """`engine.trace.format.to_parquet` into memory (it writes atomically to a path, so via a temp folder)."""
     with tempfile.TemporaryDirectory(prefix="speclab-dl-") as d:
         p = Path(d) / "trace.parquet"
         to_parquet(trace, p)
@@ -61,7 +61,7 @@ def parquet_bytes(trace: Trace) -> bytes:
 
 
 def perfetto_bytes(trace: Trace) -> bytes:
-    """Step timings as Chrome/Perfetto trace-event JSON (`engine.perfetto.to_perfetto`)."""
+    """Step timings as Chrome/Perfetto trace-event JSON (`engine.trace.perfetto.to_perfetto`)."""
     return json.dumps(to_perfetto(trace)).encode("utf-8")
 
 
@@ -97,7 +97,7 @@ def trace_buttons(trace: Trace, name: str, key: str, where=st, jsonl: bytes | No
                             key=f"jsonl_{key}", on_click="ignore", help="the trace file as the engine wrote it")
     row.download_button(PARQUET_LABEL, lambda: parquet_bytes(trace), file_name=f"{s}.parquet",
                         mime="application/vnd.apache.parquet", key=f"parquet_{key}", on_click="ignore",
-                        help="loads again with engine.trace.load_trace and on the Upload page")
+                        help="loads again with engine.trace.format.load_trace and on the Upload page")
     row.download_button(PERFETTO_LABEL, lambda: perfetto_bytes(trace), file_name=f"{s}.perfetto.json",
                         mime="application/json", key=f"perfetto_{key}", on_click="ignore",
                         help="draft and verify tracks per prompt; open in ui.perfetto.dev")

@@ -2,7 +2,7 @@
 
 Inputs come from a results directory written by `python -m engine dpace report` (default
 docs/results/dpace/): `summary.json` and `traces/*.jsonl` (speclab.dpace_trace, loaded with
-`engine.train.dpace_trace.load_training_trace`). No Streamlit calls here.
+`engine.train.dpace.training_trace.load_training_trace`). No Streamlit calls here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from app.plots import colorbar, layout, palette, rgba
 
 def load_results(directory: str | Path) -> tuple[dict, dict[str, object], dict[str, str]]:
     """(summary.json content or {}, {run name: TrainingTrace}, {file: one-line error})."""
-    from engine.train.dpace_trace import TrainingTraceError, load_training_trace
+    from engine.train.dpace.training_trace import TrainingTraceError, load_training_trace
 
     d = Path(directory)
     summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}

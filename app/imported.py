@@ -21,8 +21,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.interop import bounds
-from engine.prompts import task_of
-from engine.trace import Trace
+from engine.trace.prompts import task_of
+from engine.trace.format import Trace
 
 
 def lacks(trace: Trace) -> list[str]:

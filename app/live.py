@@ -14,7 +14,7 @@ Each side drafts with the pair's draft model or with a model-free drafter (looku
 engine.drafters.modelfree), built fresh for every run from the target's vocabulary alone.
 
 Both sides are driven by `engine.decode.decode`, the loop every other tool uses, and each step is
-written through `engine.trace.TraceWriter` as it happens: a finished run is a valid trace file, and
+written through `engine.trace.format.TraceWriter` as it happens: a finished run is a valid trace file, and
 a stopped one is a valid interrupted trace (no footer), exactly what the CLI leaves when killed.
 This is the only app module that imports torch.
 """
@@ -67,7 +67,7 @@ class DemoPair:
 
 
 def _wrap(lm, name: str):
-    from engine.models import HFModel
+    from engine.core.load import HFModel
 
     return HFModel(lm.model, name=name, vocab_subset=lm.vocab_subset)
 
@@ -79,9 +79,9 @@ def _sides(target, draft, tname: str, dname: str) -> dict[str, tuple[Any, Any]]:
 
 
 def qwen_installed() -> bool:
-    """Both Qwen2.5-Coder models converted and stamped (`engine.provision`); False when unsure."""
+    """Both Qwen2.5-Coder models converted and stamped (`engine.core.provision`); False when unsure."""
     try:
-        from engine.provision import installed
+        from engine.core.provision import installed
     except ImportError:
         return False
     return installed(QWEN_TARGET) and installed(QWEN_DRAFT)
@@ -100,9 +100,9 @@ def pair_options() -> tuple[list[str], str]:
 def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
-    engine.provision.ModelNotInstalled, naming `make models`, when it is not)."""
+    engine.core.provision.ModelNotInstalled, naming `make models`, when it is not)."""
     if which == "qwen2.5-coder":
-        from engine.models import eos_token_ids, load_model
+        from engine.core.load import eos_token_ids, load_model
 
         t = load_model(QWEN_TARGET, role="target")
         d = load_model(QWEN_DRAFT, role="draft", target=t)
@@ -111,7 +111,7 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     note = "forced by SPECLAB_LIVE_MODELS=tiny" if kind == "tiny" else ""
     if kind != "tiny":
         try:
-            from engine.models import eos_token_ids, load_model
+            from engine.core.load import eos_token_ids, load_model
 
             t = load_model(DEMO_TARGET, role="target")
             d = load_model(DEMO_DRAFT, role="draft", target=t)
@@ -204,7 +204,7 @@ def encode(pair: DemoPair, text: str) -> list[int]:
         from app.demo_models import text_to_ids
 
         return text_to_ids(text)
-    from engine.prompts import encode as encode_chat
+    from engine.trace.prompts import encode as encode_chat
 
     return encode_chat(pair.tokenizer, text)
 
@@ -225,7 +225,7 @@ def dev_questions(limit_per_task: int = 3) -> list[Any]:
     path = questions_file()
     if not path.is_file():
         return []
-    from engine.prompts import load_prompts
+    from engine.trace.prompts import load_prompts
 
     try:
         return load_prompts(path, per_category=limit_per_task)
@@ -235,12 +235,12 @@ def dev_questions(limit_per_task: int = 3) -> list[Any]:
 
 def prompt_choices(limit_per_task: int = 3) -> tuple[list[Any], bool]:
     """(prompts to offer, whether they are Spec-Bench's): the dev questions when the file is there,
-    else the project's own `engine.prompts.EXAMPLE_PROMPTS`, one per task type, so Live works on a
+    else the project's own `engine.trace.prompts.EXAMPLE_PROMPTS`, one per task type, so Live works on a
     fresh clone."""
     questions = dev_questions(limit_per_task)
     if questions:
         return questions, True
-    from engine.prompts import EXAMPLE_PROMPTS
+    from engine.trace.prompts import EXAMPLE_PROMPTS
 
     return list(EXAMPLE_PROMPTS), False
 
@@ -253,10 +253,10 @@ PRESETS = {"fixed": "fixed:4", "heuristic": "heuristic", "confidence": "confiden
 def policy_names() -> list[str]:
     """Every policy the engine's parser accepts (PACER registers itself on import), plus
     'autoregressive' (no draft): what the Live page offers and what its error message lists."""
-    from engine.policies import POLICIES
+    from engine.policies.base import POLICIES
 
     try:
-        import engine.pacer  # noqa: F401  (registers "pacer")
+        import engine.policies.pacer  # noqa: F401  (registers "pacer")
     except Exception:  # noqa: BLE001  (a broken optional module must not hide the other policies)
         pass
     return sorted(POLICIES) + [AUTOREGRESSIVE]
@@ -312,7 +312,7 @@ def policy_error(pair: DemoPair, spec: str, temperature: float,
                  drafter: str = MODEL_DRAFT) -> tuple[Any, str | None]:
     """(policy or None for autoregressive, None) or (None, why this spec cannot run on this pair with
     this drafter: 'model' or a model-free drafter spec)."""
-    from engine.policies import parse_policy
+    from engine.policies.base import parse_policy
 
     spec = spec.strip()
     if spec == AUTOREGRESSIVE:
@@ -410,7 +410,7 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
     from engine.decode import decode
     from engine.drafters.modelfree import make_model_free
     from engine.run import Request, make_header
-    from engine.trace import TraceWriter
+    from engine.trace.format import TraceWriter
 
     queue = queue if queue is not None else model_queue()
     ticket = ticket if ticket is not None else queue.take()

@@ -5,7 +5,7 @@
 The traces come from the real decode loop (`engine.run.run_requests`) driving the tiny random
 Llama pair in `app.demo_models`, over one Spec-Bench dev question per task (bytes folded into the
 64-token vocabulary; questions from ../shared/spec_bench when present, else a few built-in lines).
-A reference run (`engine.reference`, demo-tiny-reference.jsonl) over the same prompts feeds the
+A reference run (`engine.offline.reference`, demo-tiny-reference.jsonl) over the same prompts feeds the
 Windows page. One multi-draft trace, demo-tiny-rbv-k3-t07.jsonl, feeds Replay's multi-draft view:
 K = 3 i.i.d. drafts per step (`MultiDrafter`), scored in one target pass (`TreeTarget`), verified
 by RBV at T = 0.7, over the first MULTI_PROMPTS prompts cut to MULTI_PROMPT_BYTES tokens, with at
@@ -37,7 +37,7 @@ FALLBACK = [("writing", "Write a short note to a friend."), ("qa", "Who wrote th
 
 
 def demo_prompts(prompt_bytes: int):
-    from engine.prompts import load_prompts, task_of
+    from engine.trace.prompts import load_prompts, task_of
     from engine.run import Request
     from app.demo_models import text_to_ids
 
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.demo_models import TINY_LABEL, tiny_pair
     from engine.decode import DecodeConfig
-    from engine.policies import parse_policy
+    from engine.policies.base import parse_policy
     from engine.run import run_requests
-    from engine.sampling import SamplingConfig
+    from engine.core.sampling import SamplingConfig
 
     torch.set_num_threads(1)  # tiny matrices: threading costs more than it saves
     target, draft = tiny_pair()
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         write_multi_draft(target, draft, multi, Path(a.out), min(a.max_new_tokens, MULTI_TOKENS), command)
     # The reference run the Windows page analyses: any policy, the oracle included, replays from it.
     if wanted("reference"):
-        from engine.reference import ReferenceConfig, build_reference
+        from engine.offline.reference import ReferenceConfig, build_reference
 
         ref = Path(a.out) / "demo-tiny-reference.jsonl"
         build_reference(target, draft, [{"prompt_ids": r.prompt_ids, "category": r.category,
@@ -106,14 +106,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_multi_draft(target, draft, requests, out_dir: Path, max_new_tokens: int, command: str) -> Path:
     """demo-tiny-rbv-k3-t07.jsonl: the decode loop with K i.i.d. drafts per step, wired as the CLI and
-    `engine.multibench` wire them (MultiDrafter over the draft, TreeTarget over the target)."""
+    `engine.bench.multibench` wire them (MultiDrafter over the draft, TreeTarget over the target)."""
     from app.demo_models import TINY_LABEL
     from engine.decode import DecodeConfig
     from engine.drafters.multi import MultiDraftConfig, MultiDrafter
-    from engine.policies import parse_policy
+    from engine.policies.base import parse_policy
     from engine.run import run_requests
-    from engine.sampling import SamplingConfig
-    from engine.tree import TreeTarget
+    from engine.core.sampling import SamplingConfig
+    from engine.core.tree import TreeTarget
 
     cfg = DecodeConfig(max_new_tokens=max_new_tokens, verifier=MULTI["verifier"],
                        sampling=SamplingConfig(temperature=MULTI["temperature"]))

@@ -1,8 +1,8 @@
-"""Pure figure builders for sweep summaries (engine.sweep.load_sweep_summary): dataframe in, plotly
+"""Pure figure builders for sweep summaries (engine.bench.sweep.load_sweep_summary): dataframe in, plotly
 figure out, no Streamlit calls. Speedup colours run from the app's "rejected" red (slower than
 autoregressive) through white at 1× to its "accepted" green (faster).
 
-Rows are *settings* (engine.sweep.with_settings): the window policy, prefixed with the drafter
+Rows are *settings* (engine.bench.sweep.with_settings): the window policy, prefixed with the drafter
 (`lookup:n=10,ngram=2 · matchlen:…`) once a sweep has model-free drafters, so a drafter × window
 grid reads as one table."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.plots import COLORS, colorbar, layout
-from engine.sweep import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER, speedup_matrix, with_settings
+from engine.bench.sweep import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER, speedup_matrix, with_settings
 
 FACETS = ["pair", "verifier", "temperature", "max_new_tokens", "dtype", "prompt_set"]
 KEYS = ["setting", "drafter", "policy"]  # setting names the other two; they stay as columns to filter on

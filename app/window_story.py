@@ -7,8 +7,8 @@ hand-made frames without Streamlit. Pure functions only: no Streamlit, no file a
 
 Which oracle the headline uses — oracle (a), window = the accepted run A(j): nothing drafted is
 wasted and a step with A(j) = 0 is a plain target step. That is exactly what the real oracle does
-(engine/oracle.py, the bench's `oracle` row), so (a) is the one a real bench can check, and it is
-the oracle engine.analysis measures adaptive positions against. Oracle (b), window = A(j) + 1, pays
+(engine/policies/oracle.py, the bench's `oracle` row), so (a) is the one a real bench can check, and it is
+the oracle engine.offline.analysis measures adaptive positions against. Oracle (b), window = A(j) + 1, pays
 for the mismatching draft (the bar for a rule that must draft a token before judging it); it is
 given beside (a) in the help text, never mixed into the headline.
 """
@@ -36,7 +36,7 @@ WHY_DIFFER = ("Replayed with the reference's timing block they differ: it times 
               "real runs (docs/benchmarks.md, “Replayed vs real, reconciled”).")
 
 ORACLE_HELP = ("Oracle (a): window = the accepted run A(j), so nothing drafted is wasted and a step with A(j) = 0 "
-               "is a plain target step — what the real oracle does (engine/oracle.py, the bench's `oracle` row), "
+               "is a plain target step — what the real oracle does (engine/policies/oracle.py, the bench's `oracle` row), "
                "so it is the one a real run can check. Oracle (b): window = A(j) + 1, it pays for the mismatching "
                "draft — the bar for a rule that must draft a token before judging it.")
 

@@ -41,7 +41,7 @@ def _add_decode(sub) -> None:
 
 
 def cmd_decode(a) -> int:
-    from engine.cli_checks import check_decode_args
+    from engine.cli.checks import check_decode_args
 
     check_decode_args(a)  # every number in range before a model loads or a file is opened
     import torch
@@ -49,11 +49,11 @@ def cmd_decode(a) -> int:
     from engine.decode import DecodeConfig
     from engine.drafters.modelfree import is_model_free, make_model_free
     from engine.drafters.phrase import is_phrase, load_phrase_drafter
-    from engine.models import check_pair, eos_token_ids, load_model
-    from engine.policies import parse_policy
-    from engine.prompts import encode, load_prompts
+    from engine.core.load import check_pair, eos_token_ids, load_model
+    from engine.policies.base import parse_policy
+    from engine.trace.prompts import encode, load_prompts
     from engine.run import Request, run_requests
-    from engine.sampling import SamplingConfig
+    from engine.core.sampling import SamplingConfig
     from engine.verify import MULTI_DRAFT
 
     if a.threads:
@@ -65,7 +65,7 @@ def cmd_decode(a) -> int:
     if oracle and (cfg.verifier in MULTI_DRAFT or not cfg.sampling.greedy):
         raise ValueError("--policy oracle is the greedy hindsight window: use --temperature 0 and a K = 1 verifier")
     if oracle:
-        from engine.oracle import HindsightOracle
+        from engine.policies.oracle import HindsightOracle
 
         policy = HindsightOracle([], [])  # names the rule in the header; each request gets its own
     else:
@@ -93,7 +93,7 @@ def cmd_decode(a) -> int:
         target_lm, draft_lm = phrase
     if draft is not None and cfg.verifier in MULTI_DRAFT:
         from engine.drafters.multi import MultiDraftConfig, MultiDrafter
-        from engine.tree import TreeTarget
+        from engine.core.tree import TreeTarget
 
         target_lm, draft_lm = TreeTarget(target.lm), MultiDrafter(draft.lm, MultiDraftConfig(k=a.k))
     elif a.k != 1:
@@ -121,7 +121,7 @@ def _print_summary(s: dict, path) -> None:
 
 
 def cmd_validate(a) -> int:
-    from engine.trace import TraceError, load_trace
+    from engine.trace.format import TraceError, load_trace
 
     status = 0
     for path in a.traces:
@@ -146,9 +146,9 @@ def cmd_validate(a) -> int:
 
 def cmd_export(a) -> int:
     """The output's suffix picks the format: .parquet (a trace again, loadable everywhere), .json
-    (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.perfetto) or
+    (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.trace.perfetto) or
     .specbench.jsonl (a Spec-Bench answer file that speed.py reads, engine.interop.specbench)."""
-    from engine.trace import TraceError, load_trace, to_parquet
+    from engine.trace.format import TraceError, load_trace, to_parquet
 
     try:
         t = load_trace(a.src)
@@ -162,7 +162,7 @@ def cmd_export(a) -> int:
     elif dst.suffix == ".parquet":
         to_parquet(t, dst)
     elif dst.suffix == ".json":
-        from engine.perfetto import to_perfetto
+        from engine.trace.perfetto import to_perfetto
 
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_text(json.dumps(to_perfetto(t)), encoding="utf-8")
@@ -192,16 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands contributed by other modules: each provides add_parser(sub) that sets `func`.
 EXTRA_COMMANDS: dict[str, str] = {
-    "sweep": "engine.sweep",
-    "bench": "engine.bench",
-    "audit": "engine.audit",
-    "multibench": "engine.multibench",
-    "costs": "engine.costs_cli",
-    "analysis": "engine.analysis_cli",
-    "pacer": "engine.pacer_cli",
-    "dpace": "engine.train.dpace_cli",
-    "import": "engine.interop.cli",
-    "models": "engine.models_cli",
+    "sweep": "engine.bench.sweep",
+    "bench": "engine.bench.bench",
+    "audit": "engine.bench.audit",
+    "multibench": "engine.bench.multibench",
+    "costs": "engine.cli.costs",
+    "analysis": "engine.cli.analysis",
+    "pacer": "engine.cli.pacer",
+    "dpace": "engine.cli.dpace",
+    "import": "engine.cli.interop",
+    "models": "engine.cli.models",
 }
 
 COMMANDS = {"decode": cmd_decode, "validate": cmd_validate, "export": cmd_export}

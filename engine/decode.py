@@ -23,8 +23,8 @@ from typing import Any, Iterator
 import torch
 
 from engine.drafters import Proposal, as_drafter
-from engine.policies import WindowPolicy
-from engine.sampling import SamplingConfig, probs_from_logits
+from engine.policies.base import WindowPolicy
+from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
 
 

@@ -12,9 +12,9 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, StepRecord, decode
-from engine.models import software_versions
-from engine.policies import WindowPolicy
-from engine.trace import TraceWriter
+from engine.core.load import software_versions
+from engine.policies.base import WindowPolicy
+from engine.trace.format import TraceWriter
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from engine.models import HFModel
-from engine.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported for the tests)
+from engine.core.load import HFModel
+from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported for the tests)
 
 VOCAB = 64
 
@@ -35,7 +35,7 @@ def pair(tiny_target, tiny_draft):
 def decode_with_contexts(target, draft, prompt, policy, n, **kw):
     """A decode run's steps, the context each step started from, and the new tokens (drafter tests)."""
     from engine.decode import DecodeConfig, decode
-    from engine.policies import parse_policy
+    from engine.policies.base import parse_policy
 
     steps = list(decode(target, draft, prompt, parse_policy(policy), DecodeConfig(max_new_tokens=n, **kw)))
     seq, ctx = list(prompt), []

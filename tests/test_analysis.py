@@ -10,17 +10,17 @@ import pandas as pd
 import pytest
 import torch
 
-from engine import analysis as an
-from engine.analysis import (CostModel, iid_theory, load_reference, oracle_ratio_table, positions_frame,
+from engine.offline import analysis as an
+from engine.offline.analysis import (CostModel, iid_theory, load_reference, oracle_ratio_table, positions_frame,
                              simulate_policy, variability_table, window_table)
-from engine.costmodel import expected_emitted, leviathan_speedup, oracle_speedup
+from engine.offline.costmodel import expected_emitted, leviathan_speedup, oracle_speedup
 from engine.decode import DecodeConfig, decode
-from engine.models import HFModel
-from engine.policies import parse_policy
-from engine.reference import (Reference, ReferenceConfig, ReferenceFormatError, accept_runs, build_reference,
+from engine.core.load import HFModel
+from engine.policies.base import parse_policy
+from engine.offline.reference import (Reference, ReferenceConfig, ReferenceFormatError, accept_runs, build_reference,
                               loads_reference)
-from engine.sampling import SamplingConfig
-from engine.simulate import _expected, _walk, parse_spec, simulate_steps
+from engine.core.sampling import SamplingConfig
+from engine.offline.replay import _expected, _walk, parse_spec, simulate_steps
 from tests.conftest import greedy_reference, noisy_copy
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]
@@ -331,7 +331,7 @@ def test_malformed_json_and_nan(ref_path):
 
 def test_trace_table_reports_censoring_and_cost(models, tmp_path):
     from engine.run import Request, run_requests
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     target, draft = models
     path = tmp_path / "t.jsonl"
@@ -351,7 +351,7 @@ def test_trace_table_reports_censoring_and_cost(models, tmp_path):
 
 
 def _cli(argv):
-    from engine.analysis_cli import add_parser
+    from engine.cli.analysis import add_parser
 
     ap = argparse.ArgumentParser()
     add_parser(ap.add_subparsers(dest="cmd", required=True))
@@ -409,7 +409,7 @@ def test_oracle_is_never_beaten_in_target_calls(ref):
 def test_required_alpha_inverts_the_speedup_formula():
     """Worked example (flat verify, c = 0, γ = 1): S = 1 + α, so S = 1.5 needs α = 0.5; an
     unreachable S gives None; a measured verify curve raises the bar."""
-    from engine.costmodel import CostModel, expected_emitted, required_alpha
+    from engine.offline.costmodel import CostModel, expected_emitted, required_alpha
 
     assert required_alpha(CostModel.flat(0.0), 1, 1.5) == pytest.approx(0.5, abs=1e-8)
     assert required_alpha(CostModel.flat(0.0), 1, 2.5) is None
@@ -425,7 +425,7 @@ def test_reference_reuses_an_autoregressive_trace(models, ref, tmp_path):
     """--outputs-from: the target's greedy runs taken from an AR trace give the same A(j), tails and
     draft signals as a reference that decodes them itself; a sampled or speculative trace is refused."""
     from engine.decode import DecodeConfig
-    from engine.reference import ar_runs_from_trace
+    from engine.offline.reference import ar_runs_from_trace
     from engine.run import Request, run_requests
 
     target, draft = models
@@ -481,7 +481,7 @@ def test_a_window_longer_than_the_recorded_tails_is_refused_or_capped():
 def test_reused_runs_must_cover_the_budget(models, tmp_path):
     """A recorded run shorter than max_new_tokens that did not end at EOS cannot stand in for the
     target's run (its A(j) would silently stop early); a longer one is cut and marked unfinished."""
-    from engine.reference import reference_request
+    from engine.offline.reference import reference_request
 
     target, draft = models
     known = {"output_ids": [5, 6, 7], "finished": "max_new_tokens", "target_ms": 30.0, "target_step_ms": 10.0}
@@ -544,7 +544,7 @@ def test_cost_optimal_oracle_is_the_cheapest_schedule():
     when a wide verify costs nothing extra (flat verify, c = 0)."""
     import itertools
 
-    from engine.simulate import cost_optimal_windows
+    from engine.offline.replay import cost_optimal_windows
 
     def brute(runs, cost):
         n, best = len(runs), math.inf

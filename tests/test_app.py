@@ -19,7 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import audit_view, data, downloads, plots, tokens
-from engine.trace import load_trace
+from engine.trace.format import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = str(REPO / "app" / "main.py")
@@ -210,7 +210,7 @@ def test_windows_page_shows_pacer_ceiling(app):
 
 
 def test_windows_page_degrades_without_analysis(app, monkeypatch):
-    monkeypatch.setitem(sys.modules, "engine.analysis", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "engine.offline.analysis", None)  # import now raises ImportError
     at = goto(app, "windows")
     assert any("Window analysis is unavailable" in w.value for w in at.warning)
 
@@ -268,7 +268,7 @@ def test_malformed_upload_shows_one_line_error_and_nothing_else_breaks(app, trac
 
 
 def test_parquet_upload(app, trace_dir, tmp_path):
-    from engine.trace import load_trace, to_parquet
+    from engine.trace.format import load_trace, to_parquet
 
     pq = tmp_path / "t.parquet"
     to_parquet(load_trace(trace_dir / "demo-tiny-fixed2.jsonl"), pq)
@@ -300,7 +300,7 @@ def test_live_page_decodes_side_by_side_and_opens_in_replay(app):
     assert [m.label for m in at.metric].count("target calls") == 3  # A, B and the autoregressive baseline
     res = at.session_state["live_result"]
     assert res["state"] == "finished"
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     for side in ("A", "B"):
         t = load_trace(res["paths"][side])
@@ -367,7 +367,7 @@ def test_live_labels_panes_with_what_ran_and_reports_speedup(app):
     assert not at.exception and not at.error
     res = at.session_state["live_result"]
     assert set(res["paths"]) == {"A", "B", "baseline"}
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     base = load_trace(res["paths"]["baseline"])
     assert base.header["policy"]["spec"] == "autoregressive" and base.complete
@@ -387,7 +387,7 @@ def test_live_runs_model_free_drafters_side_by_side(app):
     decode loop (lossless at T = 0: the baseline's tokens), the panes say which drafter ran and show where
     the latest draft was copied from, and bad drafter input is refused under its field before anything runs."""
     from app import live
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     at = goto(app, "live")
     box = at.selectbox(key="live_a_draft_kind")
@@ -498,7 +498,7 @@ def test_draft_fates_and_step_pieces():
 
 
 def test_frames_and_describe(trace_dir):
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     t = load_trace(trace_dir / "demo-tiny-heuristic.jsonl")
     e = data.make_entry("x", "bundled", t)
@@ -512,7 +512,7 @@ def test_frames_and_describe(trace_dir):
 
 
 def test_figures_are_pure_and_share_the_palette(trace_dir):
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
     one = e.steps[e.steps["request_id"] == 0]
@@ -530,7 +530,7 @@ def test_figures_are_pure_and_share_the_palette(trace_dir):
 def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
     """Never-checked drafts are 'pending' (grey) in the timeline as in the token strip, not 'rejected';
     a plain target step's token has its own neutral colour, not the bonus blue."""
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed8.jsonl"))
     fates = e.positions["fate"].value_counts()
@@ -554,14 +554,14 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
     the title or the data), height that fits every legend entry, axis titles, colour bars titled in
     words, and one distinct colour per series."""
     from app import dpace_plots, sweep_plots
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
     many = pd.DataFrame({"series": [f"trace-{i}" for i in range(12) for _ in range(3)],
                          "emitted": [1, 2, 3] * 12})
     verdicts = audit_view.verdicts(audit_view.load_audit(REPO / "docs" / "results" / "audit.csv"))
     summary = json.loads((REPO / "docs" / "results" / "dpace" / "summary.json").read_text())
-    from engine.sweep import SUMMARY_NAME
+    from engine.bench.sweep import SUMMARY_NAME
 
     sweep = pd.read_parquet(synthetic_sweep(tmp_path / "sweep") / SUMMARY_NAME)
     figs = [plots.step_timeline(e.steps[e.steps["request_id"] == 0]), plots.position_heatmap(e.positions),
@@ -590,7 +590,7 @@ def test_bundled_traces_all_load():
     """Whatever sits in traces/ (demo or real) must load, or the Overview reports it as broken."""
     paths = data.bundled_paths(REPO / "traces")
     assert paths, "traces/ should ship demo traces: python -m app.make_demo_traces"
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     for p in paths:
         load_trace(p)
@@ -598,7 +598,7 @@ def test_bundled_traces_all_load():
 
 def synthetic_sweep(folder: Path) -> Path:
     """A sweep folder with only summary.parquet (what the Sweeps page reads): 2 policies × 2 tasks."""
-    from engine.sweep import SUMMARY_NAME, add_speedup
+    from engine.bench.sweep import SUMMARY_NAME, add_speedup
 
     rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
              "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
@@ -612,8 +612,8 @@ def synthetic_sweep(folder: Path) -> Path:
 
 
 TORCH_FREE_MODULES = ("app.data", "app.plots", "app.tokens", "app.downloads", "app.audit_view", "app.sweep_plots",
-                      "app.dpace_plots", "engine.analysis", "engine.reference", "engine.simulate", "engine.sweep",
-                      "engine.perfetto", "engine.trace", "engine.prompts")
+                      "app.dpace_plots", "engine.offline.analysis", "engine.offline.reference", "engine.offline.replay", "engine.bench.sweep",
+                      "engine.trace.perfetto", "engine.trace.format", "engine.trace.prompts")
 
 
 def test_page_modules_do_not_import_torch():
@@ -626,7 +626,7 @@ def test_page_modules_do_not_import_torch():
 
 
 def test_pages_other_than_live_do_not_import_torch(trace_dir, tmp_path):
-    """Only the Live page may pull torch in: every other page, Windows (engine.analysis over reference
+    """Only the Live page may pull torch in: every other page, Windows (engine.offline.analysis over reference
     runs), Sweeps, D-PACE and Audit included, runs in a fresh interpreter without it."""
     sweep = synthetic_sweep(tmp_path / "sweep")
     code = f"""
@@ -655,7 +655,7 @@ def test_live_checks_and_queue(tmp_path, monkeypatch):
 
     from app import live
     from engine.decode import DecodeConfig
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     pair = live.demo_pair("tiny")
     ids, policies, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
@@ -790,7 +790,7 @@ def multi_view(at: AppTest) -> list[dict]:
 
 
 def test_replay_shows_every_drafted_block_of_a_multi_draft_step(app, trace_dir):
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     name = "demo-tiny-rbv-k3-t07.jsonl"
     trace = load_trace(trace_dir / name)
@@ -883,7 +883,7 @@ def test_audit_page_shows_the_verdicts_of_the_csv(app, tmp_path):
 
 
 def test_example_prompts_cover_every_task_type():
-    from engine.prompts import EXAMPLE_PROMPTS, MT_BENCH, task_of
+    from engine.trace.prompts import EXAMPLE_PROMPTS, MT_BENCH, task_of
 
     assert len(EXAMPLE_PROMPTS) == 6 and len({p.question_id for p in EXAMPLE_PROMPTS}) == 6
     cats = {p.category for p in EXAMPLE_PROMPTS}
@@ -900,8 +900,8 @@ def test_example_prompts_cover_every_task_type():
 
 def test_live_works_without_the_spec_bench_file(app, monkeypatch, tmp_path):
     from app.demo_models import text_to_ids
-    from engine.prompts import EXAMPLE_PROMPTS
-    from engine.trace import load_trace
+    from engine.trace.prompts import EXAMPLE_PROMPTS
+    from engine.trace.format import load_trace
 
     monkeypatch.setenv("SPECLAB_SPEC_BENCH", str(tmp_path / "missing" / "questions_dev.jsonl"))
     at = goto(app, "live")

@@ -60,7 +60,7 @@ def tiny_sweep(tmp_path_factory) -> Path:
     """A sweep folder with only summary.parquet (what the Sweeps page reads): 3 policies × 3 tasks."""
     import pandas as pd
 
-    from engine.sweep import SUMMARY_NAME, add_speedup
+    from engine.bench.sweep import SUMMARY_NAME, add_speedup
 
     folder = tmp_path_factory.mktemp("sweep")
     rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
@@ -202,7 +202,7 @@ def test_replay_buttons_and_play(page):
 def test_replay_downloads_read_back(page, tmp_path):
     """The selected trace as Parquet (loads with the engine, same steps as the file on disk) and as
     Perfetto step timings (JSON with one draft and one verify event per step)."""
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     label = page.get_by_role("combobox", name="Trace").input_value().rsplit(" · ", 1)[-1]  # "title · file"
     want = load_trace(REPO / "traces" / label)
@@ -420,7 +420,7 @@ def test_four_sessions_decode_at_once(browser, server, tmp_path):
     exactly the target's greedy output (fp32 speculative greedy decoding is exact)."""
     from PIL import Image
 
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     pages = [new_session(browser, f"{server}/live", {"width": 1280, "height": 1250}) for _ in LOAD_PROMPTS]
     try:

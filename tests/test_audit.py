@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.__main__ import main
-from engine.audit import audit, branches, constant, run_audit
+from engine.bench.audit import audit, branches, constant, run_audit
 from engine.verify import LOSSLESS, verify_token
 from engine.verify.coins import CoinResult, coin
 

@@ -1,7 +1,7 @@
 """The Audit page's verdicts (app.audit_view) from docs/results/audit.csv: pure pandas, no torch.
 
 The verdicts are checked against docs/audit.md, which `python -m engine audit` writes from the same
-rows with the engine's own rule (engine.audit.AuditRow.lossless), and against a perturbed copy."""
+rows with the engine's own rule (engine.bench.audit.AuditRow.lossless), and against a perturbed copy."""
 
 from __future__ import annotations
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import engine.trace as trace_mod
+import engine.trace.format as trace_mod
 from engine.__main__ import main
 from engine.decode import DecodeConfig
-from engine.policies import parse_policy
+from engine.policies.base import parse_policy
 from engine.run import Request, run_requests
-from engine.trace import TraceWriteError, TraceWriter, load_trace
+from engine.trace.format import TraceWriteError, TraceWriter, load_trace
 
 PROMPTS = Path(__file__).resolve().parent.parent / "docs" / "examples" / "prompts-tiny.jsonl"
 
@@ -64,7 +64,7 @@ def test_wrong_model_path_is_one_line(tmp_path, capsys):
 
 
 def test_unreadable_prompts_files(tmp_path, capsys, monkeypatch):
-    from engine.prompts import load_prompts
+    from engine.trace.prompts import load_prompts
 
     with pytest.raises(ValueError, match="is not a file"):
         load_prompts(tmp_path)
@@ -94,7 +94,7 @@ def test_unreadable_prompts_files(tmp_path, capsys, monkeypatch):
 
 
 def test_sweep_grid_with_unknown_keys(tmp_path):
-    from engine import sweep
+    from engine.bench import sweep
 
     (tmp_path / "p.jsonl").write_text(PROMPTS.read_text())
     base = 'policies = ["autoregressive"]\n[[pairs]]\ntarget = "t"\n{pair}[[prompts]]\nfile = "p.jsonl"\n{prompts}'
@@ -158,7 +158,7 @@ def test_unwritable_trace_path_is_one_line(tmp_path, capsys):
 
 
 def test_mismatched_tokenizers_are_refused(pair):
-    from engine.models import check_pair
+    from engine.core.load import check_pair
 
     target, draft = pair
 

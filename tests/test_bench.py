@@ -3,7 +3,7 @@
 import json
 
 from engine.__main__ import main
-from engine.bench import aggregate, RunResult
+from engine.bench.bench import aggregate, RunResult
 from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 
 
@@ -48,7 +48,7 @@ def test_aggregate_ratio_of_means():
 
 
 def test_bench_counts_dropped_drafts(pair):
-    from engine.bench import run_ours
+    from engine.bench.bench import run_ours
     from engine.decode import DecodeConfig
 
     target, draft = pair
@@ -71,8 +71,8 @@ def test_bench_refuses_greedy_only_trim_before_running(model_dirs, tmp_path, cap
 def test_bench_writes_traces_and_overhead(model_dirs, tmp_path):  # noqa: F811
     """--trace-dir: one trace per configuration, each a complete run that loads; our greedy traces
     reproduce AR; HF rows are recorded step by step; non-model time is a share of wall time."""
-    from engine.bench import trace_name
-    from engine.trace import load_trace
+    from engine.bench.bench import trace_name
+    from engine.trace.format import load_trace
 
     t, d, _ = model_dirs
     prompts = tmp_path / "p.jsonl"
@@ -105,8 +105,8 @@ def test_bench_writes_traces_and_overhead(model_dirs, tmp_path):  # noqa: F811
 
 def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
     """A run stopped after its first prompt: the checkpoint holds that prompt, the traces no footer."""
-    from engine.bench import BenchConfig, run_bench, trace_name
-    from engine.trace import load_trace
+    from engine.bench.bench import BenchConfig, run_bench, trace_name
+    from engine.trace.format import load_trace
 
     class Tok:
         chat_template = None
@@ -160,7 +160,7 @@ def test_bench_mixes_model_and_model_free_drafters_in_one_run(model_dirs, tmp_pa
     rows = {x["config"]: x for x in res["rows"] if x["task"] == "overall"}
     assert rows["ar"]["decode_speedup_vs_ar"] == 1.0 and rows["fixed:2"]["decode_speedup_vs_ar"] > 0
     # each drafter's trace names its own draft: the model-free configs are not labelled with the model
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     lk = load_trace(tdir / "fixed-4-lookup-n-4-ngram-2-t0.jsonl")
     assert "lookup" in str(lk.header["draft"]) and not (tdir / "hf-lookup-4-t0.jsonl").exists()
@@ -170,7 +170,7 @@ def test_bench_mixes_model_and_model_free_drafters_in_one_run(model_dirs, tmp_pa
 def test_bench_refuses_a_model_draft_after_at():
     import pytest
 
-    from engine.bench import split_config
+    from engine.bench.bench import split_config
 
     assert split_config("fixed:4@lookup:n=4") == ("fixed:4", "lookup:n=4")
     assert split_config("heuristic") == ("heuristic", None)
@@ -182,7 +182,7 @@ def test_bench_refuses_a_model_draft_after_at():
 def test_a_spec_comma_taken_as_separator_is_refused_with_the_fix():
     import pytest
 
-    from engine.cli_checks import split_specs
+    from engine.cli.checks import split_specs
 
     assert split_specs("ar,fixed:2,heuristic") == ["ar", "fixed:2", "heuristic"]
     assert split_specs("ar;confidence:0.5,trim=1") == ["ar", "confidence:0.5,trim=1"]

@@ -8,7 +8,7 @@ from engine.decode import DecodeConfig, decode
 from engine.drafters.block import (BlockDrafter, BlockDrafterConfig, BlockDrafterModel, BlockLM, FeatureLM,
                                    block_attention_mask, block_logits, build_target_layer_ids, load_block_drafter,
                                    save_block_drafter, target_features)
-from engine.policies import Fixed
+from engine.policies.base import Fixed
 from tests.conftest import VOCAB, greedy_reference, tiny_llama
 
 LAYERS = (0, 1)
@@ -99,7 +99,7 @@ def test_feature_lm_matches_full_forward(target):
 
 def _quick_train(lm, target, steps=60):
     """A few uniform-CE steps on the target's greedy continuations: enough for some acceptances."""
-    from engine.train.dpace import make_objective
+    from engine.train.dpace.fit import make_objective
 
     g = torch.Generator().manual_seed(5)
     prompts = torch.randint(0, VOCAB - 1, (16, 4), generator=g)
@@ -143,7 +143,7 @@ def test_greedy_decoding_exact(target, trained):
 
 
 def test_sampling_decoding_runs_and_is_seeded(target):
-    from engine.sampling import SamplingConfig
+    from engine.core.sampling import SamplingConfig
 
     lm = make_lm(target, seed=3)
     ft = FeatureLM(target, LAYERS)
@@ -190,7 +190,7 @@ COMMITTED = __import__("pathlib").Path(__file__).resolve().parent.parent / "mode
 
 @pytest.mark.skipif(not (COMMITTED / "drafter" / "model.safetensors").is_file(), reason="no committed drafter")
 def test_committed_tiny_drafter_is_exact_and_accepts():
-    from engine.train.tiny_target import ByteTokenizer, load_target
+    from engine.train.dpace.tiny_target import ByteTokenizer, load_target
 
     tgt = load_target(COMMITTED / "target")
     model = load_block_drafter(COMMITTED / "drafter")
@@ -212,8 +212,8 @@ def test_committed_smollm2_block_drafter_is_exact_and_accepts():
     """The demo target with the committed block drafter: greedy output equals the target's own greedy
     output token for token (EOS included), and the drafter gets drafts accepted."""
     from engine.drafters.block import load_block_vocab
-    from engine.prompts import EXAMPLE_PROMPTS, encode
-    from engine.smollm import load_smollm2
+    from engine.trace.prompts import EXAMPLE_PROMPTS, encode
+    from engine.core.smollm import load_smollm2
 
     tgt, tok = load_smollm2(dtype=torch.float32)
     model = load_block_drafter(SMOL)

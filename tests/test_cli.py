@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from engine.__main__ import main
-from engine.trace import load_trace
+from engine.trace.format import load_trace
 from tests.conftest import noisy_copy, tiny_llama
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]
@@ -111,7 +111,7 @@ def test_multidraft_decode_cli(model_dirs, tmp_path):
 
 def test_costs_command_solves_the_acceptance_each_window_needs(model_dirs, tmp_path, capsys):
     """`costs` measures c and v(γ) and, per γ, the α at which E[emitted]/cost(γ) reaches each speedup."""
-    from engine.costmodel import CostModel, expected_emitted
+    from engine.offline.costmodel import CostModel, expected_emitted
 
     t, d, _ = model_dirs
     out, md = tmp_path / "costs.json", tmp_path / "bench.md"

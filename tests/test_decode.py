@@ -8,9 +8,9 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decode import DecodeConfig, decode
-from engine.models import HFModel, TableLM
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
+from engine.core.load import HFModel, TableLM
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 2, 2, 2, 2, 11, 40]]
@@ -150,7 +150,7 @@ def test_auto_dtype_is_bf16_only_where_native(monkeypatch):
 
     import torch
 
-    from engine import models
+    from engine.core import load as models
 
     assert models.resolve_dtype("auto", "cuda") == torch.bfloat16
     real_open = builtins.open

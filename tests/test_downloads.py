@@ -1,4 +1,4 @@
-"""Downloads and exports without a browser: Perfetto step timings (engine.perfetto and the export CLI),
+"""Downloads and exports without a browser: Perfetto step timings (engine.trace.perfetto and the export CLI),
 trace Parquet bytes that load back, and table CSV bytes that read back as the same table
 (app.downloads). Runs on the bundled traces in traces/; no torch."""
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from app import data, downloads
-from engine.perfetto import TRACKS, to_perfetto
-from engine.trace import load_trace, loads_trace
+from engine.trace.perfetto import TRACKS, to_perfetto
+from engine.trace.format import load_trace, loads_trace
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = ["demo-tiny-fixed4.jsonl", "demo-tiny-heuristic.jsonl", "demo-tiny-rbv-k3-t07.jsonl"]

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from engine.train.dpace import (BlockTrainConfig, dflash_gamma, dflash_weights, dpace_weights, make_objective,
+from engine.train.dpace.fit import (BlockTrainConfig, dflash_gamma, dflash_weights, dpace_weights, make_objective,
                                 surrogate, train_run)
-from engine.train.dpace_trace import TrainingTraceError, TrainingTraceWriter, load_training_trace
+from engine.train.dpace.training_trace import TrainingTraceError, TrainingTraceWriter, load_training_trace
 
 
 def brute_force(q, valid, alpha, variant="full"):
@@ -214,7 +214,7 @@ def test_trace_loader_rejects_bad_json_and_missing_header(tmp_path):
 def tiny_data(tmp_path_factory):
     from safetensors.torch import save_file
 
-    from engine.train.tiny_target import TinyConfig, build_target, greedy_continue
+    from engine.train.dpace.tiny_target import TinyConfig, build_target, greedy_continue
 
     root = tmp_path_factory.mktemp("tiny")
     cfg = TinyConfig(hidden=32, layers=4, heads=4, ffn=64)
@@ -247,7 +247,7 @@ def test_train_run_smoke_and_resume(tiny_data, tmp_path):
     ref = json.loads((d / "final.json").read_text())
     shutil.rmtree(run2)
     # simulate a kill: run with steps=8 but stop at the checkpoint by raising from the progress path
-    import engine.train.dpace as dp
+    import engine.train.dpace.fit as dp
 
     orig = dp._lr
     calls = {"n": 0}
@@ -275,7 +275,7 @@ def test_online_eval_report_and_plots(tiny_data, tmp_path):
     """Online decoding through the engine is exact (outputs equal autoregressive), the report's paired
     differences are computed per seed, and the dashboard's figures build from the results dir."""
     from app import dpace_plots
-    from engine.train.dpace_eval import online_eval, paired_ci, write_results
+    from engine.train.dpace.eval import online_eval, paired_ci, write_results
 
     base = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path / "runs"), steps=4, batch=2, anchors=4,
                             block_size=4, ffn=64, log_every=2, eval_every=2, ckpt_every=100, eval_seqs=2,
@@ -290,7 +290,7 @@ def test_online_eval_report_and_plots(tiny_data, tmp_path):
     res = online_eval(runs, tiny_data, str(prompts), per_category=1, max_new_tokens=12, prompt_len=8,
                       traces_dir=tmp_path / "dec", progress=False)
     assert all(r["outputs_equal_ar"] and 1.0 <= r["tau_online"] <= 4.0 for r in res.values())
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     assert load_trace(tmp_path / "dec" / f"{runs[0].name}.jsonl").complete
     out = write_results(tmp_path / "runs", 4, tmp_path / "results")
@@ -318,7 +318,7 @@ def ragged_data(tiny_data, tmp_path_factory):
 
     from safetensors.torch import load_file, save_file
 
-    from engine.train.tiny_target import PAD
+    from engine.train.dpace.tiny_target import PAD
 
     root = tmp_path_factory.mktemp("ragged")
     shutil.copytree(tiny_data / "target", root / "target")
@@ -344,7 +344,7 @@ def ragged_data(tiny_data, tmp_path_factory):
 
 
 def test_per_row_anchors_stay_inside_each_answer():
-    from engine.train.dpace import sample_anchors
+    from engine.train.dpace.fit import sample_anchors
 
     S = torch.tensor([30, 21, 40, 26])
     P = torch.tensor([5, 10, 3, 20])
@@ -360,8 +360,8 @@ def test_per_row_anchors_stay_inside_each_answer():
 
 def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
     from engine.drafters.block import BlockLM, load_block_drafter
-    from engine.train.dpace import FeatureData, offline_tau
-    from engine.train.tiny_target import load_target
+    from engine.train.dpace.fit import FeatureData, offline_tau
+    from engine.train.dpace.tiny_target import load_target
 
     cfg = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path), block_size=4, ffn=64, steps=30, batch=4,
                            anchors=8, lr=5e-3, eval_every=1000, ckpt_every=1000, eval_seqs=2, final_eval_seqs=2)
@@ -380,8 +380,8 @@ def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
 
 
 def test_ragged_rows_train_with_reduced_head_and_decode_exactly(ragged_data, tmp_path):
-    from engine.train.dpace import FeatureData
-    from engine.train.dpace_eval import online_eval
+    from engine.train.dpace.fit import FeatureData
+    from engine.train.dpace.eval import online_eval
 
     data = FeatureData(ragged_data, (1, 2, 3))
     assert not data.uniform and data.vocab_subset is not None
@@ -408,7 +408,7 @@ def test_ragged_rows_train_with_reduced_head_and_decode_exactly(ragged_data, tmp
 def test_target_preset_and_command_line_override():
     import argparse
 
-    from engine.train.cli import add_dataclass_args, override
+    from engine.cli.dataclass_args import add_dataclass_args, override
 
     p = argparse.ArgumentParser()
     add_dataclass_args(p, BlockTrainConfig, unset_default=True)
@@ -432,8 +432,8 @@ def test_prepare_smollm2_layout_from_generated_shards(tmp_path):
     head is exactly the set of answer tokens, and a data set that contains the mask token is refused."""
     import numpy as np
 
-    from engine.train.dpace_targets import SmolDataConfig, kind_of, load_block_data, prepare_smollm2
-    from engine.train.gen import save_shard_atomic
+    from engine.train.dpace.targets import SmolDataConfig, kind_of, load_block_data, prepare_smollm2
+    from engine.train.draft.gen import save_shard_atomic
 
     gen = tmp_path / "gen"
     gen.mkdir()
@@ -474,7 +474,7 @@ def test_prepare_smollm2_layout_from_generated_shards(tmp_path):
 
 
 def test_interleaved_speed_times_every_window(ragged_data, tmp_path):
-    from engine.train.dpace_eval import interleaved_speed
+    from engine.train.dpace.eval import interleaved_speed
 
     base = BlockTrainConfig(data_dir=str(ragged_data), runs_dir=str(tmp_path), steps=4, batch=2, anchors=4,
                             block_size=4, ffn=64, eval_every=100, ckpt_every=100, eval_seqs=2, final_eval_seqs=2)
@@ -492,7 +492,7 @@ def test_interleaved_speed_times_every_window(ragged_data, tmp_path):
 
 def test_summary_baseline_is_dflash_at_its_default_gamma():
     """A DFlash run with another γ is a row of its own; the Δ columns are always against γ = 7 (B = 16)."""
-    from engine.train.dpace_eval import summarize
+    from engine.train.dpace.eval import summarize
 
     def row(obj, label, seed, tau, gamma=None, alpha=None):
         return {"label": label, "objective": obj, "seed": seed, "tau_offline": tau, "gamma": gamma, "alpha": alpha,

@@ -2,7 +2,7 @@
 
 import json
 
-from engine import gpu_check
+from engine.bench import gpu_check
 
 
 def test_gpu_check_runs_on_cpu(tmp_path):

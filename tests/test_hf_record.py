@@ -1,11 +1,11 @@
-"""engine.hf_record: HF assisted generation recorded per step, on a tiny random pair built from configs."""
+"""engine.bench.hf_record: HF assisted generation recorded per step, on a tiny random pair built from configs."""
 
 import pytest
 import torch
 
-from engine.hf_record import hf_header, record_assisted
-from engine.tiny import noisy_copy, tiny_llama
-from engine.trace import TraceWriter, load_trace
+from engine.bench.hf_record import hf_header, record_assisted
+from engine.core.tiny import noisy_copy, tiny_llama
+from engine.trace.format import TraceWriter, load_trace
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7], [30, 31, 32, 33, 34, 35, 36]]
 N = 40

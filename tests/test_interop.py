@@ -9,9 +9,9 @@ import pytest
 from engine.__main__ import main
 from engine.decode import DecodeConfig
 from engine.interop import bounds, specbench, speed
-from engine.policies import parse_policy
+from engine.policies.base import parse_policy
 from engine.run import Request, run_requests
-from engine.trace import TraceError, load_trace, to_parquet
+from engine.trace.format import TraceError, load_trace, to_parquet
 
 # Two methods and a baseline over three questions (two MT-bench, one translation), written by hand
 # the way Spec-Bench's eval.py writes them: accept_lengths concatenated over turns.

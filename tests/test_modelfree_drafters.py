@@ -14,9 +14,9 @@ from engine.decode import DecodeConfig, decode
 from engine.drafters.lookup import LookupDrafter, lookup
 from engine.drafters.modelfree import make_model_free
 from engine.drafters.suffix import SuffixDrafter, SuffixTrie
-from engine.models import HFModel, TableLM
-from engine.policies import Fixed, parse_policy
-from engine.sampling import SamplingConfig
+from engine.core.load import HFModel, TableLM
+from engine.policies.base import Fixed, parse_policy
+from engine.core.sampling import SamplingConfig
 from tests.conftest import decode_with_contexts, greedy_reference
 from tests.test_cli import model_dirs  # noqa: F401  (fixture: tiny target saved with a tokenizer)
 from tests.test_decode import _exact_joint
@@ -240,7 +240,7 @@ def test_chi_square_rejects_a_wrong_q():
 @pytest.mark.parametrize("spec,policy", [("lookup:n=4", "fixed:4"), ("suffix:n=8", "matchlen:1,offset=2")])
 def test_decode_cli_with_a_model_free_draft(model_dirs, tmp_path, spec, policy):  # noqa: F811
     from engine.__main__ import main
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     t, _, prompts = model_dirs
     out = tmp_path / "mf.jsonl"

@@ -6,13 +6,13 @@ import itertools
 import pytest
 import torch
 
-from engine.audit import audit, notes_toy, toy_cases
+from engine.bench.audit import audit, notes_toy, toy_cases
 from engine.decode import DecodeConfig, decode
 from engine.drafters.multi import MultiDraftConfig, MultiDrafter
-from engine.models import HFModel, TableLM
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
-from engine.tree import TreeConfig, TreeTarget, build_trie
+from engine.core.load import HFModel, TableLM
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
+from engine.core.tree import TreeConfig, TreeTarget, build_trie
 from engine.verify import VERIFIERS, verify_block
 from engine.verify.multidraft import kseq_rho
 from tests.test_verify_block import chi_square_of_loop
@@ -195,7 +195,7 @@ def test_chi_square_flags_published_spectr_gbv():
 
 def test_multibench_rows_and_tables(pair):
     """The benchmark's run/aggregate/format path on the tiny pair (no tokenizer needed)."""
-    from engine.multibench import MultiBenchConfig, aggregate, format_tables, run_one
+    from engine.bench.multibench import MultiBenchConfig, aggregate, format_tables, run_one
 
     target, draft = pair
     cfg = MultiBenchConfig(ks=(1, 2), ls=(3,), temps=(0.7,), max_new_tokens=10)
@@ -206,7 +206,7 @@ def test_multibench_rows_and_tables(pair):
     assert next(r for r in rows if r["config"] == "ar")["block_efficiency"] == 1.0
     text = format_tables({"rows": rows})
     assert "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
-    from engine.multibench import measure_modes
+    from engine.bench.multibench import measure_modes
 
     modes = measure_modes(target, draft, [1, 5, 9, 3], ks=(2,), ls=(3,), reps=1)
     assert {"draft_batch_ms", "draft_sequential_ms", "target_tree_ms", "target_batch_ms"} <= set(modes[1])
@@ -217,7 +217,7 @@ def test_multibench_rows_and_tables(pair):
 def test_multi_draft_trace_validates(pair, tmp_path, verifier):
     """Traces carry every draft block, the chosen index and per-position decisions, and load back."""
     from engine.run import Request, run_requests
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     target, draft = pair
     k = 1 if verifier == "block" else 3

@@ -1,11 +1,11 @@
-"""The hindsight oracle window run for real (engine.oracle): exact, never wastes a draft, fewest calls."""
+"""The hindsight oracle window run for real (engine.policies.oracle): exact, never wastes a draft, fewest calls."""
 
 import pytest
 
 from engine.decode import DecodeConfig, decode
-from engine.oracle import HindsightOracle, hindsight
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
+from engine.policies.oracle import HindsightOracle, hindsight
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference
 from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 
@@ -42,7 +42,7 @@ def test_oracle_refuses_sampling_and_bad_lengths(pair):
 
 def test_decode_cli_with_the_oracle(model_dirs, tmp_path):  # noqa: F811
     from engine.__main__ import main
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     t, d, prompts = model_dirs
     ar, orc = tmp_path / "ar.jsonl", tmp_path / "oracle.jsonl"

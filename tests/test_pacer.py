@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from engine.decode import DecodeConfig, decode
-from engine.models import HFModel
-from engine.pacer import (Pacer, PreVerifier, PreVerifierConfig, block_decision, load_weights, save_weights,
+from engine.core.load import HFModel
+from engine.policies.pacer import (Pacer, PreVerifier, PreVerifierConfig, block_decision, load_weights, save_weights,
                           step_mask)
-from engine.policies import DraftInfo, parse_policy
-from engine.sampling import SamplingConfig
-from engine.train.pacer import PacerTrainConfig, auc, calibration, train
-from engine.train.pacer_data import (StepData, _atomic_save, _shard_tensors, batch_loss, load_split, make_batch,
+from engine.policies.base import DraftInfo, parse_policy
+from engine.core.sampling import SamplingConfig
+from engine.train.pacer.fit import PacerTrainConfig, auc, calibration, train
+from engine.train.pacer.data import (StepData, _atomic_save, _shard_tensors, batch_loss, load_split, make_batch,
                                      pack_steps, record_request)
 from tests.conftest import greedy_reference
 from tests.test_cli import model_dirs  # noqa: F401  (fixture)
@@ -260,7 +260,7 @@ def test_train_then_decode_and_sweep(recorded, tiny_target, tiny_draft, tmp_path
 
 
 def test_sim_pacer_rule_mirrors_policy():
-    from engine import pacer_sim as sim
+    from engine.offline import pacer_replay as sim
 
     g = torch.Generator().manual_seed(0)
     for trial in range(40):
@@ -280,7 +280,7 @@ def test_sim_pacer_rule_mirrors_policy():
 
 
 def test_replay_arithmetic():
-    from engine import pacer_sim as sim
+    from engine.offline import pacer_replay as sim
 
     costs = sim.Costs(t_draft=1.0, t_verify=tuple(10.0 + k for k in range(17)))
     st = [sim.Step(n=2, W=16, q=[0.9] * 16, ent=[0.1] * 16, s={}, request=0, temperature=0.0)]
@@ -293,7 +293,7 @@ def test_replay_arithmetic():
 def test_perfect_preverifier_is_pacer_with_an_exact_mb():
     """The ceiling rule = the real PACER rule (b = 1, trim = 1) fed scores 1 for accepted tokens and 0
     for rejected ones, and it pays exactly one draft forward + one M_B call more than the oracle."""
-    from engine import pacer_sim as sim
+    from engine.offline import pacer_replay as sim
 
     g = torch.Generator().manual_seed(1)
     for trial in range(60):
@@ -319,7 +319,7 @@ def test_parse_policy_knows_pacer():
 
 
 def _spec_takes_paths() -> bool:
-    from engine import policies
+    from engine.policies import base as policies
 
     try:
         return isinstance(policies._number("a/b"), str)
@@ -328,10 +328,10 @@ def _spec_takes_paths() -> bool:
 
 
 @pytest.mark.skipif(not _spec_takes_paths(), reason="policy specs parse numbers only (weights=PATH needs "
-                                                   "engine.policies._number to fall back to the string)")
+                                                   "engine.policies.base._number to fall back to the string)")
 def test_cli_decode_with_pacer(model_dirs, tmp_path):  # noqa: F811
     from engine.__main__ import main
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     t, d, prompts = model_dirs
     w = tmp_path / "w.safetensors"
@@ -372,7 +372,7 @@ def test_cli_bench_with_pacer_variant(model_dirs, tmp_path):  # noqa: F811
 
 
 def test_shard_claims_are_exclusive(tmp_path):
-    from engine.train.pacer_data import _claim
+    from engine.train.pacer.data import _claim
 
     p = tmp_path / "train-00000.safetensors"
     assert _claim(p) and not _claim(p)  # a second worker skips the shard

@@ -10,12 +10,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.audit import branches
+from engine.bench.audit import branches
 from engine.decode import DecodeConfig, decode
 from engine.drafters.phrase import PhraseDrafter, PhrasePool, is_phrase, parse_phrase_spec, phrase_target
-from engine.models import HFModel, TableLM
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
+from engine.core.load import HFModel, TableLM
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
 from engine.verify import VERIFIERS, uniforms_needed
 from engine.verify.onehot_tree import verify_onehot_tree
 from tests.conftest import decode_with_contexts, greedy_reference
@@ -146,7 +146,7 @@ def test_matchlen_policy_cuts_the_phrase_at_its_match_length():
 
 
 def test_pacer_stop_rule_on_the_drafter_scores():
-    from engine.pacer import Pacer, PreVerifier, PreVerifierConfig
+    from engine.policies.pacer import Pacer, PreVerifier, PreVerifierConfig
 
     mb = PreVerifier(PreVerifierConfig(hidden_size=8))
     d = PhraseDrafter(successor_lm())
@@ -266,7 +266,7 @@ def test_greedy_equals_target_generate(tiny_target, tiny_draft, spec, policy, ve
 
 
 def test_pacer_with_phrases_is_greedy_exact(tiny_target, tiny_draft):
-    from engine.pacer import Pacer, PreVerifier, PreVerifierConfig
+    from engine.policies.pacer import Pacer, PreVerifier, PreVerifierConfig
 
     mb = PreVerifier(PreVerifierConfig(hidden_size=tiny_draft.config.hidden_size))
     d = PhraseDrafter(HFModel(tiny_draft, "tiny-draft", want_hidden=True), n=4, ngram=1)
@@ -372,7 +372,7 @@ from tests.test_cli import model_dirs  # noqa: E402,F401  (fixture: tiny target 
 @pytest.mark.parametrize("extra,verifier", [("n=2,ngram=1", "token"), ("n=2,k=2,ngram=1", "onehot-tree")])
 def test_decode_cli_with_the_phrase_drafter(model_dirs, tmp_path, extra, verifier):  # noqa: F811
     from engine.__main__ import main
-    from engine.trace import load_trace
+    from engine.trace.format import load_trace
 
     t, d, prompts = model_dirs
     out = tmp_path / "phrase.jsonl"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import provision as pv
+from engine.core import provision as pv
 
 
 def _gguf(path: Path) -> bytes:
@@ -153,7 +153,7 @@ def test_missing_and_interrupted_models_give_one_line(tmp_path):
 
 
 def test_short_names_resolve():
-    from engine.models import qwen_name
+    from engine.core.load import qwen_name
 
     assert qwen_name("qwen2.5-coder-1.5b") == ("qwen2.5-coder-1.5b", None)
     assert qwen_name("qwen2.5-coder-1.5b-instruct") == ("qwen2.5-coder-1.5b", None)

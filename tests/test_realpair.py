@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.provision import installed
+from engine.core.provision import installed
 
 pytestmark = [pytest.mark.realpair,
               pytest.mark.skipif(not (installed("qwen2.5-coder-1.5b") and installed("qwen2.5-coder-0.5b")),
@@ -11,9 +11,9 @@ pytestmark = [pytest.mark.realpair,
 
 def test_qwen_pair_greedy_matches_autoregressive_in_fp32():
     from engine.decode import DecodeConfig, decode
-    from engine.models import check_pair, eos_token_ids, load_model
-    from engine.policies import parse_policy
-    from engine.prompts import encode
+    from engine.core.load import check_pair, eos_token_ids, load_model
+    from engine.policies.base import parse_policy
+    from engine.trace.prompts import encode
 
     target = load_model("qwen2.5-coder-1.5b", "fp32", "cpu", role="target")
     draft = load_model("qwen2.5-coder-0.5b", "fp32", "cpu", role="draft", target=target)

@@ -9,11 +9,11 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decode import DecodeConfig, decode
-from engine.models import HFModel
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
-from engine.tiny import noisy_copy, tiny_llama
-from engine.vocab_subset import build_subset, load_subset, save_subset
+from engine.core.load import HFModel
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
+from engine.core.tiny import noisy_copy, tiny_llama
+from engine.core.vocab_subset import build_subset, load_subset, save_subset
 
 V = 4
 KEEP = torch.tensor([0, 2, 3])  # token 1 can never be drafted: only the residual can emit it

@@ -5,7 +5,7 @@ import re
 from streamlit.testing.v1 import AppTest
 
 from app import data, tokens
-from engine.trace import load_trace
+from engine.trace.format import load_trace
 from tests.test_app import MAIN, TIMEOUT
 from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 

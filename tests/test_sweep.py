@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from engine import sweep
-from engine.sweep_bench import make_tiny_models
-from engine.trace import load_trace
+from engine.bench import sweep
+from engine.bench.sweep_bench import make_tiny_models
+from engine.trace.format import load_trace
 
 PROMPTS = [
     {"question_id": 1, "category": "writing", "turns": ["write a note about the sea."]},

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from engine.decode import DecodeConfig
-from engine.policies import parse_policy
+from engine.policies.base import parse_policy
 from engine.run import Request, run_requests
-from engine.trace import TraceError, load_trace, loads_trace, summarize, to_parquet
+from engine.trace.format import TraceError, load_trace, loads_trace, summarize, to_parquet
 
 
 @pytest.fixture()

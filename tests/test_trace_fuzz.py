@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import trace_screen
-from engine.trace import Trace, TraceError, build_trace, loads_trace, parse_jsonl, summarize, to_parquet
-from engine.trace_bench import synthetic_records
-from engine.trace_check import MAX_ENTROPY, MAX_MS, TOKEN_MAX
+from engine.trace import screen as trace_screen
+from engine.trace.format import Trace, TraceError, build_trace, loads_trace, parse_jsonl, summarize, to_parquet
+from engine.trace.loadbench import synthetic_records
+from engine.trace.check import MAX_ENTROPY, MAX_MS, TOKEN_MAX
 
 EXAMPLES = int(os.environ.get("SPECLAB_FUZZ_EXAMPLES", "300"))
 SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,

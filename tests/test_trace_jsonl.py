@@ -1,4 +1,4 @@
-"""The fast JSONL reader (engine/trace_jsonl.py) and the summary on columns: same answers as the
+"""The fast JSONL reader (engine/trace/jsonl.py) and the summary on columns: same answers as the
 reference path, on traces long enough to span several chunks."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from engine import trace_jsonl
-from engine.trace import Lines, TraceError, build_trace, loads_trace, parse_jsonl, summarize
-from engine.trace_bench import synthetic_records
-from engine.trace_screen import DictColumns, screen_steps
+from engine.trace import jsonl as trace_jsonl
+from engine.trace.format import Lines, TraceError, build_trace, loads_trace, parse_jsonl, summarize
+from engine.trace.loadbench import synthetic_records
+from engine.trace.screen import DictColumns, screen_steps
 
 NAME = "big.jsonl"
 

@@ -5,7 +5,7 @@ same line, or q′ = q·1[q ≥ t]/Z normalises over tokens the loop would have 
 import pytest
 import torch
 
-from engine.policies import Confidence, DraftInfo
+from engine.policies.base import Confidence, DraftInfo
 
 
 @pytest.mark.parametrize("t", [0.45, 0.4, 0.3, 0.15, 0.1])

@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import data
-from engine.trace import TraceError, loads_trace
-from engine.trace_bench import synthetic_records
+from engine.trace.format import TraceError, loads_trace
+from engine.trace.loadbench import synthetic_records
 from tests.test_trace_fuzz import POOL, mutate
 
 MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")

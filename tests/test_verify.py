@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from engine.audit import audit, constant, output_distribution, toy_cases
-from engine.sampling import SamplingConfig, probs_from_logits, sample_from
+from engine.bench.audit import audit, constant, output_distribution, toy_cases
+from engine.core.sampling import SamplingConfig, probs_from_logits, sample_from
 from engine.verify import verify_token
 
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.audit import audit, constant, notes_toy, toy_cases
+from engine.bench.audit import audit, constant, notes_toy, toy_cases
 from engine.decode import DecodeConfig, decode
-from engine.models import TableLM
-from engine.policies import parse_policy
-from engine.sampling import SamplingConfig
+from engine.core.load import TableLM
+from engine.policies.base import parse_policy
+from engine.core.sampling import SamplingConfig
 from engine.verify import verify_block, verify_token
 from engine.verify.block import verify_block_same_row
 
@@ -140,7 +140,7 @@ def test_chi_square_of_the_real_loop_with_trimmed_windows():
 def test_uncorrected_trim_is_caught_by_the_same_statistic(monkeypatch):
     """Without the kept-law correction (verify against q instead of q·1[q ≥ t]/Z) the loop is biased:
     the χ² statistic above can see it, so its pass is evidence."""
-    from engine.policies import Confidence
+    from engine.policies.base import Confidence
 
     monkeypatch.setattr(Confidence, "kept_proposal", lambda self, q: q)
     pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 3_000, policy="confidence:0.5,trim=1,max=3")
@@ -162,7 +162,7 @@ class HiddenTableLM(TableLM):
 def pacer_on_table(threshold=0.45):
     """PACER with b = 1, trim = 1 and a hand-written M_B: s_i = Π_{j≤i} m_j · (0.7 + 0.3·[last token = 0])
     with m_j its confidence input. It reads the hidden state and the confidence, like the trained M_B."""
-    from engine.pacer import Pacer, PreVerifier, PreVerifierConfig
+    from engine.policies.pacer import Pacer, PreVerifier, PreVerifierConfig
 
     class HandMB(PreVerifier):
         def __init__(self):
@@ -185,8 +185,8 @@ def test_chi_square_of_the_real_loop_with_pacer_trim():
 def test_pacer_trim_on_the_sampled_token_is_caught(monkeypatch):
     """The same rule fed the sampled token's own q(x_i) instead of max_x q(x) filters drafts by value:
     the χ² statistic above sees the bias, so its pass is evidence."""
-    from engine.policies import DraftInfo
-    from engine.pacer import Pacer
+    from engine.policies.base import DraftInfo
+    from engine.policies.pacer import Pacer
 
     real = Pacer.keep_drafting
     monkeypatch.setattr(Pacer, "keep_drafting", lambda self, info: real(self, DraftInfo(

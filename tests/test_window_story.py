@@ -82,7 +82,7 @@ def test_oracle_gain_sentence():
 def test_oracle_help_names_both_oracles():
     h = story.oracle_help(ratio_table())
     assert h.startswith(story.ORACLE_HELP) and h.endswith("Oracle (b) ÷ best fixed here: 1.27× overall.")
-    assert "engine/oracle.py" in h and "A(j) + 1" in h
+    assert "engine/policies/oracle.py" in h and "A(j) + 1" in h
 
 
 # ---------------------------------------------------------------- b. gap closed

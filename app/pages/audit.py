@@ -10,7 +10,7 @@ from app import audit_view, downloads, plots
 
 st.title("Losslessness audit")
 st.caption("One iteration of every verifier enumerated exactly (float64) on toy draft/target pairs: every K-tuple "
-           "of draft blocks and every accept/reject branch of the real verifier function (`engine/audit.py`, "
+           "of draft blocks and every accept/reject branch of the real verifier function (`engine/bench/audit.py`, "
            "docs/audit.md). Lossless means the emitted tokens follow the target exactly.")
 
 REPO = Path(__file__).resolve().parents[2]

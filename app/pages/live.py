@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import data, downloads, live, tokens
-from engine.trace import TraceError, load_trace, summarize
+from engine.trace.format import TraceError, load_trace, summarize
 
 st.title("Live")
 ss = st.session_state
@@ -26,7 +26,7 @@ if hint:
     st.caption(hint)
 try:
     pair = live.get_pair(which)
-except Exception as e:  # noqa: BLE001  (e.g. engine.provision.ModelNotInstalled: the message names the fix)
+except Exception as e:  # noqa: BLE001  (e.g. engine.core.provision.ModelNotInstalled: the message names the fix)
     st.error(f"Could not load {PAIR_LABELS[which]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     st.stop()
 if pair.real:
@@ -52,7 +52,7 @@ if "live_text" not in ss:
 st.selectbox("Prompt", options, key="live_choice", on_change=_pick,
              help="Spec-Bench dev questions (../shared/spec_bench)" if from_spec_bench else
              "Spec-Bench questions not found next to the repository: the project's own example prompts, one per "
-             "task type (engine.prompts.EXAMPLE_PROMPTS), or type a prompt")
+             "task type (engine.trace.prompts.EXAMPLE_PROMPTS), or type a prompt")
 if not from_spec_bench:
     st.caption(f"Spec-Bench questions not found (`{live.questions_file()}`): offering the project's own example "
                f"prompts, one per task type.")
@@ -96,7 +96,7 @@ for col, side in zip(c, live.SIDES):
         ss[f"{key}_kind"] = kind
     data.pick(f"{key}_kind", names, DEFAULTS[side].partition(":")[0])
     col.selectbox(f"Policy {side}", names, key=f"{key}_kind", on_change=_fill, args=(side,),
-                  help="every policy the engine accepts (engine.policies, PACER included); the spec below is "
+                  help="every policy the engine accepts (engine.policies.base, PACER included); the spec below is "
                        "filled in and can be edited")
     specs[side] = col.text_input(f"Policy {side} spec", key=key,
                                  help="fixed:γ, heuristic[:γ0,max=N], confidence[:t][,trim=1], cumulative[:t], "
@@ -209,7 +209,7 @@ if run and ticket is not None:
         status.error("Not started: " + " ".join(errors.values()))
     else:
         from engine.decode import DecodeConfig
-        from engine.sampling import SamplingConfig
+        from engine.core.sampling import SamplingConfig
 
         cfg = DecodeConfig(max_new_tokens=int(max_new), sampling=SamplingConfig(temperature=float(temp)))
         caches = {s: {} for s in live.SIDES}

@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import downloads, sweep_plots
-from engine.sweep import NO_DRAFTER, SUMMARY_NAME, load_sweep_summary, with_settings
+from engine.bench.sweep import NO_DRAFTER, SUMMARY_NAME, load_sweep_summary, with_settings
 
 st.title("Sweeps")
 st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
@@ -22,7 +22,7 @@ if default and default not in found:
 folder = st.selectbox("Sweep folder", found, index=found.index(default) if default else None,
                       accept_new_options=True, placeholder="path to a sweep folder")
 if not folder:
-    st.info("No sweep folder yet. Try: `.venv/bin/python -m engine.sweep_bench --make-tiny` then "
+    st.info("No sweep folder yet. Try: `.venv/bin/python -m engine.bench.sweep_bench --make-tiny` then "
             "`.venv/bin/python -m engine sweep docs/examples/sweep-tiny.toml --out runs/sweep-tiny/out`.")
     st.stop()
 

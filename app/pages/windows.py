@@ -1,4 +1,4 @@
-"""Windows: what a per-step window could buy over the best fixed γ, from engine.analysis over
+"""Windows: what a per-step window could buy over the best fixed γ, from engine.offline.analysis over
 reference runs — fixed γ sweep, the oracle, adaptive policies, the cost model and the 1.4× table."""
 
 import importlib
@@ -14,9 +14,9 @@ st.caption("Every policy replayed offline over reference runs (one target run + 
            "so fixed γ, the per-step oracle and adaptive policies are compared on identical outputs.")
 
 try:
-    analysis = importlib.import_module("engine.analysis")
+    analysis = importlib.import_module("engine.offline.analysis")
 except Exception as e:  # the analysis module is optional for the rest of the app
-    st.warning(f"Window analysis is unavailable: `engine.analysis` could not be imported "
+    st.warning(f"Window analysis is unavailable: `engine.offline.analysis` could not be imported "
                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The other pages still work.")
     st.stop()
 

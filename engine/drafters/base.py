@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from engine.policies import DraftInfo, WindowPolicy
-from engine.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
+from engine.policies.base import DraftInfo, WindowPolicy
+from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
 
 
 @dataclass

@@ -9,7 +9,7 @@ Architecture (DFlash, Chen et al. 2026, arXiv 2602.06036; official code z-lab/df
   * final RMSNorm, then the target's frozen LM head (optionally a reduced head over a token subset).
 Block position k (1 ≤ k < B) predicts x_{a+k}; position 0 is the anchor (the last accepted token).
 
-Training (engine.train.dpace) puts many anchors of one sequence in one forward with
+Training (engine.train.dpace.fit) puts many anchors of one sequence in one forward with
 `block_attention_mask`: the block of anchor a sees context keys at positions < a and its own
 block, never another anchor's block.
 
@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.models import HFModel
-from engine.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
+from engine.core.load import HFModel
+from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
 
 SCHEMA = "speclab.block_drafter"
 

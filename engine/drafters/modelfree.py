@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from engine.drafters.base import Proposal
-from engine.policies import DraftInfo, WindowPolicy
-from engine.sampling import SamplingConfig
+from engine.policies.base import DraftInfo, WindowPolicy
+from engine.core.sampling import SamplingConfig
 
 
 class CopyDrafter:

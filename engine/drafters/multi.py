@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import Proposal
-from engine.policies import WindowPolicy
-from engine.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
+from engine.policies.base import WindowPolicy
+from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def _is_hf(lm) -> bool:
 def extend_batch(lm, ids: torch.Tensor) -> torch.Tensor:
     """HFModel.extend for a batch [B, n] on a cache already holding B rows; returns logits [B, n, V].
 
-    Mirrors HFModel.extend (reduced-vocabulary head included) without changing engine.models.
+    Mirrors HFModel.extend (reduced-vocabulary head included) without changing engine.core.load.
     """
     B, n = ids.shape
     pos = torch.arange(lm.length, lm.length + n, device=lm.device).unsqueeze(0).expand(B, n)

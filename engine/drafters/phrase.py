@@ -29,7 +29,7 @@ Window policies. Model tokens go through `policy.keep_drafting` as usual (hidden
 `pacer` works). Phrase tokens are fed as DraftInfo(index = position within the phrase, q = 1, H = 0,
 match_len = |v|, score = s_i): `fixed:γ` fills the window, `matchlen:f,offset=o,p=…` cuts a phrase at
 ⌊f·|v| + o⌋ tokens or when s_i < p. A policy that reads hidden states (`pacer`) gets PACER's stop rule
-(engine.pacer.block_decision) fed the drafter's signal: blocks of b phrase tokens, mean s over the
+(engine.policies.pacer.block_decision) fed the drafter's signal: blocks of b phrase tokens, mean s over the
 block vs t (t₀ = the policy's t, t ← t·ρ after each passing block), the failing block dropped when
 the policy trims. All phrase stops read only s and |v| (functions of the prefix), never a random
 draw, so no `kept_proposal` correction is needed. One exception: after the policy *dropped* a model
@@ -39,7 +39,7 @@ PACER's b = 1 trim decides before the token is drawn and keeps its phrases.
 
 k > 1 phrase candidates are k blocks sharing the model prefix; they need a verifier that treats the
 branching positions as deterministic (the `onehot-tree` verifier, engine.verify.onehot_tree) and a
-target that scores a tree in one forward (engine.tree.TreeTarget). The i.i.d. multi-draft verifiers
+target that scores a tree in one forward (engine.core.tree.TreeTarget). The i.i.d. multi-draft verifiers
 (rrs, kseq, rbv, kbv) are not lossless for shared-prefix, deterministic branches and are refused.
 
 Trace fields (`policy_fields["drafter"]`): model_tokens, model_stop, phrase_tokens (block 0),
@@ -58,8 +58,8 @@ import torch
 
 from engine.drafters.base import AutoregressiveDrafter, Proposal
 from engine.drafters.suffix import SuffixTrie
-from engine.policies import DraftInfo, WindowPolicy
-from engine.sampling import SamplingConfig
+from engine.policies.base import DraftInfo, WindowPolicy
+from engine.core.sampling import SamplingConfig
 
 
 class PhrasePool:
@@ -203,7 +203,7 @@ class PhraseDrafter:
         """How many of the candidate's tokens the window policy keeps, and what it said."""
         toks, scores, n = cand["tokens"], cand["scores"], cand["match_len"]
         if policy.needs_hidden:  # PACER's stop rule on the drafter's own scores (no hidden states here)
-            from engine.pacer import block_decision
+            from engine.policies.pacer import block_decision
 
             b, t = getattr(policy, "block", 1), getattr(policy, "threshold", 0.0)
             rho, trim = getattr(policy, "rho", 1.0), getattr(policy, "trim", 0)
@@ -326,7 +326,7 @@ def phrase_target(target_lm, drafter: PhraseDrafter, verifier: str):
     if drafter.k > 1 and verifier != "onehot-tree":
         raise ValueError(f"phrase k={drafter.k} proposes a tree of candidates: use --verifier onehot-tree")
     if drafter.k > 1 and hasattr(target_lm, "cache") and hasattr(target_lm, "_cache_kw"):
-        from engine.tree import TreeTarget
+        from engine.core.tree import TreeTarget
 
         return TreeTarget(target_lm)
     return target_lm
@@ -334,9 +334,9 @@ def phrase_target(target_lm, drafter: PhraseDrafter, verifier: str):
 
 def load_phrase_drafter(spec: str, target, dtype: str = "auto", device: str = "auto", want_hidden: bool = False,
                         verifier: str = "token"):
-    """`--draft phrase:model=…`: load the draft model next to `target` (an engine.models.LoadedModel) and
+    """`--draft phrase:model=…`: load the draft model next to `target` (an engine.core.load.LoadedModel) and
     return (target LM to decode with, PhraseDrafter). The one call the CLI and the benchmark make."""
-    from engine.models import check_pair, load_model
+    from engine.core.load import check_pair, load_model
 
     name, kw = parse_phrase_spec(spec)
     if verifier not in PHRASE_VERIFIERS or kw.get("k", 1) > 1 and verifier != "onehot-tree":

@@ -5,5 +5,5 @@
     bounds      what accepted lengths alone say about per-step windows (renewal-reward bound)
     cli         `python -m engine import specbench FILE …`
 
-HF assisted generation is recorded by engine.hf_record (it needs torch; this package does not).
+HF assisted generation is recorded by engine.bench.hf_record (it needs torch; this package does not).
 """

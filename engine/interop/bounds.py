@@ -1,10 +1,10 @@
 """What accepted lengths alone say about per-step windows: a renewal-reward bound.
 
 A trace imported from Spec-Bench has, per verify call j, only the accepted count a_j (= accept
-length − 1). The reference-run analysis (engine.analysis) needs the draft's and target's tokens at
+length − 1). The reference-run analysis (engine.offline.analysis) needs the draft's and target's tokens at
 every position to replay other windows; these traces have neither. What they do support:
 
-Renewal model (the one behind engine.costmodel's i.i.d. oracle forms, with the empirical
+Renewal model (the one behind engine.offline.costmodel's i.i.d. oracle forms, with the empirical
 distribution of A in place of the geometric one): every verify call starts an accepted run A drawn
 independently from the observed {a_j}; under the flat cost model a step with window γ costs γc + 1
 target forwards (c = draft/target cost per token) and emits min(A, γ) + 1 tokens. Then

@@ -17,7 +17,7 @@ turns, not steps, so each step gets an equal share of its turn's wall time in `t
 not separated (`t_draft_ms = t_prefill_ms = 0`). Per turn, steps past `new_tokens` are cut as our
 engine cuts at EOS/the budget, so Σ emitted = new_tokens and the per-question throughput equals
 speed.py's. Draft tokens, probabilities, windows and token ids are not in the file: the header's
-`imported.lacks` names them and those step fields are null (engine.trace accepts that).
+`imported.lacks` names them and those step fields are null (engine.trace.format accepts that).
 
 Export (trace → answer): one question per request; `accept_lengths` = emitted per step,
 `new_tokens` = Σ emitted, `wall_time` = Σ (prefill + draft + verify) of the request's steps (the
@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.trace import LACKABLE, Trace, TraceError, TraceWriter, build_trace, summarize
+from engine.trace.format import LACKABLE, Trace, TraceError, TraceWriter, build_trace, summarize
 
 FORMAT = "specbench"
 # What an answer file never records, per step and per request (trace field names).

@@ -1,6 +1,6 @@
 """Pure verifiers: (draft tokens, draft dists, target dists, uniforms) → VerifyResult.
 
-No model calls and no global state, so `engine.audit` can enumerate the very functions that the
+No model calls and no global state, so `engine.bench.audit` can enumerate the very functions that the
 decode loop calls.
 
 Single-draft verifiers: fn(tokens [γ], q [γ, V], p [γ+1, V], u) → result with `.accepted`, `.tokens`.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling import sample_from
+from engine.core.sampling import sample_from
 from engine.verify.coins import CoinResult, coin, path_stats, positive_part
 
 

@@ -2,7 +2,7 @@
 
 Every coin a verifier flips is `u[index] < h` with one fixed uniform index per (draft, position),
 and the verifier reports each coin it flipped as `(index, h)` in the order it flipped them. That
-ledger is what lets `engine.audit` enumerate the *real* function: it replays the verifier with
+ledger is what lets `engine.bench.audit` enumerate the *real* function: it replays the verifier with
 uniforms forced to 0 (accept whenever h > 0) or to 1 − 1e-15 (reject whenever h < 1), branching
 on every coin, and weighs each branch by Π h or (1 − h) (h clipped to [0, 1]).
 

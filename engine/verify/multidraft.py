@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.sampling import sample_from
+from engine.core.sampling import sample_from
 from engine.verify.block import bv_residual, bv_scan
 from engine.verify.coins import CoinResult, check_blocks, coin, path_stats, positive_part
 

@@ -26,7 +26,7 @@ u[Σ_{i<j} γ_i + d]; u[Σ γ_i] samples the emitted token.
 
 from __future__ import annotations
 
-from engine.sampling import sample_from
+from engine.core.sampling import sample_from
 from engine.verify.coins import CoinResult, coin, path_stats, positive_part
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling import sample_from
+from engine.core.sampling import sample_from
 from engine.verify.coins import CoinResult, check_blocks, coin, path_stats
 
 EPS = 1e-20  # the authors' eps

@@ -7,7 +7,7 @@ For i = 1..γ, with drafted token x_i ~ q_i:
     on the first rejection i: emit y ~ norm(max(0, p_i − q_i))       (the correction token)
     if all γ are accepted:     emit y ~ p_{γ+1}                       (the bonus token)
 
-Greedy decoding is the same rule with one-hot p and q (see `engine.sampling`): h_i is 1 on an exact
+Greedy decoding is the same rule with one-hot p and q (see `engine.core.sampling`): h_i is 1 on an exact
 match and 0 otherwise, and the residual of a mismatch is the target's argmax.
 
 Uniforms: u[0..γ-1] drive the accept decisions, u[γ] samples the emitted token by inverse CDF.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.sampling import sample_from
+from engine.core.sampling import sample_from
 
 
 @dataclass(frozen=True)

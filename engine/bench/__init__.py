@@ -1,0 +1,1 @@
+"""Measurement on real models: interleaved benchmarks, multi-draft, audit, sweeps, probes."""

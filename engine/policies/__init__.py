@@ -1,0 +1,1 @@
+"""Window policies: the interface and registry (base), simple rules, the hindsight oracle, PACER."""

@@ -1,0 +1,92 @@
+"""The hindsight oracle window, run for real: draft exactly the tokens the target will accept.
+
+For greedy decoding the whole future is computable in advance. Let y = the target's greedy
+continuation of the prompt (the autoregressive output), and ŷ_k = the draft's greedy prediction at
+position k given the prompt and y_{<k} (teacher-forced along y). A step that starts after k
+generated tokens accepts exactly the run of agreements
+
+    n_k = max { n : ŷ_j = y_j for j = k .. k+n−1 }        (capped by max_window)
+
+so the oracle proposes γ = n_k. Nothing drafted is rejected, and a step with n_k = 0 is a plain
+autoregressive step that never calls the draft (the draft catches up on the skipped tokens in one
+forward at its next step, and that forward is timed like every other). This is the "exact
+hindsight" window of the PACER paper's oracle analysis, measured on the wall clock instead of
+simulated; every rule that has to draft a token before judging it pays at least one draft forward
+per step that the oracle does not.
+
+Under sampling the accepted count depends on the draft's samples and the verifier's uniforms, whose
+stream depends on the window itself, so the oracle exists only in the offline replay
+(engine.offline.pacer_replay.oracle); `HindsightOracle` refuses T > 0.
+
+The look-ahead (one autoregressive target run and one draft pass per prompt) is the oracle's
+hindsight, not part of its decoding: the benchmark computes it before the timed run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.policies.base import DraftInfo, WindowPolicy
+
+
+@torch.inference_mode()
+def hindsight(target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> tuple[list[int], list[int]]:
+    """(y, ŷ): the target's greedy continuation and the draft's teacher-forced greedy predictions.
+
+    Both are computed with the same one-token-at-a-time KV-cached forwards the decode loop uses, so
+    the draft's predictions are the very numbers it produces while drafting."""
+    from engine.decode import DecodeConfig, decode
+
+    y = [t for r in decode(target, None, prompt_ids, None, DecodeConfig(max_new_tokens=max_new_tokens),
+                           eos_ids=eos_ids) for t in r.emitted_tokens]
+    draft.reset()
+    if len(prompt_ids) > 1:
+        draft.extend(prompt_ids[:-1])
+    pred, last = [], prompt_ids[-1]
+    for tok in y:
+        pred.append(int(draft.extend([last])[-1].argmax()))
+        last = tok
+    return y, pred
+
+
+class HindsightOracle(WindowPolicy):
+    """γ = the number of drafts the target will accept (see module doc); greedy decoding only."""
+
+    name = "oracle"
+    greedy_only = True
+
+    def __init__(self, reference: list[int], predictions: list[int], max_window: int = 16) -> None:
+        super().__init__(max_window)
+        if len(reference) != len(predictions):
+            raise ValueError(f"oracle: {len(reference)} reference tokens but {len(predictions)} draft predictions")
+        self.ref, self.pred = list(reference), list(predictions)
+        self.reset()
+
+    @classmethod
+    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> "HindsightOracle":
+        """The oracle of one prompt: its look-ahead computed now (callers do this before timing)."""
+        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"max": self.max_window}
+
+    def reset(self) -> None:
+        super().reset()
+        self.pos = 0  # generated tokens so far
+
+    def propose(self) -> int:
+        n = 0
+        while (n < self.max_window and self.pos + n < len(self.ref)
+               and self.pred[self.pos + n] == self.ref[self.pos + n]):
+            n += 1
+        self._fields["hindsight"] = n
+        return n
+
+    def keep_drafting(self, info: DraftInfo) -> bool:
+        return True  # the cap already is the answer
+
+    def update(self, result: Any, drafted: int) -> None:
+        self.pos += result.accepted + 1

@@ -1,0 +1,140 @@
+"""Trace v1 as Parquet: one row per step (list columns for per-token fields, `policy_fields` as a
+JSON string), the header, requests, request ends and footer as JSON in the file's key-value metadata
+(`speclab.header`, …). Written by `python -m engine export run.jsonl run.parquet`; read by
+`engine.trace.format.load_trace` / `loads_trace`, which call `load_parquet` here.
+
+Why a fast path: Parquet already fixes each column's type, so the step checks can run straight on
+Arrow's buffers (engine.trace.screen.ArrowColumns) with no Python object per value; only the step
+dicts the rest of the project reads are built, one column at a time. Any file that is not the
+schema `to_parquet` writes takes the generic path: rows → dicts → the same checks as JSONL.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from engine.trace.format import Trace, _first_line, _loads, _refuse_binary, build_trace
+from engine.trace.check import MAX_DEPTH, STEP_DEFAULTS, TraceError, check_depth
+from engine.trace.screen import ArrowColumns, fill_counts, screen_steps, step_rows
+
+
+def to_parquet(trace: Trace, path: str | os.PathLike) -> None:
+    """Steps become columns; header/requests/ends/footer ride along as JSON in file metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [dict(s, policy_fields=json.dumps(s.get("policy_fields", {}))) for s in trace.steps]
+    table = pa.Table.from_pylist(rows) if rows else pa.table({})
+    meta = {
+        b"speclab.header": json.dumps(trace.header).encode(),
+        b"speclab.requests": json.dumps(list(trace.requests.values())).encode(),
+        b"speclab.ends": json.dumps(list(trace.ends.values())).encode(),
+        b"speclab.footer": json.dumps(trace.footer).encode(),
+    }
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    tmp = Path(str(path) + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+
+def _meta_json(meta: dict, key: bytes, default: bytes, name: str) -> Any:
+    raw = meta.get(key, default)
+    try:
+        v = _loads(raw)
+    except RecursionError:
+        raise TraceError(f"{name}: metadata {key.decode()}: nested deeper than {MAX_DEPTH} levels") from None
+    except Exception as e:  # noqa: BLE001
+        raise TraceError(f"{name}: field 'metadata': invalid JSON in {key.decode()} ({_first_line(e)})") from None
+    check_depth(raw, v, f"{name}: metadata {key.decode()}")
+    return v
+
+
+def load_parquet(data: bytes, name: str) -> Trace:
+    """Parquet: the fast path screens the step columns straight from Arrow (engine.trace.screen) and
+    builds the step dicts column by column; anything unexpected (another schema, a flagged row, a
+    policy_fields string that does not parse) takes the generic path, which names the first error."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if data[:4] != b"PAR1":
+        _refuse_binary(data, name)
+        raise TraceError(f"{name}: not a readable Parquet file (no PAR1 magic)")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+        meta = table.schema.metadata or {}
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise TraceError(f"{name}: not a readable Parquet file ({type(e).__name__})") from None
+    if b"speclab.header" not in meta:
+        raise TraceError(f"{name}: field 'header': Parquet file has no speclab header metadata")
+    header = _meta_json(meta, b"speclab.header", b"null", name)
+    requests = _meta_json(meta, b"speclab.requests", b"[]", name)
+    ends = _meta_json(meta, b"speclab.ends", b"[]", name)
+    footer = _meta_json(meta, b"speclab.footer", b"null", name)
+    for k, v in (("requests", requests), ("ends", ends)):
+        if type(v) is not list:
+            raise TraceError(f"{name}: field 'metadata': speclab.{k} is not a list")
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        head = [(f"{name}: header", header)] + [(f"{name}: request {i}", r) for i, r in enumerate(requests)]
+        tail = [(f"{name}: request_end {i}", e) for i, e in enumerate(ends)]
+        tail += [(f"{name}: footer", footer)] if footer is not None else []
+        cols = ArrowColumns.make(table) if type(header) is dict and not header.get("imported") else None
+        if cols is not None and table.num_rows and pc.all(pc.equal(table.column("type"), "step")).as_py():
+            j, num = screen_steps(cols)
+            pf = _policy_fields(table) if j is None else None
+            if pf is not None:
+                rows = step_rows(table, pf)
+                if not {"window", "emitted", *STEP_DEFAULTS} <= set(table.column_names):
+                    fill_counts(rows, num)  # every row has every column: only a missing column needs filling
+                wheres = [f"{name}: row {i}" for i in range(len(rows))]
+                recs = head + list(zip(wheres, rows)) + tail
+                return build_trace(recs, source=name, screened=num,
+                                   steps_at=list(range(len(head), len(head) + len(rows))))
+        try:
+            rows = table.to_pylist()
+        except Exception as e:  # noqa: BLE001
+            raise TraceError(f"{name}: not a readable Parquet file ({type(e).__name__})") from None
+        records = list(head)
+        for i, row in enumerate(rows):
+            where = f"{name}: row {i}"
+            pf = row.get("policy_fields")
+            if type(pf) is str:
+                try:
+                    row["policy_fields"] = _loads(pf.encode())
+                except Exception:  # noqa: BLE001
+                    raise TraceError(f"{where}: field 'policy_fields': invalid JSON") from None
+                check_depth(pf, row["policy_fields"], where)
+            elif pf is None:
+                row["policy_fields"] = {}
+            records.append((where, row))
+        return build_trace(records + tail, source=name)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _policy_fields(table) -> list | None:
+    """Parsed policy_fields per row, or None when one is not a JSON object within the depth limit."""
+    if "policy_fields" not in table.column_names:
+        return None
+    out = []
+    for text in table.column("policy_fields").to_pylist():
+        if text is None or text == "{}":
+            out.append({})
+            continue
+        try:
+            v = _loads(text.encode())
+            check_depth(text, v, "")
+        except Exception:  # noqa: BLE001 - the generic path reports it with its row
+            return None
+        if type(v) is not dict:
+            return None
+        out.append(v)
+    return out

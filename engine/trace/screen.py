@@ -1,0 +1,526 @@
+"""Whole-column screening of step records: `engine.trace.check.validate_step`, vectorised.
+
+Why: a 200k-step trace has ~5M field values. Checking them one `isinstance` at a time in Python
+costs ~10 s on a small CPU; gathering each field into one array and range-checking it with numpy
+costs a fraction of that. The screen only says *which step is the first bad one*; the loader then
+runs the reference `validate_step` on that step for the exact one-line message, so messages stay
+defined in one place (engine/trace/check.py).
+
+Two column sources feed the same rules: `DictColumns` (steps parsed from JSONL: every value's type
+is checked) and `ArrowColumns` (a Parquet table whose schema already fixes the types: values are
+checked straight from Arrow's buffers, with no Python object per value). `ArrowColumns.make`
+returns None for any schema it does not expect; the loader then takes the dict path.
+
+The screen must reject at least what `validate_step` rejects; tests/test_trace_fuzz.py checks that
+the screened and the reference paths agree on random mutations.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import chain, repeat
+from operator import is_, is_not, itemgetter
+from typing import Any
+
+import numpy as np
+
+from engine.trace.check import (FINISHED, INT_FIELDS, MAX_ENTROPY, MAX_MS, MAX_WINDOW, STEP_DEFAULTS, TIME_FIELDS,
+                                TOKEN_MAX, validate_step)
+
+_MISSING = object()
+_FINISHED = set(FINISHED)
+LIST_LIMITS = {"draft_tokens": (0, MAX_WINDOW), "emitted_tokens": (1, MAX_WINDOW + 1)}
+VALUE_LISTS = {"q_draft": 1.0, "p_target": 1.0, "accept_probs": 1.0, "draft_entropy": MAX_ENTROPY}
+
+
+def _types_bad(col: list, allowed: tuple[type, ...]) -> np.ndarray | None:
+    """None when every value's exact type is allowed (one C-level pass), else a per-row bad mask."""
+    if set(map(type, col)) <= set(allowed):
+        return None
+    return np.fromiter((type(x) not in allowed for x in col), bool, len(col))
+
+
+def _as_int64(vals: list) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, bad mask) of a list of Python ints; ints beyond int64 are bad (out of any range)."""
+    try:
+        return np.array(vals, dtype=np.int64), np.zeros(len(vals), bool)
+    except OverflowError:
+        ok = np.fromiter((-(1 << 63) <= x < (1 << 63) for x in vals), bool, len(vals))
+        return np.fromiter((x if o else 0 for x, o in zip(vals, ok)), np.int64, len(vals)), ~ok
+
+
+def _as_float64(vals: list) -> np.ndarray:
+    try:
+        return np.array(vals, dtype=np.float64)
+    except OverflowError:  # an int too large for a double
+        return np.fromiter((float(x) if abs(x) < 1e300 else np.inf for x in vals), np.float64, len(vals))
+
+
+class DictColumns:
+    """Columns of step dicts parsed from JSON: types are checked value by value (in bulk)."""
+
+    # Fields every step has: gathered in one pass over the dicts (one itemgetter call per step, then
+    # transposed), ~2.5× faster than a pass per field because each dict is visited once. The fields
+    # writers always add are gathered in the same pass when every step has them.
+    CORE = (*INT_FIELDS, "draft_tokens", "emitted_tokens", *VALUE_LISTS, *TIME_FIELDS, "correction", "bonus",
+            "finished", "stop_reason")
+    USUAL = ("window", "emitted", "t_rule_ms", "policy_fields", "all_drafts", "chosen", "decisions")
+
+    def __init__(self, steps: list[dict]) -> None:
+        self.steps, self.n = steps, len(steps)
+        self._cols: dict[str, tuple] = {}
+        for keys in ((*self.CORE, *self.USUAL), self.CORE):
+            try:
+                if steps:
+                    self._cols = dict(zip(keys, zip(*map(itemgetter(*keys), steps))))
+                break
+            except KeyError:  # some step lacks a field: per-field gathering finds which
+                self._cols = {}
+
+    def objects(self, k: str) -> list:
+        if k in self._cols:
+            return self._cols[k]
+        try:
+            return list(map(itemgetter(k), self.steps))
+        except KeyError:  # rare: some step lacks the field
+            return [s.get(k, _MISSING) for s in self.steps]
+
+    def number(self, k: str, integer: bool, optional: bool, nullable: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values with bad/absent rows as 0, present mask, bad mask). A missing key is absent; so is
+        None unless not `nullable` (then None is a bad value)."""
+        col = self.objects(k)
+        if not nullable:
+            nulls = np.fromiter((x is None for x in col), bool, self.n) if None in col else None
+            if nulls is not None:
+                col = [_MISSING if x is None else x for x in col]
+                a, present, bad = self.number.__func__(_Fixed(col, self.n), k, integer, optional)
+                return a, present | nulls, bad | nulls
+        if None in col or _MISSING in col:  # C-level scans; the per-row mask only when needed
+            absent = np.fromiter(map(_is_absent, col), bool, self.n)
+        else:
+            absent = np.zeros(self.n, bool)
+        bad = _types_bad(col, (int,) if integer else (int, float))
+        if bad is None and not absent.any():
+            vals = col
+            bad = np.zeros(self.n, bool)
+        else:
+            bad = (bad if bad is not None else np.zeros(self.n, bool)) & ~absent
+            vals = [0 if b or a else x for x, b, a in zip(col, bad, absent)]
+        if integer:
+            a, over = _as_int64(vals)
+            bad |= over
+        else:
+            a = _as_float64(vals)
+        if not optional:
+            bad |= absent
+        return a, ~absent, bad
+
+    def lists(self, k: str, integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, flat values, row of each flat value, bad mask) of a list column (never null)."""
+        col = self.objects(k)
+        bad = _types_bad(col, (list,))
+        if bad is not None:
+            col = [x if not b else [] for x, b in zip(col, bad)]
+        else:
+            bad = np.zeros(self.n, bool)
+        lens = np.fromiter(map(len, col), np.int64, self.n)
+        flat = list(chain.from_iterable(col))
+        rows = np.repeat(np.arange(self.n), lens)
+        tbad = _types_bad(flat, (int,) if integer else (int, float))
+        if tbad is not None:
+            bad[rows[tbad]] = True
+            flat = [0 if b else x for x, b in zip(flat, tbad)]
+        if integer:
+            vals, over = _as_int64(flat)
+            bad[rows[over]] = True
+        else:
+            vals = _as_float64(flat)
+        return lens, vals, rows, bad
+
+    def rare(self) -> np.ndarray:
+        """Rows with multi-draft fields, checked by the reference itself (they are few and short)."""
+        try:  # the usual single-draft trace: all null, chosen 0 — decided with C-level scans
+            alt, dec, ch = map(self.objects, ("all_drafts", "decisions", "chosen"))
+            if alt.count(None) == self.n and dec.count(None) == self.n and set(map(type, ch)) == {int} \
+                    and not any(ch):
+                return np.zeros(self.n, bool)
+        except KeyError:
+            pass
+        bad = np.zeros(self.n, bool)
+        for i, s in enumerate(self.steps):
+            if s.get("all_drafts") is not None or s.get("decisions") is not None or \
+                    type(s.get("chosen", 0)) is not int or s.get("chosen", 0) != 0:
+                try:
+                    validate_step(dict(s), "")
+                except ValueError:
+                    bad[i] = True
+        return bad
+
+    def policy_fields_bad(self) -> np.ndarray:
+        if "policy_fields" in self._cols and set(map(type, self._cols["policy_fields"])) == {dict}:
+            return np.zeros(self.n, bool)
+        return np.fromiter((type(s.get("policy_fields", {})) is not dict for s in self.steps), bool, self.n)
+
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bad mask, null-or-absent mask) of `finished`."""
+        fin = self.objects("finished")
+        try:
+            if set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
+                return np.zeros(self.n, bool), np.fromiter(map(is_, fin, repeat(None)), bool, self.n)
+        except TypeError:  # an unhashable value (a list, an object): the scan below flags it
+            pass
+        ok = np.fromiter((type(x) in (str, type(None)) and x in FINISHED or x is _MISSING for x in fin), bool, self.n)
+        return ~ok, np.fromiter((x is None or x is _MISSING for x in fin), bool, self.n)
+
+    def stop_reason_bad(self) -> np.ndarray:
+        stop = self.objects("stop_reason")
+        if set(map(type, stop)) == {str} and max(map(len, stop)) <= 64:
+            return np.zeros(self.n, bool)
+        return np.fromiter((type(x) is not str or len(x) > 64 for x in stop), bool, self.n)
+
+
+def _is_absent(x: Any) -> bool:
+    return x is None or x is _MISSING
+
+
+class _Fixed(DictColumns):
+    """A DictColumns over one already-extracted column (for `number`'s null handling)."""
+
+    def __init__(self, col: list, n: int) -> None:
+        self.col, self.n = col, n
+
+    def objects(self, k: str) -> list:
+        return self.col
+
+
+class ArrowColumns:
+    """Columns of a Parquet step table whose schema is the one `to_parquet` writes."""
+
+    REQUIRED = {**{k: "int" for k in INT_FIELDS}, "draft_tokens": "ilist", "emitted_tokens": "ilist",
+                **{k: "flist" for k in VALUE_LISTS}, **{k: "float" for k in TIME_FIELDS},
+                "correction": "int?", "bonus": "int?", "stop_reason": "str", "finished": "str?", "type": "str"}
+    OPTIONAL = {"window": "int", "emitted": "int", "t_rule_ms": "float?", "policy_fields": "str?",
+                "chosen": "int", "all_drafts": "null", "decisions": "null"}
+
+    def __init__(self, table) -> None:
+        self.t, self.n = table, table.num_rows
+
+    @classmethod
+    def make(cls, table) -> "ArrowColumns | None":
+        import pyarrow as pa
+
+        def fits(typ, kind: str) -> bool:
+            if typ == pa.null():
+                return kind.endswith("?") or kind == "null"
+            kind = kind.rstrip("?")
+            if kind in ("int", "float"):
+                return typ == pa.int64() or (kind == "float" and typ == pa.float64())
+            if kind in ("ilist", "flist"):
+                return pa.types.is_list(typ) and (typ.value_type == pa.int64() or
+                                                  (kind == "flist" and typ.value_type == pa.float64()))
+            return typ == pa.string() if kind == "str" else False
+
+        names = set(table.column_names)
+        if not set(cls.REQUIRED) <= names or not names <= set(cls.REQUIRED) | set(cls.OPTIONAL):
+            return None
+        for k in names:
+            if not fits(table.schema.field(k).type, {**cls.REQUIRED, **cls.OPTIONAL}[k]):
+                return None
+        return cls(table)
+
+    def _arr(self, k: str):
+        return self.t.column(k).combine_chunks()
+
+    def objects(self, k: str) -> list:
+        return self.t.column(k).to_pylist() if k in self.t.column_names else [_MISSING] * self.n
+
+    def number(self, k: str, integer: bool, optional: bool, nullable: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not nullable and k in self.t.column_names:  # the column exists: a null in it is a bad value
+            a, present, bad = self.number(k, integer, optional)
+            return a, np.ones(self.n, bool), bad | ~present
+        if k not in self.t.column_names:
+            return np.zeros(self.n, np.int64 if integer else np.float64), np.zeros(self.n, bool), \
+                np.full(self.n, not optional)
+        a = self._arr(k)
+        if a.null_count == len(a):  # an all-null (or null-typed) column: absent everywhere
+            return np.zeros(self.n, np.int64 if integer else np.float64), np.zeros(self.n, bool), \
+                np.full(self.n, not optional)
+        present = ~np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)
+        vals = a.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64 if integer else np.float64)
+        return vals, present, (~present if not optional else np.zeros(self.n, bool))
+
+    def lists(self, k: str, integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        import pyarrow.compute as pc
+
+        a = self._arr(k)
+        bad = np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)
+        lens = pc.list_value_length(a).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = a.flatten()
+        rows = np.repeat(np.arange(self.n), lens)
+        fnull = np.asarray(flat.is_null().to_numpy(zero_copy_only=False), bool)
+        vals = flat.fill_null(0).to_numpy(zero_copy_only=False)
+        if integer and vals.dtype != np.int64:
+            fnull |= vals != np.round(vals)
+        bad[rows[fnull]] = True
+        return lens, vals.astype(np.int64 if integer else np.float64), rows, bad
+
+    def rare(self) -> np.ndarray:  # make() admits all_drafts / decisions only as all-null columns
+        if "chosen" in self.t.column_names:
+            v, present, _ = self.number("chosen", True, True)
+            return ~present | (v != 0)  # the reference refuses a null chosen too
+        return np.zeros(self.n, bool)
+
+    def policy_fields_bad(self) -> np.ndarray:  # a JSON string per row: parsed (and checked) as rows are built
+        return np.zeros(self.n, bool)
+
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        return DictColumns.finished(self)
+
+    def stop_reason_bad(self) -> np.ndarray:
+        return DictColumns.stop_reason_bad(self)
+
+
+class StepChunks:
+    """Step columns gathered a few hundred steps at a time, right after those steps are parsed.
+
+    Why: converting 200k parsed steps to columns after the fact touches every dict, list and number
+    once more, long after they left the CPU cache; converting each small chunk while it is still
+    cached costs a fraction of that. Per chunk: one itemgetter call per step yields all its fields,
+    `zip` turns those rows into one tuple per field, and each kind of value (ints, floats, the flat
+    list values, the list lengths) goes into one packed buffer with one `struct.pack` call.
+
+    Only the common, clean shape is taken — every step has the writer's keys, no JSON boolean on its
+    line, numbers of the right kind (`struct.pack` "q" refuses floats, strings, null and ints beyond
+    int64; "d" anything but numbers and ints beyond a double), single-draft fields null — and then the
+    values are exactly what `DictColumns` would give. `add` returns False on anything else (the object
+    is then spent), and the caller screens the steps with `DictColumns`.
+
+    `deep`: indices (into the added steps) whose nesting the columns do not bound — a non-empty
+    policy_fields or keys beyond the writer's — so the reader must check their depth itself."""
+
+    KEYS = (*DictColumns.CORE, *DictColumns.USUAL)
+    INTS = (*INT_FIELDS, "window", "emitted", "chosen")
+    FLOATS = (*TIME_FIELDS, "t_rule_ms")
+    LISTS = (*LIST_LIMITS, *VALUE_LISTS)  # two of ints, four of numbers
+    OTHER = ("correction", "bonus", "finished", "stop_reason", "policy_fields", "all_drafts", "decisions")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._floats: tuple[str, ...] = ()
+        self._get: Any = None
+        # Per chunk of n steps, field-major blocks: ints (INTS × n), floats (floats × n), lens (6 × n),
+        # correction / bonus (2 × n, null as 0) and their presence, `finished` present (n); and each list
+        # field's values end to end.
+        self._parts: dict[str, list[bytes]] = {k: [] for k in ("ints", "floats", "lens", "cb", "cb?", "finished?",
+                                                                 *self.LISTS)}
+        self._sizes: list[int] = []
+        self.deep: list[int] = []
+
+    def add(self, steps: list[dict]) -> bool:
+        """Append a chunk of step dicts (whose lines hold no `true` / `false`); False if it does not fit."""
+        n = len(steps)
+        if not n:
+            return True
+        if self._get is None:  # older traces lack t_rule_ms: then no step may have it (or any other extra key)
+            self._floats = self.FLOATS if "t_rule_ms" in steps[0] else TIME_FIELDS
+            # With the parser's own key objects (orjson makes one str per key name and reuses it), each
+            # lookup matches by identity instead of comparing characters: about half the gathering time.
+            own = {k: k for k in steps[0]}
+            self._get = itemgetter(*[own.get(k, k) for k in (*self.INTS, *self._floats, *self.LISTS, *self.OTHER)])
+        ni, nf = len(self.INTS), len(self._floats)
+        cat, put = chain.from_iterable, self._parts
+        try:
+            cols = list(zip(*map(self._get, steps)))  # one tuple per field
+            ints, floats, lists = cols[:ni], cols[ni:ni + nf], cols[ni + nf:ni + nf + 6]
+            cor, bon, fin, stop, pf, alt, dec = cols[ni + nf + 6:]
+            if any(ints[-1]):
+                return False  # `chosen` must be 0 on a single-draft step
+            lens = list(map(len, cat(lists)))  # refuses numbers and null; strings and objects yield strings,
+            if 0 in lens and set(map(type, cat(lists))) != {list}:  # which packing refuses, unless empty
+                return False
+            put["ints"].append(_pack(f"{ni * n}q", *cat(ints)))
+            put["floats"].append(_pack(f"{nf * n}d", *cat(floats)))
+            put["lens"].append(_pack(f"{6 * n}q", *lens))
+            for j, (k, col) in enumerate(zip(self.LISTS, lists)):
+                put[k].append(_pack(f"{sum(lens[j * n:(j + 1) * n])}{'q' if j < 2 else 'd'}", *cat(col)))
+            cb = cor + bon
+            put["cb?"].append(bytes(map(is_not, cb, repeat(None))))
+            put["cb"].append(_pack(f"{2 * n}q", *map(_NULL_AS_0.get, cb, cb)))  # null as 0, the rest as is
+            if not set(fin) <= _FINISHED:  # equal to None or one of the two strings: exactly those values
+                return False
+            put["finished?"].append(bytes(map(is_not, fin, repeat(None))))
+            if set(map(type, stop)) != {str} or max(map(len, stop)) > 64 or set(map(type, pf)) != {dict} or \
+                    alt.count(None) != n or dec.count(None) != n:
+                return False
+        except (KeyError, TypeError, OverflowError, struct.error):  # a missing key, a value of another kind
+            return False
+        full = len(self.KEYS) + 1 - (len(self.FLOATS) - len(self._floats))  # and "type"
+        lengths = set(map(len, steps))
+        if min(lengths) < full or (len(self._floats) < len(self.FLOATS) and max(lengths) > full):
+            return False  # a key missing, or one beyond an older writer's (perhaps t_rule_ms): the dict screen
+        if len(lengths) > 1 or any(pf):
+            self.deep += [self.n + i for i, (s, p) in enumerate(zip(steps, pf)) if p or len(s) != full]
+        self.n += n
+        self._sizes.append(n)
+        return True
+
+    def columns(self) -> "_ChunkColumns":
+        return _ChunkColumns(self)
+
+
+_pack = struct.pack
+_NULL_AS_0 = {None: 0}
+
+
+class _ChunkColumns:
+    """The `DictColumns` interface over StepChunks' arrays (every value already known to be clean)."""
+
+    def __init__(self, ch: StepChunks) -> None:
+        n = self.n = ch.n
+        p = ch._parts
+        # Step i of the whole trace sits in chunk c at position j; a chunk's field-major block of `width`
+        # fields holds field f of that step at block offset f * size_c + j.
+        size = np.asarray(ch._sizes)
+        start = np.cumsum(size) - size
+        per = np.repeat(size, size)
+        j = np.arange(n) - np.repeat(start, size)
+
+        def rows(k: str, dtype, width: int) -> list[np.ndarray]:
+            flat = np.frombuffer(b"".join(p[k]), dtype)
+            at = np.repeat(start * width, size) + j
+            return [flat[at + f * per] for f in range(width)]
+
+        self._a: dict[str, np.ndarray] = {}
+        self._a.update(zip(StepChunks.INTS, rows("ints", np.int64, len(StepChunks.INTS))))
+        self._a.update(zip(ch._floats, rows("floats", np.float64, len(ch._floats))))
+        self._a.update((k + "#", v) for k, v in zip(StepChunks.LISTS, rows("lens", np.int64, 6)))
+        for f, k in enumerate(StepChunks.LISTS):
+            self._a[k] = np.frombuffer(b"".join(p[k]), np.int64 if f < 2 else np.float64)
+        vals, present = rows("cb", np.int64, 2), rows("cb?", np.bool_, 2)  # null: absent, 0 in `vals`
+        for f, k in enumerate(("correction", "bonus")):
+            self._a[k], self._a[k + "?"] = vals[f], present[f]
+        self._a["finished?"] = np.frombuffer(b"".join(p["finished?"]), np.bool_)
+
+    def number(self, k: str, integer: bool, optional: bool, nullable: bool = True):
+        if k not in self._a:  # t_rule_ms of an older trace: absent everywhere
+            return np.zeros(self.n), np.zeros(self.n, bool), np.full(self.n, not optional)
+        a = self._a[k].astype(np.int64 if integer else np.float64, copy=False)
+        if k + "?" not in self._a:
+            return a, np.ones(self.n, bool), np.zeros(self.n, bool)
+        present = self._a[k + "?"]
+        return a, present, ~present if not optional else np.zeros(self.n, bool)
+
+    def lists(self, k: str, integer: bool):
+        lens = self._a[k + "#"]
+        return lens, self._a[k], np.repeat(np.arange(self.n), lens), np.zeros(self.n, bool)
+
+    def rare(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+    def policy_fields_bad(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+    def finished(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.n, bool), ~self._a["finished?"]
+
+    def stop_reason_bad(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+
+def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[str, np.ndarray]]:
+    """(index of the first step `validate_step` would refuse, or None; numeric columns of the steps:
+    request_id, step, context_len, window_cap, accepted, window, emitted, t_*_ms)."""
+    n = cols.n
+    if n == 0:
+        return None, {}
+    bad = np.zeros(n, bool)
+    out: dict[str, np.ndarray] = {}
+    for k, (lo, hi) in INT_FIELDS.items():
+        v, _, b = cols.number(k, True, False)
+        bad |= b | (v < lo) | (v > hi)
+        out[k] = v
+    lists = {}
+    for k, (lo, hi) in LIST_LIMITS.items():
+        lens, flat, rows, b = cols.lists(k, True)
+        fb = (flat < 0) | (flat >= TOKEN_MAX)
+        bad |= b | (lens < lo) | (lens > hi)
+        bad[rows[fb]] = True
+        lists[k] = (lens, flat, rows)
+    w, e = lists["draft_tokens"][0], lists["emitted_tokens"][0]
+    out["window"], out["emitted"] = w, e
+    out["emitted_flat"] = lists["emitted_tokens"][1]  # every step's emitted_tokens, end to end
+    for k, counted, hi in (("window", w, MAX_WINDOW), ("emitted", e, MAX_WINDOW + 1)):
+        v, present, b = cols.number(k, True, True, nullable=False)
+        bad |= present & (b | (v != counted))
+    acc = out["accepted"]
+    bad |= (w > out["window_cap"]) | (acc > w) | (e > acc + 1)
+    for k, hi in VALUE_LISTS.items():
+        lens, flat, rows, b = cols.lists(k, False)
+        with np.errstate(invalid="ignore"):
+            fb = ~np.isfinite(flat) | (flat < -1e-6) | (flat > hi + 1e-6)
+        bad |= b | (lens != w)
+        bad[rows[fb]] = True
+    for k in TIME_FIELDS:
+        v, _, b = cols.number(k, False, False)
+        with np.errstate(invalid="ignore"):
+            bad |= b | ~np.isfinite(v) | (v < 0) | (v > MAX_MS)
+        out[k] = np.where(bad, 0.0, v)
+    bad |= (out["step"] > 0) & (out["t_prefill_ms"] != 0)
+    v, present, b = cols.number("t_rule_ms", False, True)
+    with np.errstate(invalid="ignore"):
+        bad |= present & (b | ~np.isfinite(v) | (v < 0) | (v > MAX_MS) | (v > out["t_verify_ms"] + 1e-3))
+    c_val, has_c, bc = cols.number("correction", True, True)
+    b_val, has_b, bb = cols.number("bonus", True, True)
+    bad |= (has_c & (bc | (c_val < 0) | (c_val >= TOKEN_MAX))) | (has_b & (bb | (b_val < 0) | (b_val >= TOKEN_MAX)))
+    bad |= (has_c == has_b) | (has_b != (acc == w))
+    # The accepted prefix: emitted_tokens[:m] == draft_tokens[:m] with m = min(accepted, emitted), and the
+    # last emitted token is the bonus / correction when all accepted + 1 tokens were emitted.
+    (_, d_flat, _), (_, e_flat, _) = lists["draft_tokens"], lists["emitted_tokens"]
+    d_off, e_off = np.concatenate([[0], np.cumsum(w)[:-1]]), np.concatenate([[0], np.cumsum(e)[:-1]])
+    m = np.where(bad, 0, np.minimum(acc, e))
+    r = np.repeat(np.arange(n), m)
+    j = np.arange(len(r)) - np.repeat(np.cumsum(m) - m, m)
+    if len(r):
+        bad[r[d_flat[d_off[r] + j] != e_flat[e_off[r] + j]]] = True
+    full = ~bad & (e == acc + 1) & (e > 0)
+    last = np.where(full, e_flat[np.where(full, e_off + e - 1, 0)] if len(e_flat) else -1, -1)
+    bad |= full & (last != np.where(has_b, b_val, c_val))
+    fin_bad, fin_none = cols.finished()
+    bad |= fin_bad | ((e < acc + 1) & fin_none)
+    out["finished"] = ~fin_none
+    bad |= cols.stop_reason_bad()
+    bad |= cols.policy_fields_bad() | cols.rare()
+    first = int(np.argmax(bad)) if bad.any() else None
+    return first, out
+
+
+def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
+    """Set `window` / `emitted` on steps that do not state them (the screen checked those that do),
+    and the optional fields' defaults (STEP_DEFAULTS), so every loaded step has every key."""
+    if not steps:
+        return
+    try:  # every step has every key (what writers produce): nothing to fill, one C-level pass to know
+        list(map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps))
+        return
+    except KeyError:
+        pass
+    if not all("window" in s and "emitted" in s for s in steps):
+        for s, wi, ei in zip(steps, cols["window"].tolist(), cols["emitted"].tolist()):
+            s.setdefault("window", wi)
+            s.setdefault("emitted", ei)
+    for k, v in STEP_DEFAULTS.items():
+        if not all(k in s for s in steps):
+            for s in steps:
+                if k not in s:
+                    s[k] = v() if callable(v) else v
+
+
+def step_rows(table, policy_fields: list[Any] | None = None) -> list[dict]:
+    """Step dicts from a screened Arrow table: one column at a time to Python, then zipped into dicts
+    (about 3× faster than Table.to_pylist)."""
+    names = table.column_names
+    cols = [table.column(k).to_pylist() if k != "policy_fields" or policy_fields is None else policy_fields
+            for k in names]
+    return [dict(zip(names, vals)) for vals in zip(*cols)]

@@ -1,0 +1,1 @@
+"""Training the small draft model (distillation data generation and fit)."""

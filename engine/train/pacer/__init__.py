@@ -1,0 +1,1 @@
+"""Training PACER's pre-verifier (labels from decode runs, then fit)."""
