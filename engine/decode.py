@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from engine.drafters import Proposal, as_drafter
+from engine.measure import sync
 from engine.policies.base import WindowPolicy
 from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
@@ -79,11 +80,6 @@ class DecodeConfig:
             raise ValueError(f"max_new_tokens must be in [1, 100000], got {self.max_new_tokens}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"unknown verifier {self.verifier!r}; choose from {', '.join(VERIFIERS)}")
-
-
-def _sync(lm) -> None:
-    if getattr(lm, "device", None) is not None and getattr(lm.device, "type", "cpu") == "cuda":
-        torch.cuda.synchronize()
 
 
 def score_paths(target, seq: list[int], prop: Proposal) -> list[torch.Tensor]:
@@ -153,7 +149,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     if drafter is not None:
         drafter.reset(seq)
         policy.reset()
-    _sync(target)
+    sync(target)
     t_prefill = (time.perf_counter() - t0) * 1e3
     generated, step = 0, 0
     while True:
@@ -164,7 +160,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             # Never draft past the token budget: the verify call always adds one token itself.
             cap = max(0, min(policy.propose(), remaining - 1))
             prop = drafter.propose(seq, cap, policy, sc, gen)
-            _sync(target)
+            sync(target)
         else:
             cap = 0
             prop = Proposal([[]], [torch.zeros(0, target.vocab_size)], [[]], [[]], "none")
@@ -182,7 +178,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             chosen = 0
         t_rule = (time.perf_counter() - t_r0) * 1e3
         commit_target(target, seq, S, prop, chosen, res.accepted)
-        _sync(target)
+        sync(target)
         t_v1 = time.perf_counter()
         if drafter is not None:
             drafter.commit(S + res.accepted, chosen)

@@ -37,6 +37,7 @@ import torch
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, decode
+from engine.measure import forward_curve, sync
 from engine.paths import SPEC_BENCH_DEV
 from engine.policies.base import parse_policy
 from engine.trace.prompts import encode, load_prompts, task_of
@@ -86,6 +87,11 @@ class _Counter:
         self.h.remove()
 
 
+def _device_of(module):
+    p = next(module.parameters(), None)
+    return None if p is None else p.device
+
+
 class _ForwardTimer:
     """Wall time spent inside `module`'s forward calls (pre/post hooks; device-synchronised);
     `first_s` is the first top-level call's share of it."""
@@ -102,14 +108,14 @@ class _ForwardTimer:
 
     def _pre(self, module, *_):
         if self._depth == 0:
-            _sync_module(module)
+            sync(_device_of(module))
             self._t0 = time.perf_counter()
         self._depth += 1
 
     def _post(self, module, *_):
         self._depth -= 1
         if self._depth == 0:
-            _sync_module(module)
+            sync(_device_of(module))
             dt = time.perf_counter() - self._t0
             self.s += dt
             if self.first_s is None:
@@ -118,12 +124,6 @@ class _ForwardTimer:
     def close(self) -> None:
         for h in self.hs:
             h.remove()
-
-
-def _sync_module(module) -> None:
-    p = next(module.parameters(), None)
-    if p is not None and p.device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _hf_modules(lm) -> list:
@@ -288,21 +288,9 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
 
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
     """Median ms of a 1-token draft forward and of k-token target forwards on a warm cache."""
-
-    def timed(lm, k):
-        ts = []
-        lm.reset()
-        lm.extend(ids)
-        n = lm.length
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            lm.extend(ids[-1:] * k)
-            ts.append((time.perf_counter() - t0) * 1e3)
-            lm.crop(n)
-        return statistics.median(ts)
-
-    t_draft = timed(draft, 1) if hasattr(draft, "extend") else float("nan")  # model-free drafts: no forward
-    tk = {k: timed(target, k) for k in (1, 2, 4, 8, 16)}
+    has_forward = hasattr(draft, "extend")  # model-free drafts: no forward
+    t_draft = forward_curve(draft, ids, (1,), reps)[1] if has_forward else float("nan")
+    tk = forward_curve(target, ids, (1, 2, 4, 8, 16), reps)
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
             "verify_growth": {k: v / tk[1] for k, v in tk.items()}}
 

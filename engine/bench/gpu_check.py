@@ -28,6 +28,7 @@ import torch
 
 from engine.decode import DecodeConfig, decode
 from engine.core.load import HFModel, machine_description, resolve_device
+from engine.measure import sync
 from engine.policies.base import parse_policy
 
 # Shapes of the realistic pair (config.json of the converted models).
@@ -52,11 +53,6 @@ def build(role: str, dtype: torch.dtype, device: str, layers: int | None = None,
     with torch.device(device):
         m = Qwen2ForCausalLM(cfg)
     return m.to(dtype).eval()
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def exactness(device: str, layers: int, vocab: int, n: int = 48, windows=(1, 3, 6)) -> dict:
@@ -89,10 +85,10 @@ def curve(model, device: str, context: int, ks, reps: int) -> dict[int, float]:
     for k in ks:
         ts = []
         for i in range(reps + 2):
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             lm.extend(ids[context:context + k])
-            _sync(device)
+            sync(device)
             if i >= 2:  # two warm-ups per k (allocator, kernel selection)
                 ts.append((time.perf_counter() - t0) * 1e3)
             lm.crop(context)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import torch
 
 from engine.decode import StepRecord
+from engine.measure import sync
 
 
 @dataclass
@@ -41,11 +42,6 @@ class Recorded:
     output_ids: list[int]  # the new tokens
     steps: list[StepRecord]
     wall_ms: float
-
-
-def _sync(model) -> None:
-    if getattr(model, "device", torch.device("cpu")).type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _entropy(logp: torch.Tensor) -> torch.Tensor:
@@ -67,16 +63,16 @@ class _Hooks:
             n_assist = int(getattr(cg, "num_assistant_tokens", 0) or 0)
             limit = getattr(cg, "main_model_max_length", None)
             cap = n_assist if limit is None else max(0, min(n_assist, limit - input_ids.shape[-1] - 1))
-            _sync(self.target)
+            sync(self.target)
             t0 = time.perf_counter()
             cand, logits = get(input_ids, *args, **kwargs)
-            _sync(self.target)
+            sync(self.target)
             self._pending = {"t0": t0, "t1": time.perf_counter(), "cur_len": input_ids.shape[-1], "cap": cap,
                              "n_assist": n_assist, "cand": cand, "logits": logits}
             return cand, logits
 
         def update_candidate_strategy(input_ids, scores, num_matches, *args, **kwargs):
-            _sync(self.target)
+            sync(self.target)
             t2 = time.perf_counter()
             self._record(input_ids, scores, int(num_matches), t2)
             out = update(input_ids, scores, num_matches, *args, **kwargs)
@@ -150,7 +146,7 @@ def record_assisted(target_model, assistant_model, input_ids: torch.Tensor, gen_
         t0 = time.perf_counter()
         with torch.inference_mode():
             y = target_model.generate(input_ids, assistant_model=assistant_model, **kw)
-        _sync(target_model)
+        sync(target_model)
         wall = (time.perf_counter() - t0) * 1e3
     finally:
         del target_model._get_candidate_generator

@@ -26,16 +26,11 @@ so only what stays resident between calls can differ).
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any
 
+from engine.measure import timed_ms
+
 KS = (1, 2, 5)  # window γ = 0, 1, 4: autoregressive, fixed:1, fixed:4
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def _hf_style(lm, tokens: list[int]) -> None:
@@ -81,7 +76,7 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
         times.setdefault(name, []).append(ms)
 
     def target_call(tokens: list[int]) -> float:
-        ms = _timed(lambda: target.extend(tokens))
+        ms = timed_ms(lambda: target.extend(tokens), target)
         target.crop(base_t)
         return ms
 
@@ -99,19 +94,19 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
             draft.crop(base_d)
             rec(f"after-draft k={k}", target_call(continuation[:k]))
             if hasattr(target, "model") and hasattr(target, "_cache_kw"):  # a transformers model
-                ms = _timed(lambda: _hf_style(target, continuation[:k]))
+                ms = timed_ms(lambda: _hf_style(target, continuation[:k]), target)
                 target.crop(base_t)
                 rec(f"hf-call k={k}", ms)
                 skinny = any("forward" in m.__dict__ for m in target.model.modules())
                 _linears(target, False)
                 rec(f"plain-linear k={k}", target_call(continuation[:k]))
                 _linears(target, skinny)
-        rec("draft alone", _timed(lambda: draft.extend(continuation[:1])))
+        rec("draft alone", timed_ms(lambda: draft.extend(continuation[:1]), target))
         draft.crop(base_d)
-        rec("draft alone", _timed(lambda: draft.extend(continuation[:1])))
+        rec("draft alone", timed_ms(lambda: draft.extend(continuation[:1]), target))
         draft.crop(base_d)
         target_call(continuation[:2])
-        rec("draft-after-target", _timed(lambda: draft.extend(continuation[:1])))
+        rec("draft-after-target", timed_ms(lambda: draft.extend(continuation[:1]), target))
         draft.crop(base_d)
     med = {k: statistics.median(v) for k, v in times.items()}
     ref = {k: med[f"alone/repeat k={k}"] for k in ks}
@@ -128,7 +123,6 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
 
 def main(argv=None) -> int:
     import argparse
-    import json
     import sys
 
     import torch

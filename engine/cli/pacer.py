@@ -39,20 +39,10 @@ def _load_pair(a):
 
 def measure_verify(target, ids: list[int], kmax: int = 17, reps: int = 5) -> list[float]:
     """Median ms of a k-token target forward on a warm cache, k = 1..kmax."""
-    import time
+    from engine.measure import forward_curve
 
-    target.reset()
-    target.extend(ids)
-    n, out = target.length, []
-    for k in range(1, kmax + 1):
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            target.extend(ids[-1:] * k)
-            ts.append((time.perf_counter() - t0) * 1e3)
-            target.crop(n)
-        out.append(statistics.median(ts))
-    return out
+    curve = forward_curve(target, ids, range(1, kmax + 1), reps)
+    return [curve[k] for k in range(1, kmax + 1)]
 
 
 def measure_loop_costs(target, draft, tok, eos, window: int = 16) -> dict:

@@ -17,7 +17,6 @@ and ``HF_HUB_OFFLINE`` is set before transformers is used.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import time

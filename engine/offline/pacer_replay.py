@@ -23,8 +23,6 @@ verifier's uniforms do not depend on the window. The real benchmark (engine.benc
 from __future__ import annotations
 
 import itertools
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -189,13 +187,10 @@ def replay(steps: list[Step], rule: Rule | str, costs: Costs) -> dict[str, float
 
 def measure_mb_ms(model, hidden_size: int, n: int = 8, reps: int = 50) -> float:
     """Median ms of one M_B call over an n-token step (the policy's per-block cost)."""
+    from engine.measure import median_ms
+
     h, q, e = torch.randn(n, hidden_size), torch.rand(n), torch.rand(n)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        model.score_step(h, q, e)
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    return median_ms(lambda: model.score_step(h, q, e), reps, warmup=0)
 
 
 def sweep(steps: list[Step], costs: Costs, blocks=(1, 2, 4), t0s=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),

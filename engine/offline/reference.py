@@ -212,38 +212,14 @@ def ar_runs_from_trace(path) -> dict[Any, dict[str, Any]]:
 
 def measure_timings(target, draft, context: list[int], max_tokens: int = 17, repeats: int = 5) -> dict[str, Any]:
     """Median wall ms: target forward of k = 1..max_tokens tokens, and one draft token, at this context."""
-    from engine.decode import _sync
+    from engine.measure import forward_curve
 
     ctx = list(context) if len(context) > 1 else list(context) * 2
-    feed = (ctx * (max_tokens // len(ctx) + 1))[:max_tokens]
-
-    def timed(lm, ids):
-        t0 = time.perf_counter()
-        lm.extend(ids)
-        _sync(lm)
-        return (time.perf_counter() - t0) * 1e3
-
-    out: dict[str, Any] = {"context_len": len(ctx), "repeats": repeats}
-    for name, lm in (("target", target), ("draft", draft)):
-        lm.reset()
-        lm.extend(ctx[:-1])
-        base = lm.length
-        timed(lm, feed[:2])  # warm-up
-        lm.crop(base)
-        ks = list(range(1, max_tokens + 1)) if name == "target" else [1]
-        times: dict[int, list[float]] = {k: [] for k in ks}
-        # Round-robin over k so that load drift on a shared machine hits every k alike.
-        for _ in range(repeats if name == "target" else 4 * repeats):
-            for k in ks:
-                times[k].append(timed(lm, feed[:k]))
-                lm.crop(base)
-        per_k = [round(statistics.median(times[k]), 4) for k in ks]
-        if name == "target":
-            out["target_ms_by_tokens"] = per_k  # index k−1: one forward of k tokens (window γ = k − 1)
-        else:
-            out["draft_ms_per_token"] = per_k[0]
-        lm.reset()
-    return out
+    curve = forward_curve(target, ctx, range(1, max_tokens + 1), repeats)
+    # index k−1: one forward of k tokens (window γ = k − 1)
+    return {"context_len": len(ctx), "repeats": repeats,
+            "target_ms_by_tokens": [round(curve[k], 4) for k in range(1, max_tokens + 1)],
+            "draft_ms_per_token": round(forward_curve(draft, ctx, (1,), 4 * repeats)[1], 4)}
 
 
 def fingerprint(lm) -> str:

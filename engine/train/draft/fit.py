@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from engine.paths import REPO_ROOT, SPEC_BENCH_DEV
