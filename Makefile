@@ -37,10 +37,10 @@ clean-venv:
 
 # Reproduce the bundled SmolLM2 traces (greedy, one Spec-Bench dev prompt per task).
 SPECBENCH ?= ../shared/spec_bench/questions_dev.jsonl
-TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 48 --threads 1
+TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 48 --threads 1
 .PHONY: traces bench
 traces: $(STAMP)
-	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 48 --threads 1 --out traces/smollm2-autoregressive.jsonl
+	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 48 --threads 1 --out traces/smollm2-autoregressive.jsonl
 	for p in fixed:2 fixed:4 heuristic confidence entropy:1.0 cumulative:0.3 confidence:0.5,trim=1; do \
 	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':,=' '---').jsonl; done
 	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
@@ -51,7 +51,7 @@ traces: $(STAMP)
 
 # The demo-pair benchmark (issue figures in docs/benchmarks.md).
 bench: $(STAMP)
-	$(BIN)/python -m engine bench --per-category 1 --max-new-tokens 48 --threads 1 --temperatures 0 --out docs/results/bench-smollm2-greedy.json --markdown docs/benchmarks.md
+	$(BIN)/python -m engine bench --per-task 1 --max-new-tokens 48 --threads 1 --temperatures 0 --out docs/results/bench-smollm2-greedy.json --markdown docs/benchmarks.md
 
 # Re-take the app's screenshots with the browser tests and copy them into docs/screenshots/. The tests
 # alone write screenshots to a temp folder ($SPECLAB_SCREENSHOTS), so a test run never changes the tree.
@@ -71,14 +71,14 @@ models: $(STAMP)
 # The bundled Qwen traces and benchmark figures: one interleaved bench run writes both
 # (traces/qwen-*-t0.jsonl, docs/results/bench-qwen-greedy.json), then the Windows page's reference run
 # reuses the recorded autoregressive run. The T = 0.7 run (bench-qwen-t07) has not been recorded yet.
-QWEN = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32 --threads 2 --per-category 1 --max-new-tokens 64
+QWEN = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32 --threads 2 --per-task 1 --max-new-tokens 64
 traces-qwen: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QWEN) --temperatures 0 \
 	  --configs ar,fixed:1,fixed:2,fixed:4,heuristic,oracle,hf:heuristic:5,hf:ar \
 	  --trace-dir build/qwen-greedy --out docs/results/bench-qwen-greedy.json
 	for f in build/qwen-greedy/*.jsonl; do cp "$$f" "traces/qwen-$$(basename $$f)"; done
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
-	  --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 64 --max-window 16 --timing-repeats 3 --threads 2 \
+	  --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --max-window 16 --timing-repeats 3 --threads 2 \
 	  --outputs-from traces/qwen-ar-t0.jsonl --out traces/ref-qwen-greedy.jsonl
 
 bench-qwen-t07: models
@@ -90,7 +90,7 @@ bench-qwen-t07: models
 # cap and by match length, suffix matching, and HF's own prompt lookup, interleaved with AR.
 bench-qwen-modelfree: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft lookup:n=10,ngram=2 \
-	  --dtype fp32 --threads 2 --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 128 --temperatures 0 \
+	  --dtype fp32 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 128 --temperatures 0 \
 	  --configs "ar;fixed:10;matchlen:1,offset=2,max=10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
 	  --trace-dir build/qwen-modelfree --out docs/results/bench-qwen-modelfree-greedy.json
 
@@ -98,23 +98,23 @@ bench-qwen-modelfree: models
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).
 QREF = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32 --threads 2 --prompts $(SPECBENCH) --max-new-tokens 128 --timing-repeats 3
 reference-qwen: models
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-category 3 --max-window 16 \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-task 3 --max-window 16 \
 	  --outputs-from build/qwen-modelfree/ar-t0.jsonl --out traces/ref-qwen-greedy.jsonl
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-category 1 --temperature 0.7 \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine reference $(QREF) --per-task 1 --temperature 0.7 \
 	  --out traces/ref-qwen-t0.7.jsonl
 
 # Phrase drafts (model + phrase pool) with fixed caps, match length and PACER on the SmolLM2 pair.
 bench-phrase-smollm2: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target smollm2-135m --draft "phrase:model=smollm2-draft,n=4,ngram=2" \
-	  --dtype fp32 --threads 1 --prompts $(SPECBENCH) --per-category 1 --max-new-tokens 64 --temperatures 0 \
+	  --dtype fp32 --threads 1 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --temperatures 0 \
 	  --configs "ar;fixed:4;fixed:8;fixed:12;matchlen:1,offset=2,max=12;pacer;pacer:b=4,t=0.3,rho=1.1;fixed:10@lookup:n=10,ngram=2;hf:lookup:10" \
 	  --out docs/results/bench-phrase-smollm2-greedy.json
 
 # Why a real step costs more than its parts (docs/benchmarks.md, "Replayed vs real").
 step-probe-qwen: models
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine.bench.step_probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine step-probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
 	  --dtype fp32 --threads 2 --repeats 5 --context 256 --out docs/results/step-probe-qwen.json
 
 # A machine with CUDA runs this end to end (exactness in fp32, cost curves of the pair's shapes in bf16).
 gpu-check: $(STAMP)
-	$(BIN)/python -m engine.bench.gpu_check --out docs/results/gpu-check.json
+	$(BIN)/python -m engine gpu-check --out docs/results/gpu-check.json

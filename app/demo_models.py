@@ -20,7 +20,7 @@ TINY_VOCAB = 64  # as in the tests: big enough for varied drafts, small enough t
 def tiny_pair(seed: int = 0, noise: float = 0.1):
     """(target, draft) as HFModel wrappers. noise 0.1 gives a fixed:4 acceptance of about two thirds
     on the demo prompts — a realistic trained-draft regime (0.2 already drops it to about a quarter)."""
-    from engine.core.load import HFModel
+    from engine.core.lm import HFModel
 
     target = tiny_llama(seed)
     draft = noisy_copy(target, seed + 1, noise)

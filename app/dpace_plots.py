@@ -99,7 +99,7 @@ def tau_curves(evals: pd.DataFrame, labels: list[str] | None = None) -> go.Figur
                         hoverinfo="skip")
         fig.add_scatter(x=g.index, y=g["mean"], name=lab, mode="lines+markers", line=dict(color=c, width=2))
     return layout(fig, "Offline τ during training (mean over seeds, band = seed range)", "training step",
-                  "τ (tokens per target call, incl. bonus)", height=360)
+                  "τ = emitted per call (incl. bonus)", height=360)
 
 
 def alpha_sweep(summary: dict) -> go.Figure:
@@ -126,7 +126,7 @@ def alpha_sweep(summary: dict) -> go.Figure:
                             hovertemplate=f"{ref['label']} offline τ %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(range=[-0.05, 1.05], dtick=0.1)
     return layout(fig, "α sweep (D-PACE, official sum normalisation)", "α (smoothing, 0–1)",
-                  "τ (tokens per target call, incl. bonus)", height=380)
+                  "τ = emitted per call (incl. bonus)", height=380)
 
 
 def objectives_bar(summary: dict) -> go.Figure:
@@ -144,4 +144,4 @@ def objectives_bar(summary: dict) -> go.Figure:
                     error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
     fig.update_layout(barmode="group")
     return layout(fig, "τ per objective (mean ± sd over seeds)", "objective",
-                  "τ (tokens per target call, incl. bonus)", height=380)
+                  "τ = emitted per call (incl. bonus)", height=380)

@@ -10,8 +10,9 @@ point of the script run), and tells the waiting sessions where they are in line.
 run get their own wrappers around the same weights (each wrapper owns its cache), so side A, side B
 and the autoregressive baseline never share a cache either.
 
-Each side drafts with the pair's draft model or with a model-free drafter (lookup, suffix:
-engine.drafters.modelfree), built fresh for every run from the target's vocabulary alone.
+Each side drafts with the pair's draft model, with a model-free drafter (lookup, suffix:
+engine.drafters.modelfree) or with a saved block drafter (block:PATH, engine.drafters.block), the
+latter two built fresh for every run by engine.drafters.make_drafter.
 
 Both sides are driven by `engine.decode.decode`, the loop every other tool uses, and each step is
 written through `engine.trace.format.TraceWriter` as it happens: a finished run is a valid trace file, and
@@ -67,7 +68,7 @@ class DemoPair:
 
 
 def _wrap(lm, name: str):
-    from engine.core.load import HFModel
+    from engine.core.lm import HFModel
 
     return HFModel(lm.model, name=name, vocab_subset=lm.vocab_subset)
 
@@ -251,14 +252,10 @@ PRESETS = {"fixed": "fixed:4", "heuristic": "heuristic", "confidence": "confiden
 
 
 def policy_names() -> list[str]:
-    """Every policy the engine's parser accepts (PACER registers itself on import), plus
+    """Every policy the engine's parser accepts (engine.policies.base.POLICIES), plus
     'autoregressive' (no draft): what the Live page offers and what its error message lists."""
-    from engine.policies.base import POLICIES
+    from engine.policies.base import POLICIES  # lazy "module:Class" names: PACER is listed without importing it
 
-    try:
-        import engine.policies.pacer  # noqa: F401  (registers "pacer")
-    except Exception:  # noqa: BLE001  (a broken optional module must not hide the other policies)
-        pass
     return sorted(POLICIES) + [AUTOREGRESSIVE]
 
 
@@ -268,15 +265,19 @@ def preset(name: str) -> str:
 
 
 MODEL_DRAFT = "model"  # a side's draft choice meaning "the pair's draft model"
-DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16"}
-DRAFT_SYNTAX = "model, lookup[:n=N,ngram=G,pick=0|1] or suffix[:n=N,depth=D,p=P,corpus=0|1]"
+BLOCK_DRAFT = "block"  # a DFlash-style block drafter saved on disk (engine.drafters.block)
+DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16",
+                 BLOCK_DRAFT: "block:models/block-drafter-smollm2"}
+DRAFT_SYNTAX = ("model, lookup[:n=N,ngram=G,pick=0|1], suffix[:n=N,depth=D,p=P,corpus=0|1] or block:PATH "
+                "(a saved block drafter for this pair's target)")
 
 
 def draft_names() -> list[str]:
-    """What a side can draft with: the pair's draft model, then every model-free drafter of the engine."""
+    """What a side can draft with: the pair's draft model, every model-free drafter of the engine, and a
+    saved block drafter."""
     from engine.drafters.modelfree import MODEL_FREE
 
-    return [MODEL_DRAFT, *MODEL_FREE]
+    return [MODEL_DRAFT, *MODEL_FREE, BLOCK_DRAFT]
 
 
 def draft_preset(name: str) -> str:
@@ -290,6 +291,17 @@ def is_model_free(draft: str | None) -> bool:
     return engine_is_model_free(draft)
 
 
+def is_block(draft: str | None) -> bool:
+    from engine.drafters import is_block as engine_is_block
+
+    return engine_is_block(draft)
+
+
+def own_drafter(draft: str | None) -> bool:
+    """True when a side drafts with a drafter of its own (model-free or block), not the pair's draft model."""
+    return is_model_free(draft) or is_block(draft)
+
+
 def draft_error(pair: DemoPair, spec: str) -> tuple[str, str | None]:
     """(canonical draft spec, None) or (the spec, why it cannot draft on this pair). 'model' is the pair's
     draft; a model-free spec is built once here so that a bad parameter is refused before anything runs."""
@@ -300,6 +312,15 @@ def draft_error(pair: DemoPair, spec: str) -> tuple[str, str | None]:
         return spec, None
     if not spec:
         return spec, f"empty; choose {DRAFT_SYNTAX}"
+    if is_block(spec):  # checked from its config.json against this pair's target; loaded when the run starts
+        from engine.drafters.block import check_block
+        from engine.drafters.factory import block_path
+
+        try:
+            check_block(block_path(spec), pair.sides[BASE][0])
+            return spec, None
+        except (ValueError, TypeError, OSError) as e:
+            return spec, str(e).splitlines()[0]
     if not is_model_free(spec):
         return spec, f"unknown drafter {spec.partition(':')[0].strip()!r}; choose {DRAFT_SYNTAX}"
     try:
@@ -330,8 +351,8 @@ def policy_error(pair: DemoPair, spec: str, temperature: float,
     if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
         return None, (f"{pol.spec} drops drafts by value, which is exact for greedy decoding only; set the "
                       "temperature to 0 or use trim=0.")
-    if is_model_free(drafter):
-        if pol.needs_hidden:  # the drafter would refuse at its first step (engine.drafters.modelfree)
+    if own_drafter(drafter):
+        if pol.needs_hidden:  # decode would refuse it before the first step (the drafter has no hidden states)
             return None, (f"{pol.spec} reads draft hidden states; the {drafter.partition(':')[0].strip()} drafter "
                           "has none: draft with the model or pick another policy (matchlen sizes the window "
                           "from the copy's match length).")
@@ -408,7 +429,7 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
     and reported via on_step(side, steps, done). The headers record when the run queued and started.
     Raises TimeoutError when the models stay busy for longer than LOCK_WAIT_S; always leaves the line."""
     from engine.decode import decode
-    from engine.drafters.modelfree import make_model_free
+    from engine.drafters import make_drafter
     from engine.run import Request, make_header
     from engine.trace.format import TraceWriter
 
@@ -430,8 +451,8 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
                 target, draft = pair.sides[s]
                 if pols[s] is None:
                     draft_lm = None
-                elif is_model_free(drafts.get(s)):  # fresh per run: suffix:corpus=1 remembers what it saw
-                    draft_lm = make_model_free(drafts[s], target.vocab_size)
+                elif own_drafter(drafts.get(s)):  # fresh per run: suffix:corpus=1 remembers what it saw
+                    draft_lm = make_drafter(drafts[s], target)[1]  # a block drafter verifies with its own view
                 else:
                     draft_lm = draft
                     draft_lm.want_hidden = pols[s].needs_hidden
@@ -465,9 +486,10 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
 
 
 def run_labels(specs: dict[str, str], drafts: dict[str, str] | None = None) -> dict[str, str]:
-    """side -> what its trace file is named after: the policy spec, prefixed with a model-free drafter's."""
+    """side -> what its trace file is named after: the policy spec, prefixed with its own drafter's
+    (model-free or block)."""
     drafts = drafts or {}
-    return {s: f"{drafts[s].strip()}+{spec.strip()}" if is_model_free(drafts.get(s)) and
+    return {s: f"{drafts[s].strip()}+{spec.strip()}" if own_drafter(drafts.get(s)) and
             spec.strip() != AUTOREGRESSIVE else spec for s, spec in specs.items()}
 
 

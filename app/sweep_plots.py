@@ -1,8 +1,8 @@
-"""Pure figure builders for sweep summaries (engine.bench.sweep.load_sweep_summary): dataframe in, plotly
+"""Pure figure builders for sweep summaries (engine.bench.sweep_summary.load_sweep_summary): dataframe in, plotly
 figure out, no Streamlit calls. Speedup colours run from the app's "rejected" red (slower than
 autoregressive) through white at 1× to its "accepted" green (faster).
 
-Rows are *settings* (engine.bench.sweep.with_settings): the window policy, prefixed with the drafter
+Rows are *settings* (engine.bench.sweep_summary.with_settings): the window policy, prefixed with the drafter
 (`lookup:n=10,ngram=2 · matchlen:…`) once a sweep has model-free drafters, so a drafter × window
 grid reads as one table."""
 
@@ -12,7 +12,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.plots import COLORS, colorbar, layout
-from engine.bench.sweep import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER, speedup_matrix, with_settings
+from engine.bench.sweep_grid import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER
+from engine.bench.sweep_summary import speedup_matrix, with_settings
+from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL
 
 FACETS = ["pair", "verifier", "temperature", "max_new_tokens", "dtype", "prompt_set"]
 KEYS = ["setting", "drafter", "policy"]  # setting names the other two; they stay as columns to filter on
@@ -27,13 +29,13 @@ def facet_values(df: pd.DataFrame) -> dict[str, list]:
 def _pooled(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Sums per group and the ratios of sums: tokens/s (Σ tokens / Σ decode time), emitted per call incl.
     bonus (Σ emitted / Σ target calls), acceptance (Σ accepted / Σ drafted, excl. bonus)."""
-    g = df.assign(accepted=df["accepted_per_call_excl_bonus"] * df["target_calls"]).groupby(by)
+    g = df.assign(accepted=df[ACCEPTED_PER_CALL] * df["target_calls"]).groupby(by)
     out = g.agg(tasks=("task_id", "count"), prompts=("prompts", "sum"), new_tokens=("new_tokens", "sum"),
                 decode_ms=("decode_ms", "sum"), target_calls=("target_calls", "sum"),
                 drafted=("drafted_tokens", "sum"), accepted=("accepted", "sum"))
     out["tokens_per_s"] = out["new_tokens"] / (out["decode_ms"] / 1e3)
-    out["emitted_per_call_incl_bonus"] = out["new_tokens"] / out["target_calls"]
-    out["acceptance_rate"] = (out["accepted"] / out["drafted"]).where(out["drafted"] > 0)
+    out[EMITTED_PER_CALL] = out["new_tokens"] / out["target_calls"]
+    out[ACCEPTANCE_RATE] = (out["accepted"] / out["drafted"]).where(out["drafted"] > 0)
     return out
 
 

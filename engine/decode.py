@@ -12,6 +12,12 @@ Cache bookkeeping (S = tokens in the sequence before a step, x = sequence):
 
 Randomness: one torch.Generator per request, seeded by (seed, request_id); it supplies the draft's
 samples and the verifier's uniforms, so a run is reproducible and the verifier stays pure.
+
+The one path of a step: policy.propose() → cap; drafter.draft(seq, cap, keep, …) → Proposal, where
+`keep` (engine.drafters.base.Keep) carries the policy's keep_drafting / drop_on_stop verdicts and
+plain values, so this module is the only code that talks to a policy; the policy's kept_proposal
+law replaces the q rows of a gated proposal; the target scores the block(s) (score_paths); the
+verifier (engine.verify) decides; the target and the drafter commit; policy.update(result).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from typing import Any, Iterator
 
 import torch
 
-from engine.drafters import Proposal, as_drafter
+from engine.drafters.autoregressive import as_drafter
+from engine.drafters.base import Keep, Proposal
 from engine.measure import sync
 from engine.policies.base import WindowPolicy
 from engine.core.sampling import SamplingConfig, probs_from_logits
@@ -114,6 +121,22 @@ def commit_target(target, seq: list[int], S: int, prop: Proposal, chosen: int, a
     target.extend([seq[S - 1]] + prop.tokens[chosen][:accepted])
 
 
+def keep_for(policy: WindowPolicy) -> Keep:
+    """The drafter's view of the policy for one step (engine.drafters.base.Keep)."""
+    return Keep(policy.keep_drafting, policy.drop_on_stop, want_hidden=policy.needs_hidden,
+                value_blind=type(policy).kept_proposal is WindowPolicy.kept_proposal,
+                block_rule=policy.block_rule())
+
+
+def kept_law(policy: WindowPolicy, prop: Proposal) -> Proposal:
+    """Verify a gated proposal's drafts against the law they were kept under (policy.kept_proposal,
+    row by row: identity unless the policy drops drafts by value, see engine.policies.base)."""
+    if not prop.gated or type(policy).kept_proposal is WindowPolicy.kept_proposal:
+        return prop
+    prop.q = [torch.stack([policy.kept_proposal(r) for r in q]) if len(q) else q for q in prop.q]
+    return prop
+
+
 def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
            cfg: DecodeConfig = DecodeConfig(), eos_ids: tuple[int, ...] = (),
            request_id: int = 0) -> Iterator[StepRecord]:
@@ -139,6 +162,10 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
                          "its proposal)")
     if drafter is not None and getattr(policy, "greedy_only", False) and not sc.greedy:
         raise ValueError(f"policy {policy.spec!r} is defined for greedy decoding only (T = 0)")
+    if drafter is not None and policy.needs_hidden and not getattr(drafter, "has_hidden", True):
+        raise ValueError(f"policy {policy.spec!r} reads draft hidden states; the {drafter.name} drafter has none")
+    if drafter is not None and hasattr(drafter, "verify_target"):
+        target = drafter.verify_target(target)  # a block drafter reads the target's layer features
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     eos = set(eos_ids)
     seq = list(prompt_ids)
@@ -159,11 +186,11 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
         if drafter is not None:
             # Never draft past the token budget: the verify call always adds one token itself.
             cap = max(0, min(policy.propose(), remaining - 1))
-            prop = drafter.propose(seq, cap, policy, sc, gen)
+            prop = kept_law(policy, drafter.draft(seq, cap, keep_for(policy), sc, gen))
             sync(target)
         else:
             cap = 0
-            prop = Proposal([[]], [torch.zeros(0, target.vocab_size)], [[]], [[]], "none")
+            prop = Proposal.empty(target.vocab_size, stop_reason="none")
         t_v0 = time.perf_counter()
         logits = score_paths(target, seq, prop)
         t_r0 = time.perf_counter()

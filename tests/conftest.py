@@ -1,11 +1,26 @@
-"""Tiny models built from configs inside the tests: no downloads, seconds to build."""
+"""Shared fixtures and helpers: tiny models built from configs inside the tests (no downloads,
+seconds to build), tiny model folders with a real tokenizer for the CLI tests, and the Streamlit
+server + Chromium browser of the browser tests.
+
+Fixtures used by more than one test module live here, never in a test module another one imports
+(pytest would then see the fixture defined twice, and a module's skip would reach its importers)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
-from engine.core.load import HFModel
+from engine.core.lm import HFModel
 from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported for the tests)
 
 VOCAB = 64
+REPO = Path(__file__).resolve().parent.parent
 
 # Test models are tiny: one thread avoids intra-op synchronisation that costs 30× on a loaded 2-core box.
 torch.set_num_threads(1)
@@ -43,3 +58,150 @@ def decode_with_contexts(target, draft, prompt, policy, n, **kw):
         ctx.append(list(seq))
         seq.extend(s.emitted_tokens)
     return steps, ctx, seq[len(prompt):]
+
+
+# ------------------------------------------------------------------ model folders for the CLI tests
+
+WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]
+
+
+def save_with_tokenizer(model, path, vocab=WORDS):
+    """`model` saved to `path` with a word-level tokenizer over `vocab` (built offline)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """(target dir, draft dir, prompts.jsonl): a tiny pair with a tokenizer, as `engine decode` reads it."""
+    root = tmp_path_factory.mktemp("models")
+    target = tiny_llama(0)
+    t = save_with_tokenizer(target, root / "target")
+    d = save_with_tokenizer(noisy_copy(target, 1), root / "draft")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("\n".join([
+        json.dumps({"question_id": 81, "category": "writing", "turns": ["w1 w2 w3 w4", "w9"]}),
+        json.dumps({"prompt": "w5 w6 w7", "category": "qa"}),
+    ]) + "\n")
+    return t, d, prompts
+
+
+# ------------------------------------------------------------------ the browser tests' server and browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 90_000  # a 2-core box shared with training: page runs can take tens of seconds
+VIEWPORT = {"width": 1280, "height": 1500}  # modest: readable screenshots that stay small
+
+
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here (an environment fact only), or None."""
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} not found: install it with `apt-get install -y chromium`"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed: `pip install playwright` (no browser download needed)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_sweep(tmp_path_factory) -> Path:
+    """A sweep folder with only summary.parquet (what the Sweeps page reads): 3 policies × 3 tasks."""
+    import pandas as pd
+
+    from engine.bench.sweep import SUMMARY_NAME, add_speedup
+
+    folder = tmp_path_factory.mktemp("sweep")
+    rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
+             "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
+             "chat": True, "task": task, "shard_hash": task, "prompts": 1, "new_tokens": 8,
+             "decode_ms": 8 / (tps * f) * 1e3, "target_calls": 4, "mean_accepted_per_call_excl_bonus": 0.5,
+             "drafted_tokens": 4, "mean_emitted_per_call_incl_bonus": 2.0, "draft_acceptance_rate": 0.5, "tokens_per_s": tps * f}
+            for pol, tps in (("autoregressive", 100.0), ("fixed:4", 150.0), ("heuristic", 90.0))
+            for task, f in (("qa", 1.0), ("rag", 1.2), ("math", 0.8))]
+    add_speedup(pd.DataFrame(rows)).to_parquet(folder / SUMMARY_NAME, index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    env = {**os.environ, "SPECLAB_LIVE_MODELS": "tiny", "SPECLAB_SWEEP_DIR": str(tiny_sweep(tmp_path_factory))}
+    cmd = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
+           "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            out = proc.stdout.read().decode(errors="replace")[-2000:] if proc.stdout else ""
+            pytest.fail(f"streamlit did not become healthy:\n{out}")
+        time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def new_session(browser, url: str, viewport: dict | None = None):
+    """A separate browser context = a separate Streamlit session (own session_state, own Live folder)."""
+    ctx = browser.new_context(viewport=viewport or VIEWPORT, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(url)
+    return pg
+
+
+def settle(pg) -> None:
+    """Wait until the script run finished and no skeleton is left, then assert there is no exception box.
+    (The short pause lets a rerun that a click just requested start before we wait for its end.)"""
+    from playwright.sync_api import expect
+
+    pg.wait_for_timeout(300)
+    pg.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", state="attached")
+    pg.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", state="attached")
+    expect(pg.get_by_test_id("stSkeleton")).to_have_count(0)
+    expect(pg.get_by_test_id("stException")).to_have_count(0)
+
+
+def nav(pg, title: str) -> None:
+    """Click the sidebar link, as a person would: the session (and its uploads) survives."""
+    import re
+
+    pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
+    pg.wait_for_url(re.compile(re.sub(r"[^a-z]", "", title.lower()) if title != "Overview" else ".*"))
+    settle(pg)

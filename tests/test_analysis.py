@@ -15,12 +15,13 @@ from engine.offline.analysis import (CostModel, iid_theory, load_reference, orac
                              simulate_policy, variability_table, window_table)
 from engine.offline.costmodel import expected_emitted, leviathan_speedup, oracle_speedup
 from engine.decode import DecodeConfig, decode
-from engine.core.load import HFModel
+from engine.core.lm import HFModel
 from engine.policies.base import parse_policy
-from engine.offline.reference import (Reference, ReferenceConfig, ReferenceFormatError, accept_runs, build_reference,
-                              loads_reference)
+from engine.offline.hindsight import accept_runs
+from engine.offline.reference import ReferenceConfig, build_reference
+from engine.offline.reference_file import Reference, ReferenceFormatError, loads_reference
 from engine.core.sampling import SamplingConfig
-from engine.offline.replay import _expected, _walk, parse_spec, simulate_steps
+from engine.offline.replay import _expected, parse_spec, simulate_steps, walk_reference
 from tests.conftest import greedy_reference, noisy_copy
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]
@@ -128,7 +129,7 @@ def test_dynamic_programme_equals_walk_on_greedy(ref):
     for spec in ("fixed:1", "fixed:5", "fixed:16", "oracle:a", "oracle:b", "oracle:a,max=4"):
         pol = parse_spec(spec)
         for req in ref.requests:
-            steps = _walk(req, pol, ref.max_new_tokens, cost)
+            steps = walk_reference(req, pol, ref.max_new_tokens, cost)
             dp = _expected(req, pol, ref.max_new_tokens, cost)
             assert dp["target_calls"] == pytest.approx(len(steps))
             assert dp["drafted"] == pytest.approx(sum(s["window"] for s in steps))

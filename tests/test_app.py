@@ -603,8 +603,8 @@ def synthetic_sweep(folder: Path) -> Path:
     rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
              "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
              "chat": True, "task": task, "shard_hash": task, "prompts": 1, "new_tokens": 8,
-             "decode_ms": 8 / tps * 1e3, "target_calls": 4, "accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4,
-             "emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "tokens_per_s": tps}
+             "decode_ms": 8 / tps * 1e3, "target_calls": 4, "mean_accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4,
+             "mean_emitted_per_call_incl_bonus": 2.0, "draft_acceptance_rate": 0.5, "tokens_per_s": tps}
             for pol, tps in (("autoregressive", 100.0), ("fixed:4", 150.0)) for task in ("qa", "rag")]
     folder.mkdir(parents=True, exist_ok=True)
     add_speedup(pd.DataFrame(rows)).to_parquet(folder / SUMMARY_NAME, index=False)

@@ -22,106 +22,30 @@ import io
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
+from tests.conftest import REPO, TIMEOUT_MS, browser_missing, nav, new_session, settle
+
 SHOTS_ENV = "SPECLAB_SCREENSHOTS"  # where screenshots go; unset: a pytest temp folder (the tree stays clean)
-SHOTS = Path()  # set by the `browser` fixture
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 90_000  # a 2-core box shared with training: page runs can take tens of seconds
-VIEWPORT = {"width": 1280, "height": 1500}  # modest: readable screenshots that stay small
+SHOTS = Path()  # set by the `_shots` fixture
 MAX_SHOT_BYTES = 200_000
 
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} not found: install it with `apt-get install -y chromium`", allow_module_level=True)
-try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:
-    pytest.skip("playwright is not installed: `pip install playwright` (no browser download needed)",
-                allow_module_level=True)
+if browser_missing():
+    pytest.skip(browser_missing(), allow_module_level=True)
+from playwright.sync_api import expect  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tiny_sweep(tmp_path_factory) -> Path:
-    """A sweep folder with only summary.parquet (what the Sweeps page reads): 3 policies × 3 tasks."""
-    import pandas as pd
-
-    from engine.bench.sweep import SUMMARY_NAME, add_speedup
-
-    folder = tmp_path_factory.mktemp("sweep")
-    rows = [{"task_id": f"{pol}-{task}", "pair": "p", "target": "t", "dtype": "fp32", "policy": pol,
-             "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "max_new_tokens": 8,
-             "chat": True, "task": task, "shard_hash": task, "prompts": 1, "new_tokens": 8,
-             "decode_ms": 8 / (tps * f) * 1e3, "target_calls": 4, "accepted_per_call_excl_bonus": 0.5,
-             "drafted_tokens": 4, "emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "tokens_per_s": tps * f}
-            for pol, tps in (("autoregressive", 100.0), ("fixed:4", 150.0), ("heuristic", 90.0))
-            for task, f in (("qa", 1.0), ("rag", 1.2), ("math", 0.8))]
-    add_speedup(pd.DataFrame(rows)).to_parquet(folder / SUMMARY_NAME, index=False)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = _free_port()
-    env = {**os.environ, "SPECLAB_LIVE_MODELS": "tiny", "SPECLAB_SWEEP_DIR": str(tiny_sweep(tmp_path_factory))}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            out = proc.stdout.read().decode(errors="replace")[-2000:] if proc.stdout else ""
-            pytest.fail(f"streamlit did not become healthy:\n{out}")
-        time.sleep(0.5)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+@pytest.fixture(scope="module", autouse=True)
+def _shots(tmp_path_factory):
+    """Screenshots go to $SPECLAB_SCREENSHOTS or a temp folder: a test run never rewrites tracked files."""
     global SHOTS
     SHOTS = Path(os.environ.get(SHOTS_ENV) or tmp_path_factory.mktemp("screenshots"))
+    if SHOTS.resolve().is_relative_to(REPO.resolve()):  # e.g. docs/screenshots: tracked files
+        pytest.fail(f"${SHOTS_ENV}={SHOTS} is inside the repository: a test run must not rewrite tracked "
+                    f"files (`make screenshots` takes a temp folder and copies)")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    expect.set_options(timeout=TIMEOUT_MS)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
-
-
-def new_session(browser, url: str, viewport: dict | None = None):
-    """A separate browser context = a separate Streamlit session (own session_state, own Live folder)."""
-    ctx = browser.new_context(viewport=viewport or VIEWPORT, accept_downloads=True)
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT_MS)
-    pg.goto(url)
-    return pg
 
 
 @pytest.fixture(scope="module")
@@ -130,23 +54,6 @@ def page(browser, server):
     pg = new_session(browser, server)
     yield pg
     pg.context.close()
-
-
-def settle(pg) -> None:
-    """Wait until the script run finished and no skeleton is left, then assert there is no exception box.
-    (The short pause lets a rerun that a click just requested start before we wait for its end.)"""
-    pg.wait_for_timeout(300)
-    pg.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", state="attached")
-    pg.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", state="attached")
-    expect(pg.get_by_test_id("stSkeleton")).to_have_count(0)
-    expect(pg.get_by_test_id("stException")).to_have_count(0)
-
-
-def nav(pg, title: str) -> None:
-    """Click the sidebar link, as a person would: the session (and its uploads) survives."""
-    pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title).click()
-    pg.wait_for_url(re.compile(re.sub(r"[^a-z]", "", title.lower()) if title != "Overview" else ".*"))
-    settle(pg)
 
 
 def small_png(img, path: Path) -> None:

@@ -1,14 +1,20 @@
 """A Spec-Bench answer file uploaded in a real browser (Playwright + Debian's Chromium, as in
-test_app_browser.py, whose server and browser fixtures this reuses): it imports, is marked as
+test_app_browser.py; the server and browser fixtures are tests/conftest.py's): it imports, is marked as
 imported on Overview, and the Windows page shows what its accepted lengths support."""
 
 from __future__ import annotations
 
-from tests.test_app_browser import browser, expect, nav, new_session, server  # noqa: F401  (fixtures)
+import pytest
+
+from tests.conftest import browser_missing, nav, new_session
 from tests.test_interop import SPS, answer_file
 
+if browser_missing():
+    pytest.skip(browser_missing(), allow_module_level=True)
+from playwright.sync_api import expect  # noqa: E402
 
-def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path):  # noqa: F811
+
+def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path):
     pg = new_session(browser, server)
     try:
         nav(pg, "Upload")

@@ -50,7 +50,7 @@ def decode_cli(tmp_path, capsys, *extra: str) -> str:
     (("--draft", "d", "--policy", "entropy:-1"), "entropy threshold must be > 0"),
     (("--draft", "d", "--policy", "heuristic:2.5"), "heuristic start must be an integer"),
     (("--limit", "-3"), "--limit must be an integer in [1, 1e+07], got -3"),  # silently decoded 1 prompt before
-    (("--per-category", "0"), "--per-category must be an integer"),
+    (("--per-task", "0"), "--per-task must be an integer"),
     (("--threads", "0"), "--threads must be an integer"),
 ])
 def test_out_of_range_parameters_fail_first_in_one_line(tmp_path, capsys, flags, expect):
@@ -182,11 +182,12 @@ def test_mismatched_tokenizers_are_refused(pair):
 def test_cli_refuses_a_trace_it_cannot_write(tmp_path, capsys, monkeypatch):
     """The writer's error reaches the command line as one line (TraceWriteError is a ValueError)."""
     from engine import __main__ as cli
+    from engine.cli import decode as decode_cli
 
     def boom(a):
         TraceWriter(tmp_path, {})
 
-    monkeypatch.setitem(cli.COMMANDS, "decode", boom)
+    monkeypatch.setattr(decode_cli, "cmd_decode", boom)
     assert cli.main(["decode", "--target", "t", "--prompts", str(PROMPTS), "--out", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot write trace") and "\n" not in err

@@ -3,37 +3,10 @@
 import json
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from engine.__main__ import main
 from engine.trace.format import load_trace
-from tests.conftest import noisy_copy, tiny_llama
-
-WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]
-
-
-def _save(model, path, vocab=WORDS):
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
-    model.save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    target = tiny_llama(0)
-    t = _save(target, root / "target")
-    d = _save(noisy_copy(target, 1), root / "draft")
-    prompts = root / "prompts.jsonl"
-    prompts.write_text("\n".join([
-        json.dumps({"question_id": 81, "category": "writing", "turns": ["w1 w2 w3 w4", "w9"]}),
-        json.dumps({"prompt": "w5 w6 w7", "category": "qa"}),
-    ]) + "\n")
-    return t, d, prompts
+from tests.conftest import WORDS, save_with_tokenizer, tiny_llama
 
 
 def test_decode_then_validate(model_dirs, tmp_path, capsys):
@@ -91,7 +64,7 @@ def test_bad_input_one_line_error(model_dirs, tmp_path, capsys, args, msg):
 
 def test_mismatched_tokenizers_refused(model_dirs, tmp_path, capsys):
     t, _, prompts = model_dirs
-    other = _save(tiny_llama(5, vocab=80), tmp_path / "other", vocab=WORDS + [f"x{i}" for i in range(16)])
+    other = save_with_tokenizer(tiny_llama(5, vocab=80), tmp_path / "other", vocab=WORDS + [f"x{i}" for i in range(16)])
     assert main(["decode", "--target", str(t), "--draft", str(other), "--prompts", str(prompts),
                  "--out", str(tmp_path / "y.jsonl")]) == 2
     assert "draft vocabulary (80 tokens) differs from the target's (64 tokens)" in capsys.readouterr().err
@@ -140,3 +113,54 @@ def test_costs_command_rejects_bad_settings(model_dirs, capsys):
     assert main(["costs", "--target", str(t), "--draft", str(d), "--threads", "0"]) != 0
     err = capsys.readouterr().err
     assert "--threads must be positive" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_command_has_help_with_one_spelling_per_flag():
+    """`python -m engine COMMAND --help` builds for every command; old spellings parse but are not listed."""
+    from engine.__main__ import build_parser
+
+    ap = build_parser()
+    sub = next(a for a in ap._actions if a.dest == "cmd")
+    assert {"decode", "validate", "export", "bench", "multibench", "audit", "sweep", "sweep-bench", "step-probe",
+            "gpu-check", "loadbench", "costs", "reference", "analyze", "pacer", "dpace", "import", "models"} <= set(
+        sub.choices)
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert "--per-category" not in text and "--temps " not in text, name
+    a = ap.parse_args(["bench", "--per-category", "3", "--temperatures", "0"])
+    assert a.per_task == 3
+    a = ap.parse_args(["multibench", "--temps", "0.4", "--per-category", "2"])
+    assert a.temperatures == "0.4" and a.per_task == 2
+    assert a.out is None  # multibench never writes into docs/results/ unless asked
+    a = ap.parse_args(["decode", "--target", "t", "--out", "o.jsonl"])
+    from engine.paths import SPEC_BENCH_DEV
+
+    assert a.prompts == str(SPEC_BENCH_DEV) and a.per_task is None
+
+
+def test_multibench_takes_verifier_names_and_old_aliases():
+    from engine.__main__ import build_parser
+    from engine.bench.audit import audit_verifiers
+    from engine.bench.multibench import METHODS
+    from engine.cli.multibench import _config
+
+    ap = build_parser()
+    cfg = _config(ap.parse_args(["multibench", "--methods", "sd,bv,gbv,rbv", "--ks", "1,2", "--ls", "4"]))
+    assert cfg.methods == ("token", "block", "spectr-gbv-published", "rbv")
+    assert cfg.configs() == ["token:1:4", "block:1:4", "spectr-gbv-published:1:4", "spectr-gbv-published:2:4",
+                             "rbv:2:4"]
+    assert set(METHODS) <= set(audit_verifiers())  # every method is a registered verifier's name
+    with pytest.raises(ValueError, match="unknown method"):
+        _config(ap.parse_args(["multibench", "--methods", "sd,nope"]))
+
+
+def test_one_metric_vocabulary():
+    """Every result's per-call figures carry the trace summary's names; legacy names are read back."""
+    from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL, canonical_row, rates
+
+    r = rates(new_tokens=20, target_calls=8, accepted=12, drafted=16)
+    assert r == {EMITTED_PER_CALL: 2.5, ACCEPTED_PER_CALL: 1.5, ACCEPTANCE_RATE: 0.75}
+    assert rates(5, 5, 0, None)[ACCEPTANCE_RATE] is None  # nothing drafted (autoregressive): no rate
+    old = {"emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "block_efficiency": 9.0, "x": 1}
+    assert canonical_row(old) == {EMITTED_PER_CALL: 2.0, ACCEPTANCE_RATE: 0.5, "x": 1}
+    assert canonical_row({"accepted_per_call": 1.0}) == {ACCEPTED_PER_CALL: 1.0}

@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decode import DecodeConfig, decode
-from engine.core.load import HFModel, TableLM
+from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference

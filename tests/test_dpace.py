@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.train.dpace.fit import (BlockTrainConfig, dflash_gamma, dflash_weights, dpace_weights, make_objective,
-                                surrogate, train_run)
+from engine.train.dpace.fit import BlockTrainConfig, train_run
+from engine.train.dpace.objectives import dflash_gamma, dflash_weights, dpace_weights, make_objective, surrogate
 from engine.train.dpace.training_trace import TrainingTraceError, TrainingTraceWriter, load_training_trace
 
 
@@ -275,7 +275,8 @@ def test_online_eval_report_and_plots(tiny_data, tmp_path):
     """Online decoding through the engine is exact (outputs equal autoregressive), the report's paired
     differences are computed per seed, and the dashboard's figures build from the results dir."""
     from app import dpace_plots
-    from engine.train.dpace.eval import online_eval, paired_ci, write_results
+    from engine.train.dpace.eval import online_eval
+    from engine.train.dpace.report import paired_ci, write_results
 
     base = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path / "runs"), steps=4, batch=2, anchors=4,
                             block_size=4, ffn=64, log_every=2, eval_every=2, ckpt_every=100, eval_seqs=2,
@@ -344,7 +345,7 @@ def ragged_data(tiny_data, tmp_path_factory):
 
 
 def test_per_row_anchors_stay_inside_each_answer():
-    from engine.train.dpace.fit import sample_anchors
+    from engine.train.dpace.features import sample_anchors
 
     S = torch.tensor([30, 21, 40, 26])
     P = torch.tensor([5, 10, 3, 20])
@@ -360,7 +361,7 @@ def test_per_row_anchors_stay_inside_each_answer():
 
 def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
     from engine.drafters.block import BlockLM, load_block_drafter
-    from engine.train.dpace.fit import FeatureData, offline_tau
+    from engine.train.dpace.features import FeatureData, offline_tau
     from engine.train.dpace.tiny_target import load_target
 
     cfg = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path), block_size=4, ffn=64, steps=30, batch=4,
@@ -380,7 +381,7 @@ def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
 
 
 def test_ragged_rows_train_with_reduced_head_and_decode_exactly(ragged_data, tmp_path):
-    from engine.train.dpace.fit import FeatureData
+    from engine.train.dpace.features import FeatureData
     from engine.train.dpace.eval import online_eval
 
     data = FeatureData(ragged_data, (1, 2, 3))
@@ -492,7 +493,7 @@ def test_interleaved_speed_times_every_window(ragged_data, tmp_path):
 
 def test_summary_baseline_is_dflash_at_its_default_gamma():
     """A DFlash run with another γ is a row of its own; the Δ columns are always against γ = 7 (B = 16)."""
-    from engine.train.dpace.eval import summarize
+    from engine.train.dpace.report import summarize
 
     def row(obj, label, seed, tau, gamma=None, alpha=None):
         return {"label": label, "objective": obj, "seed": seed, "tau_offline": tau, "gamma": gamma, "alpha": alpha,

@@ -2,13 +2,14 @@
 
 import json
 
+from engine.__main__ import main
 from engine.bench import gpu_check
 
 
 def test_gpu_check_runs_on_cpu(tmp_path):
     out = tmp_path / "g.json"
-    rc = gpu_check.main(["--device", "cpu", "--dtype", "fp32", "--layers", "1", "--vocab", "512",
-                         "--reps", "1", "--context", "16", "--out", str(out)])
+    rc = main(["gpu-check", "--device", "cpu", "--dtype", "fp32", "--layers", "1", "--vocab", "512",
+               "--reps", "1", "--context", "16", "--out", str(out)])
     res = json.loads(out.read_text())
     assert rc == 0 and res["exactness_fp32"]["all_equal"]
     runs = res["exactness_fp32"]["runs"].values()

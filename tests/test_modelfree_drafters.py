@@ -10,21 +10,21 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.decode import DecodeConfig, decode
+from engine.decode import DecodeConfig, decode, keep_for
 from engine.drafters.lookup import LookupDrafter, lookup
 from engine.drafters.modelfree import make_model_free
 from engine.drafters.suffix import SuffixDrafter, SuffixTrie
-from engine.core.load import HFModel, TableLM
-from engine.policies.base import Fixed, parse_policy
+from engine.core.lm import HFModel, TableLM
+from engine.policies.base import parse_policy
+from engine.policies.simple import Fixed
 from engine.core.sampling import SamplingConfig
 from tests.conftest import decode_with_contexts, greedy_reference
-from tests.test_cli import model_dirs  # noqa: F401  (fixture: tiny target saved with a tokenizer)
 from tests.test_decode import _exact_joint
 
 
 def draft(drafter, seq, cap=16, policy="fixed:16"):
     drafter.reset(seq[:1])
-    prop = drafter.propose(seq, cap, parse_policy(policy), SamplingConfig(), torch.Generator())
+    prop = drafter.draft(seq, cap, keep_for(parse_policy(policy)), SamplingConfig(), torch.Generator())
     return prop.tokens[0], prop.fields.get("drafter", {}), prop
 
 
@@ -100,9 +100,9 @@ def test_suffix_no_match():
 def test_suffix_corpus_of_earlier_requests():
     d = SuffixDrafter(10, min_prob=0.0, corpus=1, max_tokens=4)
     d.reset([5, 6, 7, 8, 9])
-    d.propose([5, 6, 7, 8, 9], 4, Fixed(4), SamplingConfig(), torch.Generator())
+    d.draft([5, 6, 7, 8, 9], 4, keep_for(Fixed(4)), SamplingConfig(), torch.Generator())
     d.reset([1, 5, 6])  # the previous request goes into the corpus
-    prop = d.propose([1, 5, 6], 4, Fixed(4), SamplingConfig(), torch.Generator())
+    prop = d.draft([1, 5, 6], 4, keep_for(Fixed(4)), SamplingConfig(), torch.Generator())
     assert prop.tokens[0] == [7, 8, 9] and prop.fields["drafter"]["source"] == "corpus"
     assert "span" not in prop.fields["drafter"]  # positions in another request's text
 
@@ -126,7 +126,7 @@ def test_suffix_trie_cost_per_token_does_not_grow_with_length():
         d = SuffixDrafter(4, depth=D, max_tokens=8, min_prob=0.0)
         d.reset(text[:n - 1])
         before = d.trie.ops
-        d.propose(text[:n], 8, Fixed(8), SamplingConfig(), torch.Generator())
+        d.draft(text[:n], 8, keep_for(Fixed(8)), SamplingConfig(), torch.Generator())
         return d.trie.ops - before
 
     bound = (D + 1) + D + 8 * (4 + D)  # one append, the match scan, ≤ 8 steps (children ≤ V, re-anchor ≤ D)
@@ -188,8 +188,8 @@ class _WrongQ:
     def reset(self, p):
         self.inner.reset(p)
 
-    def propose(self, *a):
-        prop = self.inner.propose(*a)
+    def draft(self, *a):
+        prop = self.inner.draft(*a)
         prop.q = [q * 0.5 + (1 - q) * 0.5 / (self.vocab_size - 1) for q in prop.q]
         return prop
 
@@ -238,7 +238,7 @@ def test_chi_square_rejects_a_wrong_q():
 
 
 @pytest.mark.parametrize("spec,policy", [("lookup:n=4", "fixed:4"), ("suffix:n=8", "matchlen:1,offset=2")])
-def test_decode_cli_with_a_model_free_draft(model_dirs, tmp_path, spec, policy):  # noqa: F811
+def test_decode_cli_with_a_model_free_draft(model_dirs, tmp_path, spec, policy):
     from engine.__main__ import main
     from engine.trace.format import load_trace
 
@@ -260,7 +260,7 @@ def test_hidden_state_policies_are_refused():
         draft(LookupDrafter(5), [1, 2, 1], policy="pacer:b=1")
 
 
-def test_bench_cli_with_a_model_free_draft(model_dirs, tmp_path):  # noqa: F811
+def test_bench_cli_with_a_model_free_draft(model_dirs, tmp_path):
     from engine.__main__ import main
 
     t, _, prompts = model_dirs

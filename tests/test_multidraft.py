@@ -9,7 +9,7 @@ import torch
 from engine.bench.audit import audit, notes_toy, toy_cases
 from engine.decode import DecodeConfig, decode
 from engine.drafters.multi import MultiDraftConfig, MultiDrafter
-from engine.core.load import HFModel, TableLM
+from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.core.tree import TreeConfig, TreeTarget, build_trie
@@ -40,15 +40,13 @@ NOTES_55 = {(0, 2, 2): (1.5350, 1.6112, 1.5687, 1.6540, 1.7458, 1.6806),
 def test_notes_table_values(toy):
     seed, vocab, gamma = toy
     q_fn, p_fn = notes_toy(vocab, seed)
-    got = []
-    for k in (2, 3):
-        for name in ("rrs", "kseq", "rbv"):
-            if k == 3 and (vocab, gamma) != (2, 2):
-                got.append(None)  # the larger tuples are covered by `python -m engine audit`
-                continue
-            got.append(audit(VERIFIERS[name], q_fn, p_fn, vocab, gamma, k=k, multi=True).expected_accepted)
+    # Every value of the row, K = 3 included (~10 s for the two larger toys): a value computed and not
+    # compared guards nothing.
+    got = [audit(VERIFIERS[name], q_fn, p_fn, vocab, gamma, k=k, multi=True).expected_accepted
+           for k in (2, 3) for name in ("rrs", "kseq", "rbv")]
+    assert len(got) == len(NOTES_55[toy])
     for g, want in zip(got, NOTES_55[toy]):
-        assert g is None or g == pytest.approx(want, abs=6e-5)
+        assert g == pytest.approx(want, abs=6e-5)
 
 
 def test_kbv_reduces_to_bv_and_kseq_and_never_trails_kseq():
@@ -195,15 +193,17 @@ def test_chi_square_flags_published_spectr_gbv():
 
 def test_multibench_rows_and_tables(pair):
     """The benchmark's run/aggregate/format path on the tiny pair (no tokenizer needed)."""
-    from engine.bench.multibench import MultiBenchConfig, aggregate, format_tables, run_one
+    from engine.bench.multibench import MultiBenchConfig, aggregate, run_one
+    from engine.bench.multibench_report import format_tables
 
     target, draft = pair
     cfg = MultiBenchConfig(ks=(1, 2), ls=(3,), temps=(0.7,), max_new_tokens=10)
-    assert cfg.configs() == ["sd:1:3", "bv:1:3", "rrs:2:3", "kseq:2:3", "gbv:1:3", "gbv:2:3", "rbv:2:3", "kbv:2:3"]
+    assert cfg.configs() == ["token:1:3", "block:1:3", "rrs:2:3", "kseq:2:3", "spectr-gbv-published:1:3",
+                             "spectr-gbv-published:2:3", "rbv:2:3", "kbv:2:3"]
     runs = [run_one(s, target, draft, [1, 5, 9, 3], 0.7, cfg, ()) for s in ["ar"] + cfg.configs()]
     rows = aggregate(runs)
     assert all(r["new_tokens"] == 10 for r in runs)
-    assert next(r for r in rows if r["config"] == "ar")["block_efficiency"] == 1.0
+    assert next(r for r in rows if r["config"] == "ar")["mean_emitted_per_call_incl_bonus"] == 1.0
     text = format_tables({"rows": rows})
     assert "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
     from engine.bench.multibench import measure_modes

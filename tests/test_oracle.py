@@ -3,11 +3,11 @@
 import pytest
 
 from engine.decode import DecodeConfig, decode
-from engine.policies.oracle import HindsightOracle, hindsight
+from engine.offline.hindsight import hindsight
+from engine.policies.oracle import HindsightOracle
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference
-from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 
 PROMPTS = ([3, 17, 5, 9], [8, 1, 44, 2, 30, 7])
 N = 40
@@ -40,7 +40,7 @@ def test_oracle_refuses_sampling_and_bad_lengths(pair):
         HindsightOracle(y, pred[:-1])
 
 
-def test_decode_cli_with_the_oracle(model_dirs, tmp_path):  # noqa: F811
+def test_decode_cli_with_the_oracle(model_dirs, tmp_path):
     from engine.__main__ import main
     from engine.trace.format import load_trace
 

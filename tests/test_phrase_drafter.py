@@ -3,7 +3,6 @@ hand-made sequences, the per-step fields, the window-policy gates (fixed, matchl
 on the drafter's scores), greedy exactness on the tiny pair (one chain and k-candidate trees in one
 target forward), exact enumeration of the tree verifier, and χ² losslessness of the real loop."""
 
-import itertools
 
 import numpy as np
 import pytest
@@ -11,9 +10,9 @@ import torch
 from scipy.stats import chisquare
 
 from engine.bench.audit import branches
-from engine.decode import DecodeConfig, decode
+from engine.decode import DecodeConfig, decode, keep_for
 from engine.drafters.phrase import PhraseDrafter, PhrasePool, is_phrase, parse_phrase_spec, phrase_target
-from engine.core.load import HFModel, TableLM
+from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.verify import VERIFIERS, uniforms_needed
@@ -43,7 +42,7 @@ def successor_lm(vocab=V):
 
 def propose(drafter, seq, cap, policy="fixed:16", sc=SamplingConfig()):
     drafter.reset(seq)
-    return drafter.propose(seq, cap, parse_policy(policy), sc, torch.Generator().manual_seed(0))
+    return drafter.draft(seq, cap, keep_for(parse_policy(policy)), sc, torch.Generator().manual_seed(0))
 
 
 # ---------------------------------------------------------------- the pool on hand-made sequences
@@ -151,14 +150,14 @@ def test_pacer_stop_rule_on_the_drafter_scores():
     mb = PreVerifier(PreVerifierConfig(hidden_size=8))
     d = PhraseDrafter(successor_lm())
     cand = {"tokens": [1, 2, 3, 4, 5], "scores": [1.0, 0.8, 0.4, 0.3, 0.3], "match_len": 2}
-    keep, said = d._gate(dict(cand), Pacer(block=2, threshold=0.5, model=mb, trim=0))
+    keep, said = d._gate(dict(cand), keep_for(Pacer(block=2, threshold=0.5, model=mb, trim=0)))
     assert keep == 4 and said["stop"] == "pre_verify"  # block 1 mean 0.9 ≥ t; block 2 mean 0.35 < t: verified
     assert [b["decision"] for b in said["blocks"]] == ["continue", "stop"]
-    assert d._gate(dict(cand), Pacer(block=2, threshold=0.5, model=mb, trim=1))[0] == 2  # trim drops block 2
+    assert d._gate(dict(cand), keep_for(Pacer(block=2, threshold=0.5, model=mb, trim=1)))[0] == 2  # trim drops block 2
     # t grows by ρ after each passing block: 0.5 → 0.75 → 1.125, so the third token (0.4) stops it
-    keep, said = d._gate(dict(cand), Pacer(block=1, threshold=0.5, rho=1.5, model=mb, trim=0))
+    keep, said = d._gate(dict(cand), keep_for(Pacer(block=1, threshold=0.5, rho=1.5, model=mb, trim=0)))
     assert keep == 3 and said["blocks"][2]["t_before"] == pytest.approx(1.125)
-    assert d._gate(dict(cand), Pacer(block=1, threshold=0.2, model=mb))[0] == 5
+    assert d._gate(dict(cand), keep_for(Pacer(block=1, threshold=0.2, model=mb)))[0] == 5
 
 
 def test_spec_parsing():
@@ -309,8 +308,8 @@ class _SmearedPhraseQ:
     def reset(self, p):
         self.inner.reset(p)
 
-    def propose(self, *a):
-        prop = self.inner.propose(*a)
+    def draft(self, *a):
+        prop = self.inner.draft(*a)
         m = prop.fields["drafter"]["model_tokens"]
         for q in prop.q:
             q[m:] = q[m:] * 0.5 + (1 - q[m:]) * 0.5 / (self.vocab_size - 1)
@@ -366,11 +365,10 @@ def test_chi_square_rejects_a_smeared_phrase_q():
 
 # ---------------------------------------------------------------- CLI (decode and bench hooks)
 
-from tests.test_cli import model_dirs  # noqa: E402,F401  (fixture: tiny target + draft saved with a tokenizer)
 
 
 @pytest.mark.parametrize("extra,verifier", [("n=2,ngram=1", "token"), ("n=2,k=2,ngram=1", "onehot-tree")])
-def test_decode_cli_with_the_phrase_drafter(model_dirs, tmp_path, extra, verifier):  # noqa: F811
+def test_decode_cli_with_the_phrase_drafter(model_dirs, tmp_path, extra, verifier):
     from engine.__main__ import main
     from engine.trace.format import load_trace
 
@@ -387,7 +385,7 @@ def test_decode_cli_with_the_phrase_drafter(model_dirs, tmp_path, extra, verifie
                  "--prompts", str(prompts), "--out", str(tmp_path / "no.jsonl")]) == 2
 
 
-def test_bench_cli_with_the_phrase_drafter(model_dirs, tmp_path):  # noqa: F811
+def test_bench_cli_with_the_phrase_drafter(model_dirs, tmp_path):
     import json
 
     from engine.__main__ import main

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decode import DecodeConfig, decode
-from engine.core.load import HFModel
+from engine.core.lm import HFModel
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.core.tiny import noisy_copy, tiny_llama

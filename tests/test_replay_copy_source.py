@@ -7,7 +7,6 @@ from streamlit.testing.v1 import AppTest
 from app import data, tokens
 from engine.trace.format import load_trace
 from tests.test_app import MAIN, TIMEOUT
-from tests.test_cli import model_dirs  # noqa: F401  (fixture)
 
 
 def test_copy_source_marks_exactly_the_span():
@@ -18,7 +17,7 @@ def test_copy_source_marks_exactly_the_span():
     assert re.findall(r'<span class="matched"[^>]*>([^<]*)</span>', out) == ["w10 ", "w11 "]
 
 
-def test_replay_highlights_the_prompt_span_of_a_lookup_step(model_dirs, tmp_path, monkeypatch):  # noqa: F811
+def test_replay_highlights_the_prompt_span_of_a_lookup_step(model_dirs, tmp_path, monkeypatch):
     from engine.__main__ import main
 
     t, _, prompts = model_dirs

@@ -96,7 +96,7 @@ def test_truncated_json_array():
 
 
 def test_accept_length_simulation():
-    from engine.train.draft.fit import accept_lengths, summarize_matches
+    from engine.train.draft.evaluate import accept_lengths, summarize_matches
 
     m = np.array([1, 1, 0, 1, 1, 1, 1, 1, 0, 0], bool)
     # from 0: run 2 -> emit 3 (j=3); from 3: run 5 -> min(5,4)+1 = 5 (j=8); from 8: 0 -> 1; from 9: 1

@@ -160,8 +160,10 @@ def test_publish_never_overwrites(tmp_path):
 
 
 def test_dry_run_lists_tasks(root, tmp_path, capsys):
+    from engine.cli import sweep as sweep_cli
+
     ap = argparse.ArgumentParser()
-    sweep.add_parser(ap.add_subparsers())
+    sweep_cli.add_parser(ap.add_subparsers())
     g = write_grid(root, "dry.toml", grid_text(["autoregressive", "fixed:3"]))
     a = ap.parse_args(["sweep", str(g), "--out", str(tmp_path / "o"), "--dry-run"])
     assert a.func(a) == 0
@@ -191,10 +193,10 @@ def test_two_worker_sweep_completes(first_sweep):
     assert len(df) == 8 and df["task_id"].is_unique
     assert set(df["task"]) == {"mt_bench", "qa", "translation"}
     ar = df[df["policy"] == "autoregressive"]
-    assert (ar["emitted_per_call_incl_bonus"] == 1.0).all() and (ar["speedup"] == 1.0).all()
+    assert (ar["mean_emitted_per_call_incl_bonus"] == 1.0).all() and (ar["speedup"] == 1.0).all()
     spec = df[df["policy"] == "fixed:3"]
-    assert (spec["emitted_per_call_incl_bonus"] > 1.0).all() and spec["speedup"].notna().all()
-    assert ((spec["acceptance_rate"] >= 0) & (spec["acceptance_rate"] <= 1)).all()
+    assert (spec["mean_emitted_per_call_incl_bonus"] > 1.0).all() and spec["speedup"].notna().all()
+    assert ((spec["draft_acceptance_rate"] >= 0) & (spec["draft_acceptance_rate"] <= 1)).all()
     m = sweep.speedup_matrix(df)
     assert list(m.index) == ["fixed:3"] and sorted(m.columns) == ["mt_bench", "qa", "translation"]
 
@@ -284,7 +286,7 @@ def test_model_free_drafters_sweep(root, local_ray, tmp_path):
     free = df[~df["drafter"].isin(["none", "model"])]
     assert set(free["drafter"]) == {"lookup:n=4,ngram=2", "suffix:n=8,depth=32,p=0.1"} and len(free) == 8
     assert (free["draft"] == free["drafter"]).all() and free["speedup"].notna().all()
-    assert (free["emitted_per_call_incl_bonus"] >= 1.0).all() and free["drafted_tokens"].sum() > 0
+    assert (free["mean_emitted_per_call_incl_bonus"] >= 1.0).all() and free["drafted_tokens"].sum() > 0
     outputs = {}
     for t in tasks:
         tr = load_trace(out / "traces" / f"{t.task_id}.jsonl")
@@ -301,7 +303,7 @@ def test_model_free_drafters_sweep(root, local_ray, tmp_path):
     assert len(table) == 7 and table["speedup"].notna().all()
     row = table.set_index("setting").loc["lookup:n=4,ngram=2 · fixed:3"]
     lk = free[(free["drafter"] == "lookup:n=4,ngram=2") & (free["policy"] == "fixed:3")]
-    assert row["emitted_per_call_incl_bonus"] == pytest.approx(lk["new_tokens"].sum() / lk["target_calls"].sum())
+    assert row["mean_emitted_per_call_incl_bonus"] == pytest.approx(lk["new_tokens"].sum() / lk["target_calls"].sum())
     assert sweep_plots.speedup_heatmap(df).to_dict()["layout"]["yaxis"]["title"]["text"] == "drafter · policy"
 
 
@@ -339,7 +341,7 @@ def synthetic_summary():
                          "policy": policy, "verifier": "token", "temperature": 0.0, "top_k": 0, "top_p": 1.0,
                          "seed": 0, "max_new_tokens": 8, "chat": True, "task": task, "shard_hash": task,
                          "prompts": 1, "new_tokens": 8, "decode_ms": 8 / tps * 1e3, "target_calls": 4,
-                         "accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4, "tokens_per_s": tps})
+                         "mean_accepted_per_call_excl_bonus": 0.5, "drafted_tokens": 4, "tokens_per_s": tps})
     return sweep.add_speedup(pd.DataFrame(rows))
 
 

@@ -24,7 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.trace import screen as trace_screen
-from engine.trace.format import Trace, TraceError, build_trace, loads_trace, parse_jsonl, summarize, to_parquet
+from engine.trace.assemble import build_trace
+from engine.trace.format import Trace, TraceError, loads_trace, summarize, to_parquet
+from engine.trace.parse import parse_jsonl
 from engine.trace.loadbench import synthetic_records
 from engine.trace.check import MAX_ENTROPY, MAX_MS, TOKEN_MAX
 

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from engine.trace import jsonl as trace_jsonl
-from engine.trace.format import Lines, TraceError, build_trace, loads_trace, parse_jsonl, summarize
+from engine.trace.assemble import Lines, build_trace
+from engine.trace.format import TraceError, loads_trace, summarize
+from engine.trace.parse import parse_jsonl
 from engine.trace.loadbench import synthetic_records
 from engine.trace.screen import DictColumns, screen_steps
 

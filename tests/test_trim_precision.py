@@ -5,7 +5,8 @@ same line, or q′ = q·1[q ≥ t]/Z normalises over tokens the loop would have 
 import pytest
 import torch
 
-from engine.policies.base import Confidence, DraftInfo
+from engine.policies.base import DraftInfo
+from engine.policies.simple import Confidence
 
 
 @pytest.mark.parametrize("t", [0.45, 0.4, 0.3, 0.15, 0.1])

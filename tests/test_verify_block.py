@@ -9,7 +9,7 @@ from scipy.stats import chisquare
 
 from engine.bench.audit import audit, constant, notes_toy, toy_cases
 from engine.decode import DecodeConfig, decode
-from engine.core.load import TableLM
+from engine.core.lm import TableLM
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.verify import verify_block, verify_token
@@ -140,7 +140,7 @@ def test_chi_square_of_the_real_loop_with_trimmed_windows():
 def test_uncorrected_trim_is_caught_by_the_same_statistic(monkeypatch):
     """Without the kept-law correction (verify against q instead of q·1[q ≥ t]/Z) the loop is biased:
     the χ² statistic above can see it, so its pass is evidence."""
-    from engine.policies.base import Confidence
+    from engine.policies.simple import Confidence
 
     monkeypatch.setattr(Confidence, "kept_proposal", lambda self, q: q)
     pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 3_000, policy="confidence:0.5,trim=1,max=3")

@@ -1,4 +1,4 @@
-"""Live: one prompt, two sides (each a drafter — the pair's draft model, lookup or suffix — and a window
+"""Live: one prompt, two sides (each a drafter — the pair's draft model, lookup, suffix or a block drafter — and a window
 policy) and an autoregressive baseline, decoded side by side as you watch. Every input is checked before
 anything runs; the result panes say what actually ran, and where a model-free draft was copied from."""
 
@@ -63,7 +63,8 @@ names = live.policy_names()
 DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
 draft_names = live.draft_names()
 DRAFT_LABELS = {live.MODEL_DRAFT: f"draft model ({pair.draft_name})",
-                "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)"}
+                "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)",
+                live.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)"}
 
 
 def _fill(side: str) -> None:
@@ -85,8 +86,9 @@ for col, side in zip(c, live.SIDES):
     data.pick(f"{dkey}_kind", draft_names, live.MODEL_DRAFT)
     col.selectbox(f"Draft {side}", draft_names, key=f"{dkey}_kind", on_change=_fill_draft, args=(side,),
                   format_func=lambda k: DRAFT_LABELS.get(k, k),
-                  help="the pair's draft model, or a model-free drafter that copies from the prompt and the "
-                       "output so far (no draft forward; pair it with matchlen to size windows by the match)")
+                  help="the pair's draft model, a model-free drafter that copies from the prompt and the "
+                       "output so far (no draft forward; pair it with matchlen to size windows by the match), or "
+                       "a saved block drafter (one forward per block, on the target's hidden features)")
     drafts[side] = col.text_input(f"Draft {side} spec", key=dkey, help=live.DRAFT_SYNTAX)
     err_at[f"draft_{side}"] = col.empty()
     key = f"live_{side.lower()}"
@@ -217,7 +219,7 @@ if run and ticket is not None:
         run_specs = {s: inputs[s] for s in live.SIDES}
         run_drafts = {s: inputs[f"draft_{s}"] for s in live.SIDES}
         labels = {s: (live.AUTOREGRESSIVE if policies[s] is None else policies[s].spec +
-                      (f" ← {run_drafts[s]}" if live.is_model_free(run_drafts[s]) else "")) for s in live.SIDES}
+                      (f" ← {run_drafts[s]}" if live.own_drafter(run_drafts[s]) else "")) for s in live.SIDES}
         ss["live_result"] = {"paths": {s: str(p) for s, p in
                                        live.paths_for(out, live.run_labels(run_specs, run_drafts)).items()},
                              "inputs": dict(inputs), "state": "running"}

@@ -8,7 +8,9 @@ from pathlib import Path
 import streamlit as st
 
 from app import downloads, sweep_plots
-from engine.bench.sweep import NO_DRAFTER, SUMMARY_NAME, load_sweep_summary, with_settings
+from engine.bench.sweep_grid import NO_DRAFTER, SUMMARY_NAME
+from engine.bench.sweep_summary import load_sweep_summary, with_settings
+from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL, LABELS
 
 st.title("Sweeps")
 st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
@@ -22,7 +24,7 @@ if default and default not in found:
 folder = st.selectbox("Sweep folder", found, index=found.index(default) if default else None,
                       accept_new_options=True, placeholder="path to a sweep folder")
 if not folder:
-    st.info("No sweep folder yet. Try: `.venv/bin/python -m engine.bench.sweep_bench --make-tiny` then "
+    st.info("No sweep folder yet. Try: `.venv/bin/python -m engine sweep-bench --make-tiny` then "
             "`.venv/bin/python -m engine sweep docs/examples/sweep-tiny.toml --out runs/sweep-tiny/out`.")
     st.stop()
 
@@ -64,8 +66,9 @@ st.caption("Speedup = tokens/s ÷ tokens/s of the autoregressive task on the sam
            f"sweep, not across sweeps run with different worker counts. Tokens/s here were measured by this sweep's "
            f"workers (summary written {when}; dtype {dtypes}).")
 NUMBERS = {"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
-           "emitted_per_call_incl_bonus": st.column_config.NumberColumn("emitted/call (incl. bonus)", format="%.2f"),
-           "acceptance_rate": st.column_config.NumberColumn("acceptance (excl. bonus)", format="%.2f"),
+           EMITTED_PER_CALL: st.column_config.NumberColumn(LABELS[EMITTED_PER_CALL], format="%.2f"),
+           ACCEPTED_PER_CALL: st.column_config.NumberColumn(LABELS[ACCEPTED_PER_CALL], format="%.2f"),
+           ACCEPTANCE_RATE: st.column_config.NumberColumn(LABELS[ACCEPTANCE_RATE], format="%.2f"),
            "speedup": st.column_config.NumberColumn("speedup", format="%.2f×")}
 st.subheader("Per drafter and window setting")
 st.caption("Every task of this slice pooled: drafter (`model` = the pair's draft model; `lookup` / `suffix` copy "

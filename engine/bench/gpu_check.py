@@ -1,7 +1,7 @@
 """The GPU check: one script a CUDA machine runs end to end, with nothing downloaded.
 
-    python -m engine.bench.gpu_check --out gpu-check.json                 # CUDA: exactness fp32, costs bf16
-    python -m engine.bench.gpu_check --device cpu --layers 2 --vocab 4096 # the same code path on CPU (tests)
+    python -m engine gpu-check --out gpu-check.json                 # CUDA: exactness fp32, costs bf16
+    python -m engine gpu-check --device cpu --layers 2 --vocab 4096 # the same code path on CPU (tests)
 
 1. Greedy exactness of `engine.decode.decode` on the device in fp32: a random-initialised target of
    the Qwen2.5-Coder-1.5B shape (layers cut by --layers) and a draft that is the target plus noise
@@ -18,17 +18,12 @@ Random weights cost the same FLOPs and bytes as trained ones, so the curves are 
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import sys
-import time
-
 import torch
 
 from engine.decode import DecodeConfig, decode
-from engine.core.load import HFModel, machine_description, resolve_device
-from engine.measure import sync
+from engine.core.load import machine_description, resolve_device
+from engine.core.lm import HFModel
+from engine.measure import forward_curve
 from engine.policies.base import parse_policy
 
 # Shapes of the realistic pair (config.json of the converted models).
@@ -77,23 +72,10 @@ def exactness(device: str, layers: int, vocab: int, n: int = 48, windows=(1, 3, 
 
 @torch.inference_mode()
 def curve(model, device: str, context: int, ks, reps: int) -> dict[int, float]:
+    """Median ms of a k-token forward after `context` random tokens (engine.measure: synchronised)."""
     lm = HFModel(model)
-    ids = torch.randint(0, model.config.vocab_size, (context + max(ks),)).tolist()
-    lm.reset()
-    lm.extend(ids[:context])
-    res = {}
-    for k in ks:
-        ts = []
-        for i in range(reps + 2):
-            sync(device)
-            t0 = time.perf_counter()
-            lm.extend(ids[context:context + k])
-            sync(device)
-            if i >= 2:  # two warm-ups per k (allocator, kernel selection)
-                ts.append((time.perf_counter() - t0) * 1e3)
-            lm.crop(context)
-        res[k] = statistics.median(ts)
-    return res
+    ids = torch.randint(0, model.config.vocab_size, (context + 1,)).tolist()
+    return forward_curve(lm, ids, ks, repeats=reps, warmup=2)  # two warm-ups: allocator, kernel selection
 
 
 def costs(device: str, dtype: torch.dtype, layers: int | None, vocab: int, context: int, reps: int) -> dict:
@@ -108,29 +90,19 @@ def costs(device: str, dtype: torch.dtype, layers: int | None, vocab: int, conte
             "v": {k: vt[k] / vt[1] for k in ks}, "t_draft_ms": vd[1], "c": vd[1] / vt[1]}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench.gpu_check", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="bf16", help="cost-curve dtype (exactness always runs in fp32)")
-    ap.add_argument("--layers", type=int, default=None, help="cut every model to N layers (tests)")
-    ap.add_argument("--vocab", type=int, default=VOCAB)
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    dev = resolve_device(a.device)
-    dt = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[a.dtype]
-    res = {"machine": machine_description(), "device": dev, "torch": torch.__version__,
-           "exactness_fp32": exactness(dev, a.layers or 2, min(a.vocab, 4096)),
-           "costs": costs(dev, dt, a.layers, a.vocab, a.context, a.reps)}
-    print(json.dumps(res, indent=1))
-    if a.out:
-        from engine.trace.jsonio import write_json_atomic
-
-        write_json_atomic(res, a.out)
-    return 0 if res["exactness_fp32"]["all_equal"] else 1
+def run(device: str = "auto", dtype: str = "bf16", layers: int | None = None, vocab: int = VOCAB, context: int = 256,
+        reps: int = 10) -> dict:
+    """Exactness (fp32, layers cut to `layers` or 2, vocabulary ≤ 4096) and the cost curves in `dtype`."""
+    dev = resolve_device(device)
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
+    return {"machine": machine_description(), "device": dev, "torch": torch.__version__,
+            "exactness_fp32": exactness(dev, layers or 2, min(vocab, 4096)),
+            "costs": costs(dev, dt, layers, vocab, context, reps)}
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # recorded `python -m engine.bench.gpu_check …` commands run as `python -m engine gpu-check …`
+    import sys
+
+    from engine.__main__ import main
+
+    sys.exit(main(["gpu-check", *sys.argv[1:]]))

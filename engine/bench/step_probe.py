@@ -1,7 +1,8 @@
 """Why a real speculative step costs more than its parts: the target's k-token forward timed alone and
 inside a draft→verify rhythm, interleaved in one process.
 
-`python -m engine.bench.step_probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32`
+`python -m engine step-probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32`
+(CLI: engine/cli/probes.py)
 
 The replay cost model (engine.offline.costmodel) prices a step from forwards timed back to back on one model
 (`engine.offline.reference.measure_timings`): t_target(k) with k copies of one token, t_draft(1). Real decoding
@@ -42,15 +43,15 @@ def _hf_style(lm, tokens: list[int]) -> None:
     with torch.inference_mode():
         lm.model(input_ids=x, attention_mask=torch.ones(1, base + len(tokens), dtype=torch.long, device=lm.device),
                  cache_position=torch.arange(base, base + len(tokens), device=lm.device), use_cache=True,
-                 **{lm._cache_kw: lm.cache})
+                 **lm.cache_kwargs())
     lm.length = base + len(tokens)
 
 
 def _linears(lm, skinny: bool) -> None:
-    """Switch the (W xᵀ)ᵀ linears (engine.core.load.use_skinny_linears) on or off for `lm`."""
+    """Switch the (W xᵀ)ᵀ linears (engine.core.lm.use_skinny_linears) on or off for `lm`."""
     import torch
 
-    from engine.core.load import use_skinny_linears
+    from engine.core.lm import use_skinny_linears
 
     if skinny:
         use_skinny_linears(lm.model)
@@ -93,7 +94,7 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
                 draft.extend(continuation[i:i + 1])
             draft.crop(base_d)
             rec(f"after-draft k={k}", target_call(continuation[:k]))
-            if hasattr(target, "model") and hasattr(target, "_cache_kw"):  # a transformers model
+            if hasattr(target, "model") and hasattr(target, "cache_kwargs"):  # a transformers model
                 ms = timed_ms(lambda: _hf_style(target, continuation[:k]), target)
                 target.crop(base_t)
                 rec(f"hf-call k={k}", ms)
@@ -121,50 +122,9 @@ def probe(target, draft, context: list[int], continuation: list[int], repeats: i
     return {"context_len": len(context), "repeats": repeats, "rows": rows}
 
 
-def main(argv=None) -> int:
-    import argparse
+if __name__ == "__main__":  # recorded `python -m engine.bench.step_probe …` commands run as `python -m engine step-probe …`
     import sys
 
-    import torch
+    from engine.__main__ import main
 
-    from engine.core.load import check_pair, load_model, machine_description
-    from engine.trace.prompts import encode
-
-    p = argparse.ArgumentParser(prog="python -m engine.bench.step_probe", description=__doc__.splitlines()[0])
-    p.add_argument("--target", required=True)
-    p.add_argument("--draft", required=True)
-    p.add_argument("--dtype", default="fp32")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--context", type=int, default=256, help="tokens of context in both caches")
-    p.add_argument("--ks", default=",".join(map(str, KS)), help="forward widths k to time, e.g. 1,2,5 or 1,11")
-    p.add_argument("--out", default=None, help="write the result as JSON")
-    a = p.parse_args(argv)
-    try:
-        ks = tuple(sorted({int(k) for k in a.ks.split(",")}))
-    except ValueError:
-        p.error(f"--ks must be comma-separated integers, got {a.ks!r}")
-    if a.repeats < 1 or a.context < 8 or min(ks) < 1 or max(ks) > 64:
-        p.error("--repeats must be ≥ 1, --context ≥ 8 and every k in 1..64")
-    torch.set_num_threads(a.threads)
-    target = load_model(a.target, a.dtype, "cpu", role="target")
-    draft = load_model(a.draft, a.dtype, "cpu", role="draft", target=target)
-    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
-    text = (__doc__ * 8)
-    ids = encode(target.tokenizer, text, chat=False)
-    if len(ids) < a.context + max(ks):
-        p.error(f"the probe text has {len(ids)} tokens, fewer than --context + {max(ks)}")
-    res = probe(target.lm, draft.lm, ids[:a.context], ids[a.context:a.context + max(ks)], a.repeats, ks)
-    res.update(target=a.target, draft=a.draft, dtype=a.dtype, threads=a.threads, machine=machine_description(),
-               command=" ".join(["python -m engine.bench.step_probe", *sys.argv[1:]]))
-    for r in res["rows"]:
-        print(f"{r['condition']:24s} {r['median_ms']:10.1f} ms  ×{r['ratio']:.2f} (n={r['n']})")
-    if a.out:
-        from engine.trace.jsonio import write_json_atomic
-
-        write_json_atomic(res, a.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(["step-probe", *sys.argv[1:]]))

@@ -1,8 +1,8 @@
 """The same sweep with 1 and with N local Ray workers: wall-clock ratio (docs/benchmarks.md).
 
-    python -m engine.bench.sweep_bench                                   # tiny grid, 1 vs 2 workers, 2 runs each
-    python -m engine.bench.sweep_bench --grid docs/examples/sweep-smollm2.toml --workers 1 2
-    python -m engine.bench.sweep_bench --make-tiny                       # only build the tiny models
+    python -m engine sweep-bench                                   # tiny grid, 1 vs 2 workers, 2 runs each
+    python -m engine sweep-bench --grid docs/examples/sweep-smollm2.toml --workers 1 2
+    python -m engine sweep-bench --make-tiny                       # only build the tiny models
 
 Each run does the whole grid into a fresh folder (nothing is skipped), all in one Ray session, in
 ABBA order (1, 2, 2, 1 workers); the ratio is of median wall times. Wall time covers actor start
@@ -15,18 +15,16 @@ tokenizer (lower-case letters, digits, punctuation; no EOS), so text prompts enc
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 
 from engine.paths import REPO_ROOT
 
 REPO = REPO_ROOT
 TINY_DIR = REPO / "runs" / "sweep-tiny" / "models"
+TINY_GRID = REPO / "docs" / "examples" / "sweep-tiny.toml"
 TINY_CHARS = " etaoinshrdlucmfwypvbgkqjxz0123456789.,?!:;-()'\"/"
 
 
@@ -111,29 +109,9 @@ def bench(grid_path: str, worker_counts: list[int], threads: int | None, keep: s
             "host": platform.node()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench.sweep_bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", default=str(REPO / "docs" / "examples" / "sweep-tiny.toml"))
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts, first is the baseline")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: the grid's)")
-    ap.add_argument("--repeat", type=int, default=2, help="runs per worker count, ABBA order (default 2)")
-    ap.add_argument("--keep", default=None, help="folder for the runs' outputs (default: a temp folder)")
-    ap.add_argument("--make-tiny", action="store_true", help=f"only build the tiny models into {TINY_DIR}")
-    ap.add_argument("--json", default=None, help="also write the result as JSON here")
-    a = ap.parse_args(argv)
-    if a.make_tiny or not (TINY_DIR / "target" / "config.json").exists():
-        t, d = make_tiny_models()
-        print(f"tiny models: {t}, {d}")
-        if a.make_tiny:
-            return 0
-    t0 = time.time()
-    result = bench(a.grid, a.workers, a.threads, a.keep, a.repeat)
-    result["total_s"] = round(time.time() - t0, 1)
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+if __name__ == "__main__":  # recorded `python -m engine.bench.sweep_bench …` commands run as `python -m engine sweep-bench …`
+    import sys
 
+    from engine.__main__ import main
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(["sweep-bench", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""CLI for window analysis (registered in engine.__main__.EXTRA_COMMANDS):
+"""CLI for window analysis (registered in engine.__main__.CLI_MODULES):
 
     python -m engine reference --target T --draft D --prompts FILE --out REF.jsonl
     python -m engine analyze REF.jsonl [TRACE.jsonl ...] [--costs measured,0.05] [--out DIR]
@@ -13,6 +13,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from engine.cli.common import add_per_task
 
 
 def add_parser(sub) -> None:
@@ -21,7 +22,7 @@ def add_parser(sub) -> None:
     r.add_argument("--draft", required=True, help="draft model")
     r.add_argument("--prompts", required=True, help="JSONL: Spec-Bench ('turns') or {'prompt': ...} lines")
     r.add_argument("--limit", type=int, default=None, help="first N prompts")
-    r.add_argument("--per-category", type=int, default=None, help="first N prompts of each task")
+    add_per_task(r, None, dest="per_category")
     r.add_argument("--max-new-tokens", type=int, default=128)
     r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (exact replay); >0 records β_j")
     r.add_argument("--top-k", type=int, default=0)
@@ -121,7 +122,7 @@ def cmd_reference(a) -> int:
     path = build_reference(target.lm, draft.lm, reqs, cfg, a.out, eos_ids=eos_token_ids(target),
                            header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
                                          "prompts_file": str(a.prompts)})
-    from engine.offline.reference import load_reference
+    from engine.offline.reference_file import load_reference
 
     ref = load_reference(path)
     n = sum(len(r["output_ids"]) for r in ref.requests)

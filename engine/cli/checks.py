@@ -53,7 +53,7 @@ def check_decode_args(a) -> None:
     _num("--top-p", a.top_p, 0, 1, lo_open=True)
     _num("--k", a.k, 1, MAX_K, integer=True)
     _num("--limit", a.limit, 1, 10_000_000, integer=True)
-    _num("--per-category", a.per_category, 1, 10_000_000, integer=True)
+    _num("--per-task", a.per_task, 1, 10_000_000, integer=True)
     _num("--threads", a.threads, 1, MAX_THREADS, integer=True)
     _num("--seed", a.seed, 0, 2**63 - 1, integer=True)
     if a.draft:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from datetime import datetime, timezone
+
+from engine.cli import common
 
 PROMPT = ("Explain, step by step, how a small draft model can speed up text generation by a larger "
           "model without changing its output distribution.")  # any realistic context length works
@@ -65,17 +66,16 @@ def format_costs(result: dict) -> str:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("costs", help="measure c and v(γ) on this machine; the acceptance each window needs")
-    p.add_argument("--target", default="smollm2-135m")
-    p.add_argument("--draft", default="smollm2-draft")
-    p.add_argument("--dtype", default="auto", help="auto = bf16 where native (CUDA, avx512_bf16), else fp32")
-    p.add_argument("--device", default="auto")
+    common.add_target(p)
+    common.add_draft(p)
+    common.add_device(p, threads_flag=False)
     p.add_argument("--threads", default="1", help="comma-separated thread counts, measured one after another")
     p.add_argument("--max-window", type=int, default=8)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--speedups", default="1,1.3", help="target speedups S to solve α for")
-    p.add_argument("--out", default=None, help="write the result as JSON")
+    common.add_out(p, "write the result as JSON")
     p.add_argument("--markdown", default=None, help="append a dated section (e.g. docs/benchmarks.md)")
-    p.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
+    p.add_argument("--machine", default=None, help="machine description (default: CPU model, cores and flags)")
     p.set_defaults(func=cmd_costs)
 
 
@@ -85,10 +85,10 @@ def cmd_costs(a) -> int:
     import torch
     import transformers
 
-    from engine.core.load import check_pair, load_model
+    from engine.core.load import check_pair, load_model, machine_description
 
-    threads = [int(x) for x in a.threads.split(",")]
-    speedups = [float(x) for x in a.speedups.split(",")]
+    threads = list(common.ints(a.threads, "--threads"))
+    speedups = list(common.floats(a.speedups, "--speedups"))
     if any(n < 1 for n in threads):
         raise ValueError(f"--threads must be positive integers, got {a.threads!r}")
     if not 1 <= a.max_window <= 64:
@@ -100,7 +100,7 @@ def cmd_costs(a) -> int:
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     gammas = [g for g in (1, 2, 3, 4, 6, 8, 12, 16) if g <= a.max_window]
     result = run_costs(target.lm, draft.lm, target.tokenizer, threads, a.max_window, a.repeats, gammas, speedups)
-    result["command"] = " ".join(["python -m engine", *sys.argv[1:]])
+    result["command"] = common.command_line()
     text = format_costs(result)
     print(text)
     if a.out:
@@ -109,7 +109,7 @@ def cmd_costs(a) -> int:
         write_json_atomic(result, a.out)
     if a.markdown:
         head = (f"\n## {result['created'][:10]} — what acceptance `{result['target']}` + `{result['draft']}` needs "
-                f"here ({result['dtype']})\n\n- command: `{result['command']}`\n- machine: {a.machine}; Python "
+                f"here ({result['dtype']})\n\n- command: `{result['command']}`\n- machine: {a.machine or machine_description()}; Python "
                 f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}\n"
                 f"- i.i.d. acceptance α that a fixed window γ needs for each speedup, with the measured c and "
                 f"v(γ) (`engine.offline.costmodel.required_alpha`); compare with the pair's measured α\n")

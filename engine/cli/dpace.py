@@ -20,6 +20,7 @@ import dataclasses
 from pathlib import Path
 
 from engine.paths import SPEC_BENCH_DEV
+from engine.cli.common import add_per_task
 
 # The Spec-Bench dev questions sit beside the checkout (../shared), as for every other benchmark command.
 
@@ -60,7 +61,7 @@ def add_parser(sub) -> None:
     on.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     on.add_argument("--block-size", type=int, default=8)
     on.add_argument("--prompts", default=SPEC_BENCH_DEV)
-    on.add_argument("--per-category", type=int, default=3)
+    add_per_task(on, 3, dest="per_category")
     on.add_argument("--max-new-tokens", type=int, default=160)
     on.add_argument("--prompt-len", type=int, default=48, help="bytes of each prompt kept (the training prompt length)")
     on.add_argument("--traces-dir", default="", help="also write a decode trace per run here")
@@ -74,7 +75,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--runs-dir", default="")
     sp.add_argument("--target", default="tiny", choices=["tiny", "smollm2"])
     sp.add_argument("--prompts", default=SPEC_BENCH_DEV)
-    sp.add_argument("--per-category", type=int, default=1)
+    add_per_task(sp, 1, dest="per_category")
     sp.add_argument("--max-new-tokens", type=int, default=160)
     sp.add_argument("--reps", type=int, default=2)
     sp.add_argument("--threads", type=int, default=1)
@@ -129,7 +130,8 @@ def cmd_train(a) -> int:
 
 
 def cmd_sweep(a) -> int:
-    from engine.train.dpace.fit import FeatureData, sweep_configs, tiny_dir, train_run
+    from engine.train.dpace.features import FeatureData
+    from engine.train.dpace.fit import sweep_configs, tiny_dir, train_run
 
     base = _train_config(a)
     cfgs = sweep_configs(base, _seeds(a.seeds), a.which)
@@ -174,7 +176,7 @@ def cmd_online(a) -> int:
 
 
 def cmd_report(a) -> int:
-    from engine.train.dpace.eval import markdown_table, write_results
+    from engine.train.dpace.report import markdown_table, write_results
 
     res = write_results(_runs(a), a.block_size, Path(a.out))
     print(markdown_table(res["summary"]))
@@ -185,13 +187,13 @@ def cmd_export(a) -> int:
     import sys
 
     from engine.train.dpace.fit import BlockTrainConfig, tiny_dir
-    from engine.train.dpace.eval import export_best
+    from engine.train.dpace.export import export_best
 
     root = tiny_dir(dataclasses.replace(BlockTrainConfig.for_target(a.target), data_dir=a.data_dir))
     if a.target == "smollm2":
         import json
 
-        from engine.train.dpace.eval import export_best_smollm2
+        from engine.train.dpace.export import export_best_smollm2
 
         out = Path(a.out or "models/block-drafter-smollm2")
         summ = Path("docs/results/dpace-smollm2/summary.json")

@@ -25,6 +25,7 @@ def add_parser(sub) -> None:
 
 def cmd_import(a) -> int:
     from engine.interop import specbench, speed
+    from engine.metrics import EMITTED_PER_CALL, LABELS
 
     if not a.out and not a.baseline:
         raise ValueError("nothing to do: give --out (write a trace) and/or --baseline (print the speedup)")
@@ -38,7 +39,7 @@ def cmd_import(a) -> int:
         t = load_trace(a.out)
         s = t.summary
         print(f"wrote {a.out}: {s['requests']} questions, {s['target_calls']} steps, {s['new_tokens']} tokens; "
-              f"mean accept length (emitted per step) {s['mean_emitted_per_call_incl_bonus']:.3f}, "
+              f"mean accepted tokens τ = {LABELS[EMITTED_PER_CALL]} {s[EMITTED_PER_CALL]:.3f}, "
               f"tok/s mean over questions {s['tokens_per_s_mean_over_requests']:.2f}")
         print(f"  imported from Spec-Bench: no draft tokens, probabilities, windows or token ids; "
               f"{t.header['imported']['timing']}")

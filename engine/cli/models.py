@@ -96,7 +96,7 @@ def run_vocab(a) -> int:
         torch.set_num_threads(a.threads)
     if a.vocab_cmd == "agree":
         return _agree(a)
-    from engine.core.load import HFModel
+    from engine.core.lm import HFModel
     from engine.trace.prompts import encode
     from engine.train.data import load_sharegpt
     from engine.core.vocab_subset import agreement, head_costs

@@ -2,7 +2,7 @@
 
     pacer data    simulated decoding with a fixed window on ShareGPT prompts → safetensors shards
     pacer train   train M_B (BCE), export weights + model card
-    pacer sweep   replay b / t₀ / ρ and the baselines over held-out steps (engine.offline.pacer_replay)
+    pacer sweep   replay b / t₀ / ρ and the baselines over held-out steps (engine.offline.pacer_sweep)
     pacer eval    M_B AUC/ECE on held-out data; M_B's share of decode time in traces
     pacer bench   engine.bench.bench.run_bench with PACER configs (draft loaded with hidden states)
 
@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 from engine.paths import REPO_ROOT, SPEC_BENCH_DEV
@@ -49,7 +48,7 @@ def measure_loop_costs(target, draft, tok, eos, window: int = 16) -> dict:
     """t_d from real fixed-window decode steps (draft ms per drafted token, loop overhead included)
     and t_v(k), k = 1..window+1, on a warm cache — under the current thread/load conditions."""
     from engine.decode import DecodeConfig, decode
-    from engine.policies.base import Fixed
+    from engine.policies.simple import Fixed
     from engine.trace.prompts import encode
 
     ids = encode(tok, "Explain how a hash map works, with an example.")
@@ -83,8 +82,8 @@ def cmd_data(a) -> int:
 
 def cmd_train(a) -> int:
     from engine.cli.dataclass_args import dataclass_from_args
+    from engine.offline.steps import default_data_dir
     from engine.train.pacer.fit import PacerTrainConfig, train, write_card
-    from engine.train.pacer.data import default_data_dir
 
     cfg = dataclass_from_args(PacerTrainConfig, a)
     s = train(cfg)
@@ -120,9 +119,10 @@ def _variants(specs: list[str]) -> dict[str, str]:
 def cmd_sweep(a) -> int:
     import torch
 
-    from engine.offline import pacer_replay as sim
+    from engine.offline import pacer_sweep as sim
+    from engine.offline.costmodel import CostModel
+    from engine.offline.steps import default_data_dir, load_split, score_models, steps_from
     from engine.policies.pacer import load_weights
-    from engine.train.pacer.data import default_data_dir, load_split
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -137,9 +137,10 @@ def cmd_sweep(a) -> int:
         m = measure_loop_costs(target.lm, draft.lm, target.tokenizer, eos, len(t_v) - 1)
         t_d, t_v = m["t_draft_ms"], m["t_verify_ms"]
     t_mb = sim.measure_mb_ms(models["main"], int(ho.hidden.shape[1]))
-    costs = sim.Costs(t_d, tuple(t_v), t_mb)
-    steps = sim.steps_from(ho, sim.score_models(ho, models))
-    res: dict = {"costs": asdict(costs), "variants": {t: _in_repo(v) for t, v in _variants(a.variant).items()},
+    costs = CostModel.from_ms(t_d, t_v, t_mb)
+    steps = steps_from(ho, score_models(ho, models))
+    res: dict = {"costs": {"t_draft": t_d, "t_verify": list(t_v), "t_mb": t_mb},  # ms, as measured
+                 "variants": {t: _in_repo(v) for t, v in _variants(a.variant).items()},
                  "weights": _in_repo(a.weights), "splits": {}}
     for name, sel in (("all", steps), ("greedy", [s for s in steps if s.temperature == 0]),
                       ("sampled", [s for s in steps if s.temperature > 0])):
@@ -161,7 +162,7 @@ def cmd_sweep(a) -> int:
         r["ablations"]["trim=1 (best b, t, rho)"] = next(x for x in grid if x["trim"])
         r["ceiling"] = sim.ceiling(sel, costs, sampled=not greedy)
         # What-if: the same steps on a cost profile where a k-token verify costs one forward (GPU-like).
-        r["what_if_flat"] = [dict(c=c, **sim.ceiling(sel, sim.Costs(c * t_v[0], (t_v[0],) * len(t_v), t_mb),
+        r["what_if_flat"] = [dict(c=c, **sim.ceiling(sel, CostModel.from_ms(c * t_v[0], (t_v[0],) * len(t_v), t_mb),
                                                     factors=(1.0,), sampled=not greedy)[0])
                              for c in (a.what_if_c or [])]
         for tag in models:
@@ -186,7 +187,7 @@ def format_sweep(res: dict) -> str:
     c = res["costs"]
     lines = [f"\nCosts: t_d = {c['t_draft']:.2f} ms/draft token, t_v(1) = {c['t_verify'][0]:.2f} ms, "
              f"t_v(17) = {c['t_verify'][-1]:.2f} ms, M_B call = {c['t_mb']:.2f} ms. Replay of held-out steps, "
-             "steps independent (engine/offline/pacer_replay.py).\n"]
+             "steps independent (engine/offline/pacer_sweep.py).\n"]
     for name, r in res["splits"].items():
         lines.append(f"\n**{name}** ({r['steps']} held-out steps)\n")
         lines.append("| policy | sim. speedup vs AR | emitted/call (incl. bonus) | mean window | wasted/call |")
@@ -207,7 +208,7 @@ def format_sweep(res: dict) -> str:
 
 
 def _ceiling_table(title: str, key_name: str, key: str, rows: list[dict]) -> list[str]:
-    """Rows of `pacer_sim.ceiling`: oracle, perfect M_B, best PACER, best fixed and their ratios."""
+    """Rows of `engine.offline.pacer_sweep.ceiling`: oracle, perfect M_B, best PACER, best fixed and their ratios."""
     out = [f"\n{title}\n",
            f"| {key_name} | t_d ms | oracle | perfect M_B | best PACER (rule) | best fixed (γ) | perfect/oracle | "
            "PACER/oracle | PACER/fixed |", "|---|---|---|---|---|---|---|---|---|"]
@@ -290,8 +291,8 @@ def cmd_eval(a) -> int:
     import dataclasses
 
     from engine.policies.pacer import load_weights
+    from engine.offline.steps import load_split
     from engine.train.pacer.fit import evaluate
-    from engine.train.pacer.data import load_split
     from engine.trace.format import load_trace
 
     res: dict = {"weights": {}, "traces": {}}

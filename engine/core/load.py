@@ -1,19 +1,12 @@
-"""Models behind one small protocol the decode loop drives, plus loading and pair checks.
+"""Loading models by name and checking a pair: `load_model`, `check_pair`, `eos_token_ids`, device /
+dtype resolution, and the machine / software description traces record.
 
-The decode loop never touches a transformers cache directly. It talks to an `LM`:
-
-    lm.extend(ids) -> logits [len(ids), V]   feed tokens after the cached prefix, cache them
-    lm.crop(n)                               keep the first n cached positions (KV rollback)
-    lm.length                                number of cached positions
-    lm.reset()                               forget everything (new request)
-    lm.last_hidden                           last-layer hidden states of the latest extend (opt-in)
-
-`HFModel` wraps any Hugging Face causal LM with a `DynamicCache`; `TableLM` is a context-keyed toy
-(logits looked up from a seeded table) that lets the χ² test run the *real* loop 10⁵ times quickly.
+The wrapper the decode loop drives (`HFModel`, `TableLM`, the reduced head) is engine.core.lm.
 
 Bundled short names (`smollm2-135m`, `smollm2-draft`) resolve to loaders in `engine.core.smollm`; the
 optional realistic pair (`qwen2.5-coder-1.5b` target, `qwen2.5-coder-0.5b[-full|-reduced]` draft)
-to the converted cache that `make models` fills (`engine.core.provision`).
+to the converted cache that `make models` fills (`engine.core.provision`). A block-drafter bundle
+directory (`models/block-drafter-tiny`: `target/` + `drafter/`) loads as its byte-level target.
 """
 
 from __future__ import annotations
@@ -24,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from engine.core.lm import HFModel
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -64,186 +59,6 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str = "cpu") -> tor
     return DTYPES[dtype]
 
 
-SKINNY_ROWS = 16  # up to this many rows (a verify block), use the weight-major GEMM below
-
-
-def _skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
-    """y = x Wᵀ + b computed as (W xᵀ)ᵀ when x has few rows.
-
-    Same dot products, other operand order: with W as the GEMM's large left operand the BLAS streams
-    the weight once and packs only the small x, where `x @ W.T` packs the whole weight on every call.
-    On a 2-core AVX2 CPU this makes a 5-token verify of the 1.5B target ~30 % cheaper (benchmarks.md).
-    """
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.shape[0] <= SKINNY_ROWS:
-        y = torch.mm(self.weight, x2.T).T
-    else:
-        y = torch.nn.functional.linear(x2, self.weight)
-    if self.bias is not None:
-        y = y + self.bias
-    return y.reshape(*x.shape[:-1], y.shape[-1])
-
-
-def use_skinny_linears(model: torch.nn.Module) -> int:
-    """Route every nn.Linear of `model` through `_skinny_forward` (CPU fp32); returns how many."""
-    import types
-
-    n = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__:
-            m.forward = types.MethodType(_skinny_forward, m)
-            n += 1
-    return n
-
-
-class _SubsetHead(torch.nn.Module):
-    """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as `_skinny_forward`). A module so
-    that forward hooks (the bench's model-time clock) see it as model time."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = weight
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        h2 = h.reshape(-1, h.shape[-1])
-        return torch.mm(self.weight, h2.T).T.reshape(*h.shape[:-1], self.weight.shape[0])
-
-
-class HFModel:
-    """A transformers causal LM with a KV cache that can be cropped after verification.
-
-    `vocab_subset` (FR-Spec-style reduced head): logits are computed only for those token ids by
-    multiplying the last hidden state with the matching rows of the output embedding; every other
-    id gets −inf. Verification stays lossless because the target checks every token.
-    """
-
-    def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
-                 want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
-        from transformers import DynamicCache
-
-        self.model = model.eval()
-        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self._cache_cls = DynamicCache
-        self.cache = DynamicCache()
-        self.length = 0
-        self.want_hidden = want_hidden
-        self.last_hidden: torch.Tensor | None = None
-        # transformers ≥ 5.2x renamed `past_key_values` to `cache`; older versions only know the former.
-        import inspect
-
-        params = inspect.signature(type(model).forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if self.device.type == "cpu" and self.dtype == torch.float32:
-            use_skinny_linears(self.model)
-        self.vocab_subset = None
-        self.base_subset = None
-        self.subset_adds_prompt = subset_adds_prompt
-        if vocab_subset is not None:
-            self.base_subset = self.vocab_subset = vocab_subset.to(self.device)
-            self.sub_head = _SubsetHead(model.get_output_embeddings().weight[self.vocab_subset].detach())
-
-    def add_request_tokens(self, ids: list[int]) -> None:
-        """With `subset_adds_prompt`, score V′ ∪ {the request's prompt tokens} for this request.
-
-        Why: a summary or a RAG answer copies names and rare words from its prompt; on a Spec-Bench
-        summarization question a quarter of the target's greedy output lay outside a 32k kept set
-        chosen from chat text, so a fixed V′ could never draft them. Still exact: q′ is zero outside
-        the set, and the target verifies every token."""
-        if self.base_subset is None or not self.subset_adds_prompt:
-            return
-        extra = torch.as_tensor(list(ids), dtype=torch.long, device=self.device)
-        sub = torch.unique(torch.cat([self.base_subset, extra]))  # sorted, as the head expects
-        if sub.numel() != self.vocab_subset.numel() or not torch.equal(sub, self.vocab_subset):
-            self.vocab_subset = sub
-            self.sub_head = _SubsetHead(self.model.get_output_embeddings().weight[sub].detach())
-
-    def reset(self) -> None:
-        self.cache = self._cache_cls()
-        self.length = 0
-        self.last_hidden = None
-
-    def crop(self, n: int) -> None:
-        if n < self.length:
-            # DynamicCache.crop accepts a negative count (tokens to drop) on every version we support.
-            self.cache.crop(n - self.length)
-            self.length = n
-
-    @torch.inference_mode()
-    def extend(self, ids: list[int]) -> torch.Tensor:
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        pos = torch.arange(self.length, self.length + len(ids), device=self.device).unsqueeze(0)
-        need_hidden = self.want_hidden or self.vocab_subset is not None
-        if self.vocab_subset is None and not need_hidden:
-            out = self.model(input_ids=x, use_cache=True, position_ids=pos, **{self._cache_kw: self.cache})
-            logits = out.logits[0]
-        else:
-            base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
-            out = base(input_ids=x, use_cache=True, position_ids=pos, **{self._cache_kw: self.cache})
-            h = out.last_hidden_state[0]
-            self.last_hidden = h.float() if self.want_hidden else None
-            if self.vocab_subset is None:
-                logits = self.model.get_output_embeddings()(h)
-            else:
-                sub = self.sub_head(h)
-                logits = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device,
-                                    dtype=sub.dtype)
-                logits[:, self.vocab_subset] = sub
-        self.length += len(ids)
-        return logits.float()
-
-
-class TableLM:
-    """Toy LM: next-token logits are a fixed random function of the whole context.
-
-    Distribution for context c = softmax(scale · N(0,1) draws seeded by hash(c, seed)). Being
-    context-dependent, it exercises every path a real model does (cache length, crops, prefixes).
-    """
-
-    def __init__(self, vocab_size: int, seed: int = 0, scale: float = 1.5,
-                 probs_fn=None) -> None:
-        self.vocab_size = vocab_size
-        self.seed = seed
-        self.scale = scale
-        self.name = f"table-V{vocab_size}-s{seed}"
-        self.device = torch.device("cpu")
-        self.dtype = torch.float64
-        self.tokens: list[int] = []
-        self.length = 0
-        self.last_hidden = None
-        self._probs_fn = probs_fn
-        self._memo: dict[tuple[int, ...], torch.Tensor] = {}
-
-    def dist(self, context: tuple[int, ...]) -> torch.Tensor:
-        """The exact next-token distribution (float64) — the ground truth for enumeration tests."""
-        if context not in self._memo:
-            if self._probs_fn is not None:
-                p = torch.as_tensor(self._probs_fn(context), dtype=torch.float64)
-            else:
-                g = torch.Generator().manual_seed(hash((self.seed,) + context) & 0x7FFFFFFF)
-                p = (self.scale * torch.randn(self.vocab_size, generator=g, dtype=torch.float64)).softmax(0)
-            self._memo[context] = p
-        return self._memo[context]
-
-    def reset(self) -> None:
-        self.tokens, self.length = [], 0
-
-    def crop(self, n: int) -> None:
-        if n < self.length:
-            del self.tokens[n:]
-            self.length = n
-
-    def extend(self, ids: list[int]) -> torch.Tensor:
-        rows = []
-        for t in ids:
-            self.tokens.append(int(t))
-            rows.append(self.dist(tuple(self.tokens)).log())
-        self.length = len(self.tokens)
-        return torch.stack(rows)
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -282,6 +97,12 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         subset = smollm.draft_vocab_subset()
     elif qwen_name(name_or_path) is not None:
         model, tok, subset = _load_qwen(name_or_path, dt, dev, target)
+    elif is_block_bundle(name_or_path):
+        # models/block-drafter-tiny: the byte-level target its block drafter was trained for
+        # (`--target models/block-drafter-tiny --draft block:models/block-drafter-tiny`).
+        from engine.train.dpace.tiny_target import ByteTokenizer, load_target
+
+        model, tok = load_target(Path(name_or_path).expanduser() / "target", dtype=dt).to(dev), ByteTokenizer()
     else:
         path = Path(name_or_path).expanduser()
         looks_local = path.exists() or name_or_path.startswith((".", "/", "~"))
@@ -305,6 +126,13 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
     adds = subset is not None and qwen_name(name_or_path) is not None
     lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden, subset_adds_prompt=adds)
     return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
+
+
+def is_block_bundle(name_or_path: str) -> bool:
+    """A directory holding a block drafter next to the target it drafts for (`drafter/` + `target/`)."""
+    p = Path(name_or_path).expanduser()
+    return (not (p / "config.json").exists() and (p / "target" / "config.json").is_file()
+            and (p / "drafter" / "config.json").is_file())
 
 
 # Draft head variants of the Qwen2.5-Coder 0.5B draft: the bare name takes the default head

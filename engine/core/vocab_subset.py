@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.paths import MODELS_DIR
+from engine.trace.jsonio import atomic_path
 
 QWEN_VOCAB_FILE = MODELS_DIR / "qwen2.5-coder" / "draft-vocab.safetensors"
 
@@ -78,11 +79,9 @@ def build_subset(counts: Counter, size: int, always: set[int], vocab_size: int) 
 
 
 def save_subset(ids: torch.Tensor, path: Path, meta: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({"ids": ids.to(torch.int32).contiguous()}, str(tmp),
-              metadata={k: json.dumps(v) for k, v in meta.items()})
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file({"ids": ids.to(torch.int32).contiguous()}, str(tmp),
+                  metadata={k: json.dumps(v) for k, v in meta.items()})
 
 
 def load_subset(path: Path = QWEN_VOCAB_FILE) -> torch.LongTensor | None:

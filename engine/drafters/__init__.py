@@ -1,16 +1,17 @@
-"""Drafters: how a step's draft block(s) are produced.
+"""Drafters: how a step's draft block(s) are produced (the protocol: engine.drafters.base).
 
-    reset(prompt_ids)                        new request: prefill
-    propose(seq, cap, policy, sampling, gen) → Proposal (K ≥ 1 draft blocks and their q rows)
-    commit(keep, chosen)                     after verification: keep `keep` positions of the chosen path
-    observe(target)                          optional: read target state after verification
-                                             (block drafters condition on the target's hidden states)
-
-`AutoregressiveDrafter` wraps any `LM` (one token per draft forward). Multi-draft and block drafters
-implement the same protocol, so `engine.decode.decode` stays the only decode loop. Model-free
-drafters (`lookup`, `suffix`: engine.drafters.modelfree) copy from the context and propose a one-hot q.
+    base.py            protocol, Proposal, Keep (the policy as decode hands it over), draw_token
+    autoregressive.py  a draft LM, one token per forward
+    multi.py           K i.i.d. blocks from one draft LM (multi-draft verifiers)
+    block.py           DFlash-style block drafter (network: block_model.py)
+    phrase.py          draft model + phrase pool (Ouroboros-style)
+    modelfree.py       copy drafters: lookup.py (prompt lookup), suffix.py (suffix trie)
+    factory.py         make_drafter(spec, target): every `--draft` spec
 """
 
-from engine.drafters.base import AutoregressiveDrafter, Proposal, as_drafter
+from engine.drafters.autoregressive import AutoregressiveDrafter, as_drafter
+from engine.drafters.base import KEEP_ALL, Keep, Proposal, draw_token
+from engine.drafters.factory import drafter_kind, is_block, make_drafter
 
-__all__ = ["AutoregressiveDrafter", "Proposal", "as_drafter"]
+__all__ = ["AutoregressiveDrafter", "KEEP_ALL", "Keep", "Proposal", "as_drafter", "draw_token", "drafter_kind",
+           "is_block", "make_drafter"]

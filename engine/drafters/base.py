@@ -1,14 +1,36 @@
-"""The drafter protocol's data type and the autoregressive (one token per forward) drafter."""
+"""The drafter protocol, its result type `Proposal`, the `Keep` callback decode hands a drafter, and
+THE one `draw_token` every model drafter draws a draft token with (`as_drafter`, which wraps a
+plain LM, is in engine.drafters.autoregressive).
+
+A drafter proposes a step's draft block(s); `engine.decode.decode` drives it:
+
+    reset(prompt_ids)                    new request (after the target's prefill)
+    draft(seq, cap, keep, sc, gen)       → Proposal: K ≥ 1 blocks of ≤ cap tokens and their q rows.
+                                         `keep(info)` is the window policy's verdict after each drafted
+                                         token (False: stop drafting); the drafter never sees the policy object
+    commit(keep_len, chosen)             after verification: the sequence now has keep_len tokens and
+                                         block `chosen` was verified (drop any cached draft past that)
+    observe(target)                      read the target's state after verification (block drafters
+                                         condition on its hidden features); a no-op for most
+    verify_target(target)  (optional)    the LM to verify with (block drafter: its feature view of it)
+    has_hidden             (optional)    False: no draft hidden states, so decode refuses pacer
+
+Names: a *policy*'s `propose()` says how many tokens to draft (an int); a *drafter*'s `draft()` drafts
+them (a Proposal). Drafters: AutoregressiveDrafter (engine.drafters.autoregressive, one token per
+draft forward), MultiDrafter (K i.i.d. blocks), BlockDrafter (one forward per block), PhraseDrafter,
+and the model-free LookupDrafter / SuffixDrafter. `engine.drafters.make_drafter` builds any of them
+from a CLI spec.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import torch
 
-from engine.policies.base import DraftInfo, WindowPolicy
 from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
+from engine.policies.base import DraftInfo
 
 
 @dataclass
@@ -17,6 +39,8 @@ class Proposal:
 
     tokens[k] = drafted ids of block k; q[k] = processed draft distributions, shape [len(tokens[k]), V];
     q_shown / entropy: what traces and policies see per token (greedy runs: softmax confidence).
+    `gated`: the policy's keep() chose which drafts to keep (autoregressive, phrase and copy drafters),
+    so `decode` verifies the kept rows against the policy's `kept_proposal` law.
     """
 
     tokens: list[list[int]]
@@ -25,68 +49,68 @@ class Proposal:
     entropy: list[list[float]]
     stop_reason: str = "cap"
     fields: dict[str, Any] = field(default_factory=dict)  # drafter-specific values for the trace
+    gated: bool = False
 
     @property
     def k(self) -> int:
         return len(self.tokens)
 
-
-class AutoregressiveDrafter:
-    """A draft LM drafting one token per forward until the cap or the policy says stop."""
-
-    def __init__(self, lm) -> None:
-        self.lm = lm
-        self.vocab_size = lm.vocab_size
-        self.device = getattr(lm, "device", None)
-        self.name = getattr(lm, "name", "draft")
-
-    def reset(self, prompt_ids: list[int]) -> None:
-        self.lm.reset()
-        if hasattr(self.lm, "add_request_tokens"):
-            self.lm.add_request_tokens(prompt_ids)
-        if len(prompt_ids) > 1:
-            self.lm.extend(prompt_ids[:-1])
-
-    def propose(self, seq: list[int], cap: int, policy: WindowPolicy, sc: SamplingConfig,
-                gen: torch.Generator) -> Proposal:
-        drafts: list[int] = []
-        q_rows: list[torch.Tensor] = []
-        shown: list[float] = []
-        ents: list[float] = []
-        stop = "cap"
-        while len(drafts) < cap:
-            logits = self.lm.extend(seq[self.lm.length:] if not drafts else [drafts[-1]])
-            q = probs_from_logits(logits[-1], sc)
-            # Greedy q is one-hot; policies and traces see the draft's softmax confidence instead.
-            soft = q if not sc.greedy else logits[-1].softmax(-1)
-            tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
-            drafts.append(tok)
-            q_rows.append(q)
-            shown.append(float(soft[tok]))
-            ents.append(float(entropy(soft)))
-            hidden = self.lm.last_hidden[-1] if policy.needs_hidden and self.lm.last_hidden is not None else None
-            q_max = shown[-1] if sc.greedy else float(soft.max())  # greedy: the drafted token is the argmax
-            if not policy.keep_drafting(DraftInfo(len(drafts), tok, shown[-1], ents[-1], hidden, q_max)):
-                drop = policy.drop_on_stop()
-                if len(drafts) < cap or drop:
-                    stop = "policy"
-                if drop:  # never verified: the draft cache keeps them until commit() crops it
-                    del drafts[-drop:], q_rows[-drop:], shown[-drop:], ents[-drop:]
-                break
-        # Rules that drop drafts by value verify the kept ones against the law they were drawn from.
-        q_rows = [policy.kept_proposal(q) for q in q_rows]
-        q_mat = torch.stack(q_rows) if q_rows else torch.zeros(0, self.vocab_size)
-        return Proposal([drafts], [q_mat], [shown], [ents], stop)
-
-    def commit(self, keep: int, chosen: int = 0) -> None:
-        self.lm.crop(min(self.lm.length, keep))
-
-    def observe(self, target) -> None:
-        pass
+    @classmethod
+    def empty(cls, vocab_size: int, k: int = 1, stop_reason: str = "cap", **fields: Any) -> "Proposal":
+        """K empty blocks: a step that verifies no draft (an autoregressive step)."""
+        return cls([[] for _ in range(k)], [torch.zeros(0, vocab_size)] * k, [[] for _ in range(k)],
+                   [[] for _ in range(k)], stop_reason, dict(fields))
 
 
-def as_drafter(draft):
-    """An LM becomes an AutoregressiveDrafter; anything with `propose` is already a drafter."""
-    if draft is None or hasattr(draft, "propose"):
-        return draft
-    return AutoregressiveDrafter(draft)
+class Keep:
+    """The window policy as a drafter sees it: built by `decode` from the policy, plain values only.
+
+        keep(info)               draft on after this drawn token? On False, `dropped` is how many
+                                 trailing drafts the policy discards unverified (its drop_on_stop)
+        keep(info, drawn=False)  the same for a token fixed by the context (copy and phrase drafts,
+                                 q = δ): such a token is never dropped by value, so no drop is asked
+        want_hidden              put the draft's hidden state in DraftInfo (PACER reads it)
+        value_blind              the policy's drops never read the dropped token's value
+        block_rule               (b, t₀, ρ, trim): PACER's block stop rule for drafter-scored
+                                 tokens (phrases), or None
+    """
+
+    def __init__(self, verdict: Callable[[DraftInfo], bool], drop: Callable[[], int] = lambda: 0,
+                 want_hidden: bool = False, value_blind: bool = True,
+                 block_rule: tuple[int, float, float, int] | None = None) -> None:
+        self._verdict, self._drop = verdict, drop
+        self.want_hidden, self.value_blind, self.block_rule = want_hidden, value_blind, block_rule
+        self.dropped = 0
+
+    def __call__(self, info: DraftInfo, drawn: bool = True) -> bool:
+        if self._verdict(info):
+            return True
+        if drawn:
+            self.dropped = self._drop()
+        return False
+
+
+KEEP_ALL = Keep(lambda info: True)  # draft to the cap (tests, probes)
+
+
+class Draw(NamedTuple):
+    token: int
+    q: torch.Tensor  # the processed distribution it was drawn from (verification uses it)
+    shown: float  # q(token); greedy: the softmax confidence (q itself is one-hot)
+    entropy: float  # nats, of the same distribution as `shown`
+    q_max: float  # max_x q(x) before the draw (greedy: = shown)
+
+
+def draw_token(logits: torch.Tensor, sc: SamplingConfig, gen: torch.Generator) -> Draw:
+    """Draw one draft token from a logits row [V] — the only place a drafter samples.
+
+        q     = probs_from_logits(logits, sc)     temperature / top-k / top-p, as for the target
+        token = argmax q (greedy)  or  inverse-CDF sample of q with one uniform from `gen`
+
+    Greedy q is one-hot, so policies and traces see the draft's softmax confidence softmax(logits)
+    instead; q_max is what a rule may read without looking at the sampled token (PACER)."""
+    q = probs_from_logits(logits, sc)
+    soft = q if not sc.greedy else logits.softmax(-1)
+    tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
+    shown = float(soft[tok])
+    return Draw(tok, q, shown, float(entropy(soft)), shown if sc.greedy else float(soft.max()))

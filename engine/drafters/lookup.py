@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.drafters.modelfree import CopyDrafter
+from engine.drafters.copier import CopyDrafter
 
 
 def lookup(seq: list[int], num_tokens: int, max_ngram: int, pick_recent: bool = False

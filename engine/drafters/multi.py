@@ -1,7 +1,7 @@
 """K i.i.d. draft blocks per step from one draft LM (for SpecTr, RRS, RBV, SpecTr-GBV).
 
-Every block is drafted to the same length γ = the policy's cap (a policy's early stop is not used:
-the multi-draft verifiers need one common length). The first drafted position shares one draft
+Every block is drafted to the same length γ = the policy's cap (`keep` is not consulted: the
+multi-draft verifiers need one common length). The first drafted position shares one draft
 forward; each block then samples its own tokens with its own uniforms from the request generator,
 so the K blocks are i.i.d. from q given the prefix — the assumption every multi-draft verifier
 needs.
@@ -14,9 +14,9 @@ Two ways to run the K drafts (`mode`):
                   (K·(γ − 1) forwards); works for any LM (TableLM in the tests).
     "auto"        batch for an HFModel, sequential otherwise.
 
-Cache bookkeeping (S = tokens in the sequence): after `propose` the sequential cache holds x[:S];
-the batched cache holds K rows of x[:S] + x^k_{1:γ−1}. `commit(keep, chosen)` selects row `chosen`
-(batch) and crops to min(length, keep), so the cache is always a prefix of the sequence.
+Cache bookkeeping (S = tokens in the sequence): after `draft` the sequential cache holds x[:S];
+the batched cache holds K rows of x[:S] + x^k_{1:γ−1}. `commit(keep_len, chosen)` selects row `chosen`
+(batch) and crops to min(length, keep_len), so the cache is always a prefix of the sequence.
 
 Worked example: K = 3, γ = 4, batch mode → 1 forward for the shared first position (plus any
 uncached tokens) and 3 forwards of batch 3, versus 1 + 9 one-token forwards in sequential mode.
@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.drafters.base import Proposal
-from engine.policies.base import WindowPolicy
-from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
+from engine.core.sampling import SamplingConfig
+from engine.drafters.base import Keep, Proposal, draw_token
 
 
 @dataclass(frozen=True)
@@ -46,28 +45,8 @@ class MultiDraftConfig:
 
 
 def _is_hf(lm) -> bool:
-    return hasattr(lm, "model") and hasattr(lm, "cache") and hasattr(lm, "_cache_kw")
-
-
-@torch.inference_mode()
-def extend_batch(lm, ids: torch.Tensor) -> torch.Tensor:
-    """HFModel.extend for a batch [B, n] on a cache already holding B rows; returns logits [B, n, V].
-
-    Mirrors HFModel.extend (reduced-vocabulary head included) without changing engine.core.load.
-    """
-    B, n = ids.shape
-    pos = torch.arange(lm.length, lm.length + n, device=lm.device).unsqueeze(0).expand(B, n)
-    ids = ids.to(lm.device)
-    if lm.vocab_subset is None:
-        logits = lm.model(input_ids=ids, use_cache=True, position_ids=pos, **{lm._cache_kw: lm.cache}).logits
-    else:
-        base = lm.model.get_decoder() if hasattr(lm.model, "get_decoder") else lm.model.model
-        h = base(input_ids=ids, use_cache=True, position_ids=pos, **{lm._cache_kw: lm.cache}).last_hidden_state
-        sub = lm.sub_head(h)
-        logits = torch.full((B, n, lm.vocab_size), float("-inf"), device=h.device, dtype=sub.dtype)
-        logits[..., lm.vocab_subset] = sub
-    lm.length += n
-    return logits.float()
+    """An LM with a batchable KV cache (engine.core.lm.HFModel)."""
+    return hasattr(lm, "extend_batch") and hasattr(lm, "cache")
 
 
 class MultiDrafter:
@@ -98,53 +77,48 @@ class MultiDrafter:
         if len(prompt_ids) > 1:
             self.lm.extend(prompt_ids[:-1])
 
-    def _sample(self, logits_row: torch.Tensor, sc: SamplingConfig, gen: torch.Generator):
-        q = probs_from_logits(logits_row, sc)
-        soft = q if not sc.greedy else logits_row.float().softmax(-1)
-        tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
-        return tok, q, float(soft[tok]), float(entropy(soft))
-
-    def propose(self, seq: list[int], cap: int, policy: WindowPolicy, sc: SamplingConfig,
-                gen: torch.Generator) -> Proposal:
+    def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         K = self.k
         if cap <= 0:
-            return Proposal([[] for _ in range(K)], [torch.zeros(0, self.vocab_size)] * K,
-                            [[] for _ in range(K)], [[] for _ in range(K)], "cap")
+            return Proposal.empty(self.vocab_size, K)
         first = self.lm.extend(seq[self.lm.length:])[-1]  # shared first position
         S = self.lm.length
         blocks, qs, shown, ents = [], [], [], []
-        for _ in range(K):
-            t, q, s, e = self._sample(first, sc, gen)
-            blocks.append([t]), qs.append([q]), shown.append([s]), ents.append([e])
+
+        def add(k: int, logits_row: torch.Tensor) -> None:
+            d = draw_token(logits_row.float(), sc, gen)  # float32 confidences whatever the LM's logits dtype
+            blocks[k].append(d.token), qs[k].append(d.q), shown[k].append(d.shown), ents[k].append(d.entropy)
+
+        for k in range(K):
+            blocks.append([]), qs.append([]), shown.append([]), ents.append([])
+            add(k, first)
         if self.mode == "batch" and cap > 1:
             self.lm.cache.batch_repeat_interleave(K)
             self._rows = K
             for _ in range(cap - 1):
                 ids = torch.tensor([[b[-1]] for b in blocks], dtype=torch.long)
-                logits = extend_batch(self.lm, ids)[:, -1]
+                logits = self.lm.extend_batch(ids)[:, -1]
                 for k in range(K):
-                    t, q, s, e = self._sample(logits[k], sc, gen)
-                    blocks[k].append(t), qs[k].append(q), shown[k].append(s), ents[k].append(e)
+                    add(k, logits[k])
         elif cap > 1:
             for k in range(K):
                 for _ in range(cap - 1):
-                    t, q, s, e = self._sample(self.lm.extend([blocks[k][-1]])[-1], sc, gen)
-                    blocks[k].append(t), qs[k].append(q), shown[k].append(s), ents[k].append(e)
+                    add(k, self.lm.extend([blocks[k][-1]])[-1])
                 if k < K - 1:
                     self.lm.crop(S)
             self._last, self._base = K - 1, S  # the cache still holds the last block's drafted tokens
         q_mats = [torch.stack(r) for r in qs]
         return Proposal(blocks, q_mats, shown, ents, "cap", {"k": K, "draft_mode": self.mode})
 
-    def commit(self, keep: int, chosen: int = 0) -> None:
+    def commit(self, keep_len: int, chosen: int = 0) -> None:
         if self._rows > 1:
             self.lm.cache.batch_select_indices(torch.tensor([chosen], device=self.lm.device))
             self._rows = 1
         elif self._last is not None and chosen != self._last:
             # Sequential: the cache still holds the last block's drafts; keep them only if it was chosen.
-            keep = min(keep, self._base)
+            keep_len = min(keep_len, self._base)
         self._last = None
-        self.lm.crop(min(self.lm.length, keep))
+        self.lm.crop(min(self.lm.length, keep_len))
 
     def observe(self, target) -> None:
         pass

@@ -22,10 +22,10 @@ remaining tokens). The text trie wins ties; the harvest trie is used when its ma
 
 q of the phrase part. Given x, the model tokens and the pool (itself a function of the request's
 history), the phrase tokens are fixed: their proposal law is the point mass q_i = δ(y_i), exactly as
-for the model-free drafters (engine.drafters.modelfree). The verifier accepts y_i with probability
+for the model-free drafters (engine.drafters.copier). The verifier accepts y_i with probability
 p_i(y_i) and otherwise samples p_i conditioned on "not y_i": sampling stays lossless, greedy exact.
 
-Window policies. Model tokens go through `policy.keep_drafting` as usual (hidden states included, so
+Window policies. Model tokens go through the policy's `keep` verdict as usual (hidden states included, so
 `pacer` works). Phrase tokens are fed as DraftInfo(index = position within the phrase, q = 1, H = 0,
 match_len = |v|, score = s_i): `fixed:γ` fills the window, `matchlen:f,offset=o,p=…` cuts a phrase at
 ⌊f·|v| + o⌋ tokens or when s_i < p. A policy that reads hidden states (`pacer`) gets PACER's stop rule
@@ -56,10 +56,11 @@ from typing import Any
 
 import torch
 
-from engine.drafters.base import AutoregressiveDrafter, Proposal
-from engine.drafters.suffix import SuffixTrie
-from engine.policies.base import DraftInfo, WindowPolicy
 from engine.core.sampling import SamplingConfig
+from engine.drafters.autoregressive import AutoregressiveDrafter
+from engine.drafters.base import Keep, Proposal
+from engine.drafters.suffix import SuffixTrie
+from engine.policies.base import DraftInfo
 
 
 class PhrasePool:
@@ -150,25 +151,6 @@ class PhrasePool:
         return c
 
 
-class _Watch:
-    """Forwards a policy and records whether (and how many) drafts its drop_on_stop removed."""
-
-    def __init__(self, policy: WindowPolicy) -> None:
-        self.policy, self.dropped = policy, 0
-
-    def __getattr__(self, name):
-        return getattr(self.policy, name)
-
-    def drop_on_stop(self) -> int:
-        self.dropped = self.policy.drop_on_stop()
-        return self.dropped
-
-
-def _value_blind(policy: WindowPolicy) -> bool:
-    """True when the policy's drops never read the dropped token's value (no kept_proposal correction)."""
-    return type(policy).kept_proposal is WindowPolicy.kept_proposal
-
-
 class PhraseDrafter:
     """A draft LM's block (≤ n tokens) extended with up to k phrase candidates from a `PhrasePool`."""
 
@@ -199,14 +181,13 @@ class PhraseDrafter:
         self.pool.sync(prompt_ids)
         self._step = (len(prompt_ids), [], [])
 
-    def _gate(self, cand: dict[str, Any], policy: WindowPolicy) -> tuple[int, dict[str, Any]]:
+    def _gate(self, cand: dict[str, Any], keep: Keep) -> tuple[int, dict[str, Any]]:
         """How many of the candidate's tokens the window policy keeps, and what it said."""
         toks, scores, n = cand["tokens"], cand["scores"], cand["match_len"]
-        if policy.needs_hidden:  # PACER's stop rule on the drafter's own scores (no hidden states here)
+        if keep.block_rule is not None:  # PACER's stop rule on the drafter's own scores (no hidden states here)
             from engine.policies.pacer import block_decision
 
-            b, t = getattr(policy, "block", 1), getattr(policy, "threshold", 0.0)
-            rho, trim = getattr(policy, "rho", 1.0), getattr(policy, "trim", 0)
+            b, t, rho, trim = keep.block_rule
             blocks = []
             for lo in range(0, len(toks), b):
                 blk = scores[lo:lo + b]
@@ -219,18 +200,16 @@ class PhraseDrafter:
                 t = t_next
             return len(toks), {"stop": "phrase_end", "blocks": blocks}
         for i, (tok, s) in enumerate(zip(toks, scores)):
-            if not policy.keep_drafting(DraftInfo(i + 1, tok, 1.0, 0.0, None, 1.0, match_len=n, score=s)):
+            if not keep(DraftInfo(i + 1, tok, 1.0, 0.0, None, 1.0, match_len=n, score=s), drawn=False):
                 return i + 1, {"stop": "policy"}
         return len(toks), {"stop": "phrase_end"}
 
-    def propose(self, seq: list[int], cap: int, policy: WindowPolicy, sc: SamplingConfig,
-                gen: torch.Generator) -> Proposal:
+    def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         self.pool.sync(seq)
-        watch = _Watch(policy)
         if min(cap, self.n) > 0:
-            mp = self.model.propose(seq, min(cap, self.n), watch, sc, gen)
+            mp = self.model.draft(seq, min(cap, self.n), keep, sc, gen)
         else:
-            mp = Proposal([[]], [torch.zeros(0, self.vocab_size)], [[]], [[]], "cap")
+            mp = Proposal.empty(self.vocab_size)
         drafts, q_model = mp.tokens[0], mp.q[0]
         self._step = (len(seq), drafts, seq[-self.pool.depth:])
         room = min(cap - len(drafts), self.max_phrase)
@@ -238,18 +217,18 @@ class PhraseDrafter:
         cands: list[dict[str, Any]] = []
         if room <= 0:
             fields["phrase_stop"] = "no_room"
-        elif watch.dropped and not sc.greedy and not _value_blind(policy):
+        elif keep.dropped and not sc.greedy and not keep.value_blind:
             fields["phrase_stop"] = "after_value_drop"  # see the module doc: the law of that position
         else:
             cands = self.pool.candidates(seq + drafts, self.k, room)
             fields["phrase_stop"] = "no_match" if not cands else None
         blocks, seen = [], set()
         for c in cands:
-            keep, said = self._gate(c, policy)
-            c["tokens"], c["scores"] = c["tokens"][:keep], c["scores"][:keep]
+            n_kept, said = self._gate(c, keep)
+            c["tokens"], c["scores"] = c["tokens"][:n_kept], c["scores"][:n_kept]
             if c.get("span"):
-                c["span"][1] = min(c["span"][1], c["span"][0] + keep)
-            if not keep or tuple(c["tokens"]) in seen:
+                c["span"][1] = min(c["span"][1], c["span"][0] + n_kept)
+            if not n_kept or tuple(c["tokens"]) in seen:
                 continue
             seen.add(tuple(c["tokens"]))
             c["stop"] = said.pop("stop")
@@ -277,14 +256,14 @@ class PhraseDrafter:
             fields["candidates"] = [{"tokens": len(c["tokens"]), "source": c["source"], "span": c.get("span"),
                                      "score": c["scores"][-1]} for c in blocks]
         stop = mp.stop_reason if not blocks else ("phrase" if blocks[0]["stop"] == "phrase_end" else "phrase_policy")
-        return Proposal(toks, qs, shown, ents, stop, {"drafter": fields})
+        return Proposal(toks, qs, shown, ents, stop, {"drafter": fields}, gated=True)
 
-    def commit(self, keep: int, chosen: int = 0) -> None:
+    def commit(self, keep_len: int, chosen: int = 0) -> None:
         S, drafts, tail = self._step
-        accepted = keep - S
+        accepted = keep_len - S
         # The draft cache holds x[:S] and model drafts; past the model part (phrases, or a dropped
         # model token) it is not a prefix of the sequence any more.
-        self.lm.crop(min(self.lm.length, keep, S + len(drafts)))
+        self.lm.crop(min(self.lm.length, keep_len, S + len(drafts)))
         if 0 <= accepted < len(drafts):  # harvest the rejected model tail with ⌊depth/2⌋ tokens before it
             self.pool.add_phrase((tail + drafts[:accepted])[-(self.pool.depth // 2):] + drafts[accepted:])
 
@@ -325,7 +304,7 @@ def phrase_target(target_lm, drafter: PhraseDrafter, verifier: str):
                          "(the i.i.d. multi-draft rules are not lossless for deterministic branches)")
     if drafter.k > 1 and verifier != "onehot-tree":
         raise ValueError(f"phrase k={drafter.k} proposes a tree of candidates: use --verifier onehot-tree")
-    if drafter.k > 1 and hasattr(target_lm, "cache") and hasattr(target_lm, "_cache_kw"):
+    if drafter.k > 1 and hasattr(target_lm, "forward_ids"):
         from engine.core.tree import TreeTarget
 
         return TreeTarget(target_lm)

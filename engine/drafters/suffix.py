@@ -28,7 +28,7 @@ history); the longer of the two matches wins, ties go to the request itself. Mat
 costs ≤ D² visits per step (no active list for a foreign text).
 
 The draft is deterministic given the context, so q is one-hot and verification stays lossless
-(engine.drafters.modelfree). Trace fields per step: `match_len`, `score` (path score of the
+(engine.drafters.copier). Trace fields per step: `match_len`, `score` (path score of the
 drafted block), `scores` (per token), `source` (prompt | output | corpus), `span` = [start, end)
 where x[start:end] equals the leading part of the draft copied verbatim from the most recent
 occurrence (omitted for corpus matches), `match` = that occurrence's context [start − match_len, start).
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.drafters.modelfree import CopyDrafter
+from engine.drafters.copier import CopyDrafter
 
 
 class SuffixTrie:
@@ -146,7 +146,7 @@ class SuffixDrafter(CopyDrafter):
     def reset(self, prompt_ids: list[int]) -> None:
         super().reset(prompt_ids)
         # The finished request joins the corpus as far as the trie saw it: its last step's emitted
-        # tokens never reach a propose() call, so they are missing (≤ γ+1 tokens per request).
+        # tokens never reach a draft() call, so they are missing (≤ γ+1 tokens per request).
         if self.corpus is not None and self.seen:
             self.corpus.restart()
             for t in self.seen:

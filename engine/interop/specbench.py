@@ -33,7 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.trace.format import LACKABLE, Trace, TraceError, TraceWriter, build_trace, summarize
+from engine.trace.assemble import build_trace
+from engine.trace.format import LACKABLE, Trace, TraceError, TraceWriter, summarize
+from engine.trace.jsonio import atomic_path
 
 FORMAT = "specbench"
 # What an answer file never records, per step and per request (trace field names).
@@ -289,8 +291,6 @@ def trace_answers(trace: Trace, model_id: str | None = None) -> list[dict[str, A
 
 def write_answers(answers: Iterable[dict[str, Any]], path: str | os.PathLike) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
-    os.replace(tmp, p)
+    with atomic_path(p) as tmp:
+        tmp.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
     return p

@@ -8,6 +8,7 @@ For the questions of a task (category filter; 'mt_bench' = its eight labels, 'ov
                  Σ_turns (len(tokenizer(turn).input_ids) − 1)           (− 1: the BOS the tokenizer adds)
     speedup    = mean_i r_i(method) / mean_i r_i(baseline)              a ratio of means
     #Mean accepted tokens = mean over every step of accept_length      (accepted + 1; 1.00 for vanilla)
+                 = our mean_emitted_per_call_incl_bonus (engine.metrics: it includes the bonus token)
 
 Method and baseline are averaged separately over their own questions (speed.py does not pair
 them). Why recount: methods report their own new_tokens, the vanilla baseline's text is what every
@@ -19,6 +20,8 @@ speed.py's baseline (the CLI says so when it does that).
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
+
+from engine.metrics import EMITTED_PER_CALL
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "overall")
@@ -51,14 +54,15 @@ def _mean(x: Sequence[float]) -> float:
 
 def speed(method: Sequence[dict], baseline: Sequence[dict], count_tokens: Callable[[str], int] | None = None,
           task: str = "overall") -> dict[str, Any]:
-    """speed.py's `speed()` for one task: tokens/s of method and baseline, speedup, mean accept length."""
+    """speed.py's `speed()` for one task: tokens/s of method and baseline, speedup, and its mean accepted
+    tokens under our name, EMITTED_PER_CALL."""
     m, b = select(method, task), select(baseline, task)
     rm, rb = per_question(m), per_question(b, count_tokens)
     acc = [x for a in m for x in (a if "accept_lengths" in a else a["choices"][0])["accept_lengths"]]
     tps, tps_b = _mean(rm), _mean(rb)
     return {"task": task, "questions": len(m), "baseline_questions": len(b), "tokens_per_s": tps,
             "tokens_per_s_baseline": tps_b, "speedup": tps / tps_b if rb and tps_b > 0 else float("nan"),
-            "mean_accept_length": _mean(acc),
+            EMITTED_PER_CALL: _mean(acc),  # speed.py's "#Mean accepted tokens" (τ), bonus included
             "baseline_tokens": "recounted from text" if count_tokens else "new_tokens from the file (not speed.py)"}
 
 
@@ -77,10 +81,11 @@ def hf_token_counter(tokenizer_dir: str) -> Callable[[str], int]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| task | questions | tok/s | baseline tok/s | speedup | mean accept length |", "|---|---|---|---|---|---|"]
+    lines = ["| task | questions | tok/s | baseline tok/s | speedup | mean accepted tokens τ = emitted per call (incl. bonus) |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['task']} | {r['questions']} | {r['tokens_per_s']:.2f} | {r['tokens_per_s_baseline']:.2f} | "
-                     f"{r['speedup']:.3f}× | {r['mean_accept_length']:.2f} |")
+                     f"{r['speedup']:.3f}× | {r[EMITTED_PER_CALL]:.2f} |")
     if rows:
         lines.append(f"\nbaseline tokens: {rows[0]['baseline_tokens']}")
     return "\n".join(lines)

@@ -25,8 +25,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from engine.offline.costmodel import CostModel, iid_theory, leviathan_speedup, oracle_speedup
-from engine.offline.reference import Reference, load_reference
-from engine.offline.replay import _walk, kind_of, parse_spec, simulate_policy, simulate_steps
+from engine.offline.reference_file import Reference, load_reference
+from engine.offline.replay import kind_of, parse_spec, simulate_policy, simulate_steps, walk_reference
 
 __all__ = ["CostModel", "DEFAULT_COSTS", "DEFAULT_POLICIES", "iid_theory", "load_reference", "oracle_ratio_table",
            "policy_positions", "positions_frame", "simulate_policy", "simulate_steps", "trace_accepted_frame",
@@ -261,7 +261,7 @@ def variability_table(refs: Refs, cost: CostLike | None = None, gammas: Iterable
         if not ref.greedy:
             continue
         for req in ref.requests:
-            for s in _walk(req, parse_spec("oracle:a"), ref.max_new_tokens, CostModel.flat(0.0)):
+            for s in walk_reference(req, parse_spec("oracle:a"), ref.max_new_tokens, CostModel.flat(0.0)):
                 starts.append({"task": req.get("task", ""), "best_window": s["accept_run"]})
     sf = pd.DataFrame(starts, columns=["task", "best_window"])
     rows = []

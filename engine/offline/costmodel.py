@@ -7,7 +7,9 @@ A step with window γ (γ drafted tokens, γ+1 tokens verified by one target for
 
 c = draft cost per drafted token ÷ target single-token forward; v(γ) = t_target(γ+1 tokens) ÷
 t_target(1 token) — flat (v ≡ 1, Leviathan's assumption) or measured. Beyond the measured range v
-is extrapolated linearly from its last two points.
+is extrapolated linearly from its last two points. A step also pays `mb` per pre-verifier call
+(PACER's M_B, same unit) and c per drafted token that a trimming rule dropped unverified; the
+replay (engine.offline.replay) adds those two terms.
 
 Closed forms (α = per-token acceptance, i.i.d.; "emitted" includes the bonus token):
 
@@ -33,12 +35,15 @@ class CostModel:
     verify: tuple[float, ...] = ()  # v(γ) for γ = 0..len−1; empty = flat (every verify costs one forward)
     target_ms: float | None = None  # ms of one single-token target forward, to report simulated ms
     label: str = ""  # how the app and tables name this model ("c=0.05 flat", "measured")
+    mb: float = 0.0  # one pre-verifier (M_B) call ÷ t(1); 0 for every policy but PACER
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.c <= 100.0:
             raise ValueError(f"cost ratio c must be in [0, 100], got {self.c}")
         if any(not v > 0 for v in self.verify):
             raise ValueError("verify costs must be positive")
+        if not self.mb >= 0:
+            raise ValueError(f"pre-verifier call cost must be ≥ 0, got {self.mb}")
         if not self.label:
             object.__setattr__(self, "label", f"c={self.c:g} " + ("measured-verify" if self.verify else "flat"))
 
@@ -65,6 +70,19 @@ class CostModel:
         verify = () if flat_verify else tuple(max(x / t1, 1e-9) for x in t)
         label = f"measured c={ratio:.3g}" + (" flat" if flat_verify else "") if c is None else f"c={c:g} measured-verify"
         return cls(c=ratio, verify=verify, target_ms=t1, label=label)
+
+    @classmethod
+    def from_ms(cls, t_draft_ms: float, t_verify_ms: Sequence[float], t_mb_ms: float = 0.0,
+                label: str = "") -> "CostModel":
+        """From wall times: ms per drafted token, ms of a target forward of k = 1, 2, … tokens
+        (t_verify_ms[k−1]) and ms per M_B call — PACER's sweep costs (engine.offline.pacer_sweep).
+        c = t_d / t(1), v(γ) = t(γ+1) / t(1), mb = t_mb / t(1); t_verify_ms is used as measured
+        (no monotone fit: the sweep prices steps with exactly the recording's curve)."""
+        t1 = float(t_verify_ms[0])
+        if not t1 > 0:
+            raise ValueError(f"t_verify_ms[0] must be positive, got {t1}")
+        return cls(c=t_draft_ms / t1, verify=tuple(float(t) / t1 for t in t_verify_ms), target_ms=t1,
+                   label=label or f"t_d={t_draft_ms:.3g} ms", mb=t_mb_ms / t1)
 
     @classmethod
     def from_steps(cls, windows: Sequence[int], t_draft_ms: Sequence[float], t_verify_ms: Sequence[float],

@@ -22,44 +22,29 @@ simulator turns these into expected values (Leviathan's α, per position instead
 Timings: draft ms per drafted token and target ms for a forward of k tokens (k = γ+1 for window γ),
 k = 1..max_window+1, measured on the actual pair with the first prompt as context.
 
-File format (JSONL, validated on load, never pickled):
-    {"type": "header", "schema": "speclab.reference", "version": 1, "mode": "greedy", ...}
-    {"type": "request", "request_id": 0, "output_ids": [...], "accept_run": [...], ...}
-    {"type": "footer", "requests": n}
+The file format and its validation: engine.offline.reference_file (torch-free). The target run
+and the teacher-forced pass are engine.offline.hindsight's, shared with the hindsight oracle.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
 import statistics
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from engine.trace.fields import number_list
+from engine.offline.hindsight import accept_runs, target_run, teacher_forced
+from engine.offline.reference_file import SCHEMA, VERSION
 from engine.trace.prompts import task_of
-from engine.trace.format import TOKEN_MAX, TraceError
 
 # torch (and the decode loop, which needs it) is imported inside the building functions only: loading
 # and validating a reference file is plain JSON, so the app's analysis pages never pay for torch.
 if TYPE_CHECKING:
-    import torch
-
     from engine.core.sampling import SamplingConfig
-
-SCHEMA = "speclab.reference"
-VERSION = 1
-CHUNK = 256  # teacher-forced passes feed this many tokens per forward: bounds the [chunk, V] logits memory
-
-
-class ReferenceFormatError(TraceError):
-    """A malformed reference file; one line naming the line and field (a TraceError for the app)."""
 
 
 def _sampling(**kw) -> "SamplingConfig":
@@ -84,32 +69,6 @@ class ReferenceConfig:
 
 
 # ------------------------------------------------------------------ building
-
-
-def _teacher_forced(lm, prompt: list[int], output: list[int]) -> "torch.Tensor":
-    """Logits [N, V] of `lm` predicting each y_j from prompt + y_<j; leaves the full context cached."""
-    import torch
-
-    lm.reset()
-    ctx = prompt + output
-    if len(prompt) > 1:
-        for i in range(0, len(prompt) - 1, CHUNK):
-            lm.extend(prompt[i:min(i + CHUNK, len(prompt) - 1)])
-    rows = []
-    feed = ctx[len(prompt) - 1: len(ctx) - 1]
-    for i in range(0, len(feed), CHUNK):
-        rows.append(lm.extend(feed[i:i + CHUNK]))
-    return torch.cat(rows) if rows else torch.zeros(0, lm.vocab_size)
-
-
-def accept_runs(match: list[int]) -> list[int]:
-    """A(j) = match_j · (1 + A(j+1)), A(N) = 0."""
-    out = [0] * len(match)
-    run = 0
-    for j in range(len(match) - 1, -1, -1):
-        run = run + 1 if match[j] else 0
-        out[j] = run
-    return out
 
 
 def _tails(draft, prompt_len: int, mismatches: list[int], d_tok: list[int], n_tail: list[int]) -> list[dict]:
@@ -139,8 +98,8 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
     (`ar_runs_from_trace`): output_ids, finished, target_ms, target_step_ms — so it is not repeated."""
     import torch
 
-    from engine.decode import DecodeConfig, decode
     from engine.core.sampling import entropy, probs_from_logits
+    from engine.measure import timed_ms
 
     sc = cfg.sampling
     if known is not None:
@@ -156,14 +115,13 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
         # the recorded wall time, pro rata when the run went past this budget
         t_target, t_step = known["target_ms"] * len(y) / max(1, full), known["target_step_ms"]
     else:
-        t0 = time.perf_counter()
-        steps = list(decode(target, None, prompt, None, DecodeConfig(max_new_tokens=cfg.max_new_tokens, sampling=sc),
-                            eos_ids=eos_ids, request_id=request_id))
-        t_target = (time.perf_counter() - t0) * 1e3
+        steps: list = []
+        t_target = timed_ms(lambda: steps.extend(target_run(target, prompt, cfg.max_new_tokens, sc, eos_ids,
+                                                            request_id)), target)
         y = [t for s in steps for t in s.emitted_tokens]
         finished, t_step = steps[-1].finished, statistics.median(s.t_verify_ms for s in steps)
     n = len(y)
-    dlog = _teacher_forced(draft, prompt, y)
+    dlog = teacher_forced(draft, prompt, y)
     soft = dlog.softmax(-1)  # the draft's raw confidence, as the decode loop shows it to policies
     d_tok = soft.argmax(-1).tolist()
     idx = torch.arange(n)
@@ -186,7 +144,7 @@ def reference_request(target, draft, prompt: list[int], cfg: ReferenceConfig, eo
         rec["tails"] = _tails(draft, len(prompt), mism, d_tok, n_tail)
     else:
         q = probs_from_logits(dlog, sc)
-        p = probs_from_logits(_teacher_forced(target, prompt, y), sc)
+        p = probs_from_logits(teacher_forced(target, prompt, y), sc)
         rec["beta"] = [round(min(1.0, x), 7) for x in torch.minimum(p, q).sum(-1).tolist()]
         rec["q_target"] = [round(x, 7) for x in q[idx, torch.tensor(y, dtype=torch.long)].tolist()] if n else []
         rec["entropy"] = [round(x, 6) for x in entropy(q).tolist()]
@@ -270,158 +228,3 @@ def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, ou
             f.flush()
         f.write(json.dumps({"type": "footer", "requests": len(prompts)}) + "\n")
     return path
-
-
-# ------------------------------------------------------------------ loading
-
-
-@dataclass
-class Reference:
-    header: dict[str, Any]
-    requests: list[dict[str, Any]]
-    complete: bool = True
-    source: str = ""
-
-    @property
-    def greedy(self) -> bool:
-        return self.header["mode"] == "greedy"
-
-    @property
-    def max_new_tokens(self) -> int:
-        return self.header["max_new_tokens"]
-
-    @property
-    def max_window(self) -> int:
-        return self.header["max_window"]
-
-
-def _fail(where: str, fld: str, msg: str):
-    raise ReferenceFormatError(f"{where}: field '{fld}': {msg}")
-
-
-def _numbers(d: dict, k: str, where: str, n: int, lo: float, hi: float, integer: bool = False) -> None:
-    number_list(d, k, where, n, lo, hi, _fail, integer=integer, per="one per output position")
-
-
-def _check_header(d: dict, where: str) -> None:
-    if d.get("type") != "header":
-        _fail(where, "type", f"first record must be the header, got {d.get('type')!r}")
-    if d.get("schema") != SCHEMA:
-        _fail(where, "schema", f"expected {SCHEMA!r}, got {d.get('schema')!r}")
-    if d.get("version") != VERSION:
-        _fail(where, "version", f"unsupported version {d.get('version')!r} (this build reads {VERSION})")
-    if d.get("mode") not in ("greedy", "sampling"):
-        _fail(where, "mode", f"expected 'greedy' or 'sampling', got {d.get('mode')!r}")
-    for k, lo, hi in (("max_new_tokens", 1, 100_000), ("max_window", 1, 64)):
-        v = d.get(k)
-        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-            _fail(where, k, f"expected an integer in [{lo}, {hi}], got {v!r}")
-    t = d.get("timings")
-    if t is not None:
-        if not isinstance(t, dict):
-            _fail(where, "timings", "expected an object or null")
-        tk = t.get("target_ms_by_tokens")
-        if not isinstance(tk, list) or not tk:
-            _fail(where, "timings.target_ms_by_tokens", "expected a non-empty list of ms")
-        for i, x in enumerate(tk):
-            if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
-                _fail(where, f"timings.target_ms_by_tokens[{i}]", f"expected a non-negative number, got {x!r}")
-        v = t.get("draft_ms_per_token")
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-            _fail(where, "timings.draft_ms_per_token", f"expected a non-negative number, got {v!r}")
-
-
-def validate_request(d: dict, where: str, header: dict) -> None:
-    rid = d.get("request_id")
-    if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
-        _fail(where, "request_id", f"expected a non-negative integer, got {rid!r}")
-    for k in ("prompt_ids", "output_ids", "draft_argmax"):
-        v = d.get(k)
-        if not isinstance(v, list):
-            _fail(where, k, f"expected a list of token ids, got {type(v).__name__}")
-        for i, t in enumerate(v):
-            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < TOKEN_MAX:
-                _fail(where, f"{k}[{i}]", f"not a token id: {t!r}")
-    if not d["prompt_ids"]:
-        _fail(where, "prompt_ids", "empty prompt")
-    n = len(d["output_ids"])
-    if not 1 <= n <= header["max_new_tokens"]:
-        _fail(where, "output_ids", f"{n} tokens, expected 1..max_new_tokens={header['max_new_tokens']}")
-    if len(d["draft_argmax"]) != n:
-        _fail(where, "draft_argmax", f"has {len(d['draft_argmax'])} entries, expected {n} (one per output position)")
-    for k, hi in (("q_top", 1.0), ("q_target", 1.0), ("entropy", 1e3)):
-        _numbers(d, k, where, n, 0.0, hi)
-    if header["mode"] == "sampling":
-        _numbers(d, "beta", where, n, 0.0, 1.0)
-        return
-    _numbers(d, "accept_run", where, n, 0, n, integer=True)
-    match = [int(a == b) for a, b in zip(d["draft_argmax"], d["output_ids"])]
-    for j, (got, want) in enumerate(zip(d["accept_run"], accept_runs(match))):
-        if got != want:
-            _fail(where, f"accept_run[{j}]", f"{got} but draft_argmax vs output_ids gives {want}")
-    tails = d.get("tails")
-    if not isinstance(tails, list):
-        _fail(where, "tails", f"expected a list, got {type(tails).__name__}")
-    need = {j for j in range(n) if not match[j]}
-    for i, t in enumerate(tails):
-        f = f"tails[{i}]"
-        if not isinstance(t, dict) or not isinstance(t.get("pos"), int) or t["pos"] not in need:
-            _fail(where, f + ".pos", "expected the position of a draft/target mismatch")
-        need.discard(t["pos"])
-        toks = t.get("tokens")
-        if not isinstance(toks, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < TOKEN_MAX
-                                                 for x in toks):
-            _fail(where, f + ".tokens", "expected a list of token ids")
-        _numbers(t, "q_top", f"{where}: {f}", len(toks), 0.0, 1.0)
-        _numbers(t, "entropy", f"{where}: {f}", len(toks), 0.0, 1e3)
-    if need:
-        _fail(where, "tails", f"no tail for mismatch position {min(need)}")
-    d["tails_by_pos"] = {t["pos"]: t for t in tails}
-
-
-def load_reference(path: str | os.PathLike) -> Reference:
-    """Load and validate a reference file; raises ReferenceFormatError with a one-line message."""
-    p = Path(path)
-    if not p.is_file():
-        raise ReferenceFormatError(f"{p}: no such reference file")
-    return _parse(p.read_bytes().split(b"\n"), p.name, str(p))
-
-
-def loads_reference(data: bytes, name: str = "upload.jsonl") -> Reference:
-    return _parse(data.split(b"\n"), name, name)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"non-finite number {name} is not allowed")
-
-
-def _parse(lines: Iterable[bytes], name: str, source: str) -> Reference:
-    header, reqs, complete = None, [], False
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        where = f"{name}: line {i}"
-        try:
-            d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ReferenceFormatError(f"{where}: invalid JSON ({getattr(e, 'msg', e)})") from None
-        if not isinstance(d, dict):
-            raise ReferenceFormatError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        if header is None:
-            _check_header(d, where)
-            header = d
-        elif complete:
-            _fail(where, "type", "record after the footer")
-        elif d.get("type") == "request":
-            validate_request(d, where, header)
-            if d["request_id"] != len(reqs):
-                _fail(where, "request_id", f"expected {len(reqs)}, got {d['request_id']}")
-            d.setdefault("task", task_of(str(d.get("category") or "")))
-            reqs.append(d)
-        elif d.get("type") == "footer":
-            complete = True
-        else:
-            _fail(where, "type", f"unknown record type {d.get('type')!r}")
-    if header is None:
-        raise ReferenceFormatError(f"{name}: empty file (no header)")
-    return Reference(header, reqs, complete, source)

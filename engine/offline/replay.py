@@ -1,23 +1,35 @@
-"""Replay any window policy over a reference run (engine.offline.reference), position by position.
+"""The one replay: any window policy (PACER included) walked over hindsight data, step by step.
 
-Notation: γ window, A(j) accepted run length from position j (excl. bonus), N output tokens,
-M = max_new_tokens, cost(γ) = γc + v(γ) (engine.offline.costmodel). A step starting at position `pos`:
+Notation: γ window, A accepted run (excl. bonus) of a step with an unlimited window, M =
+max_new_tokens, cost(γ) = γc + v(γ) (engine.offline.costmodel). One step:
 
-    cap      = min(policy.propose(), M − pos − 1)      exactly as engine.decode caps it
-    window   = drafted tokens (policy may stop early; oracle (a): min(A, cap); (b): min(A+1, cap))
-    accepted = min(A(pos), window)                     excludes the bonus/correction token
-    emitted  = min(accepted + 1, N − pos)              includes it; the next step starts at pos + emitted
+    cap      = min(policy.propose(), limit)            exactly as engine.decode caps it
+    drafted  = tokens drafted (the policy may stop early; oracle (a): min(A, cap); (b): min(A+1, cap))
+    window   = drafted − dropped                       a trimming rule drops its failed drafts unverified
+    accepted = min(A, window)                          excludes the bonus/correction token
+    emitted  = min(accepted + 1, left)                 includes it
+    cost     = cost(window) + dropped·c + calls·mb     calls = pre-verifier (M_B) calls of the step
 
-Step boundaries depend on the policy, so nothing is reused from another policy's steps.
+Two step sources feed the same walk (`walk`):
 
-Adaptive policies are the engine.policies.base classes themselves. They see DraftInfo built from the
-recorded draft signals: the teacher-forced signals for the first A(pos)+1 drafts, then the recorded
-free-running tail after the mismatch — exactly what engine.decode would have shown them — and
-`update` gets a stand-in result with `.accepted`. Greedy references give **exact** counts (a
-test checks them against real decode runs). Sampling references give **expected** values: a draft
-at position j is accepted with probability β_j, and a dynamic programme over step start positions
-gives E[calls], E[drafted], E[time] (speedup = E[AR time] / E[time], a ratio of expectations);
-only fixed γ and the oracles are defined there.
+- `reference_steps`: a reference run (engine.offline.reference), position by position. A step at
+  position j has A = A(j), limit = M − j − 1, left = N − j, and the next step starts at j + emitted,
+  so step boundaries depend on the policy. Draft signals: the teacher-forced ones for the first
+  A(j)+1 drafts, then the recorded free-running tail after the mismatch — exactly what engine.decode
+  would have shown the policy. Greedy references give **exact** counts (a test checks them against
+  real decode runs).
+- `recorded_steps`: PACER's held-out steps recorded with a fixed window W (engine.offline.steps).
+  A = n (the recording's accepted count), limit = W, left = ∞, and every recorded step is replayed
+  in order whatever the policy emitted: steps are samples of decoding situations (renewal-reward
+  view, project notes §2.4), exact per step at any temperature (the drafts and the verifier's
+  uniforms do not depend on the window). PACER gets each step's pre-computed M_B scores instead
+  of running M_B (`Pacer.use_scores`).
+
+Policies are the engine.policies classes themselves; `update` gets a stand-in result with
+`.accepted`. Sampling references give **expected** values instead of a walk: a draft at position j
+is accepted with probability β_j, and a dynamic programme over step starts (`_expected`) gives
+E[calls], E[drafted], E[time] (speedup = E[AR time] / E[time]); only fixed γ and the oracles are
+defined there.
 
 Two approximations, both confined to the last step of a request that ended with EOS: the policy is
 not consulted past the end of the output (it drafts up to its cap), and accepted counts are
@@ -28,13 +40,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, Callable, Generator, Sequence
 
 import pandas as pd
 
 from engine.offline.costmodel import CostModel
-from engine.policies.base import DraftInfo, Fixed, WindowPolicy, parse_policy
-from engine.offline.reference import Reference
+from engine.offline.reference_file import Reference
+from engine.policies.base import DraftInfo, WindowPolicy, parse_policy
+from engine.policies.simple import Fixed
+
+EXACT_SCORES = "exact"  # score tag of a pre-verifier that is never wrong: 1 for the n accepted drafts, then 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +75,7 @@ class OracleSpec:
 
 
 def parse_spec(spec: str) -> WindowPolicy | OracleSpec:
-    """'oracle:a', 'oracle:b,max=16', or any engine.policies.base spec ('fixed:4', 'confidence:0.4')."""
+    """'oracle:a', 'oracle:b,max=16', or any engine.policies spec ('fixed:4', 'confidence:0.4')."""
     name, _, rest = spec.strip().partition(":")
     if name != "oracle":
         pol = parse_policy(spec)
@@ -78,6 +94,10 @@ def parse_spec(spec: str) -> WindowPolicy | OracleSpec:
     return OracleSpec(variant, mx)
 
 
+def kind_of(pol: WindowPolicy | OracleSpec) -> str:
+    return "oracle" if isinstance(pol, OracleSpec) else "fixed" if isinstance(pol, Fixed) else "adaptive"
+
+
 def check_window(ref: Reference, pol: WindowPolicy | OracleSpec) -> None:
     """Refuse, before replaying, an adaptive policy whose window can outgrow the reference's recorded
     draft tails (max_window − 1 tokens after a mismatch): past them its signals are unknown. Fixed
@@ -88,19 +108,35 @@ def check_window(ref: Reference, pol: WindowPolicy | OracleSpec) -> None:
                          f"or re-run the reference with --max-window {pol.max_window}")
 
 
-def kind_of(pol: WindowPolicy | OracleSpec) -> str:
-    return "oracle" if isinstance(pol, OracleSpec) else "fixed" if isinstance(pol, Fixed) else "adaptive"
+# ---------------------------------------------------------------- step sources
 
 
-def _signal(req: dict, pos: int, i: int) -> tuple[int, float, float] | None:
-    """(token, q, entropy) the draft shows for the i-th draft (0-based) of a step starting at pos."""
+@dataclass
+class StepView:
+    """What the walk may know about the step it is at: the hindsight of one decoding situation."""
+
+    pos: int  # output position the step starts at (recorded steps: the step's index)
+    accept_run: int  # A: drafts the target accepts from here with an unlimited window
+    limit: int  # most drafts the step may have: M − pos − 1 (reference) or the recorded window W
+    left: int | None  # output tokens left (emitted ≤ left); None = unbounded (recorded steps)
+    signal: Callable[[int], DraftInfo | None]  # the i-th draft's signals (0-based); None = past the output
+    scores: Sequence[float] | None = None  # M_B scores s_1..s_W of the step's drafts (recorded steps)
+
+
+# A source yields the step views of one request; it is sent each step's emitted count (a reference
+# walks on by it, recorded steps ignore it).
+StepSource = Generator[StepView, int, None]
+
+
+def _signal(req: dict, pos: int, i: int) -> DraftInfo | None:
+    """The i-th draft (0-based) of a step starting at pos, as engine.decode would show it."""
     a = req["accept_run"][pos]
     n = len(req["output_ids"])
     if i <= a:
         j = pos + i
         if j >= n:
             return None
-        return req["draft_argmax"][j], req["q_top"][j], req["entropy"][j]
+        return DraftInfo(i + 1, req["draft_argmax"][j], req["q_top"][j], req["entropy"][j], None)
     if pos + a >= n:  # the run reaches the end of an EOS-ended output: nothing was drafted past it
         return None
     tail = req["tails_by_pos"][pos + a]
@@ -108,17 +144,59 @@ def _signal(req: dict, pos: int, i: int) -> tuple[int, float, float] | None:
     if k >= len(tail["tokens"]):
         raise ValueError(f"request {req['request_id']}: window {i + 1} at position {pos} is longer than the "
                          f"recorded tail; re-run the reference with a larger --max-window")
-    return tail["tokens"][k], tail["q_top"][k], tail["entropy"][k]
+    return DraftInfo(i + 1, tail["tokens"][k], tail["q_top"][k], tail["entropy"][k], None)
 
 
-def simulate_steps(ref: Reference, spec: str, cost: CostModel, request_id: int = 0) -> pd.DataFrame:
-    """Per-step replay of one request of a greedy reference (exact): pos, window, accepted, emitted, cost."""
-    if not ref.greedy:
-        raise ValueError("per-step replay needs a greedy reference; sampling references give expected values only")
-    pol = parse_spec(spec)
-    check_window(ref, pol)
-    req = ref.requests[request_id]
-    return pd.DataFrame(_walk(req, pol, ref.max_new_tokens, cost))
+def reference_steps(req: dict, budget: int) -> StepSource:
+    """One request of a greedy reference, position by position (the next step starts at pos + emitted)."""
+    runs, n, pos = req["accept_run"], len(req["output_ids"]), 0
+    while pos < n:
+        p = pos
+        pos += yield StepView(p, runs[p], max(0, budget - p - 1), n - p, lambda i, p=p: _signal(req, p, i))
+
+
+@dataclass
+class RecordedStep:
+    """One recorded fixed-window step (engine.offline.steps.steps_from)."""
+
+    n: int  # accepted (excl. bonus) in the recording
+    W: int  # recorded window
+    q: list[float]
+    ent: list[float]
+    s: dict[str, list[float]]  # M_B scores per model tag
+    request: int
+    temperature: float
+
+    @cached_property
+    def infos(self) -> list[DraftInfo]:
+        # Built once: a sweep replays the same steps under hundreds of rules. Token ids are not
+        # recorded (0): no window rule reads them.
+        return [DraftInfo(i + 1, 0, self.q[i], self.ent[i], None) for i in range(self.W)]
+
+    def scores(self, tag: str) -> list[float]:
+        if tag == EXACT_SCORES:
+            return [float(i < self.n) for i in range(self.W)]
+        return self.s[tag]
+
+
+def recorded_steps(steps: Sequence[RecordedStep], tag: str | None = None) -> StepSource:
+    """Recorded steps in order, each replayed on its own; `tag` picks the M_B scores PACER is fed."""
+    for k, st in enumerate(steps):
+        yield StepView(k, st.n, st.W, None, st.infos.__getitem__, st.scores(tag) if tag else None)
+
+
+def by_request(steps: Sequence[RecordedStep]) -> list[list[RecordedStep]]:
+    """Consecutive steps of one request together: a policy's state (heuristic's γ) lives per request."""
+    out: list[list[RecordedStep]] = []
+    for st in steps:
+        if out and out[-1][-1].request == st.request:
+            out[-1].append(st)
+        else:
+            out.append([st])
+    return out
+
+
+# ---------------------------------------------------------------- the walk
 
 
 def cost_optimal_windows(runs: list[int], budget: int, cost: CostModel, max_window: int | None = None) -> list[int]:
@@ -148,34 +226,38 @@ def cost_optimal_windows(runs: list[int], budget: int, cost: CostModel, max_wind
     return best
 
 
-def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> list[dict[str, Any]]:
-    runs = req["accept_run"]
-    n = len(runs)
-    steps: list[dict[str, Any]] = []
-    pos = 0
-    plan = (cost_optimal_windows(runs, budget, cost, pol.max_window)
-            if isinstance(pol, OracleSpec) and pol.variant == "c" else None)
-    if not isinstance(pol, OracleSpec):
+def walk(source: StepSource, pol: WindowPolicy | OracleSpec, cost: CostModel,
+         plan: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Replay `pol` over one request's steps; one row per target call. `plan`: oracle (c)'s windows
+    by position (`cost_optimal_windows`). A policy that reads draft hidden states (needs_hidden:
+    PACER) is fed each step's recorded pre-verifier scores (`use_scores`) and reports its M_B calls
+    (`mb_calls`); trace fields (step_fields) are not collected."""
+    oracle = isinstance(pol, OracleSpec)
+    # A policy that never overrides keep_drafting (fixed, heuristic) drafts up to its cap unasked.
+    asks = not oracle and type(pol).keep_drafting is not WindowPolicy.keep_drafting
+    if not oracle:
         pol.reset()
-    while pos < n:
-        remaining = budget - pos
-        a = runs[pos]
-        stop = "cap"
-        dropped = 0
-        if isinstance(pol, OracleSpec):
-            cap = max(0, min(pol.max_window or budget, remaining - 1))
-            window = plan[pos] if plan is not None else min(a + (pol.variant == "b"), cap)
+    steps: list[dict[str, Any]] = []
+    view = next(source, None)
+    while view is not None:
+        a, stop, dropped, calls = view.accept_run, "cap", 0, 0
+        if oracle:
+            cap = min(pol.max_window or view.limit, view.limit)
+            window = plan[view.pos] if plan is not None else min(a + (pol.variant == "b"), cap)
             stop = "oracle"
         else:
-            cap = max(0, min(pol.propose(), remaining - 1))
-            # A policy that never overrides keep_drafting (fixed, heuristic) drafts up to its cap.
-            window = 0 if type(pol).keep_drafting is not WindowPolicy.keep_drafting else cap
+            cap = max(0, min(pol.propose(), view.limit))
+            if pol.needs_hidden:  # a pre-verifier policy (PACER): fed the recorded M_B scores, no model runs
+                if view.scores is None:
+                    raise ValueError(f"policy {pol.spec!r} needs pre-verifier scores, which this step source lacks")
+                pol.use_scores(view.scores)
+            window = 0 if asks else cap
             while window < cap:
-                sig = _signal(req, pos, window)
+                info = view.signal(window)
                 window += 1
-                if sig is None:  # past the end of an EOS-ended output: the policy is not consulted
+                if info is None:  # past the end of an EOS-ended output: the policy is not consulted
                     continue
-                if not pol.keep_drafting(DraftInfo(window, sig[0], sig[1], sig[2], None)):
+                if not pol.keep_drafting(info):
                     # as the drafter does: a trimming rule drops the failed drafts unverified (even at the cap)
                     dropped = min(pol.drop_on_stop(), window)
                     if window < cap or dropped:
@@ -184,16 +266,39 @@ def _walk(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostMode
         drafted = window
         window -= dropped
         accepted = min(a, window)
-        emitted = min(accepted + 1, n - pos)
-        if not isinstance(pol, OracleSpec):
+        emitted = accepted + 1 if view.left is None else min(accepted + 1, view.left)
+        if not oracle:
             pol.update(SimVerify(accepted, accepted + 1, accepted == window), window)
-            pol.step_fields()
-        steps.append({"request_id": req["request_id"], "step": len(steps), "pos": pos, "window_cap": cap,
-                      "window": window, "drafted": drafted, "accepted": accepted, "emitted": emitted,
-                      "accept_run": a, "stop_reason": stop,
-                      "cost": cost.step(window) + dropped * cost.c})  # dropped drafts cost c each, no verify
-        pos += emitted
+            calls = pol.mb_calls if pol.needs_hidden else 0  # a pre-verifier counts its own M_B calls
+        steps.append({"step": len(steps), "pos": view.pos, "window_cap": cap, "window": window,
+                      "drafted": drafted, "accepted": accepted, "emitted": emitted, "accept_run": a,
+                      "stop_reason": stop, "mb_calls": calls,
+                      # dropped drafts cost c each and are never verified
+                      "cost": cost.step(window) + dropped * cost.c + calls * cost.mb})
+        try:
+            view = source.send(emitted)
+        except StopIteration:
+            view = None
     return steps
+
+
+def walk_reference(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> list[dict[str, Any]]:
+    """`walk` over one request of a greedy reference (oracle (c) gets its hindsight plan first)."""
+    plan = (cost_optimal_windows(req["accept_run"], budget, cost, pol.max_window)
+            if isinstance(pol, OracleSpec) and pol.variant == "c" else None)
+    return [{"request_id": req["request_id"], **s} for s in walk(reference_steps(req, budget), pol, cost, plan)]
+
+
+# ---------------------------------------------------------------- references: per-step and per-request tables
+
+
+def simulate_steps(ref: Reference, spec: str, cost: CostModel, request_id: int = 0) -> pd.DataFrame:
+    """Per-step replay of one request of a greedy reference (exact): pos, window, accepted, emitted, cost."""
+    if not ref.greedy:
+        raise ValueError("per-step replay needs a greedy reference; sampling references give expected values only")
+    pol = parse_spec(spec)
+    check_window(ref, pol)
+    return pd.DataFrame(walk_reference(ref.requests[request_id], pol, ref.max_new_tokens, cost))
 
 
 def _expected(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> dict[str, float]:
@@ -244,7 +349,7 @@ def simulate_policy(ref: Reference, spec: str, cost: CostModel) -> pd.DataFrame:
     for req in ref.requests:
         n = len(req["output_ids"])
         if ref.greedy:
-            steps = _walk(req, pol, ref.max_new_tokens, cost)
+            steps = walk_reference(req, pol, ref.max_new_tokens, cost)
             tot = {"target_calls": float(len(steps)), "drafted": float(sum(s["drafted"] for s in steps)),
                    "accepted": float(sum(s["accepted"] for s in steps)),
                    "sim_time": sum(s["cost"] for s in steps)}

@@ -20,24 +20,23 @@ score for b > 1, which reads states computed from the block's own tokens) is exa
 decoding; `decode` refuses it under sampling.
     update(result, drafted)  learn from the verify result
     step_fields() -> dict    policy-specific values for the trace (thresholds, scores, stop reasons)
+    block_rule()             PACER's (b, t₀, ρ, trim) for tokens a drafter scores itself, or None
 
-Policies and their sources (details in the project notes on adaptive length):
+In a decode run only `engine.decode` calls these methods: a drafter gets a `keep(info) -> bool`
+callback and plain values from it (engine.drafters.base.Keep), never the policy. The offline replay
+(engine.offline) drives the same methods on recorded steps.
 
-| spec            | rule                                                                  | from                     |
-|-----------------|-----------------------------------------------------------------------|--------------------------|
-| fixed:γ         | always draft γ                                                        | Leviathan et al. 2023    |
-| heuristic:γ0    | start at γ0; +2 if every draft was accepted, else −1 (floor 1)        | HF assisted generation   |
-| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it | HF ConfidenceCriteria    |
-| cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
-| entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
-| matchlen:f      | model-free drafts: γ ≤ f·match_len + offset; stop when the path score < p | SuffixDecoding            |
-| pacer:b=,t=,rho= | blockwise pre-verifier score vs a growing threshold (engine.policies.pacer); `trim=1` drops the failing block (default for b = 1) | PACER                    |
-
-`parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec.
+Where the policies live: the simple rules (fixed, heuristic, confidence, cumulative, entropy,
+matchlen) in engine.policies.simple, PACER in engine.policies.pacer, the hindsight oracle in
+engine.policies.oracle. This module holds the interface and the registry `POLICIES` of lazy
+"module:Class" names, so importing it imports no policy (and no torch), and no policy module
+imports another. `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec;
+`register_policy` adds one at run time (plugins: engine.bench.sweep PLUGIN_MODULES).
 """
 
 from __future__ import annotations
 
+import importlib
 import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,7 +63,7 @@ class DraftInfo:
     score: float | None = None
 
 
-def _whole(v: Any) -> bool:
+def is_whole(v: Any) -> bool:
     """An integer (Python or numpy), not a bool and not a float that happens to be whole."""
     if isinstance(v, bool):
         return False
@@ -81,7 +80,7 @@ class WindowPolicy:
 
     def __init__(self, max_window: int = 16) -> None:
         # A spec such as fixed:4.5 parses as a float, and a window must be whole (numpy ints are fine).
-        if not _whole(max_window) or not 1 <= max_window <= 64:
+        if not is_whole(max_window) or not 1 <= max_window <= 64:
             raise ValueError(f"max window must be an integer in [1, 64], got {max_window}")
         self.max_window = max_window
         self._fields: dict[str, Any] = {}
@@ -115,6 +114,15 @@ class WindowPolicy:
         """q' of a kept (verified) draft position; identity for rules that never drop by value."""
         return q
 
+    def block_rule(self) -> tuple[int, float, float, int] | None:
+        """(b, t₀, ρ, trim) of PACER's block stop rule, for tokens a drafter scores itself (phrase
+        drafts carry no hidden states): a policy that reads hidden states is judged by it, with its own
+        block / threshold / rho / trim. None for every other rule (they judge DraftInfo directly)."""
+        if not self.needs_hidden:
+            return None
+        return (getattr(self, "block", 1), getattr(self, "threshold", 0.0), getattr(self, "rho", 1.0),
+                getattr(self, "trim", 0))
+
     def update(self, result: Any, drafted: int) -> None:
         pass
 
@@ -123,227 +131,42 @@ class WindowPolicy:
         return out
 
 
-class Fixed(WindowPolicy):
-    """Draft exactly γ tokens every step (Leviathan et al.). Default γ = 4: best fixed γ for a draft
-    with α ≈ 0.5–0.7 and cost ratio c ≈ 0.05–0.1 by S(α,γ,c) = (1−α^{γ+1})/((1−α)(γc+1))."""
-
-    name = "fixed"
-
-    def __init__(self, gamma: int = 4) -> None:
-        super().__init__(max_window=gamma)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"gamma": self.max_window}
-
-    @property
-    def spec(self) -> str:
-        return f"fixed:{self.max_window}"
-
-
-class Heuristic(WindowPolicy):
-    """HF's "heuristic" schedule: γ ← γ+2 when all drafts were accepted, else γ ← max(1, γ−1).
-
-    Start γ0 = 5 (HF's historical `num_assistant_tokens` default); cap `max` = 16 because verify cost
-    on CPU grows past ~8–16 tokens. State resets per request (HF's "heuristic_transient")."""
-
-    name = "heuristic"
-
-    def __init__(self, start: int = 5, max_window: int = 16) -> None:
-        super().__init__(max_window)
-        if not _whole(start) or not 1 <= start <= max_window:
-            raise ValueError(f"heuristic start must be an integer in [1, max={max_window}], got {start}")
-        self.start = start
-        self.gamma = start
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"start": self.start, "max": self.max_window}
-
-    def reset(self) -> None:
-        super().reset()
-        self.gamma = self.start
-
-    def propose(self) -> int:
-        self._fields["gamma"] = self.gamma
-        return self.gamma
-
-    def update(self, result: Any, drafted: int) -> None:
-        if drafted and result.accepted == drafted:
-            self.gamma = min(self.max_window, self.gamma + 2)
-        else:
-            self.gamma = max(1, self.gamma - 1)
-
-
-class Confidence(WindowPolicy):
-    """Stop after a drafted token with q(x) < t (HF `assistant_confidence_threshold`, default 0.4).
-    The low-confidence token itself is still verified, as in HF's ConfidenceCriteria; with `trim=1`
-    it is dropped instead (verifying it costs more than it is likely to return where a multi-token
-    verify is expensive, e.g. on CPUs whose 2-token forward costs ~1.7 single-token forwards)."""
-
-    name = "confidence"
-
-    def __init__(self, threshold: float = 0.4, max_window: int = 16, trim: int = 0) -> None:
-        super().__init__(max_window)
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"confidence threshold must be in [0, 1], got {threshold}")
-        if trim not in (0, 1):
-            raise ValueError(f"confidence trim must be 0 or 1, got {trim!r}")
-        self.threshold = threshold
-        self.trim = int(trim)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        out = {"threshold": self.threshold, "max": self.max_window}
-        if self.trim:
-            out["trim"] = 1
-        return out
-
-    def drop_on_stop(self) -> int:
-        if self.trim:
-            self._fields["dropped"] = 1
-        return self.trim
-
-    def kept_proposal(self, q: "torch.Tensor") -> "torch.Tensor":
-        """trim=1 keeps x only if q(x) ≥ t, so a verified draft was drawn from q·1[q ≥ t] / Z.
-
-        The keep set must be the one `keep_drafting` applies, decided in the same precision: q is a
-        float32 row but t a Python double, and `q >= t` on a float32 tensor would round t to float32
-        first. For t that rounds down (0.45 → 0.44999998…) a token at exactly float32(t) would be
-        dropped by the loop yet counted in Z here. Both sides therefore compare in float64."""
-        if not self.trim:
-            return q
-        kept = q * (q.double() >= self.threshold)
-        z = kept.sum()
-        return kept / z if z > 0 else q  # z > 0 whenever a token was kept (its own q ≥ t)
-
-    def keep_drafting(self, info: DraftInfo) -> bool:
-        # q_token is float(q[x]) of the float32 row: exact in float64, so this matches kept_proposal.
-        if info.q_token < self.threshold:
-            self._fields["stop"] = "low_confidence"
-            return False
-        return True
-
-
-class Cumulative(WindowPolicy):
-    """SpecDec++'s threshold rule with draft confidence as the acceptance estimate:
-    stop when P(some draft rejected) ≈ 1 − Π_i q(x_i) exceeds t.
-
-    Default t = 0.6: with our CPU cost ratios (c ≈ 0.1) longer drafts pay off, so the stop is looser
-    than SpecDec++'s 0.3 (which used a trained acceptance head, not raw draft confidence)."""
-
-    name = "cumulative"
-
-    def __init__(self, threshold: float = 0.6, max_window: int = 16) -> None:
-        super().__init__(max_window)
-        if not 0.0 < threshold < 1.0:
-            raise ValueError(f"cumulative threshold must be in (0, 1), got {threshold}")
-        self.threshold = threshold
-        self._survive = 1.0
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "max": self.max_window}
-
-    def propose(self) -> int:
-        self._survive = 1.0
-        return self.max_window
-
-    def keep_drafting(self, info: DraftInfo) -> bool:
-        self._survive *= info.q_token
-        self._fields["reject_prob"] = round(1.0 - self._survive, 6)
-        if 1.0 - self._survive > self.threshold:
-            self._fields["stop"] = "cumulative_reject"
-            return False
-        return True
-
-
-class Entropy(WindowPolicy):
-    """Stop after a drafted token whose draft distribution has entropy H(q) > H_max nats.
-
-    Default H_max = 1.5 nats (≈ 4.5 equally likely tokens): above it the draft is guessing. Entropy
-    stops are the training-free family of DISCO/AdaEDL; AdaEDL's exact bound is not confirmed, so we
-    use the plain entropy threshold."""
-
-    name = "entropy"
-
-    def __init__(self, threshold: float = 1.5, max_window: int = 16) -> None:
-        super().__init__(max_window)
-        if not threshold > 0:
-            raise ValueError(f"entropy threshold must be > 0, got {threshold}")
-        self.threshold = threshold
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "max": self.max_window}
-
-    def keep_drafting(self, info: DraftInfo) -> bool:
-        if info.entropy > self.threshold:
-            self._fields["stop"] = "high_entropy"
-            return False
-        return True
-
-
-class MatchLen(WindowPolicy):
-    """Window from the model-free drafter's match: γ ≤ ⌊factor · match_len + offset⌋ (≥ 1, ≤ max), and
-    stop once the drafter's path score falls below p.
-
-    SuffixDecoding's rule (Arctic Inference `max_spec_factor` / `max_spec_offset` / `min_token_prob`):
-    a long matched context predicts a long correct copy, a 1-token match a short one. Defaults factor
-    = 1, offset = 0, p = 0 (score gate off). Both signals are functions of the context alone, so the
-    stop never depends on a random draw and sampling stays exact. With a model draft (no match
-    length) it is a fixed cap `max`."""
-
-    name = "matchlen"
-
-    def __init__(self, factor: float = 1.0, offset: float = 0.0, max_window: int = 16, p: float = 0.0) -> None:
-        super().__init__(max_window)
-        if not factor > 0 or not -64 <= offset <= 64:
-            raise ValueError(f"matchlen needs factor > 0 and offset in [-64, 64], got {factor!r}, {offset!r}")
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"matchlen p must be in [0, 1], got {p!r}")
-        self.factor, self.offset, self.p = factor, offset, p
-
-    @property
-    def params(self) -> dict[str, Any]:
-        out = {"factor": self.factor, "offset": self.offset, "max": self.max_window}
-        if self.p:
-            out["p"] = self.p
-        return out
-
-    def keep_drafting(self, info: DraftInfo) -> bool:
-        if info.match_len is None:
-            return True
-        limit = max(1, min(self.max_window, int(self.factor * info.match_len + self.offset)))
-        self._fields["limit"] = limit
-        if info.score is not None and info.score < self.p:
-            self._fields["stop"] = "low_score"
-            return False
-        if info.index >= limit:
-            self._fields["stop"] = "match_limit"
-            return False
-        return True
-
-
 @dataclass(frozen=True)
 class _Spec:
-    cls: type
+    """A registry entry. `target` is the class, or its lazy "module:Class" name, imported on first use:
+    the registry names every policy without importing one (no cycle, and no torch for plain rules)."""
+
+    target: "type | str"
     main: str | None  # the positional parameter name in "name:value"
     keys: dict[str, str] = field(default_factory=dict)  # spec key → constructor argument
 
+    @property
+    def cls(self) -> type:
+        if isinstance(self.target, type):
+            return self.target
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
 
+
+_PACER_KEYS = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights", "trim": "trim"}
+
+# name → (class, positional parameter, spec keys). The hindsight oracle is not here: it needs each
+# prompt's look-ahead, so the CLI and bench build it per request (engine.policies.oracle).
 POLICIES: dict[str, _Spec] = {
-    "fixed": _Spec(Fixed, "gamma"),
-    "heuristic": _Spec(Heuristic, "start", {"max": "max_window"}),
-    "confidence": _Spec(Confidence, "threshold", {"max": "max_window", "trim": "trim"}),
-    "cumulative": _Spec(Cumulative, "threshold", {"max": "max_window"}),
-    "entropy": _Spec(Entropy, "threshold", {"max": "max_window"}),
-    "matchlen": _Spec(MatchLen, "factor", {"offset": "offset", "max": "max_window", "p": "p"}),
+    "fixed": _Spec("engine.policies.simple:Fixed", "gamma"),
+    "heuristic": _Spec("engine.policies.simple:Heuristic", "start", {"max": "max_window"}),
+    "confidence": _Spec("engine.policies.simple:Confidence", "threshold", {"max": "max_window", "trim": "trim"}),
+    "cumulative": _Spec("engine.policies.simple:Cumulative", "threshold", {"max": "max_window"}),
+    "entropy": _Spec("engine.policies.simple:Entropy", "threshold", {"max": "max_window"}),
+    "matchlen": _Spec("engine.policies.simple:MatchLen", "factor",
+                      {"offset": "offset", "max": "max_window", "p": "p"}),
+    "pacer": _Spec("engine.policies.pacer:Pacer", "threshold", _PACER_KEYS),
 }
 
 
-def register_policy(name: str, cls: type, main: str | None, keys: dict[str, str] | None = None) -> None:
-    """Let other modules (e.g. PACER) add a policy to the CLI/trace vocabulary."""
+def register_policy(name: str, cls: "type | str", main: str | None, keys: dict[str, str] | None = None) -> None:
+    """Add a policy to the CLI/trace vocabulary at run time (plugins, PACER weight variants):
+    `cls` is the class or its "module:Class" name."""
     POLICIES[name] = _Spec(cls, main, keys or {})
 
 
@@ -360,8 +183,6 @@ def _number(text: str) -> int | float:
 def parse_policy(spec: str) -> WindowPolicy:
     """'fixed:4', 'heuristic', 'confidence:0.3,max=12', 'entropy:2.0' → a policy instance."""
     name, _, rest = spec.strip().partition(":")
-    if name == "pacer" and name not in POLICIES:
-        import engine.policies.pacer  # noqa: F401  (registers itself; keeps torch out of plain policy imports)
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
     entry = POLICIES[name]

@@ -16,39 +16,19 @@ per step that the oracle does not.
 
 Under sampling the accepted count depends on the draft's samples and the verifier's uniforms, whose
 stream depends on the window itself, so the oracle exists only in the offline replay
-(engine.offline.pacer_replay.oracle); `HindsightOracle` refuses T > 0.
+(engine.offline.replay, `oracle:a`); `HindsightOracle` refuses T > 0.
 
-The look-ahead (one autoregressive target run and one draft pass per prompt) is the oracle's
-hindsight, not part of its decoding: the benchmark computes it before the timed run.
+The look-ahead (y, ŷ) is engine.offline.hindsight.hindsight — the same target run and teacher-forced
+draft pass a reference run makes, one token per forward. It is the oracle's hindsight, not part of
+its decoding: the benchmark computes it before the timed run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from engine.offline.hindsight import hindsight
 from engine.policies.base import DraftInfo, WindowPolicy
-
-
-@torch.inference_mode()
-def hindsight(target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> tuple[list[int], list[int]]:
-    """(y, ŷ): the target's greedy continuation and the draft's teacher-forced greedy predictions.
-
-    Both are computed with the same one-token-at-a-time KV-cached forwards the decode loop uses, so
-    the draft's predictions are the very numbers it produces while drafting."""
-    from engine.decode import DecodeConfig, decode
-
-    y = [t for r in decode(target, None, prompt_ids, None, DecodeConfig(max_new_tokens=max_new_tokens),
-                           eos_ids=eos_ids) for t in r.emitted_tokens]
-    draft.reset()
-    if len(prompt_ids) > 1:
-        draft.extend(prompt_ids[:-1])
-    pred, last = [], prompt_ids[-1]
-    for tok in y:
-        pred.append(int(draft.extend([last])[-1].argmax()))
-        last = tok
-    return y, pred
 
 
 class HindsightOracle(WindowPolicy):

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -56,8 +55,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from engine.measure import timed_ms
 from engine.paths import MODELS_DIR
-from engine.policies.base import DraftInfo, WindowPolicy, register_policy
+from engine.policies.base import DraftInfo, WindowPolicy
 
 DEFAULT_WEIGHTS = MODELS_DIR / "pacer-smollm2" / "pacer.safetensors"
 FORMAT = "speclab.pacer"
@@ -178,18 +178,15 @@ class PreVerifier(nn.Module):
 
 
 def save_weights(model: PreVerifier, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-    """Write safetensors atomically (tmp + os.replace); config and `extra` go in the metadata."""
-    import os
-
+    """Write safetensors atomically (engine.trace.jsonio.atomic_path); config and `extra` go in the metadata."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from engine.trace.jsonio import atomic_path
+
     meta = {"format": FORMAT, "version": "1", "config": json.dumps(asdict(model.cfg)),
             "extra": json.dumps(extra or {})}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp), meta)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp), meta)
 
 
 def load_weights(path: str | Path) -> tuple[PreVerifier, dict[str, Any]]:
@@ -250,13 +247,16 @@ class Pacer(WindowPolicy):
     trimming under sampling"). That draft is weak (≈0.5 accepted per step) and a 2-token verify costs
     ~1.4 single ones on the benchmark CPU, so per-token checks that drop the failing token win; the
     paper's rule (verify the failing block) is trim=0. Re-sweep for a stronger pair. `model` injects
-    an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors) is loaded."""
+    an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors) is loaded.
+    `precomputed=True` loads no M_B: the offline replay (engine.offline.replay) hands each step its
+    recorded scores with `use_scores`, and the same stop rule runs on them."""
 
     name = "pacer"
     needs_hidden = True
 
     def __init__(self, block: int = 1, threshold: float = 0.7, rho: float = 1.0, max_window: int = 16,
-                 weights: str | None = None, model: PreVerifier | None = None, trim: int | None = None) -> None:
+                 weights: str | None = None, model: PreVerifier | None = None, trim: int | None = None,
+                 precomputed: bool = False) -> None:
         super().__init__(max_window)
         if trim not in (None, 0, 1):
             raise ValueError(f"pacer trim must be 0 or 1, got {trim!r}")
@@ -272,8 +272,9 @@ class Pacer(WindowPolicy):
             raise ValueError(f"pacer weights must be a path, got {weights!r}")
         self.block, self.threshold, self.rho = block, float(threshold), float(rho)
         self.weights = weights
-        self.model = model if model is not None else cached_weights(weights or DEFAULT_WEIGHTS)
-        self.model.eval()
+        self.model = None if precomputed else model if model is not None else cached_weights(weights or DEFAULT_WEIGHTS)
+        if self.model is not None:
+            self.model.eval()
         self.reset()
 
     @property
@@ -305,62 +306,85 @@ class Pacer(WindowPolicy):
         self._q: list[float] = []
         self._e: list[float] = []
         self._t = self.threshold
-        self._blocks: list[dict[str, Any]] = []
+        self._blocks: list[tuple] = []  # (n, scores, mean, t_before, t_after, stop, ms) per M_B call
         self._stop: str | None = None
         self._mb_ms = 0.0
         self._dropped = 0
+        self._given: list[float] | None = None
 
     def propose(self) -> int:
         self._h, self._q, self._e = [], [], []
         self._t, self._blocks, self._stop, self._mb_ms = self.threshold, [], None, 0.0
         self._dropped = 0
+        self._given = None
         return self.max_window
 
+    def use_scores(self, scores: list[float]) -> None:
+        """This step's M_B scores s_1..s_W, known in advance (offline replay; call after propose):
+        keep_drafting reads them instead of running M_B, and needs no hidden states."""
+        self._given = scores
+
+    def _score_block(self, n: int) -> tuple[list[float], float]:
+        """Scores of the block ending at token n, and the ms M_B took (0 when the scores were given)."""
+        if self._given is not None:
+            return self._given[n - self.block:n], 0.0
+        if self.model is None:
+            raise ValueError("a precomputed pacer policy needs each step's scores (use_scores)")
+        dev = self.model.head.weight.device
+        blk: list[float] = []
+
+        def score() -> None:
+            h = torch.stack(self._h).to(dev)
+            s = self.model.score_step(h, torch.tensor(self._q, device=dev), torch.tensor(self._e, device=dev))
+            blk.extend(s[n - self.block:].tolist())
+
+        return blk, timed_ms(score, dev)  # device-synchronised: on CUDA the M_B time, not its launch
+
     def keep_drafting(self, info: DraftInfo) -> bool:
-        if info.hidden is None:
-            raise ValueError("pacer needs the draft's hidden states: load the draft with want_hidden=True")
-        if info.hidden.shape[-1] != self.model.cfg.hidden_size:
-            raise ValueError(f"pacer weights expect draft hidden size {self.model.cfg.hidden_size}, "
-                             f"the draft gives {info.hidden.shape[-1]}")
-        self._h.append(info.hidden)
-        self._q.append(info.q_token if info.q_max is None else info.q_max)
-        self._e.append(info.entropy)
+        if self._given is None:
+            self._take(info)
         n = info.index
         if n >= self.max_window:  # the loop stops here anyway: no M_B call needed
             self._stop = "cap"
             return True
         if n % self.block:
             return True
-        t0 = time.perf_counter()
-        dev = self.model.head.weight.device
-        h = torch.stack(self._h).to(dev)
-        s = self.model.score_step(h, torch.tensor(self._q, device=dev), torch.tensor(self._e, device=dev))
-        blk = s[n - self.block:].tolist()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
+        blk, ms = self._score_block(n)
         self._mb_ms += ms
         mean = sum(blk) / len(blk)
         stop, t_after = block_decision(mean, self._t, self.rho)
-        self._blocks.append({"block": len(self._blocks) + 1, "tokens": [n - self.block + 1, n],
-                             "scores": [round(x, 4) for x in blk], "mean": round(mean, 5),
-                             "t_before": round(self._t, 5), "t_after": round(t_after, 5),
-                             "decision": "stop" if stop else "continue", "mb_ms": round(ms, 4)})
+        # kept raw, formatted for the trace in step_fields: the offline replay runs this rule millions of times
+        self._blocks.append((n, blk, mean, self._t, t_after, stop, ms))
         self._t = t_after
         if stop:
             self._stop = "pre_verify"
             return False
         return True
 
+    def _take(self, info: DraftInfo) -> None:
+        """Keep M_B's inputs for the drafted token: hidden state, pre-sample confidence, entropy."""
+        if info.hidden is None:
+            raise ValueError("pacer needs the draft's hidden states: load the draft with want_hidden=True")
+        if self.model is not None and info.hidden.shape[-1] != self.model.cfg.hidden_size:
+            raise ValueError(f"pacer weights expect draft hidden size {self.model.cfg.hidden_size}, "
+                             f"the draft gives {info.hidden.shape[-1]}")
+        self._h.append(info.hidden)
+        self._q.append(info.q_token if info.q_max is None else info.q_max)
+        self._e.append(info.entropy)
+
+    @property
+    def mb_calls(self) -> int:
+        """M_B calls this step so far (one per scored block; none at the cap)."""
+        return len(self._blocks)
+
     def step_fields(self) -> dict[str, Any]:
         # A step that ends between block boundaries was cut by the loop's own cap (token budget).
-        out = {"blocks": self._blocks, "stop": self._stop or "cap", "mb_ms": round(self._mb_ms, 4),
+        blocks = [{"block": k + 1, "tokens": [n - self.block + 1, n], "scores": [round(x, 4) for x in blk],
+                   "mean": round(mean, 5), "t_before": round(t0, 5), "t_after": round(t1, 5),
+                   "decision": "stop" if stop else "continue", "mb_ms": round(ms, 4)}
+                  for k, (n, blk, mean, t0, t1, stop, ms) in enumerate(self._blocks)]
+        out = {"blocks": blocks, "stop": self._stop or "cap", "mb_ms": round(self._mb_ms, 4),
                "t0": self.threshold}
         if self.trim:
             out["dropped"] = self._dropped  # drafted, scored below t, never verified
         return out
-
-
-register_policy("pacer", Pacer, "threshold",
-                {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights",
-                 "trim": "trim"})

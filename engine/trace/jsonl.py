@@ -4,14 +4,14 @@ Why: at 200k steps the loader's time went to touching objects, not to checking t
 ~6M Python objects (~1.4 s with orjson on a small shared CPU); gathering the steps' fields into
 columns afterwards walks all of them again once they have left the CPU cache (~2.5 s). Here each
 chunk of ~64 KB of lines (~95 step lines) is cut from the file, parsed, and its steps are converted
-to columns at once (engine.trace.screen.StepChunks), while the chunk is still cached.
+to columns at once (engine.trace.chunks.StepChunks), while the chunk is still cached.
 
 A chunk is parsed with one parser call: its lines joined into one JSON array with a marker string
 between every two lines (`_joined`, which says why that gives exactly each line's own value, and
 declines on any doubt). Lines are never all split out of the file at once: 137 MB of line copies
 alive together cost page faults, and the next chunk reuses the memory of the last one's.
 
-`read_jsonl` gives exactly what `engine.trace.format.parse_jsonl` gives — the same records, warnings and
+`read_jsonl` gives exactly what `engine.trace.parse.parse_jsonl` gives — the same records, warnings and
 first error — plus the step columns when the file has the common clean shape. It never words an
 error itself: on anything unexpected (a line that does not parse, a blank line, a deep value, an
 over-long line) it hands the whole file to `parse_jsonl`, which names the first problem.
@@ -29,9 +29,11 @@ from itertools import compress, repeat
 from operator import eq, not_
 from typing import Any
 
-from engine.trace.format import Lines, Progress, _orjson, _refuse_binary, parse_jsonl
+from engine.trace.assemble import Lines
+from engine.trace.model import Progress
+from engine.trace.parse import _orjson, _refuse_binary, parse_jsonl
 from engine.trace.check import MAX_DEPTH, MAX_LINE, TraceError, check_depth, depth
-from engine.trace.screen import StepChunks, _ChunkColumns
+from engine.trace.chunks import StepChunks, _ChunkColumns
 
 NL = b"\n"
 REGION = 1 << 16  # bytes of lines per chunk (~95 step lines): their objects stay in cache between parsing and gathering
@@ -48,7 +50,7 @@ def read_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress |
                ) -> tuple[list[tuple[str, Any]] | Lines, list[int] | None, _ChunkColumns | None]:
     """(records as (location, value) pairs, record index of each step, the steps' columns); the last
     two are None when the steps are to be screened from their dicts. Same records, warnings and
-    errors as `parse_jsonl`. `lazy`: the pairs as `engine.trace.format.Lines` (each made when read) where
+    errors as `parse_jsonl`. `lazy`: the pairs as `engine.trace.assemble.Lines` (each made when read) where
     the fast reader produced them."""
     _refuse_binary(data, name)
     try:

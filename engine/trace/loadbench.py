@@ -1,4 +1,4 @@
-"""Trace loading speed: `python -m engine.trace.loadbench [--steps 10000,100000,200000] [--repeat 3]`.
+"""Trace loading speed: `python -m engine loadbench [--steps 10000,100000,200000] [--repeat 3]`.
 
 Writes synthetic traces of the given sizes (JSONL, and Parquet via `engine.trace.format.to_parquet`) to a
 temporary folder and prints the best-of-`repeat` wall time of `engine.trace.format.load_trace` for each —
@@ -10,7 +10,6 @@ digits, timings with 4), ~600 bytes a line like the bundled SmolLM2 traces, 200 
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import tempfile
@@ -88,25 +87,23 @@ def best_time(path: Path, repeat: int) -> tuple[float, float]:
     return wall, cpu
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.trace.loadbench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
-    ap.add_argument("--repeat", type=int, default=3, help="loads per file; the best is reported")
-    a = ap.parse_args(argv)
-    sizes = [int(x) for x in a.steps.split(",")]
-    print("| steps | JSONL MB | JSONL load s (CPU s) | Parquet MB | Parquet load s (CPU s) |")
-    print("|---:|---:|---:|---:|---:|")
+def table(sizes: list[int], repeat: int):
+    """Yield the markdown table's lines: header, then one row per size as it is measured."""
+    yield "| steps | JSONL MB | JSONL load s (CPU s) | Parquet MB | Parquet load s (CPU s) |"
+    yield "|---:|---:|---:|---:|---:|"
     with tempfile.TemporaryDirectory() as d:
         for n in sizes:
             js = write_synthetic(Path(d) / f"t{n}.jsonl", n)
             pq = Path(d) / f"t{n}.parquet"
             to_parquet(load_trace(js), pq)
-            (jw, jc), (pw, pc) = best_time(js, a.repeat), best_time(pq, a.repeat)
-            print(f"| {n:,} | {js.stat().st_size / 1e6:.1f} | {jw:.2f} ({jc:.2f}) | "
-                  f"{pq.stat().st_size / 1e6:.1f} | {pw:.2f} ({pc:.2f}) |", flush=True)
-    return 0
+            (jw, jc), (pw, pc) = best_time(js, repeat), best_time(pq, repeat)
+            yield (f"| {n:,} | {js.stat().st_size / 1e6:.1f} | {jw:.2f} ({jc:.2f}) | "
+                   f"{pq.stat().st_size / 1e6:.1f} | {pw:.2f} ({pc:.2f}) |")
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # recorded `python -m engine.trace.loadbench …` commands run as `python -m engine loadbench …`
+    import sys
+
+    from engine.__main__ import main
+
+    sys.exit(main(["loadbench", *sys.argv[1:]]))

@@ -14,10 +14,12 @@ from __future__ import annotations
 import gc
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from engine.trace.format import Trace, _first_line, _loads, _refuse_binary, build_trace
+from engine.trace.assemble import build_trace
+from engine.trace.model import Trace
+from engine.trace.jsonio import atomic_path
+from engine.trace.parse import _first_line, _loads, _refuse_binary
 from engine.trace.check import MAX_DEPTH, STEP_DEFAULTS, TraceError, check_depth
 from engine.trace.screen import ArrowColumns, fill_counts, screen_steps, step_rows
 
@@ -36,9 +38,8 @@ def to_parquet(trace: Trace, path: str | os.PathLike) -> None:
         b"speclab.footer": json.dumps(trace.footer).encode(),
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    tmp = Path(str(path) + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 

@@ -1,22 +1,9 @@
-"""Block-drafter training objectives (uniform CE, DFlash decay, D-PACE and its ablations) and runs.
+"""Block-drafter training runs: the run configuration, one resumable run (`train_run`: a training
+trace, checkpoints, the held-out offline τ and the exported drafter), and the objective sweep.
 
-Position weights (k = 1 … B−1 is the block position, position 0 the anchor; ce = −log q):
-
-  uniform      w_k = 1                                              weighted mean
-  dflash       w_k = exp(−(k−1)/γ), γ = 7 / 5 / 4 for B = 16 / 10 / 8   weighted mean    (DFlash Eq. 4)
-  dpace        w̄_j = Σ_{m≥j} Π_{i≤m} q̃_i,  q̃ = (1−α) q + α,  detached   Σ ce·w̄ / batch (official)
-  dpace-mean   the same weights, weighted mean Σ ce·w̄ / Σ w̄ (normalisation control)
-  dpace-cum    cumulative-confidence only  w = Π_{i≤j} q̃_i               Σ / batch
-  dpace-cont   continuation value only     w = w̄_j / Π_{i≤j} q̃_i        Σ / batch
-
-Invalid positions (the anchor slot, past the sequence end, outside the response) get q̃ = 1 inside
-the product and weight 0, as in the official code (Lucas-TY/D-PACE, SpecForge `_dpace_weight`).
-Reductions: "mean" = Σ ce·w / Σ w; "sum" = Σ ce·w / batch_size (number of sequences).
-
-Special cases (tests/test_dpace.py): α = 1 makes q̃ ≡ 1, so full D-PACE weights become the fixed
-linear schedule w̄_j = (#valid positions ≥ j) = B − j for a full block, and the official loss is
-Σ_j (B − j)·ce_j / batch — a linearly decaying, *summed* CE, not a uniform one; the cumulative-only
-variant at α = 1 is the uniform (summed) CE. α = 0 is gradient ascent on the surrogate S̃.
+The objectives are engine/train/dpace/objectives.py; the data, anchors and offline τ
+engine/train/dpace/features.py; online evaluation engine/train/dpace/eval.py; the report over runs
+engine/train/dpace/report.py.
 
 `python -m engine dpace ...` (see docs/dpace.md): prepare | train | sweep | online | report.
 """
@@ -25,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -33,104 +19,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.train.dpace.training_trace import OBJECTIVES, TrainingTraceWriter
-
-DFLASH_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
-
-
-def dflash_gamma(block_size: int) -> float:
-    """DFlash's recommended decay constant for a block size (7/5/4 for 16/10/8; else interpolate B/2.2)."""
-    return DFLASH_GAMMA.get(block_size, round(block_size / 2.2, 2))
-
-
-# ------------------------------------------------------------------ weights
-
-
-def dflash_weights(block_size: int, gamma: float) -> torch.Tensor:
-    """[B] with w_0 = 0 (anchor) and w_k = exp(−(k−1)/γ) for k ≥ 1."""
-    k = torch.arange(block_size, dtype=torch.float32)
-    w = torch.exp(-(k - 1) / gamma)
-    w[0] = 0.0
-    return w
-
-
-def dpace_weights(ce: torch.Tensor, valid: torch.Tensor, alpha: float, variant: str = "full") -> torch.Tensor:
-    """Detached D-PACE weights from per-position CE [..., B] and a validity mask [..., B].
-
-    variant: "full" (w̄ = suffix sum of prefix products), "cumulative" (prefix product),
-    "continuation" (w̄ / prefix product). Invalid positions get weight 0.
-    """
-    with torch.no_grad():
-        v = valid.to(ce.dtype)
-        q = torch.exp(-ce.detach())
-        s = torch.where(valid, (1.0 - alpha) * q + alpha, torch.ones_like(q))
-        prefix = torch.cumprod(s, dim=-1)
-        suffix = torch.flip(torch.cumsum(torch.flip(prefix * v, [-1]), -1), [-1])
-        if variant == "full":
-            w = suffix
-        elif variant == "cumulative":
-            w = prefix
-        elif variant == "continuation":
-            w = suffix / prefix.clamp_min(1e-30)
-        else:
-            raise ValueError(f"unknown D-PACE variant {variant!r}")
-        return (w * v).detach()
-
-
-def surrogate(q: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """S = Σ_k Π_{i≤k} q_i per block (invalid positions: factor 1, not summed). q, valid [..., B]."""
-    v = valid.to(q.dtype)
-    p = torch.cumprod(torch.where(valid, q, torch.ones_like(q)), -1)
-    return (p * v).sum(-1)
-
-
-@dataclass(frozen=True)
-class Objective:
-    name: str  # one of OBJECTIVES
-    alpha: float | None = None  # D-PACE smoothing
-    gamma: float | None = None  # DFlash decay
-
-    @property
-    def reduction(self) -> str:
-        return "mean" if self.name in ("uniform", "dflash", "dpace-mean") else "sum"
-
-    @property
-    def label(self) -> str:
-        if self.name == "dflash":
-            return f"dflash(γ={self.gamma:g})"
-        if self.name.startswith("dpace"):
-            return f"{self.name}(α={self.alpha:g})"
-        return self.name
-
-    def weights(self, ce: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        if self.name == "uniform":
-            return valid.to(ce.dtype)
-        if self.name == "dflash":
-            return dflash_weights(ce.shape[-1], self.gamma).to(ce.dtype) * valid.to(ce.dtype)
-        variant = {"dpace": "full", "dpace-mean": "full", "dpace-cum": "cumulative",
-                   "dpace-cont": "continuation"}[self.name]
-        return dpace_weights(ce, valid, self.alpha, variant)
-
-    def loss(self, ce: torch.Tensor, valid: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, detached weights). ce [b, N, B] with grad; valid [b, N, B] bool."""
-        w = self.weights(ce, valid)
-        tot = (ce * w).sum()
-        if self.reduction == "mean":
-            return tot / w.sum().clamp_min(1e-12), w
-        return tot / batch_size, w
-
-
-def make_objective(name: str, alpha: float = 0.5, gamma: float = 0.0, block_size: int = 8) -> Objective:
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
-    if name == "dflash":
-        return Objective(name, gamma=gamma or dflash_gamma(block_size))
-    if name.startswith("dpace"):
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-        return Objective(name, alpha=alpha)
-    return Objective(name)
-
+from engine.trace.jsonio import atomic_path, write_json_atomic
+from engine.train.dpace.features import FeatureData, offline_tau, sample_anchors
+from engine.train.dpace.objectives import make_objective, surrogate
+from engine.train.dpace.training_trace import TrainingTraceWriter
 
 # ------------------------------------------------------------------ config
 
@@ -208,124 +100,6 @@ def runs_dir(cfg: BlockTrainConfig) -> Path:
     return cache_root() / ("dpace-runs" if cfg.target == "tiny" else f"dpace-runs-{cfg.target}")
 
 
-# ------------------------------------------------------------------ data
-
-
-class FeatureData:
-    """Token ids + cached target features (fp16) of a target's self-distillation data.
-
-    Every row has its own prompt length and length (`engine.train.dpace.targets.BlockData`); for
-    the tiny target they are the same for all rows."""
-
-    def __init__(self, root: Path, layer_ids: tuple[int, ...], threads: int = 1) -> None:
-        from engine.train.dpace.targets import load_block_data, load_target_model
-
-        torch.set_num_threads(threads)
-        self.root = root
-        d = load_block_data(root)
-        self.train_ids, self.held_ids = d.train_ids, d.held_ids
-        self.train_plen, self.train_len, self.held_plen, self.held_len = d.train_plen, d.train_len, d.held_plen, d.held_len
-        self.vocab_subset = d.vocab_subset
-        self.uniform = d.uniform
-        self.prompt_len = int(d.train_plen[0])  # the shared prompt length when `uniform`
-        self.layer_ids = tuple(layer_ids)
-        cache = root / f"feats-{'-'.join(map(str, layer_ids))}.pt"
-        if cache.is_file():
-            f = torch.load(cache, weights_only=True)
-            self.train_feats, self.held_feats = f["train"], f["held"]
-        else:
-            target = load_target_model(root)
-            self.train_feats = self._feats(target, self.train_ids, "train")
-            self.held_feats = self._feats(target, self.held_ids, "held-out")
-            tmp = cache.with_name(cache.name + ".tmp")
-            torch.save({"train": self.train_feats, "held": self.held_feats}, tmp)
-            os.replace(tmp, cache)
-
-    def _feats(self, target, ids: torch.Tensor, what: str = "") -> torch.Tensor:
-        from tqdm import tqdm
-
-        from engine.drafters.block import target_features
-
-        # Right padding is harmless: the target is causal, so positions < length never see it.
-        step = 64 if ids.shape[1] <= 256 else 16
-        return torch.cat([target_features(target, ids[i:i + step], self.layer_ids).half()
-                          for i in tqdm(range(0, len(ids), step), desc=f"target features ({what})", unit="batch",
-                                        mininterval=5)])
-
-    def valid(self, rows: torch.Tensor, pos: torch.Tensor, held: bool = False) -> torch.Tensor:
-        """Loss mask of block positions pos [b, N, B] of `rows`: inside the answer of that row."""
-        plen = (self.held_plen if held else self.train_plen)[rows]
-        ln = (self.held_len if held else self.train_len)[rows]
-        return (pos >= plen[:, None, None]) & (pos < ln[:, None, None])
-
-
-def sample_anchors(S, prompt_len, batch: int, n: int, gen: torch.Generator, block_size: int) -> torch.Tensor:
-    """[batch, n] sorted anchors a with x_{a+1} a response token (a ≥ prompt_len − 1), a ≤ S − 2,
-    drawn without replacement per sequence (blocks may overlap and run past the end, as in DFlash).
-
-    S and prompt_len are ints (every row alike) or [batch] tensors (per-row length and prompt
-    length). A row with fewer than n candidate anchors repeats its last one (its block is then
-    counted twice; SmolLM2 answers are kept ≥ 24 tokens, so with ≤ 24 anchors it never happens there)."""
-    S = torch.as_tensor(S).expand(batch) if not torch.is_tensor(S) or S.dim() == 0 else S
-    P = torch.as_tensor(prompt_len).expand(batch) if not torch.is_tensor(prompt_len) or prompt_len.dim() == 0 \
-        else prompt_len
-    rows = []
-    for b in range(batch):
-        lo, hi = int(P[b]) - 1, int(S[b]) - 2
-        r = torch.randperm(hi - lo + 1, generator=gen)[:n] + lo
-        if len(r) < n:
-            r = torch.cat([r, r[-1:].expand(n - len(r))])
-        rows.append(r)
-    return torch.stack(rows).sort(-1).values
-
-
-def eval_anchors(S: int, prompt_len: int, block_size: int) -> torch.Tensor:
-    """Every anchor whose whole block lies inside the sequence (τ is then exact for a full block)."""
-    return torch.arange(prompt_len - 1, S - block_size + 1)
-
-
-# ------------------------------------------------------------------ evaluation
-
-
-@torch.no_grad()
-def offline_tau(lm, ids: torch.Tensor, feats: torch.Tensor, prompt_len, seqs_per_batch: int = 4,
-                lengths: torch.Tensor | None = None, stride: int = 1) -> dict:
-    """Exact greedy acceptance on held-out target-greedy sequences: at every anchor draft one block,
-    accepted = length of the prefix of argmax drafts equal to the target's tokens.
-
-    prompt_len: an int (all rows alike, batched) or a [M] tensor with `lengths` [M] (one row per
-    forward, anchors from prompt_len − 1 to length − B). stride > 1 scores every stride-th anchor."""
-    from engine.drafters.block import block_logits
-
-    B = lm.config.block_size
-    S = ids.shape[1]
-    accs = []
-    if not torch.is_tensor(prompt_len):
-        anc = eval_anchors(S, prompt_len, B)[::stride]
-        for i in range(0, len(ids), seqs_per_batch):
-            x, f = ids[i:i + seqs_per_batch], feats[i:i + seqs_per_batch].float()
-            a = anc[None].expand(len(x), -1)
-            logits, labels, _ = block_logits(lm, x, f, a)
-            ok = (logits[..., 1:, :].argmax(-1) == labels[..., 1:])
-            accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
-    else:
-        for i in range(len(ids)):
-            ln = int(lengths[i])
-            anc = eval_anchors(ln, int(prompt_len[i]), B)[::stride]
-            if len(anc) == 0:
-                continue
-            logits, labels, _ = block_logits(lm, ids[i:i + 1, :ln], feats[i:i + 1, :ln].float(), anc[None])
-            ok = (logits[..., 1:, :].argmax(-1) == labels[..., 1:])
-            accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
-    acc = torch.cat(accs)
-    hist = torch.bincount(acc, minlength=B)[:B]
-    reach = torch.tensor([(acc >= k).sum().item() for k in range(B)], dtype=torch.float64)
-    by_pos = [float(reach[k + 1] / reach[k]) if reach[k] > 0 else 0.0 for k in range(B - 1)]
-    return {"tau_offline": 1.0 + float(acc.double().mean()), "accept_by_pos": [round(x, 5) for x in by_pos],
-            "hist": hist.tolist(), "n_anchors": int(acc.numel()),
-            "tau_se": float(acc.double().std() / math.sqrt(acc.numel()))}
-
-
 # ------------------------------------------------------------------ training
 
 
@@ -349,9 +123,8 @@ def build_drafter(cfg: BlockTrainConfig, hidden: int, vocab: int, mask_id: int):
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: bool = True) -> dict:
@@ -488,9 +261,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     tw.close()
     save_block_drafter(model, run / "drafter", extra={"trained": final, "train_config": asdict(cfg)},
                        vocab_subset=data.vocab_subset)
-    tmp = final_p.with_name("final.json.tmp")
-    tmp.write_text(json.dumps(final, indent=1))
-    os.replace(tmp, final_p)
+    write_json_atomic(final, final_p)
     if ck.is_file():
         ck.unlink()
     return final

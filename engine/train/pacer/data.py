@@ -19,18 +19,10 @@ Prompts: ShareGPT first user turns in the draft-training shuffle (engine.train.d
 from the END of its training list, so the draft's own training prompts (the front) are not reused.
 
 Shards (safetensors, written atomically; a killed run resumes at the next missing shard; several
-processes may share one directory, each claiming shards with a lock file):
-  hidden f16 [N,H]  q f32 [N]  qmax f32 [N]  ent f32 [N]  h f32 [N]  pos i32 [N] (1-based i)
-  (qmax = max_x q_i(x), what M_B reads: equal to q under greedy; shards written before it existed
-  fall back to q)
-  step_off i64 [S+1]  accepted i32 [S]  window i32 [S]  request i32 [S]  temperature f32 [S]
-  t_draft_ms f32 [S]  t_verify_ms f32 [S]  (the recording run's own timings)
-
-Packing. Many steps are concatenated into one training sequence of ≤ `pack_len` tokens (a step is
-never split); `step_id` numbers the steps, and `engine.policies.pacer.step_mask` lets token i attend to j iff
-both are in the same step and j ≤ i (causal within the step — exactly what M_B sees at inference).
-Positions restart at 1 per step, so a packed sequence gives the same per-token logits as each step
-run alone (tested: packed and unpacked loss agree to 1e-6 in fp32).
+processes may share one directory, each claiming shards with a lock file). Their fields, the reader
+(StepData, load_split) and the packing of steps into training sequences (pack_steps, make_batch;
+packed and unpacked loss agree to 1e-6 in fp32) live in engine.offline.steps, which the offline
+sweep shares: analysis never imports training code, training imports the reader.
 """
 
 from __future__ import annotations
@@ -44,13 +36,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 
-from engine.decode import DecodeConfig, decode
-from engine.policies.pacer import step_mask
-from engine.policies.base import DraftInfo, WindowPolicy
 from engine.core.sampling import SamplingConfig
+from engine.decode import DecodeConfig, decode
+from engine.offline.steps import StepData, default_data_dir
+from engine.policies.base import DraftInfo, WindowPolicy
+from engine.trace.jsonio import atomic_path
 
 
 @dataclass(frozen=True)
@@ -128,15 +121,8 @@ def _shard_tensors(reqs: list[tuple[int, float, dict[str, list]]]) -> dict[str, 
 
 
 def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, meta: dict[str, str] | None = None) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), meta)
-    os.replace(tmp, path)
-
-
-def default_data_dir() -> Path:
-    from engine.core.smollm import cache_root
-
-    return cache_root() / "pacer-data"
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), meta)
 
 
 def pacer_prompts(tok, n_train: int, n_heldout: int, max_prompt_tokens: int) -> tuple[list, list]:
@@ -211,122 +197,11 @@ def generate(cfg: PacerDataConfig, target, draft, tok, eos=(), costs: dict | Non
     return out
 
 
-# ---------------------------------------------------------------- loading + packing
-
-
-@dataclass
-class StepData:
-    """All steps of some shards, concatenated. Token arrays [N], step arrays [S]."""
-
-    hidden: torch.Tensor
-    q: torch.Tensor
-    ent: torch.Tensor
-    h: torch.Tensor
-    pos: torch.Tensor
-    step_off: torch.Tensor
-    accepted: torch.Tensor
-    window: torch.Tensor
-    request: torch.Tensor
-    temperature: torch.Tensor
-    t_draft_ms: torch.Tensor | None = None  # real-loop timings of the recording steps
-    t_verify_ms: torch.Tensor | None = None
-    qmax: torch.Tensor | None = None  # max_x q_i(x) per token (= q under greedy); older shards lack it
-
-    @property
-    def mb_conf(self) -> torch.Tensor:
-        """The confidence M_B reads: the draft's pre-sample confidence max_x q_i(x), as the policy sees it."""
-        return self.q if self.qmax is None else self.qmax
-
-    @property
-    def n_steps(self) -> int:
-        return int(self.window.numel())
-
-    def labels(self, scheme: str = "prefix") -> tuple[torch.Tensor, torch.Tensor]:
-        """(label [N], weight [N]): prefix = post-rejection tokens are 0; masked = they get weight 0."""
-        acc = torch.repeat_interleave(self.accepted.long(), self.window.long())
-        y = (self.pos.long() <= acc).float()
-        if scheme == "prefix":
-            return y, torch.ones_like(y)
-        if scheme == "masked":
-            return y, (self.pos.long() <= acc + 1).float()
-        raise ValueError(f"unknown label scheme {scheme!r}; choose prefix or masked")
-
-
-def load_steps(paths: list[Path]) -> StepData:
-    if not paths:
-        raise FileNotFoundError("no PACER data shards found (generate them: python -m engine pacer data)")
-    parts = [load_file(str(p)) for p in sorted(paths)]
-    cat = {k: torch.cat([d[k] for d in parts]) for k in parts[0] if k != "step_off"}
-    return StepData(step_off=torch.cat([torch.zeros(1, dtype=torch.int64),
-                                        torch.cumsum(cat["window"].long(), 0)]), **cat)
-
-
-def load_split(data_dir: str | Path, split: str) -> StepData:
-    d = Path(data_dir) if data_dir else default_data_dir()
-    return load_steps(sorted(d.glob(f"{split}-*.safetensors")))
-
-
-def pack_steps(windows: list[int], pack_len: int) -> list[list[int]]:
-    """Greedy in-order packing: groups of step indices whose windows sum to ≤ pack_len."""
-    groups, cur, n = [], [], 0
-    for i, w in enumerate(windows):
-        if w > pack_len:
-            raise ValueError(f"a step of {w} tokens does not fit pack_len={pack_len}")
-        if n + w > pack_len:
-            groups.append(cur)
-            cur, n = [], 0
-        cur.append(i)
-        n += w
-    if cur:
-        groups.append(cur)
-    return groups
-
-
-def make_batch(data: StepData, groups: list[list[int]], length: int, scheme: str = "prefix") -> dict[str, torch.Tensor]:
-    """Batch [B, length] from groups of steps (one group = one packed row; one step per group = unpacked)."""
-    B, H = len(groups), data.hidden.shape[1]
-    y_all, w_all = data.labels(scheme)
-    hidden = torch.zeros(B, length, H)
-    out = {k: torch.zeros(B, length) for k in ("logq", "ent", "label", "weight")}
-    pos = torch.zeros(B, length, dtype=torch.long)
-    sid = torch.full((B, length), -1, dtype=torch.long)
-    for b, g in enumerate(groups):
-        n = 0
-        for j, s in enumerate(g):
-            a, e = int(data.step_off[s]), int(data.step_off[s + 1])
-            sl = slice(n, n + e - a)
-            hidden[b, sl] = data.hidden[a:e].float()
-            out["logq"][b, sl] = data.mb_conf[a:e].clamp_min(1e-6).log()
-            out["ent"][b, sl] = data.ent[a:e]
-            out["label"][b, sl] = y_all[a:e]
-            out["weight"][b, sl] = w_all[a:e]
-            pos[b, sl] = data.pos[a:e].long()
-            sid[b, sl] = j
-            n += e - a
-    return {"hidden": hidden, "pos": pos, "mask": step_mask(sid), **out}
-
-
 def batch_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """BCE over labelled tokens: Σ w·BCE(σ(logit), y) / Σ w."""
     logits = model(batch["hidden"], batch["logq"], batch["ent"], batch["pos"], batch["mask"])
     bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["label"], reduction="none")
     return (bce * batch["weight"]).sum() / batch["weight"].sum().clamp_min(1.0)
-
-
-@torch.no_grad()
-def score_all(model, data: StepData, pack_len: int = 256, batch_rows: int = 32) -> torch.Tensor:
-    """σ(logit) for every token of `data` (causal per step = the policy's view), in token order."""
-    model.eval()
-    groups = pack_steps(data.window.tolist(), pack_len)
-    out = torch.empty(data.q.shape[0])
-    for i in range(0, len(groups), batch_rows):
-        gs = groups[i:i + batch_rows]
-        b = make_batch(data, gs, pack_len)
-        s = model(b["hidden"], b["logq"], b["ent"], b["pos"], b["mask"]).sigmoid()
-        for r, g in enumerate(gs):
-            a, e = int(data.step_off[g[0]]), int(data.step_off[g[-1] + 1])
-            out[a:e] = s[r, : e - a]
-    return out
 
 
 def summary(data: StepData) -> dict[str, Any]:

@@ -9,14 +9,13 @@ Held-out metrics (every `eval_every` steps and at the end; the best held-out BCE
 plus a reliability table (per bin: count, mean score, observed acceptance).
 
 Checkpoints (weights + AdamW moments as safetensors, step in the metadata) are written atomically
-(tmp + os.replace) every `ckpt_every_s`; a run resumes from `run_dir/ckpt.safetensors`.
+(engine.trace.jsonio.atomic_path) every `ckpt_every_s`; a run resumes from `run_dir/ckpt.safetensors`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -27,8 +26,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from engine.offline.steps import StepData, load_split, make_batch, pack_steps, score_all
 from engine.policies.pacer import PreVerifier, PreVerifierConfig, save_weights
-from engine.train.pacer.data import StepData, batch_loss, load_split, make_batch, pack_steps, score_all
+from engine.trace.jsonio import atomic_path
+from engine.train.pacer.data import batch_loss
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,8 @@ def _save_ckpt(path: Path, model, opt, step: int, best: float) -> None:
         for k in ("exp_avg", "exp_avg_sq"):
             if k in st:
                 t[f"opt.{i}.{k}"] = st[k].contiguous()
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(t, str(tmp), {"step": str(step), "best": repr(best)})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(t, str(tmp), {"step": str(step), "best": repr(best)})
 
 
 def _load_ckpt(path: Path, model, opt) -> tuple[int, float]:

@@ -1,0 +1,285 @@
+"""One benchmark configuration on one prompt: our engine (`run_ours`) or HF transformers' own
+generation (`run_hf`), timed and counted the same way, one `RunResult` each (engine.bench.bench
+interleaves them and aggregates).
+
+A configuration is a spec string:
+
+    ar                          our autoregressive decoding (every speedup's baseline)
+    POLICY                      a window policy with the run's draft (fixed:4, heuristic, pacer, …)
+    POLICY@DRAFTER              the policy with a model-free drafter of its own (fixed:10@lookup:n=10)
+    oracle                      the greedy hindsight window (T = 0 only)
+    hf:ar | hf:lookup:N         HF generate() plain / with its prompt lookup (target only)
+    hf:constant:γ | hf:heuristic:γ0 | hf:confidence:t   HF assisted generation, recorded per step
+
+Model time is what the models' forward calls take (`_ForwardTimer`: forward hooks, device-synchronised
+through engine.measure.sync); wall time minus model time is the engine's own overhead.
+
+HF assisted generation is driven through `target.generate(assistant_model=draft)` with the knobs it
+reads from `assistant_model.generation_config` (constant γ with the confidence stop disabled by
+threshold 0.0 — `None` would silently mean 0.4 —, the "heuristic" schedule, and the 0.4 confidence
+stop). Target and draft forwards are counted with forward pre-hooks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.core.sampling import SamplingConfig
+from engine.decode import DecodeConfig, decode
+from engine.measure import forward_curve, sync
+from engine.policies.base import parse_policy
+
+
+@dataclass
+class RunResult:
+    config: str
+    temperature: float
+    task: str
+    question_id: Any
+    new_tokens: int
+    wall_s: float
+    target_calls: int
+    drafted: int = 0
+    accepted: int = 0
+    draft_calls: int = 0
+    output: list[int] = field(default_factory=list)
+    dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
+    model_s: float = 0.0  # time inside the models' forward calls; wall_s − model_s = non-model overhead
+    prefill_s: float = 0.0  # the prompt's prefill inside wall_s (see the module docstring)
+
+
+class _Counter:
+    def __init__(self, module) -> None:
+        self.n = 0
+        self.h = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_):
+        self.n += 1
+
+    def close(self) -> None:
+        self.h.remove()
+
+
+def _device_of(module):
+    p = next(module.parameters(), None)
+    return None if p is None else p.device
+
+
+class _ForwardTimer:
+    """Wall time spent inside `module`'s forward calls (pre/post hooks; device-synchronised);
+    `first_s` is the first top-level call's share of it."""
+
+    def __init__(self, *modules) -> None:
+        self.s = 0.0
+        self.first_s: float | None = None
+        self._t0 = 0.0
+        self._depth = 0
+        self.hs = []
+        for m in modules:
+            if m is not None:
+                self.hs += [m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post)]
+
+    def _pre(self, module, *_):
+        if self._depth == 0:
+            sync(_device_of(module))
+            self._t0 = time.perf_counter()
+        self._depth += 1
+
+    def _post(self, module, *_):
+        self._depth -= 1
+        if self._depth == 0:
+            sync(_device_of(module))
+            dt = time.perf_counter() - self._t0
+            self.s += dt
+            if self.first_s is None:
+                self.first_s = dt
+
+    def close(self) -> None:
+        for h in self.hs:
+            h.remove()
+
+
+def _hf_modules(lm) -> list:
+    """The modules whose forward calls are model time: the causal LM, and its decoder and output
+    head, which `engine.core.load.HFModel` calls directly when it needs hidden states or scores a
+    reduced vocabulary (a hook on the causal LM alone would count that time as overhead)."""
+    m = getattr(lm, "model", None)
+    if not isinstance(m, torch.nn.Module):
+        return []
+    out = [m]
+    if hasattr(m, "get_decoder"):
+        out.append(m.get_decoder())
+    if hasattr(m, "get_output_embeddings") and m.get_output_embeddings() is not None:
+        out.append(m.get_output_embeddings())
+    if getattr(lm, "sub_head", None) is not None:
+        out.append(lm.sub_head)
+    return out
+
+
+def applies(spec: str, temperature: float) -> bool:
+    """The hindsight oracle is defined for greedy decoding only (engine.policies.oracle); it skips T > 0."""
+    return not (spec == "oracle" and temperature > 0)
+
+
+def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos):
+    """None for 'ar'; the hindsight oracle gets its look-ahead here, before any timing starts."""
+    if spec == "ar":
+        return None
+    if spec == "oracle":
+        from engine.policies.oracle import HindsightOracle
+
+        return HindsightOracle.for_prompt(target, draft, ids, cfg.max_new_tokens, eos)
+    return parse_policy(spec)
+
+
+def split_config(spec: str) -> tuple[str, str | None]:
+    """`POLICY@DRAFTER` → (policy, model-free drafter spec); a bare policy uses the run's `--draft`.
+
+    `fixed:10@lookup:n=10,ngram=2` drafts by prompt lookup with a fixed cap of 10 in the same run
+    (and on the same prompts, interleaved) as `heuristic` with the draft model — so a model draft and
+    model-free drafts are compared side by side. Only drafters that load no second model go after '@':
+    model-free ones and `block:PATH` (a small network on the target's own features); a second draft
+    model would double the memory for what two bench runs do as well.
+    """
+    pol, at, drafter = spec.partition("@")
+    if not at:
+        return spec, None
+    from engine.drafters import drafter_kind
+
+    if pol in ("ar", "oracle") or pol.startswith("hf:") or drafter_kind(drafter) not in ("model-free", "block"):
+        raise ValueError(f"config {spec!r}: '@' takes a window policy before it and a model-free or block drafter "
+                         "(lookup:…, suffix:…, block:PATH) after it")
+    return pol, drafter
+
+
+def policy_specs(configs) -> list[str]:
+    """The policies `parse_policy` builds: not 'ar', 'oracle' (per prompt) or HF's 'hf:…'."""
+    return [split_config(s)[0] for s in configs if s not in ("ar", "oracle") and not s.startswith("hf:")]
+
+
+def _hf_needs_draft(spec: str) -> bool:
+    """`hf:ar` and `hf:lookup:N` (HF's prompt lookup) run on the target alone."""
+    return spec != "hf:ar" and not spec.startswith("hf:lookup:")
+
+
+def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
+             request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
+    """One prompt through engine.decode; with a TraceWriter its request, steps and end are appended."""
+    policy = make_policy(split_config(spec)[0], target, draft, ids, cfg, eos)
+    timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "ar" else _hf_modules(draft)))
+    sync(target)  # wall time on a device: from an idle queue to the last step's kernels done
+    t0 = time.perf_counter()
+    out, calls, drafted, accepted, dropped, prefill_ms = [], 0, 0, 0, 0, 0.0
+    steps = []
+    try:
+        for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos,
+                          request_id=request_id):
+            out.extend(rec.emitted_tokens)
+            calls += 1
+            drafted += rec.window
+            accepted += rec.accepted
+            dropped += int(rec.policy_fields.get("dropped", 0))
+            prefill_ms += rec.t_prefill_ms
+            if writer is not None:
+                steps.append(rec)  # written after the clock stops: file I/O is not the engine's cost
+        sync(target)
+        wall = time.perf_counter() - t0
+    finally:
+        timer.close()
+    if writer is not None:
+        writer.write({"type": "request", "request_id": request_id, "prompt_ids": list(ids), **(meta or {})})
+        for rec in steps:
+            writer.step(rec)
+        writer.write({"type": "request_end", "request_id": request_id, "output_ids": out,
+                      "output_text": decode_text(out) if decode_text else "", "finished": steps[-1].finished,
+                      "new_tokens": len(out), "wall_ms": round(wall * 1e3, 3)})
+    return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3)
+
+
+def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
+    sc = cfg.sampling
+    kw: dict[str, Any] = dict(do_sample=not sc.greedy, max_new_tokens=cfg.max_new_tokens,
+                              attention_mask=torch.ones_like(x), eos_token_id=list(eos) or None,
+                              pad_token_id=(list(eos) or [0])[0])
+    if not sc.greedy:
+        kw.update(temperature=sc.temperature, top_k=sc.top_k or None, top_p=sc.top_p)
+    return kw
+
+
+def set_hf_mode(spec: str, draft) -> None:
+    """HF's window knobs on the assistant's generation_config for `hf:constant:γ`, `hf:heuristic:γ0`,
+    `hf:confidence:t` (threshold 0.0 disables the confidence stop: None would silently mean 0.4).
+    `hf:lookup:N` needs no assistant: it is `prompt_lookup_num_tokens=N` (see `hf_kwargs`)."""
+    _, mode, val = spec.split(":")
+    if mode == "lookup":
+        return
+    gc = draft.model.generation_config
+    gc.num_assistant_tokens_schedule = "constant" if mode in ("constant", "confidence") else "heuristic"
+    gc.num_assistant_tokens = int(val) if mode != "confidence" else 20
+    gc.assistant_confidence_threshold = float(val) if mode == "confidence" else 0.0
+
+
+def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
+           request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
+    """HF transformers on the same models: `hf:ar` is plain `generate()`; `hf:lookup:N` is `generate()`
+    with HF's prompt lookup (`prompt_lookup_num_tokens=N`, its default 2-gram match): counted by its
+    target calls only, its drafts are internal to HF; `hf:MODE:VAL` is assisted generation, recorded step
+    by step (engine.bench.hf_record) so its rows carry acceptance and traces."""
+    from engine.bench.hf_record import record_assisted
+
+    x = torch.tensor([ids], device=target.device)
+    kw = hf_kwargs(cfg, x, eos)
+    if not cfg.sampling.greedy:
+        torch.manual_seed(cfg.sampling.seed)
+    timer = _ForwardTimer(*_hf_modules(target), *(_hf_modules(draft) if _hf_needs_draft(spec) else []))
+    first = _ForwardTimer(target.model)  # the target's first forward: the prompt's prefill
+    tc = _Counter(target.model)
+    try:
+        if not _hf_needs_draft(spec):
+            if spec.startswith("hf:lookup:"):
+                kw["prompt_lookup_num_tokens"] = int(spec.split(":")[2])
+            sync(target)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                y = target.model.generate(x, **kw)
+            sync(target)
+            wall = time.perf_counter() - t0
+            out, steps = y[0, len(ids):].tolist(), []
+        else:
+            set_hf_mode(spec, draft)
+            rec = record_assisted(target.model, draft.model, x, kw, writer=writer, request_id=request_id,
+                                  decode_text=decode_text, **(meta or {}))
+            wall, out, steps = rec.wall_ms / 1e3, rec.output_ids, rec.steps
+    finally:
+        timer.close()
+        first.close()
+        tc.close()
+    # generate() emits one token per forward, the prompt's prefill included (our AR feeds the prompt
+    # without emitting, then one call per token): both make one target call per new token.
+    calls = max(1, tc.n) if not _hf_needs_draft(spec) else len(steps)
+    drafted = sum(s.window for s in steps)
+    accepted = sum(s.accepted for s in steps)
+    return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
+                     drafted, out, 0, timer.s, first.first_s or 0.0)
+
+
+def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
+    """Median ms of a 1-token draft forward and of k-token target forwards on a warm cache."""
+    has_forward = hasattr(draft, "extend")  # model-free drafts: no forward
+    t_draft = forward_curve(draft, ids, (1,), reps)[1] if has_forward else float("nan")
+    tk = forward_curve(target, ids, (1, 2, 4, 8, 16), reps)
+    return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
+            "verify_growth": {k: v / tk[1] for k, v in tk.items()}}
+
+
+def run_config(spec: str, target, draft, ids: list[int], temperature: float, seed: int, eos, max_new_tokens: int,
+               writer=None, request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
+    """`spec` on one prompt at one temperature: our engine, or HF's for `hf:…` configs."""
+    dc = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature, seed=seed))
+    fn = run_hf if spec.startswith("hf:") else run_ours
+    return fn(spec, target, draft, ids, dc, eos, writer, request_id, meta, decode_text)

@@ -1,0 +1,108 @@
+"""`python -m engine multibench`: multi-draft and block verifiers over K, L and T (engine.bench.multibench).
+
+Worked example: `python -m engine multibench --ks 1,3 --ls 8 --temperatures 0.4 --per-task 1` runs token
+and block verification at K = 1 and rrs / kseq / spectr-gbv-published / rbv / kbv at K = 1 and 3, γ = 8,
+T = 0.4, one prompt per Spec-Bench task. `--methods` takes engine.verify.VERIFIERS names (the old sd,
+bv, gbv still parse). The JSON result goes to --out only when given (never into docs/ by default).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from engine.cli import common
+
+
+def add_parser(sub) -> None:
+    from engine.bench.multibench import MultiBenchConfig
+
+    d = MultiBenchConfig()
+    p = sub.add_parser("multibench", help="benchmark token, block, RRS, K-SEQ, SpecTr-GBV, RBV and KBV over K, L, T")
+    common.add_target(p)
+    common.add_draft(p)
+    common.add_prompts(p, per_task=d.per_category)
+    common.add_max_new_tokens(p, d.max_new_tokens)
+    common.add_temperatures(p, ",".join(map(str, d.temps)))
+    common.add_seed(p, d.seed)
+    p.add_argument("--methods", default=",".join(d.methods), help="verifiers (engine.verify.VERIFIERS names)")
+    p.add_argument("--ks", default=",".join(map(str, d.ks)), help="drafts per step K")
+    p.add_argument("--ls", default=",".join(map(str, d.ls)), help="draft block lengths L (= γ)")
+    p.add_argument("--tree-mode", default=d.tree_mode, choices=("tree", "batch"))
+    p.add_argument("--draft-mode", default=d.draft_mode, choices=("auto", "batch", "sequential"))
+    p.add_argument("--modes", action="store_true", help="also time batched/sequential drafting × tree/batch scoring")
+    p.add_argument("--modes-only", action="store_true", help="only the component timings (no decoding grid)")
+    common.add_device(p)
+    common.add_out(p, "JSON result path, rewritten after every prompt (default: none)")
+    p.add_argument("--markdown", default=None, help="append a dated section to this file (e.g. docs/benchmarks.md)")
+    p.add_argument("--machine", default=None, help="machine description (default: CPU model, cores and flags)")
+    p.add_argument("--from-json", default=None, help="render (and --markdown append) an earlier or partial result; "
+                   "comma-separated files are merged (e.g. one per temperature)")
+    p.set_defaults(func=cmd_multibench)
+
+
+def _config(a):
+    from engine.bench.multibench import METHODS, MultiBenchConfig, method_of
+
+    methods = tuple(method_of(m.strip()) for m in a.methods.split(",") if m.strip())
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    cfg = MultiBenchConfig(methods=methods, ks=common.ints(a.ks, "--ks"), ls=common.ints(a.ls, "--ls"),
+                           temps=common.floats(a.temperatures, "--temperatures"), max_new_tokens=a.max_new_tokens,
+                           per_category=a.per_task, limit=a.limit, seed=a.seed, tree_mode=a.tree_mode,
+                           draft_mode=a.draft_mode)
+    if any(t <= 0 for t in cfg.temps):
+        raise ValueError("multi-draft benchmarks need T > 0 (K greedy drafts are identical)")
+    return cfg
+
+
+def cmd_multibench(a) -> int:
+    from engine.bench.multibench import measure_modes, merge_results, run_multibench
+    from engine.bench.multibench_report import append_markdown, format_tables
+    from engine.core.load import check_pair, eos_token_ids, load_model, machine_description
+    from engine.trace.jsonio import write_json_atomic
+
+    machine = a.machine or machine_description()
+    if a.from_json:
+        result = merge_results([json.loads(Path(f).read_text()) for f in a.from_json.split(",")])
+        print(format_tables(result))
+        if a.markdown:
+            append_markdown(result, Path(a.markdown), result.get("command", "?"), machine)
+        return 0
+    cfg = _config(a)
+    common.set_threads(a.threads)
+    target = load_model(a.target, a.dtype, a.device, role="target")
+    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
+    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    command = common.command_line()
+
+    def save(result: dict) -> None:
+        if a.out:
+            result["command"] = command
+            write_json_atomic(result, a.out)
+
+    if a.modes_only:
+        from engine.trace.prompts import encode, load_prompts
+
+        p0 = load_prompts(a.prompts, limit=1, per_category=cfg.per_category)[0]
+        ids = encode(target.tokenizer, p0.text)
+        measure_modes(target.lm, draft.lm, ids, ks=(2,), ls=(4,), reps=1)  # warm-up
+        result = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "target": target.lm.name,
+                  "draft": draft.lm.name, "dtype": str(target.lm.dtype).replace("torch.", ""),
+                  "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+                  "prompts": [{"question_id": p0.question_id, "category": p0.category}], "rows": [],
+                  "modes": measure_modes(target.lm, draft.lm, ids, ks=tuple(k for k in cfg.ks if k > 1) or (2,),
+                                         ls=cfg.ls)}
+        save(result)
+        print(format_tables(result))
+        return 0
+    result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
+                            modes=a.modes, checkpoint=save)
+    save(result)
+    result["command"] = command
+    print(format_tables(result))
+    if a.markdown:
+        append_markdown(result, Path(a.markdown), command, machine)
+    return 0

@@ -1,0 +1,95 @@
+"""Measurement probes, one subcommand each:
+
+    python -m engine step-probe --target T --draft D   why a real step costs more than its parts
+                                                       (engine.bench.step_probe)
+    python -m engine gpu-check --out gpu-check.json    exactness on the device in fp32 and the pair's
+                                                       cost curves (engine.bench.gpu_check; CUDA or CPU)
+    python -m engine loadbench --steps 10000,200000    trace loading speed (engine.trace.loadbench)
+"""
+
+from __future__ import annotations
+
+from engine.cli import common
+
+
+def add_parser(sub) -> None:
+    from engine.bench.step_probe import KS
+
+    p = sub.add_parser("step-probe", help="time the target's k-token forward alone and inside a draft→verify rhythm")
+    common.add_target(p, default=None)
+    common.add_draft(p, default=None, required=True)
+    common.add_device(p, dtype="fp32", device="cpu", threads=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--context", type=int, default=256, help="tokens of context in both caches")
+    p.add_argument("--ks", default=",".join(map(str, KS)), help="forward widths k to time, e.g. 1,2,5 or 1,11")
+    common.add_out(p, "write the result as JSON")
+    p.set_defaults(func=cmd_step_probe)
+
+    from engine.bench.gpu_check import VOCAB
+
+    g = sub.add_parser("gpu-check", help="exactness on the device (fp32) and the realistic pair's cost curves")
+    g.add_argument("--device", default="auto", help="cpu | cuda | auto")
+    g.add_argument("--dtype", default="bf16", help="cost-curve dtype: bf16 | fp32 | fp16 (exactness always runs in fp32)")
+    g.add_argument("--layers", type=int, default=None, help="cut every model to N layers (tests)")
+    g.add_argument("--vocab", type=int, default=VOCAB)
+    g.add_argument("--context", type=int, default=256)
+    g.add_argument("--reps", type=int, default=10)
+    common.add_out(g, "write the result as JSON")
+    g.set_defaults(func=cmd_gpu_check)
+
+    lb = sub.add_parser("loadbench", help="trace loading speed on synthetic JSONL and Parquet traces")
+    lb.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
+    lb.add_argument("--repeat", type=int, default=3, help="loads per file; the best is reported")
+    lb.set_defaults(func=cmd_loadbench)
+
+
+def cmd_step_probe(a) -> int:
+    from engine.bench.step_probe import probe
+    from engine.core.load import check_pair, load_model, machine_description
+    from engine.trace.jsonio import write_json_atomic
+    from engine.trace.prompts import encode
+
+    ks = tuple(sorted(set(common.ints(a.ks, "--ks"))))
+    if a.repeats < 1 or a.context < 8 or min(ks) < 1 or max(ks) > 64:
+        raise ValueError("--repeats must be ≥ 1, --context ≥ 8 and every k in 1..64")
+    common.set_threads(a.threads)
+    target = load_model(a.target, a.dtype, a.device, role="target")
+    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
+    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    import engine.bench.step_probe as sp
+
+    ids = encode(target.tokenizer, sp.__doc__ * 8, chat=False)  # any long text: the module's docstring
+    if len(ids) < a.context + max(ks):
+        raise ValueError(f"the probe text has {len(ids)} tokens, fewer than --context + {max(ks)}")
+    res = probe(target.lm, draft.lm, ids[:a.context], ids[a.context:a.context + max(ks)], a.repeats, ks)
+    res.update(target=a.target, draft=a.draft, dtype=a.dtype, threads=a.threads, machine=machine_description(),
+               command=common.command_line())
+    for r in res["rows"]:
+        print(f"{r['condition']:24s} {r['median_ms']:10.1f} ms  ×{r['ratio']:.2f} (n={r['n']})")
+    if a.out:
+        write_json_atomic(res, a.out)
+    return 0
+
+
+def cmd_gpu_check(a) -> int:
+    """Exit status 1 when speculative output differs from autoregressive output on the device."""
+    import json
+
+    from engine.bench.gpu_check import run
+    from engine.trace.jsonio import write_json_atomic
+
+    if a.dtype not in ("bf16", "fp32", "fp16"):
+        raise ValueError(f"--dtype must be bf16, fp32 or fp16, got {a.dtype!r}")
+    res = run(a.device, a.dtype, a.layers, a.vocab, a.context, a.reps)
+    print(json.dumps(res, indent=1))
+    if a.out:
+        write_json_atomic(res, a.out)
+    return 0 if res["exactness_fp32"]["all_equal"] else 1
+
+
+def cmd_loadbench(a) -> int:
+    from engine.trace.loadbench import table
+
+    for line in table(list(common.ints(a.steps, "--steps")), a.repeat):
+        print(line, flush=True)
+    return 0

@@ -1,0 +1,261 @@
+"""The model wrapper the decode loop drives: `HFModel` (a transformers causal LM with a croppable
+KV cache, optionally a reduced-vocabulary head) and `TableLM` (a context-keyed toy for exact tests).
+
+The protocol every LM here implements (engine.decode never touches a transformers cache):
+
+    lm.extend(ids) -> logits [len(ids), V]   feed tokens after the cached prefix, cache them
+    lm.crop(n)                               keep the first n cached positions (KV rollback)
+    lm.length                                number of cached positions
+    lm.reset()                               forget everything (new request)
+    lm.last_hidden                           last-layer hidden states of the latest extend (opt-in)
+
+`HFModel` adds the public forwards other modules build on — `forward_ids` (a batch of ids, custom
+positions or attention mask), `extend_batch`, `run_decoder` + `head` (hidden states, then logits
+through the full or reduced head) and `cache_kwargs` — so the reduced-head projection and the
+cache keyword exist once, here. Loading by name lives in engine.core.load.
+
+Reduced head (FR-Spec style), with V′ ⊂ V the kept ids and W the output embedding:
+    logits_v = h · W_v   for v ∈ V′,   −inf otherwise
+so q′ is zero outside V′; verification stays lossless because the target checks every token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+SKINNY_ROWS = 16  # up to this many rows (a verify block), use the weight-major GEMM below
+
+
+def _skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """y = x Wᵀ + b computed as (W xᵀ)ᵀ when x has few rows.
+
+    Same dot products, other operand order: with W as the GEMM's large left operand the BLAS streams
+    the weight once and packs only the small x, where `x @ W.T` packs the whole weight on every call.
+    On a 2-core AVX2 CPU this makes a 5-token verify of the 1.5B target ~30 % cheaper (benchmarks.md).
+    """
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.shape[0] <= SKINNY_ROWS:
+        y = torch.mm(self.weight, x2.T).T
+    else:
+        y = torch.nn.functional.linear(x2, self.weight)
+    if self.bias is not None:
+        y = y + self.bias
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def use_skinny_linears(model: torch.nn.Module) -> int:
+    """Route every nn.Linear of `model` through `_skinny_forward` (CPU fp32); returns how many."""
+    import types
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__:
+            m.forward = types.MethodType(_skinny_forward, m)
+            n += 1
+    return n
+
+
+def subset_logits(sub: torch.Tensor, subset: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Full-vocabulary logits [..., V] from a reduced head's [..., |V′|]: sub on V′, −inf elsewhere
+    (so softmax puts zero mass off V′). Every reduced head (HFModel, the block drafter's BlockLM) ends here."""
+    logits = torch.full((*sub.shape[:-1], vocab_size), float("-inf"), device=sub.device, dtype=sub.dtype)
+    logits[..., subset] = sub
+    return logits
+
+
+class _SubsetHead(torch.nn.Module):
+    """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as `_skinny_forward`). A module so
+    that forward hooks (the bench's model-time clock) see it as model time."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h2 = h.reshape(-1, h.shape[-1])
+        return torch.mm(self.weight, h2.T).T.reshape(*h.shape[:-1], self.weight.shape[0])
+
+
+class HFModel:
+    """A transformers causal LM with a KV cache that can be cropped after verification.
+
+    `vocab_subset` (FR-Spec-style reduced head): logits are computed only for those token ids by
+    multiplying the last hidden state with the matching rows of the output embedding; every other
+    id gets −inf. Verification stays lossless because the target checks every token.
+    """
+
+    def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
+                 want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
+        from transformers import DynamicCache
+
+        self.model = model.eval()
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._cache_cls = DynamicCache
+        self.cache = DynamicCache()
+        self.length = 0
+        self.want_hidden = want_hidden
+        self.last_hidden: torch.Tensor | None = None
+        # transformers ≥ 5.2x renamed `past_key_values` to `cache`; older versions only know the former.
+        import inspect
+
+        params = inspect.signature(type(model).forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if self.device.type == "cpu" and self.dtype == torch.float32:
+            use_skinny_linears(self.model)
+        self.vocab_subset = None
+        self.base_subset = None
+        self.subset_adds_prompt = subset_adds_prompt
+        if vocab_subset is not None:
+            self.base_subset = self.vocab_subset = vocab_subset.to(self.device)
+            self.sub_head = _SubsetHead(model.get_output_embeddings().weight[self.vocab_subset].detach())
+
+    def add_request_tokens(self, ids: list[int]) -> None:
+        """With `subset_adds_prompt`, score V′ ∪ {the request's prompt tokens} for this request.
+
+        Why: a summary or a RAG answer copies names and rare words from its prompt; on a Spec-Bench
+        summarization question a quarter of the target's greedy output lay outside a 32k kept set
+        chosen from chat text, so a fixed V′ could never draft them. Still exact: q′ is zero outside
+        the set, and the target verifies every token."""
+        if self.base_subset is None or not self.subset_adds_prompt:
+            return
+        extra = torch.as_tensor(list(ids), dtype=torch.long, device=self.device)
+        sub = torch.unique(torch.cat([self.base_subset, extra]))  # sorted, as the head expects
+        if sub.numel() != self.vocab_subset.numel() or not torch.equal(sub, self.vocab_subset):
+            self.vocab_subset = sub
+            self.sub_head = _SubsetHead(self.model.get_output_embeddings().weight[sub].detach())
+
+    def reset(self) -> None:
+        self.cache = self._cache_cls()
+        self.length = 0
+        self.last_hidden = None
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            # DynamicCache.crop accepts a negative count (tokens to drop) on every version we support.
+            self.cache.crop(n - self.length)
+            self.length = n
+
+    # ------------------------------------------------------------ forwards on the cache
+    # Every forward of this LM goes through `forward_ids` (or `run_decoder` + `head`), so the cache
+    # keyword, the positions and the reduced head are written once (tree scoring, batched drafting,
+    # block-drafter features and the step probe all use these).
+
+    def cache_kwargs(self) -> dict[str, Any]:
+        """{keyword: cache} that hands this LM's KV cache to its transformers model on this version."""
+        return {self._cache_kw: self.cache}
+
+    def positions(self, rows: int, n: int) -> torch.Tensor:
+        """Position ids [rows, n] of n tokens fed after the cached prefix: length … length+n−1."""
+        return torch.arange(self.length, self.length + n, device=self.device).unsqueeze(0).expand(rows, n)
+
+    @property
+    def decoder(self) -> torch.nn.Module:
+        """The base model under the LM head (hidden states out)."""
+        return self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+
+    def run_decoder(self, ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False):
+        """The decoder on ids [B, n] after the cached prefix (the cache holds B rows); the HF output
+        (last_hidden_state, hidden_states). The cache grows by n; `length` does too."""
+        B, n = ids.shape
+        pos = self.positions(B, n) if position_ids is None else position_ids
+        kw = self.cache_kwargs()
+        if attention_mask is not None:
+            kw["attention_mask"] = attention_mask
+        if output_hidden_states:
+            kw["output_hidden_states"] = True
+        out = self.decoder(input_ids=ids.to(self.device), use_cache=True, position_ids=pos, **kw)
+        self.length += n
+        return out
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of hidden states h [..., D]: the output embedding, or with a reduced head
+        h·W[V′]ᵀ on the kept ids and −inf on every other id."""
+        if self.vocab_subset is None:
+            return self.model.get_output_embeddings()(h)
+        return subset_logits(self.sub_head(h), self.vocab_subset, self.vocab_size)
+
+    @torch.inference_mode()
+    def forward_ids(self, ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    attention_mask: torch.Tensor | None = None, want_hidden: bool = False) -> torch.Tensor:
+        """Logits [B, n, V] (float32) of ids [B, n] fed after the cached prefix; the cache grows by n.
+
+        `want_hidden` keeps row 0's last-layer states in `last_hidden` (float32). The full-vocabulary
+        path without hidden states is the causal LM's own forward; otherwise decoder + `head`."""
+        if self.vocab_subset is None and not want_hidden:
+            B, n = ids.shape
+            pos = self.positions(B, n) if position_ids is None else position_ids
+            kw = self.cache_kwargs()
+            if attention_mask is not None:
+                kw["attention_mask"] = attention_mask
+            logits = self.model(input_ids=ids.to(self.device), use_cache=True, position_ids=pos, **kw).logits
+            self.length += n
+            return logits.float()
+        h = self.run_decoder(ids, position_ids, attention_mask).last_hidden_state
+        self.last_hidden = h[0].float() if want_hidden else None
+        return self.head(h).float()
+
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        """Logits [len(ids), V] of one sequence's next tokens (the decode loop's call)."""
+        return self.forward_ids(torch.tensor([ids], dtype=torch.long, device=self.device),
+                                want_hidden=self.want_hidden)[0]
+
+    @torch.inference_mode()
+    def extend_batch(self, ids: torch.Tensor) -> torch.Tensor:
+        """`extend` for a batch [B, n] on a cache already holding B rows (batch_repeat_interleave):
+        logits [B, n, V]. Batched multi-drafting and batch tree scoring use it."""
+        return self.forward_ids(ids)
+
+
+class TableLM:
+    """Toy LM: next-token logits are a fixed random function of the whole context.
+
+    Distribution for context c = softmax(scale · N(0,1) draws seeded by hash(c, seed)). Being
+    context-dependent, it exercises every path a real model does (cache length, crops, prefixes).
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, scale: float = 1.5,
+                 probs_fn=None) -> None:
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.scale = scale
+        self.name = f"table-V{vocab_size}-s{seed}"
+        self.device = torch.device("cpu")
+        self.dtype = torch.float64
+        self.tokens: list[int] = []
+        self.length = 0
+        self.last_hidden = None
+        self._probs_fn = probs_fn
+        self._memo: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def dist(self, context: tuple[int, ...]) -> torch.Tensor:
+        """The exact next-token distribution (float64) — the ground truth for enumeration tests."""
+        if context not in self._memo:
+            if self._probs_fn is not None:
+                p = torch.as_tensor(self._probs_fn(context), dtype=torch.float64)
+            else:
+                g = torch.Generator().manual_seed(hash((self.seed,) + context) & 0x7FFFFFFF)
+                p = (self.scale * torch.randn(self.vocab_size, generator=g, dtype=torch.float64)).softmax(0)
+            self._memo[context] = p
+        return self._memo[context]
+
+    def reset(self) -> None:
+        self.tokens, self.length = [], 0
+
+    def crop(self, n: int) -> None:
+        if n < self.length:
+            del self.tokens[n:]
+            self.length = n
+
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        rows = []
+        for t in ids:
+            self.tokens.append(int(t))
+            rows.append(self.dist(tuple(self.tokens)).log())
+        self.length = len(self.tokens)
+        return torch.stack(rows)
