@@ -28,11 +28,11 @@ from typing import Any, Iterator
 
 import torch
 
+from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.drafters.autoregressive import as_drafter
 from engine.drafters.base import Keep, Proposal
 from engine.measure import sync
 from engine.policies.base import WindowPolicy
-from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
 
 

@@ -53,6 +53,8 @@ LEGACY = {
     "mean_accept_length": EMITTED_PER_CALL,  # the Spec-Bench speed table
     "accepted_per_call_excl_bonus": ACCEPTED_PER_CALL,  # sweep summary.parquet
     "accepted_per_call": ACCEPTED_PER_CALL,  # multibench rows
+    "emitted_per_call": EMITTED_PER_CALL,  # analysis tables (window_table, simulate_policy)
+    "expected_emitted_per_call": EMITTED_PER_CALL,  # analysis iid_theory
     "acceptance_rate": ACCEPTANCE_RATE,  # bench rows, sweep summary.parquet
 }
 

@@ -158,7 +158,7 @@ def test_oracle_beats_every_fixed_window(ref):
     allr = wt[wt["task"] == "all"].set_index("policy")
     assert allr.loc["oracle:a", "wasted_draft"] == 0
     assert allr.loc["oracle:a", "target_calls"] <= allr[allr["kind"] == "fixed"]["target_calls"].min()
-    assert (allr["emitted_per_call"] * allr["target_calls"]).round(6).eq(len(PROMPTS) * N_NEW).all()
+    assert (allr["mean_emitted_per_call_incl_bonus"] * allr["target_calls"]).round(6).eq(len(PROMPTS) * N_NEW).all()
 
 
 def test_iid_simulation_matches_closed_form():
@@ -169,7 +169,7 @@ def test_iid_simulation_matches_closed_form():
     cost = CostModel.flat(c)
     for g in (2, 4, 8):
         s = simulate_policy(r, f"fixed:{g}", cost).iloc[0]
-        assert s["emitted_per_call"] == pytest.approx(expected_emitted(alpha, g), rel=0.02)
+        assert s["mean_emitted_per_call_incl_bonus"] == pytest.approx(expected_emitted(alpha, g), rel=0.02)
         assert s["speedup"] == pytest.approx(leviathan_speedup(alpha, g, c), rel=0.02)
     for v in ("a", "b"):
         s = simulate_policy(r, f"oracle:{v}", cost).iloc[0]
@@ -244,7 +244,7 @@ def test_expected_values_match_leviathan_for_constant_beta():
     r.requests[0]["beta"] = [alpha] * n
     for g in (1, 3, 7):
         s = simulate_policy(r, f"fixed:{g}", CostModel.flat(0.1)).iloc[0]
-        assert s["emitted_per_call"] == pytest.approx(expected_emitted(alpha, g), rel=0.01)
+        assert s["mean_emitted_per_call_incl_bonus"] == pytest.approx(expected_emitted(alpha, g), rel=0.01)
     s = simulate_policy(r, "oracle:a", CostModel.flat(0.1)).iloc[0]
     assert s["speedup"] == pytest.approx(oracle_speedup(alpha, 0.1, "a"), rel=0.01)
 

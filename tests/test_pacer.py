@@ -293,7 +293,7 @@ def test_replay_arithmetic():
     cost = CostModel.from_ms(1.0, [10.0 + k for k in range(17)])
     st = [RecordedStep(n=2, W=16, q=[0.9] * 16, ent=[0.1] * 16, s={}, request=0, temperature=0.0)]
     r = sim.replay(st, "fixed:4", cost)  # 2 accepted + 1 emitted; cost 4·1 + t_v(5)=14 ms
-    assert r["emitted_per_call"] == 3 and r["speedup"] == pytest.approx(10.0 * 3 / 18) and r["wasted_per_call"] == 2
+    assert r["mean_emitted_per_call_incl_bonus"] == 3 and r["speedup"] == pytest.approx(10.0 * 3 / 18) and r["wasted_per_call"] == 2
     o = sim.replay(st, "oracle:a", cost)  # w = 2: cost 2 + t_v(3) = 14
     assert o["speedup"] == pytest.approx(10.0 * 3 / 14) and o["wasted_per_call"] == 0
     # heuristic (start 5, +2/−1): state carries across the steps of a request and resets per request

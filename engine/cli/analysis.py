@@ -201,7 +201,7 @@ def cmd_analyze(a) -> int:
         wt = an.window_table(refs, main, gammas, policies, progress=True)
         allrows = wt[wt["task"] == "all"]
         _show(f"window table (all tasks, cost {allrows['cost'].iloc[0]}; emitted incl. bonus, accepted excl.)",
-              allrows, ["policy", "target_calls", "emitted_per_call", "accepted_per_call", "drafted",
+              allrows, ["policy", "target_calls", "mean_emitted_per_call_incl_bonus", "mean_accepted_per_call_excl_bonus", "drafted",
                         "wasted_draft", "sim_time", "speedup", "rel_best_fixed", "value"])
         wide, long = an._ratio_tables(refs, costs, gammas, policies, progress=False)
         _show("oracle / best fixed (the 1.4x table; iid_* = closed form at the same alpha and c)", wide,
@@ -230,7 +230,7 @@ def cmd_analyze(a) -> int:
         tt = an.trace_table(traces)
         _show("decode traces: measured accepted length per step (censored at each step's window)", tt,
               ["source", "policy", "task", "steps", "accepted_mean", "accepted_std", "accepted_median",
-               "censored_frac", "emitted_per_call", "draft_ms_per_token", "verify_ms_median", "c_measured"])
+               "censored_frac", "mean_emitted_per_call_incl_bonus", "draft_ms_per_token", "verify_ms_median", "c_measured"])
         notes.append("decode traces: accepted lengths are censored at the window (a fixed-γ trace at γ); "
                      "use a reference run for oracle numbers")
         _write(out, "trace_table", tt)

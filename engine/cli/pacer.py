@@ -196,7 +196,7 @@ def format_sweep(res: dict) -> str:
         for k, v in rows:
             label = k if "b" not in v else (f"{k}: pacer b={v['b']},t={v['t']},rho={v['rho']}"
                                             + (",trim=1" if v.get("trim") else ""))
-            lines.append(f"| {label} | {v['speedup']:.3f}× | {v['emitted_per_call']:.2f} | {v['mean_window']:.2f} | "
+            lines.append(f"| {label} | {v['speedup']:.3f}× | {v['mean_emitted_per_call_incl_bonus']:.2f} | {v['mean_window']:.2f} | "
                          f"{v['wasted_per_call']:.2f} |")
         if r.get("ceiling"):
             lines += _ceiling_table(f"PACER vs the oracle as the draft gets cheaper ({name}; t_d scaled by f)",

@@ -15,6 +15,7 @@ Worked example: logits [2, 1, 0], temperature 1, top_k 2 → softmax over [2, 1]
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -83,3 +84,26 @@ def entropy(probs: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in nats over the last dim; 0·log 0 = 0."""
     p = probs.float()
     return -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum(-1)
+
+
+class Draw(NamedTuple):
+    token: int
+    q: torch.Tensor  # the processed distribution it was drawn from (verification uses it)
+    shown: float  # q(token); greedy: the softmax confidence (q itself is one-hot)
+    entropy: float  # nats, of the same distribution as `shown`
+    q_max: float  # max_x q(x) before the draw (greedy: = shown)
+
+
+def draw_token(logits: torch.Tensor, sc: SamplingConfig, gen: torch.Generator) -> Draw:
+    """Draw one draft token from a logits row [V] — the only place a drafter samples.
+
+        q     = probs_from_logits(logits, sc)     temperature / top-k / top-p, as for the target
+        token = argmax q (greedy)  or  inverse-CDF sample of q with one uniform from `gen`
+
+    Greedy q is one-hot, so policies and traces see the draft's softmax confidence softmax(logits)
+    instead; q_max is what a rule may read without looking at the sampled token (PACER)."""
+    q = probs_from_logits(logits, sc)
+    soft = q if not sc.greedy else logits.softmax(-1)
+    tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
+    shown = float(soft[tok])
+    return Draw(tok, q, shown, float(entropy(soft)), shown if sc.greedy else float(soft.max()))

@@ -1,6 +1,6 @@
 """Drafters: how a step's draft block(s) are produced (the protocol: engine.drafters.base).
 
-    base.py            protocol, Proposal, Keep (the policy as decode hands it over), draw_token
+    base.py            protocol, Proposal, Keep (the policy as decode hands it over)
     autoregressive.py  a draft LM, one token per forward
     multi.py           K i.i.d. blocks from one draft LM (multi-draft verifiers)
     block.py           DFlash-style block drafter (network: block_model.py)
@@ -10,8 +10,8 @@
 """
 
 from engine.drafters.autoregressive import AutoregressiveDrafter, as_drafter
-from engine.drafters.base import KEEP_ALL, Keep, Proposal, draw_token
+from engine.drafters.base import KEEP_ALL, Keep, Proposal
 from engine.drafters.factory import drafter_kind, is_block, make_drafter
 
-__all__ = ["AutoregressiveDrafter", "KEEP_ALL", "Keep", "Proposal", "as_drafter", "draw_token", "drafter_kind",
+__all__ = ["AutoregressiveDrafter", "KEEP_ALL", "Keep", "Proposal", "as_drafter", "drafter_kind",
            "is_block", "make_drafter"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.core.sampling import SamplingConfig
-from engine.drafters.base import Keep, Proposal, draw_token
+from engine.core.sampling import SamplingConfig, draw_token
+from engine.drafters.base import Keep, Proposal
 from engine.policies.base import DraftInfo
 
 

@@ -1,6 +1,6 @@
-"""The drafter protocol, its result type `Proposal`, the `Keep` callback decode hands a drafter, and
-THE one `draw_token` every model drafter draws a draft token with (`as_drafter`, which wraps a
-plain LM, is in engine.drafters.autoregressive).
+"""The drafter protocol, its result type `Proposal` and the `Keep` callback decode hands a drafter
+(`as_drafter`, which wraps a plain LM, is in engine.drafters.autoregressive; every model drafter draws
+its tokens with the one `engine.core.sampling.draw_token`).
 
 A drafter proposes a step's draft block(s); `engine.decode.decode` drives it:
 
@@ -25,11 +25,10 @@ from a CLI spec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 
-from engine.core.sampling import SamplingConfig, entropy, probs_from_logits, sample_from
 from engine.policies.base import DraftInfo
 
 
@@ -91,26 +90,3 @@ class Keep:
 
 
 KEEP_ALL = Keep(lambda info: True)  # draft to the cap (tests, probes)
-
-
-class Draw(NamedTuple):
-    token: int
-    q: torch.Tensor  # the processed distribution it was drawn from (verification uses it)
-    shown: float  # q(token); greedy: the softmax confidence (q itself is one-hot)
-    entropy: float  # nats, of the same distribution as `shown`
-    q_max: float  # max_x q(x) before the draw (greedy: = shown)
-
-
-def draw_token(logits: torch.Tensor, sc: SamplingConfig, gen: torch.Generator) -> Draw:
-    """Draw one draft token from a logits row [V] — the only place a drafter samples.
-
-        q     = probs_from_logits(logits, sc)     temperature / top-k / top-p, as for the target
-        token = argmax q (greedy)  or  inverse-CDF sample of q with one uniform from `gen`
-
-    Greedy q is one-hot, so policies and traces see the draft's softmax confidence softmax(logits)
-    instead; q_max is what a rule may read without looking at the sampled token (PACER)."""
-    q = probs_from_logits(logits, sc)
-    soft = q if not sc.greedy else logits.softmax(-1)
-    tok = int(q.argmax()) if sc.greedy else sample_from(q, float(torch.rand((), generator=gen)))
-    shown = float(soft[tok])
-    return Draw(tok, q, shown, float(entropy(soft)), shown if sc.greedy else float(soft.max()))

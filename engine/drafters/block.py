@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from engine.core.lm import HFModel
-from engine.core.sampling import SamplingConfig
-from engine.drafters.base import Keep, Proposal, draw_token
+from engine.core.sampling import SamplingConfig, draw_token
+from engine.drafters.base import Keep, Proposal
 from engine.drafters.block_model import (SCHEMA, BlockDrafterConfig, BlockDrafterModel, BlockLM, block_attention_mask,
                                          block_inputs, block_logits, build_target_layer_ids, target_features)
 

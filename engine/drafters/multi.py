@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.sampling import SamplingConfig
-from engine.drafters.base import Keep, Proposal, draw_token
+from engine.core.sampling import SamplingConfig, draw_token
+from engine.drafters.base import Keep, Proposal
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,8 @@ def _sum_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     g = df.groupby(keys, sort=False, dropna=False)
     out = g[sums].sum(min_count=1).reset_index()
     out["requests"] = g.size().values
-    out["emitted_per_call"] = out["tokens"] / out["target_calls"]
-    out["accepted_per_call"] = out["accepted"] / out["target_calls"]
+    out["mean_emitted_per_call_incl_bonus"] = out["tokens"] / out["target_calls"]
+    out["mean_accepted_per_call_excl_bonus"] = out["accepted"] / out["target_calls"]
     out["speedup"] = out["ar_time"] / out["sim_time"]
     out["value"] = g["value"].agg(lambda v: "exact" if (v == "exact").all() else "expected").values
     return out
@@ -152,7 +152,7 @@ def window_table(refs: Refs, cost: CostLike = "measured", gammas: Iterable[int] 
                  progress: bool = False) -> pd.DataFrame:
     """One row per (task, policy) plus task 'all': fixed:γ for every γ, oracle:a/b, and `policies`.
 
-    Columns: target_calls, emitted_per_call (incl. bonus), accepted_per_call (excl.), drafted,
+    Columns: target_calls, mean_emitted_per_call_incl_bonus (incl. bonus), mean_accepted_per_call_excl_bonus (excl.), drafted,
     wasted_draft, sim_time (target forwards), speedup vs autoregressive, rel_best_fixed, value."""
     refs = _refs(refs)
     oracles = ORACLES if all(r.greedy for r in refs) else ORACLES[:2]
@@ -166,8 +166,8 @@ def window_table(refs: Refs, cost: CostLike = "measured", gammas: Iterable[int] 
     best = out[out["kind"] == "fixed"].groupby("task")["speedup"].max()
     out["rel_best_fixed"] = out["speedup"] / out["task"].map(best)
     out["cost"] = _label(cost, refs)
-    cols = ["task", "policy", "kind", "gamma", "requests", "tokens", "target_calls", "emitted_per_call",
-            "accepted_per_call", "drafted", "wasted_draft", "sim_time", "ar_time", "sim_ms", "speedup",
+    cols = ["task", "policy", "kind", "gamma", "requests", "tokens", "target_calls", "mean_emitted_per_call_incl_bonus",
+            "mean_accepted_per_call_excl_bonus", "drafted", "wasted_draft", "sim_time", "ar_time", "sim_ms", "speedup",
             "rel_best_fixed", "cost", "value"]
     if not all(r.greedy for r in refs):
         out.attrs["note"] = "sampling reference: adaptive policies omitted; values are expectations"
@@ -374,7 +374,7 @@ def trace_table(traces) -> pd.DataFrame:
                      else f"accepted censored at window {int(g['window'].max())}" if pol.startswith("fixed")
                      else "accepted censored at each step's window",
                      **_spread(g["accepted"].to_numpy(dtype=float), "accepted"),
-                     "emitted_per_call": float(g["emitted"].mean()),
+                     "mean_emitted_per_call_incl_bonus": float(g["emitted"].mean()),
                      "draft_ms_per_token": float(g["t_draft_ms"].sum() / drafted) if drafted else math.nan,
                      "verify_ms_median": tv,
                      "c_measured": float(g["t_draft_ms"].sum() / drafted) / tv if drafted and tv > 0 else math.nan})

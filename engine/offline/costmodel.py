@@ -183,7 +183,7 @@ def iid_theory(alpha: float, c: float, gammas: Sequence[int] = range(1, 17)) -> 
     gammas = list(gammas)
     if not gammas or min(gammas) < 1:
         raise ValueError("gammas must be positive integers")
-    rows = [{"gamma": g, "expected_emitted_per_call": expected_emitted(alpha, g),
+    rows = [{"gamma": g, "mean_emitted_per_call_incl_bonus": expected_emitted(alpha, g),
              "speedup": leviathan_speedup(alpha, g, c)} for g in gammas]
     df = pd.DataFrame(rows)
     best = df.loc[df["speedup"].idxmax()]

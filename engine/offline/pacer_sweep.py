@@ -63,7 +63,7 @@ def replay(steps: list[RecordedStep], policy: WindowPolicy | OracleSpec | str, c
             wasted += s["drafted"] - s["accepted"]  # dropped drafts are wasted draft work too
             time += s["cost"]
     n = max(1, len(steps))
-    return {"speedup": cost.v(0) * emitted / time, "emitted_per_call": emitted / n, "mean_window": window / n,
+    return {"speedup": cost.v(0) * emitted / time, "mean_emitted_per_call_incl_bonus": emitted / n, "mean_window": window / n,
             "wasted_per_call": wasted / n}
 
 

@@ -362,7 +362,7 @@ def simulate_policy(ref: Reference, spec: str, cost: CostModel) -> pd.DataFrame:
             "gamma": pol.max_window if kind == "fixed" else math.nan, "cost": cost.label,
             "tokens": n, **tot,
             "wasted_draft": tot["drafted"] - tot["accepted"],
-            "emitted_per_call": n / tot["target_calls"], "accepted_per_call": tot["accepted"] / tot["target_calls"],
+            "mean_emitted_per_call_incl_bonus": n / tot["target_calls"], "mean_accepted_per_call_excl_bonus": tot["accepted"] / tot["target_calls"],
             "ar_time": ar, "speedup": ar / tot["sim_time"],
             "sim_ms": tot["sim_time"] * cost.target_ms if cost.target_ms else math.nan,
             "value": "exact" if ref.greedy else "expected",
