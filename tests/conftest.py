@@ -5,6 +5,7 @@ server + Chromium browser of the browser tests.
 Fixtures used by more than one test module live here, never in a test module another one imports
 (pytest would then see the fixture defined twice, and a module's skip would reach its importers)."""
 
+import itertools
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from engine.core.lm import HFModel
@@ -21,6 +23,8 @@ from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported 
 
 VOCAB = 64
 REPO = Path(__file__).resolve().parent.parent
+MAIN = str(REPO / "app" / "main.py")  # the app, for AppTest
+TIMEOUT = 120  # seconds per AppTest script run: the Live page imports torch on a busy 2-core machine
 
 # Test models are tiny: one thread avoids intra-op synchronisation that costs 30× on a loaded 2-core box.
 torch.set_num_threads(1)
@@ -59,6 +63,54 @@ def decode_with_contexts(target, draft, prompt, policy, n, **kw):
         seq.extend(s.emitted_tokens)
     return steps, ctx, seq[len(prompt):]
 
+
+
+# ------------------------------------------------------------------ χ² of the real decode loop on toy table models
+
+
+def exact_joint(lm, prompt, n):
+    """Every length-n continuation of `prompt` and its exact probability under `lm` (a TableLM)."""
+    cells = list(itertools.product(range(lm.vocab_size), repeat=n))
+    probs = []
+    for z in cells:
+        pr, ctx = 1.0, tuple(prompt)
+        for t in z:
+            pr *= float(lm.dist(ctx)[t])
+            ctx += (t,)
+        probs.append(pr)
+    return cells, np.array(probs)
+
+
+def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: int = 3):
+    """Sample whole continuations with the real decode loop (T = 1) and compare with the exact joint."""
+    from scipy.stats import chisquare
+
+    from engine.core.lm import TableLM
+    from engine.core.sampling import SamplingConfig
+    from engine.decode import DecodeConfig, decode
+    from engine.policies.base import parse_policy
+
+    target = TableLM(3, seed=11)
+    cells, expected = exact_joint(target, [0], n)
+    index = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells))
+    pol = parse_policy(policy) if isinstance(policy, str) else policy
+    for s in range(samples):
+        cfg = DecodeConfig(max_new_tokens=n, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=s))
+        out = [t for r in decode(target, draft, [0], pol, cfg) for t in r.emitted_tokens]
+        counts[index[tuple(out)]] += 1
+    exp = expected * samples
+    # Pool the rarest cells into one bin until it holds ≥ 5 expected counts (every other cell has ≥ 5).
+    order = np.argsort(exp)
+    n_pool, pooled = 0, 0.0
+    while n_pool < len(exp) and (pooled < 5 or exp[order[n_pool]] < 5):
+        pooled += exp[order[n_pool]]
+        n_pool += 1
+    rest = order[n_pool:]
+    obs_b = np.append(counts[rest], counts[order[:n_pool]].sum())
+    exp_b = np.append(exp[rest], pooled)
+    assert exp_b.min() >= 5 and len(exp_b) >= 10
+    return chisquare(obs_b, exp_b).pvalue, 0.5 * np.abs(counts / samples - expected).sum()
 
 # ------------------------------------------------------------------ model folders for the CLI tests
 

@@ -20,10 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import audit_view, data, downloads, plots, tokens
 from engine.trace.format import load_trace
-
-REPO = Path(__file__).resolve().parent.parent
-MAIN = str(REPO / "app" / "main.py")
-TIMEOUT = 120  # seconds per script run: the Live page imports torch on a busy 2-core machine
+from tests.conftest import MAIN, REPO, TIMEOUT
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import browser_missing, nav, new_session
-from tests.test_interop import SPS, answer_file
+from tests.specbench_answers import SPS, answer_file
 
 if browser_missing():
     pytest.skip(browser_missing(), allow_module_level=True)

@@ -1,16 +1,12 @@
 """Imported runs in the app (AppTest): a Spec-Bench answer file uploads, and every page either shows
 what the file has or says what it lacks — none fails on the missing fields."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import data
-from tests.test_interop import SPS, VANILLA, answer_file
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
-TIMEOUT = 120
+from tests.conftest import MAIN, TIMEOUT
+from tests.specbench_answers import SPS, VANILLA, answer_file
 
 
 @pytest.fixture()

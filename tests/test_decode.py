@@ -1,7 +1,5 @@
 """The decode generator: greedy equivalence, χ² losslessness of the real loop, KV rollback."""
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -11,7 +9,7 @@ from engine.decode import DecodeConfig, decode
 from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
-from tests.conftest import greedy_reference
+from tests.conftest import exact_joint, greedy_reference
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 2, 2, 2, 2, 11, 40]]
 POLICIES = ["fixed:1", "fixed:3", "fixed:6", "heuristic", "heuristic:2,max=8", "confidence", "confidence:0.9",
@@ -98,18 +96,6 @@ def test_kv_crop_equals_fresh_forward(tiny_target):
     torch.testing.assert_close(after_crop, ref, atol=1e-4, rtol=0)
 
 
-def _exact_joint(target: TableLM, prompt, n):
-    cells = list(itertools.product(range(target.vocab_size), repeat=n))
-    probs = []
-    for z in cells:
-        pr, ctx = 1.0, tuple(prompt)
-        for t in z:
-            pr *= float(target.dist(ctx)[t])
-            ctx += (t,)
-        probs.append(pr)
-    return cells, np.array(probs)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,samples", [("fixed:2", 60_000), ("confidence:0.5,max=3", 40_000)])
 def test_chi_square_of_the_real_loop(policy, samples):
@@ -117,7 +103,7 @@ def test_chi_square_of_the_real_loop(policy, samples):
     joint distribution of the first 3 tokens with the exact target joint."""
     target, draft = TableLM(3, seed=11), TableLM(3, seed=12)
     prompt, n = [0], 3
-    cells, expected = _exact_joint(target, prompt, n)
+    cells, expected = exact_joint(target, prompt, n)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells))
     pol = parse_policy(policy)
@@ -137,8 +123,8 @@ def test_chi_square_of_the_real_loop(policy, samples):
 def test_chi_square_detects_a_biased_loop():
     """Sanity check of the statistic itself: the draft's own distribution must be rejected."""
     target, draft = TableLM(3, seed=11), TableLM(3, seed=12)
-    cells, expected = _exact_joint(target, [0], 3)
-    _, draft_joint = _exact_joint(draft, [0], 3)
+    cells, expected = exact_joint(target, [0], 3)
+    _, draft_joint = exact_joint(draft, [0], 3)
     counts = np.random.default_rng(0).multinomial(20_000, draft_joint)
     assert chisquare(counts, expected * 20_000).pvalue < 1e-4
 

@@ -18,8 +18,7 @@ from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
 from engine.policies.simple import Fixed
 from engine.core.sampling import SamplingConfig
-from tests.conftest import decode_with_contexts, greedy_reference
-from tests.test_decode import _exact_joint
+from tests.conftest import decode_with_contexts, exact_joint, greedy_reference
 
 
 def draft(drafter, seq, cap=16, policy="fixed:16"):
@@ -203,7 +202,7 @@ class _WrongQ:
 def _chi_square(make_drafter, policy, samples):
     target = TableLM(3, seed=3, scale=1.0)  # flat enough that every 3-token cell expects ≥ 5 hits
     prompt, n = [0, 1, 2, 0, 1], 3  # repetitive, so lookup and suffix propose on most steps
-    cells, expected = _exact_joint(target, prompt, n)
+    cells, expected = exact_joint(target, prompt, n)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells))
     drafted = 0

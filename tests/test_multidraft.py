@@ -15,7 +15,7 @@ from engine.core.sampling import SamplingConfig
 from engine.core.tree import TreeConfig, TreeTarget, build_trie
 from engine.verify import VERIFIERS, verify_block
 from engine.verify.multidraft import kseq_rho
-from tests.test_verify_block import chi_square_of_loop
+from tests.conftest import chi_square_of_loop
 
 LOSSLESS_MULTI = ("rrs", "kseq", "rbv", "kbv")
 

@@ -17,8 +17,7 @@ from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.verify import VERIFIERS, uniforms_needed
 from engine.verify.onehot_tree import verify_onehot_tree
-from tests.conftest import decode_with_contexts, greedy_reference
-from tests.test_decode import _exact_joint
+from tests.conftest import decode_with_contexts, exact_joint, greedy_reference
 
 V = 10
 
@@ -325,7 +324,7 @@ class _SmearedPhraseQ:
 def _chi_square(make_drafter, policy, verifier, samples, prompt=(0, 1, 2, 0, 1)):
     target = TableLM(3, seed=3, scale=1.0)  # flat enough that every 3-token cell expects ≥ 5 hits
     prompt, n = list(prompt), 3  # repetitive: the pool proposes on most steps
-    cells, expected = _exact_joint(target, prompt, n)
+    cells, expected = exact_joint(target, prompt, n)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells))
     phrase, trees = 0, 0

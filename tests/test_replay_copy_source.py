@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import data, tokens
 from engine.trace.format import load_trace
-from tests.test_app import MAIN, TIMEOUT
+from tests.conftest import MAIN, TIMEOUT
 
 
 def test_copy_source_marks_exactly_the_span():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -14,10 +13,8 @@ from streamlit.testing.v1 import AppTest
 from app import data
 from engine.trace.format import TraceError, loads_trace
 from engine.trace.loadbench import synthetic_records
-from tests.test_trace_fuzz import POOL, mutate
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
-TIMEOUT = 120
+from tests.conftest import MAIN, TIMEOUT
+from tests.trace_mutations import POOL, mutate
 
 
 def trace_bytes(n_steps: int = 12, per_request: int = 4) -> bytes:

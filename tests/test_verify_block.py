@@ -1,19 +1,13 @@
 """Block verification (Sun et al.): exact enumeration of the real function, regression values, χ² of the loop."""
 
-import itertools
-
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from engine.bench.audit import audit, constant, notes_toy, toy_cases
-from engine.decode import DecodeConfig, decode
 from engine.core.lm import TableLM
-from engine.policies.base import parse_policy
-from engine.core.sampling import SamplingConfig
 from engine.verify import verify_block, verify_token
 from engine.verify.block import verify_block_same_row
+from tests.conftest import chi_square_of_loop
 
 GBV_TOY = (constant([2 / 3, 1 / 3]), constant([1 / 3, 2 / 3]))  # (q, p) of the paper's motivating example
 
@@ -84,43 +78,6 @@ def test_greedy_is_prefix_match():
     p = one[[1, 2, 0, 3]]
     res = verify_block([1, 2, 3], q, p, torch.zeros(4, dtype=torch.float64))
     assert res.accepted == 2 and res.tokens == (1, 2, 0)
-
-
-def _joint(lm, prompt, n):
-    cells = list(itertools.product(range(lm.vocab_size), repeat=n))
-    probs = []
-    for z in cells:
-        pr, ctx = 1.0, tuple(prompt)
-        for t in z:
-            pr *= float(lm.dist(ctx)[t])
-            ctx += (t,)
-        probs.append(pr)
-    return cells, np.array(probs)
-
-
-def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: int = 3):
-    """Sample whole continuations with the real decode loop (T = 1) and compare with the exact joint."""
-    target = TableLM(3, seed=11)
-    cells, expected = _joint(target, [0], n)
-    index = {c: i for i, c in enumerate(cells)}
-    counts = np.zeros(len(cells))
-    pol = parse_policy(policy) if isinstance(policy, str) else policy
-    for s in range(samples):
-        cfg = DecodeConfig(max_new_tokens=n, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=s))
-        out = [t for r in decode(target, draft, [0], pol, cfg) for t in r.emitted_tokens]
-        counts[index[tuple(out)]] += 1
-    exp = expected * samples
-    # Pool the rarest cells into one bin until it holds ≥ 5 expected counts (every other cell has ≥ 5).
-    order = np.argsort(exp)
-    n_pool, pooled = 0, 0.0
-    while n_pool < len(exp) and (pooled < 5 or exp[order[n_pool]] < 5):
-        pooled += exp[order[n_pool]]
-        n_pool += 1
-    rest = order[n_pool:]
-    obs_b = np.append(counts[rest], counts[order[:n_pool]].sum())
-    exp_b = np.append(exp[rest], pooled)
-    assert exp_b.min() >= 5 and len(exp_b) >= 10
-    return chisquare(obs_b, exp_b).pvalue, 0.5 * np.abs(counts / samples - expected).sum()
 
 
 @pytest.mark.slow
