@@ -110,6 +110,17 @@ bench-phrase-smollm2: $(STAMP)
 	  --configs "ar;fixed:4;fixed:8;fixed:12;matchlen:1,offset=2,max=12;pacer;pacer:b=4,t=0.3,rho=1.1;fixed:10@lookup:n=10,ngram=2;hf:lookup:10" \
 	  --out docs/results/bench-phrase-smollm2-greedy.json
 
+# Oracle vs fixed for the model-free drafters: each replayed exactly over the autoregressive run of
+# bench-qwen-modelfree (engine/offline/copy_source.py), priced with the in-run costs of its decode traces, c = 0.
+QCOPY = traces/qwen-modelfree-ar-t0.jsonl traces/qwen-lookup-fixed-10-t0.jsonl traces/qwen-lookup-matchlen-t0.jsonl \
+  traces/qwen-suffix-matchlen-t0.jsonl
+analysis-qwen-copy: $(STAMP)
+	$(BIN)/python -m engine analyze --copy-drafter lookup:n=10,ngram=2 $(QCOPY) --gammas 1-10 \
+	  --policies "matchlen:1,offset=2,max=10;matchlen:1,offset=1,max=10;heuristic:max=10" \
+	  --out docs/results/analysis-qwen-copy/lookup
+	$(BIN)/python -m engine analyze --copy-drafter suffix:n=16 $(QCOPY) --gammas 1-16 \
+	  --policies "matchlen:1,offset=1;matchlen:1,offset=2;heuristic" --out docs/results/analysis-qwen-copy/suffix
+
 # Why a real step costs more than its parts (docs/benchmarks.md, "Replayed vs real").
 step-probe-qwen: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine step-probe --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \

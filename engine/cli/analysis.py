@@ -2,9 +2,12 @@
 
     python -m engine reference --target T --draft D --prompts FILE --out REF.jsonl
     python -m engine analyze REF.jsonl [TRACE.jsonl ...] [--costs measured,0.05] [--out DIR]
+    python -m engine analyze --copy-drafter lookup:n=10,ngram=2 AR.jsonl [TRACE.jsonl ...] [--out DIR]
 
 `reference` records one target run + the draft's teacher-forced pass (engine.offline.reference);
-`analyze` prints the oracle / fixed / adaptive tables (engine.offline.analysis) and writes CSV + JSON.
+`analyze` prints the oracle / fixed / adaptive tables (engine.offline.analysis) and writes CSV + JSON;
+with `--copy-drafter` it replays a model-free drafter over the greedy autoregressive traces given
+(engine.offline.copy_source), priced by default with the in-run costs of the other traces and c = 0.
 """
 
 from __future__ import annotations
@@ -46,15 +49,20 @@ def add_parser(sub) -> None:
 
     a = sub.add_parser("analyze", help="oracle vs fixed vs adaptive window tables from references / traces")
     a.add_argument("paths", nargs="+", help="reference files (python -m engine reference) and/or decode traces")
-    a.add_argument("--costs", default="measured,0.02,0.05,0.1,0.2",
+    a.add_argument("--costs", default=None,
                    help="cost models for the 1.4x table: 'measured', a ratio c (flat verify), C@measured "
                         "(c with the measured verify curve), or 'in-run' (what the decode traces given alongside "
-                        "paid per step: see CostModel.from_steps)")
+                        "paid per step: see CostModel.from_steps); default measured,0.02,0.05,0.1,0.2 "
+                        "(--copy-drafter: in-run,0 with c = 0, or 0 without the drafter's decode traces)")
     a.add_argument("--cost", default=None, help="cost model for the window table (default: measured if "
-                                               "the references have timings, else 0.05; 'in-run' as in --costs)")
+                                               "the references have timings, else 0.05; --copy-drafter: in-run "
+                                               "if its decode traces are given, else 0; 'in-run' as in --costs)")
     a.add_argument("--gammas", default="1-16", help="fixed windows to compare, e.g. 1-16 or 1,2,4,8")
     a.add_argument("--policies", default="heuristic,confidence,cumulative,entropy",
                    help="adaptive policies, ';'-separated when a spec has commas (e.g. 'confidence:0.3;heuristic')")
+    a.add_argument("--copy-drafter", default=None, metavar="SPEC",
+                   help="replay this model-free drafter (lookup:n=10,ngram=2, suffix:n=16) exactly over the "
+                        "greedy autoregressive traces among the paths; its decode traces give the in-run costs")
     a.add_argument("--out", default=None, help="directory for CSV + JSON tables (for the app)")
     a.set_defaults(func=cmd_analyze)
 
@@ -156,6 +164,33 @@ def _write(out: Path | None, name: str, df) -> None:
                                                  indent=1, allow_nan=False))
 
 
+def _copy_runs(a, refs, traces, notes: list[str]):
+    """--copy-drafter: the greedy autoregressive traces as copy runs (engine.offline.copy_source), the
+    default costs (in-run with c = 0 when the drafter's decode traces are given, else c = 0 flat) and
+    the in-run cost model's settings."""
+    from engine.offline import analysis as an
+    from engine.offline.copy_source import copy_run
+
+    if refs:
+        raise ValueError("--copy-drafter replays over autoregressive decode traces, not reference files")
+    ars = [t for t in traces if t.header.get("draft") is None
+           and float((t.header.get("sampling") or {}).get("temperature", 0)) == 0]
+    if not ars:
+        raise ValueError("--copy-drafter needs a greedy autoregressive decode trace among the paths")
+    runs = [copy_run(t, a.copy_drafter) for t in ars]
+    spec = runs[0].header["draft"]["name"]
+    paid = [t for t in an.in_run_traces(traces, runs) if t.header.get("draft") is not None]
+    if a.costs is None:
+        a.costs = "in-run,0" if paid else "0"
+    if a.cost is None:
+        a.cost = "in-run" if paid else "0"
+    notes.append(f"copy drafter {spec} replayed over {sum(len(r.requests) for r in runs)} requests of "
+                 f"{', '.join(Path(t.source).name for t in ars)} (exact for greedy decoding; accepted counts "
+                 "censored at EOS); draft cost c = 0" + (f"; in-run costs from {len(paid)} decode trace(s) of "
+                                                        "the drafter (its per-step time stays in v)" if paid else ""))
+    return runs, {"c": 0.0, "max_window": max(r.drafter_window for r in runs)}
+
+
 def cmd_analyze(a) -> int:
     from engine.offline import analysis as an
 
@@ -163,15 +198,18 @@ def cmd_analyze(a) -> int:
     for p in a.paths:
         kind, obj = an.load_any(p)
         (refs if kind == "reference" else traces).append(obj)
+    notes: list[str] = []
+    in_run_kw: dict = {}
+    if a.copy_drafter:
+        refs, in_run_kw = _copy_runs(a, refs, traces, notes)
     out = Path(a.out) if a.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    notes: list[str] = []
     if refs:
         gammas, policies = _gammas(a.gammas), _policies(a.policies)
-        costs = [_cost_value(c) for c in a.costs.split(",") if c.strip()]
+        costs = [_cost_value(c) for c in (a.costs or "measured,0.02,0.05,0.1,0.2").split(",") if c.strip()]
         if "in-run" in costs or a.cost == "in-run":  # what the decode traces given alongside paid per step
-            in_run = an.in_run_cost(traces, refs)
+            in_run = an.in_run_cost(traces, refs, **in_run_kw)
             costs = [in_run if c == "in-run" else c for c in costs]
             notes.append(f"in-run cost model from the decode traces of this pair: c = {in_run.c:.3f}, "
                          f"v(1) = {in_run.v(1):.2f}, v(4) = {in_run.v(4):.2f}, t(1) = {in_run.target_ms:.0f} ms")
@@ -195,9 +233,10 @@ def cmd_analyze(a) -> int:
             notes.append(f"reference target dtype {', '.join(low)}: a real speculative run can round a near-tie "
                          "differently from the single-token reference run and leave its text; record references "
                          "with --dtype fp32 for step-exact replay")
-        notes.append("greedy references: every simulated number is exact for the reference text" if greedy else
-                     "sampling references: fixed/oracle numbers are expected values under per-position β_j; "
-                     "adaptive policies are omitted")
+        if not a.copy_drafter:  # a copy run's note (_copy_runs) says what is exact
+            notes.append("greedy references: every simulated number is exact for the reference text" if greedy else
+                         "sampling references: fixed/oracle numbers are expected values under per-position β_j; "
+                         "adaptive policies are omitted")
         wt = an.window_table(refs, main, gammas, policies, progress=True)
         allrows = wt[wt["task"] == "all"]
         _show(f"window table (all tasks, cost {allrows['cost'].iloc[0]}; emitted incl. bonus, accepted excl.)",
@@ -205,8 +244,8 @@ def cmd_analyze(a) -> int:
                         "wasted_draft", "sim_time", "speedup", "rel_best_fixed", "value"])
         wide, long = an._ratio_tables(refs, costs, gammas, policies, progress=False)
         _show("oracle / best fixed (the 1.4x table; iid_* = closed form at the same alpha and c)", wide,
-              ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a",
-               "ratio_b", "ratio_c", "iid_ratio_a", "iid_ratio_b", "value"] if not wide.empty else None)
+              ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "s_oracle_c",
+               "ratio_a", "ratio_b", "ratio_c", "iid_ratio_a", "iid_ratio_b", "value"] if not wide.empty else None)
         if not long.empty:
             piv = long.pivot_table(index=["task", "policy"], columns="cost", values="position", sort=False)
             _show("adaptive policies: position = (S - S_fixed*) / (S_oracle(a) - S_fixed*), 0 = best fixed, "

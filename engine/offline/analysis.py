@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from engine.offline.costmodel import CostModel, iid_theory, leviathan_speedup, oracle_speedup
 from engine.offline.reference_file import Reference, load_reference
-from engine.offline.replay import kind_of, parse_spec, simulate_policy, simulate_steps, walk_reference
+from engine.offline.replay import kind_of, parse_spec, simulate_policy, simulate_steps, steps_for, walk_reference
 
 __all__ = ["CostModel", "DEFAULT_COSTS", "DEFAULT_POLICIES", "iid_theory", "load_reference", "oracle_ratio_table",
            "policy_positions", "positions_frame", "simulate_policy", "simulate_steps", "trace_accepted_frame",
@@ -261,7 +261,8 @@ def variability_table(refs: Refs, cost: CostLike | None = None, gammas: Iterable
         if not ref.greedy:
             continue
         for req in ref.requests:
-            for s in walk_reference(req, parse_spec("oracle:a"), ref.max_new_tokens, CostModel.flat(0.0)):
+            for s in walk_reference(req, parse_spec("oracle:a"), ref.max_new_tokens, CostModel.flat(0.0),
+                                    steps_for(ref, req)):
                 starts.append({"task": req.get("task", ""), "best_window": s["accept_run"]})
     sf = pd.DataFrame(starts, columns=["task", "best_window"])
     rows = []
@@ -321,20 +322,22 @@ def in_run_traces(traces, refs: Refs) -> list:
     return [t for t in traces if _name(t.header.get("target")) == tname and _name(t.header.get("draft")) in (None, dname)]
 
 
-def in_run_cost(traces, refs: Refs) -> CostModel:
+def in_run_cost(traces, refs: Refs, c: float | None = None, max_window: int | None = None) -> CostModel:
     """The cost model real decoding paid on the references' pair (`CostModel.from_steps`) from the
     steps of `in_run_traces`: autoregressive traces of the target give t(1); the pair's speculative
-    traces give v(γ) and c."""
+    traces give v(γ) and c. `c` sets the draft cost per token instead (0 for a copy drafter, whose
+    per-step scan stays in v); `max_window` the longest window priced (default: the references')."""
     refs = _refs(refs)
     use = in_run_traces(traces, refs)
     steps = [s for t in use for s in t.steps if s.get("window") is not None]
     if not steps:
         names = {(_name(r.header.get("target")), _name(r.header.get("draft"))) for r in refs}
         raise ValueError(f"no decode trace of {' + '.join(map(str, names.pop()))} given for the in-run cost model")
-    return CostModel.from_steps([s["window"] for s in steps], [s["t_draft_ms"] for s in steps],
-                                [s["t_verify_ms"] for s in steps],
-                                max_window=max(r.max_window for r in refs),
-                                label=f"in-run ({len(use)} traces)")
+    cm = CostModel.from_steps([s["window"] for s in steps], [s["t_draft_ms"] for s in steps],
+                              [s["t_verify_ms"] for s in steps],
+                              max_window=max_window or max(r.max_window for r in refs),
+                              label=f"in-run ({len(use)} traces)")
+    return cm if c is None else CostModel(c, cm.verify, cm.target_ms, f"in-run c={c:g} ({len(use)} traces)", cm.mb)
 
 
 def trace_accepted_frame(traces) -> pd.DataFrame:

@@ -10,7 +10,7 @@ max_new_tokens, cost(γ) = γc + v(γ) (engine.offline.costmodel). One step:
     emitted  = min(accepted + 1, left)                 includes it
     cost     = cost(window) + dropped·c + calls·mb     calls = pre-verifier (M_B) calls of the step
 
-Two step sources feed the same walk (`walk`):
+Three step sources feed the same walk (`walk`):
 
 - `reference_steps`: a reference run (engine.offline.reference), position by position. A step at
   position j has A = A(j), limit = M − j − 1, left = N − j, and the next step starts at j + emitted,
@@ -24,6 +24,10 @@ Two step sources feed the same walk (`walk`):
   view, project notes §2.4), exact per step at any temperature (the drafts and the verifier's
   uniforms do not depend on the window). PACER gets each step's pre-computed M_B scores instead
   of running M_B (`Pacer.use_scores`).
+- `copy_steps` (engine.offline.copy_source): a model-free drafter over one greedy autoregressive run.
+  As `reference_steps`, but the step's block b_j is the drafter's own (limit = min(|b_j|, M − j − 1),
+  A(j) = common prefix of b_j and y[j:], signals = the drafter's DraftInfo): exact for every policy.
+  A run object that carries its own source (`step_source(req)`) is walked by it (`steps_for`).
 
 Policies are the engine.policies classes themselves; `update` gets a stand-in result with
 `.accepted`. Sampling references give **expected** values instead of a walk: a draft at position j
@@ -121,6 +125,7 @@ class StepView:
     left: int | None  # output tokens left (emitted ≤ left); None = unbounded (recorded steps)
     signal: Callable[[int], DraftInfo | None]  # the i-th draft's signals (0-based); None = past the output
     scores: Sequence[float] | None = None  # M_B scores s_1..s_W of the step's drafts (recorded steps)
+    drawn: bool = True  # False: drafts fixed by the context (copy drafters): a stop drops none (Keep, drawn=False)
 
 
 # A source yields the step views of one request; it is sent each step's emitted count (a reference
@@ -259,7 +264,7 @@ def walk(source: StepSource, pol: WindowPolicy | OracleSpec, cost: CostModel,
                     continue
                 if not pol.keep_drafting(info):
                     # as the drafter does: a trimming rule drops the failed drafts unverified (even at the cap)
-                    dropped = min(pol.drop_on_stop(), window)
+                    dropped = min(pol.drop_on_stop(), window) if view.drawn else 0
                     if window < cap or dropped:
                         stop = "policy"
                         break
@@ -282,11 +287,21 @@ def walk(source: StepSource, pol: WindowPolicy | OracleSpec, cost: CostModel,
     return steps
 
 
-def walk_reference(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> list[dict[str, Any]]:
-    """`walk` over one request of a greedy reference (oracle (c) gets its hindsight plan first)."""
+def walk_reference(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel,
+                   source: StepSource | None = None) -> list[dict[str, Any]]:
+    """`walk` over one request of a greedy reference, or over `source` when given (`steps_for`); oracle
+    (c) gets its hindsight plan from the request's A(j) first."""
     plan = (cost_optimal_windows(req["accept_run"], budget, cost, pol.max_window)
             if isinstance(pol, OracleSpec) and pol.variant == "c" else None)
-    return [{"request_id": req["request_id"], **s} for s in walk(reference_steps(req, budget), pol, cost, plan)]
+    source = reference_steps(req, budget) if source is None else source
+    return [{"request_id": req["request_id"], **s} for s in walk(source, pol, cost, plan)]
+
+
+def steps_for(ref: Reference, req: dict) -> StepSource:
+    """One request's step source: the run's own (`ref.step_source`: engine.offline.copy_source) or a
+    reference's positions."""
+    own = getattr(ref, "step_source", None)
+    return own(req) if own is not None else reference_steps(req, ref.max_new_tokens)
 
 
 # ---------------------------------------------------------------- references: per-step and per-request tables
@@ -298,7 +313,8 @@ def simulate_steps(ref: Reference, spec: str, cost: CostModel, request_id: int =
         raise ValueError("per-step replay needs a greedy reference; sampling references give expected values only")
     pol = parse_spec(spec)
     check_window(ref, pol)
-    return pd.DataFrame(walk_reference(ref.requests[request_id], pol, ref.max_new_tokens, cost))
+    req = ref.requests[request_id]
+    return pd.DataFrame(walk_reference(req, pol, ref.max_new_tokens, cost, steps_for(ref, req)))
 
 
 def _expected(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost: CostModel) -> dict[str, float]:
@@ -349,7 +365,7 @@ def simulate_policy(ref: Reference, spec: str, cost: CostModel) -> pd.DataFrame:
     for req in ref.requests:
         n = len(req["output_ids"])
         if ref.greedy:
-            steps = walk_reference(req, pol, ref.max_new_tokens, cost)
+            steps = walk_reference(req, pol, ref.max_new_tokens, cost, steps_for(ref, req))
             tot = {"target_calls": float(len(steps)), "drafted": float(sum(s["drafted"] for s in steps)),
                    "accepted": float(sum(s["accepted"] for s in steps)),
                    "sim_time": sum(s["cost"] for s in steps)}
