@@ -38,16 +38,20 @@ clean-venv:
 # Reproduce the bundled SmolLM2 traces (greedy, one Spec-Bench dev prompt per task).
 SPECBENCH ?= ../shared/spec_bench/questions_dev.jsonl
 TRACE_ARGS = --target smollm2-135m --draft smollm2-draft --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 48 --threads 1
+# Each bundled trace pins the dtype it was recorded in (greedy outputs of bf16 and fp32 runs differ):
+# the first ones came from an avx512_bf16 machine (bf16), the later ones from an AVX2-only one (fp32).
 .PHONY: traces bench
 traces: $(STAMP)
-	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 48 --threads 1 --out traces/smollm2-autoregressive.jsonl
-	for p in fixed:2 fixed:4 heuristic confidence entropy:1.0 cumulative:0.3 confidence:0.5,trim=1; do \
-	  $(BIN)/python -m engine decode $(TRACE_ARGS) --policy $$p --out traces/smollm2-$$(echo $$p | tr ':,=' '---').jsonl; done
-	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
-	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --out traces/smollm2-pacer.jsonl
-	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer --temperature 0.7 --out traces/smollm2-pacer-t07.jsonl
-	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy oracle --out traces/smollm2-oracle.jsonl
-	$(BIN)/python -m engine decode $(TRACE_ARGS) --policy pacer:b=4,t=0.3,rho=1.1 --out traces/smollm2-pacer-b4.jsonl
+	$(BIN)/python -m engine decode --target smollm2-135m --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 48 --threads 1 --dtype bf16 --out traces/smollm2-autoregressive.jsonl
+	for p in fixed:2 fixed:4 heuristic confidence; do \
+	  $(BIN)/python -m engine decode $(TRACE_ARGS) --dtype bf16 --policy $$p --out traces/smollm2-$$(echo $$p | tr ':,=' '---').jsonl; done
+	for p in entropy:1.0 cumulative:0.3 confidence:0.5,trim=1; do \
+	  $(BIN)/python -m engine decode $(TRACE_ARGS) --dtype fp32 --policy $$p --out traces/smollm2-$$(echo $$p | tr ':,=' '---').jsonl; done
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --dtype bf16 --policy fixed:4 --temperature 0.7 --out traces/smollm2-fixed-4-t07.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --dtype fp32 --policy pacer --out traces/smollm2-pacer.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --dtype fp32 --policy pacer --temperature 0.7 --out traces/smollm2-pacer-t07.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --dtype fp32 --policy oracle --out traces/smollm2-oracle.jsonl
+	$(BIN)/python -m engine decode $(TRACE_ARGS) --dtype fp32 --policy pacer:b=4,t=0.3,rho=1.1 --out traces/smollm2-pacer-b4.jsonl
 
 # The demo-pair benchmark (issue figures in docs/benchmarks.md).
 bench: $(STAMP)
@@ -93,6 +97,14 @@ bench-qwen-modelfree: models
 	  --dtype fp32 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 128 --temperatures 0 \
 	  --configs "ar;fixed:10;matchlen:1,offset=2,max=10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
 	  --trace-dir build/qwen-modelfree --out docs/results/bench-qwen-modelfree-greedy.json
+
+# The realistic pair in bf16 on a CPU with native bf16 (avx512_bf16; elsewhere bf16 is emulated and slow):
+# model draft, prompt lookup, suffix matching and HF's assisted generation interleaved with AR.
+bench-qwen-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 128 --temperatures 0 \
+	  --configs "ar;fixed:2;fixed:4;heuristic;fixed:10@lookup:n=10,ngram=2;matchlen:1,offset=2,max=10@lookup:n=10,ngram=2;matchlen:1,offset=1@suffix:n=16;hf:lookup:10;hf:heuristic:5" \
+	  --trace-dir docs/results/bench-qwen-bf16 --out docs/results/bench-qwen-bf16-greedy.json
 
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).

@@ -105,7 +105,7 @@ class _ForwardTimer:
 
 def _hf_modules(lm) -> list:
     """The modules whose forward calls are model time: the causal LM, and its decoder and output
-    head, which `engine.core.load.HFModel` calls directly when it needs hidden states or scores a
+    head, which `engine.core.lm.HFModel` calls directly when it needs hidden states or scores a
     reduced vocabulary (a hook on the causal LM alone would count that time as overhead)."""
     m = getattr(lm, "model", None)
     if not isinstance(m, torch.nn.Module):
