@@ -106,6 +106,13 @@ bench-qwen-bf16: models
 	  --configs "ar;fixed:2;fixed:4;heuristic;fixed:10@lookup:n=10,ngram=2;matchlen:1,offset=2,max=10@lookup:n=10,ngram=2;matchlen:1,offset=1@suffix:n=16;hf:lookup:10;hf:heuristic:5" \
 	  --trace-dir docs/results/bench-qwen-bf16 --out docs/results/bench-qwen-bf16-greedy.json
 
+# Multi-draft and block verifiers on the realistic pair at T = 0.7 (K drafts batched, tree-verified), bf16.
+multibench-qwen-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine multibench --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --temperatures 0.7 \
+	  --methods token,block,rrs,kseq,spectr-gbv-published,rbv,kbv --ks 1,2,4 --ls 4 --tree-mode tree \
+	  --out docs/results/multibench-qwen-bf16-t07.json
+
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).
 QREF = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype fp32 --threads 2 --prompts $(SPECBENCH) --max-new-tokens 128 --timing-repeats 3
