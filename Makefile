@@ -106,6 +106,13 @@ bench-qwen-bf16: models
 	  --configs "ar;fixed:2;fixed:4;heuristic;fixed:10@lookup:n=10,ngram=2;matchlen:1,offset=2,max=10@lookup:n=10,ngram=2;matchlen:1,offset=1@suffix:n=16;hf:lookup:10;hf:heuristic:5" \
 	  --trace-dir docs/results/bench-qwen-bf16 --out docs/results/bench-qwen-bf16-greedy.json
 
+# Phrase drafts (the 0.5B draft's 2 tokens, then phrases from the pool) on the Qwen target, bf16.
+bench-qwen-phrase-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft "phrase:model=qwen2.5-coder-0.5b,n=2,ngram=2" \
+	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 128 --temperatures 0 \
+	  --configs "ar;fixed:2;fixed:6;fixed:10;matchlen:1,offset=2,max=10;fixed:10@lookup:n=10,ngram=2" \
+	  --trace-dir docs/results/bench-qwen-phrase-bf16 --out docs/results/bench-qwen-phrase-bf16-greedy.json
+
 # Multi-draft and block verifiers on the realistic pair at T = 0.7 (K drafts batched, tree-verified), bf16.
 multibench-qwen-bf16: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine multibench --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
