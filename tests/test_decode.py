@@ -13,6 +13,7 @@ from tests.conftest import exact_joint, greedy_reference
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 2, 2, 2, 2, 11, 40]]
 POLICIES = ["fixed:1", "fixed:3", "fixed:6", "heuristic", "heuristic:2,max=8", "confidence", "confidence:0.9",
+            "confidence:0.4,refit=1",
             "cumulative", "cumulative:0.2", "entropy", "entropy:0.5"]
 
 

@@ -155,7 +155,8 @@ _PACER_KEYS = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window"
 POLICIES: dict[str, _Spec] = {
     "fixed": _Spec("engine.policies.simple:Fixed", "gamma"),
     "heuristic": _Spec("engine.policies.simple:Heuristic", "start", {"max": "max_window"}),
-    "confidence": _Spec("engine.policies.simple:Confidence", "threshold", {"max": "max_window", "trim": "trim"}),
+    "confidence": _Spec("engine.policies.simple:Confidence", "threshold",
+                        {"max": "max_window", "trim": "trim", "refit": "refit"}),
     "cumulative": _Spec("engine.policies.simple:Cumulative", "threshold", {"max": "max_window"}),
     "entropy": _Spec("engine.policies.simple:Entropy", "threshold", {"max": "max_window"}),
     "matchlen": _Spec("engine.policies.simple:MatchLen", "factor",

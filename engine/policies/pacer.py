@@ -60,6 +60,9 @@ from engine.paths import MODELS_DIR
 from engine.policies.base import DraftInfo, WindowPolicy
 
 DEFAULT_WEIGHTS = MODELS_DIR / "pacer-smollm2" / "pacer.safetensors"
+# `pacer` without weights= picks M_B by the draft's hidden size, read at the first drafted token:
+# each committed M_B was trained on one draft's states, and the sizes of our drafts differ.
+DEFAULT_WEIGHTS_BY_HIDDEN = {576: DEFAULT_WEIGHTS, 896: MODELS_DIR / "pacer-qwen" / "pacer.safetensors"}
 FORMAT = "speclab.pacer"
 
 
@@ -247,7 +250,8 @@ class Pacer(WindowPolicy):
     trimming under sampling"). That draft is weak (≈0.5 accepted per step) and a 2-token verify costs
     ~1.4 single ones on the benchmark CPU, so per-token checks that drop the failing token win; the
     paper's rule (verify the failing block) is trim=0. Re-sweep for a stronger pair. `model` injects
-    an M_B instance (tests), else `weights` (default models/pacer-smollm2/pacer.safetensors) is loaded.
+    an M_B instance (tests), else `weights` is loaded; without it, the committed M_B for the draft's
+    hidden size (DEFAULT_WEIGHTS_BY_HIDDEN: 576 → pacer-smollm2, 896 → pacer-qwen) at the first token.
     `precomputed=True` loads no M_B: the offline replay (engine.offline.replay) hands each step its
     recorded scores with `use_scores`, and the same stop rule runs on them."""
 
@@ -272,7 +276,8 @@ class Pacer(WindowPolicy):
             raise ValueError(f"pacer weights must be a path, got {weights!r}")
         self.block, self.threshold, self.rho = block, float(threshold), float(rho)
         self.weights = weights
-        self.model = None if precomputed else model if model is not None else cached_weights(weights or DEFAULT_WEIGHTS)
+        self.model = None if precomputed else model if model is not None else cached_weights(weights) if weights else None
+        self._by_hidden = not precomputed and model is None and not weights
         if self.model is not None:
             self.model.eval()
         self.reset()
@@ -365,6 +370,13 @@ class Pacer(WindowPolicy):
         """Keep M_B's inputs for the drafted token: hidden state, pre-sample confidence, entropy."""
         if info.hidden is None:
             raise ValueError("pacer needs the draft's hidden states: load the draft with want_hidden=True")
+        if self.model is None and self._by_hidden:
+            size = int(info.hidden.shape[-1])
+            if size not in DEFAULT_WEIGHTS_BY_HIDDEN:
+                raise ValueError(f"no committed pacer weights for draft hidden size {size} "
+                                 f"(have {sorted(DEFAULT_WEIGHTS_BY_HIDDEN)}): train one (`python -m engine pacer "
+                                 f"train`) and pass weights=PATH")
+            self.model = cached_weights(DEFAULT_WEIGHTS_BY_HIDDEN[size]).eval()
         if self.model is not None and info.hidden.shape[-1] != self.model.cfg.hidden_size:
             raise ValueError(f"pacer weights expect draft hidden size {self.model.cfg.hidden_size}, "
                              f"the draft gives {info.hidden.shape[-1]}")

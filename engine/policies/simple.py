@@ -4,7 +4,7 @@
 |-----------------|-----------------------------------------------------------------------|--------------------------|
 | fixed:γ         | always draft γ                                                        | Leviathan et al. 2023    |
 | heuristic:γ0    | start at γ0; +2 if every draft was accepted, else −1 (floor 1)        | HF assisted generation   |
-| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it | HF ConfidenceCriteria    |
+| confidence:t    | stop after a drafted token whose draft probability q(x) < t (0.4); `trim=1` drops it; `refit=1` re-fits t online (ROC) | HF ConfidenceCriteria    |
 | cumulative:t    | stop when 1 − Π q(x_i) > t, draft confidence as the acceptance estimate | SpecDec++ (threshold rule)|
 | entropy:H       | stop after a drafted token whose draft entropy H(q) > H nats          | DISCO/AdaEDL-style       |
 | matchlen:f      | model-free drafts: γ ≤ f·match_len + offset; stop when the path score < p | SuffixDecoding            |
@@ -83,21 +83,59 @@ class Confidence(WindowPolicy):
 
     name = "confidence"
 
-    def __init__(self, threshold: float = 0.4, max_window: int = 16, trim: int = 0) -> None:
+    def __init__(self, threshold: float = 0.4, max_window: int = 16, trim: int = 0, refit: int = 0) -> None:
         super().__init__(max_window)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"confidence threshold must be in [0, 1], got {threshold}")
         if trim not in (0, 1):
             raise ValueError(f"confidence trim must be 0 or 1, got {trim!r}")
-        self.threshold = threshold
+        if refit not in (0, 1):
+            raise ValueError(f"confidence refit must be 0 or 1, got {refit!r}")
+        if refit and trim:
+            # kept_proposal must know the keep set at draw time; a threshold that moves between steps
+            # is fine for that, but HF's re-fit never trims, and the pair has not been validated.
+            raise ValueError("confidence refit=1 re-fits HF's untrimmed rule; it does not combine with trim=1")
+        self.threshold = self.start = threshold
         self.trim = int(trim)
+        self.refit = int(refit)
+        self._probs: list[float] = []  # this request's verified drafts: q(x_i) …
+        self._matches: list[int] = []  # … and whether each was accepted (HF's probs / matches)
+        self._step: list[float] = []
 
     @property
     def params(self) -> dict[str, Any]:
-        out = {"threshold": self.threshold, "max": self.max_window}
+        out = {"threshold": self.start, "max": self.max_window}
         if self.trim:
             out["trim"] = 1
+        if self.refit:
+            out["refit"] = 1
         return out
+
+    def reset(self) -> None:
+        super().reset()
+        self.threshold = self.start
+        self._probs, self._matches, self._step = [], [], []
+
+    def propose(self) -> int:
+        self._step = []
+        if self.refit:
+            self._fields["threshold"] = round(self.threshold, 6)
+        return self.max_window
+
+    def update(self, result: Any, drafted: int) -> None:
+        """HF's online re-fit (`update_candidate_strategy`, PR #34156): every verified draft up to and
+        including the first rejection is a sample (q(x_i), accepted?); once > 5 samples hold both
+        classes, t ← the ROC threshold minimising fpr + 3·fnr (a missed acceptance costs 3× a
+        wasted draft). Post-rejection drafts are not samples (their fate was decided by another token).
+        State resets per request, like the heuristic's "transient" schedule."""
+        if not self.refit or not drafted:
+            return
+        n = int(result.accepted)
+        seen = min(drafted, n + 1)
+        self._probs.extend(self._step[:seen])
+        self._matches.extend([1] * min(n, seen) + [0] * (seen - min(n, seen)))
+        if len(self._probs) > 5 and 0 in self._matches and 1 in self._matches:
+            self.threshold = roc_threshold(self._probs, self._matches)
 
     def drop_on_stop(self) -> int:
         if self.trim:
@@ -118,11 +156,40 @@ class Confidence(WindowPolicy):
         return kept / z if z > 0 else q  # z > 0 whenever a token was kept (its own q ≥ t)
 
     def keep_drafting(self, info: DraftInfo) -> bool:
+        self._step.append(info.q_token)
         # q_token is float(q[x]) of the float32 row: exact in float64, so this matches kept_proposal.
         if info.q_token < self.threshold:
             self._fields["stop"] = "low_confidence"
             return False
         return True
+
+
+def roc_threshold(scores: list[float], labels: list[int], fn_cost: float = 3.0) -> float:
+    """The score threshold t minimising fpr(t) + fn_cost·fnr(t), where a sample is predicted positive
+    iff score ≥ t; candidates are the distinct scores, scanned from the highest (ties: the highest t,
+    as a ROC curve lists them).
+
+    Example: scores [0.9, 0.8, 0.3, 0.2], labels [1, 1, 0, 1] → costs 0.9: 0 + 3·2/3 = 2, 0.8: 0 + 3·1/3
+    = 1, 0.3: 1 + 3·1/3 = 2, 0.2: 1 + 0 = 1 → t = 0.8 (the tie with 0.2 goes to the higher t)."""
+    pos = sum(labels)
+    neg = len(labels) - pos
+    if not pos or not neg:
+        raise ValueError("roc_threshold needs both accepted and rejected samples")
+    pairs = sorted(zip(scores, labels), key=lambda x: -x[0])
+    # Costs scaled by pos·neg stay whole numbers, so ties compare exactly (fp/neg + 3·(1 − tp/pos) would not).
+    best_t, best_cost = float("inf"), fn_cost * pos * neg  # t = +inf: nothing predicted positive (fnr 1)
+    tp = fp = 0
+    i = 0
+    while i < len(pairs):
+        t = pairs[i][0]
+        while i < len(pairs) and pairs[i][0] == t:
+            tp += pairs[i][1]
+            fp += 1 - pairs[i][1]
+            i += 1
+        cost = fp * pos + fn_cost * (pos - tp) * neg
+        if cost < best_cost:
+            best_t, best_cost = t, cost
+    return best_t
 
 
 class Cumulative(WindowPolicy):
