@@ -190,3 +190,16 @@ def test_a_spec_comma_taken_as_separator_is_refused_with_the_fix():
     assert split_specs("ar;confidence:0.5,trim=1") == ["ar", "confidence:0.5,trim=1"]
     with pytest.raises(ValueError, match="separate specs with ';'"):
         split_specs("ar,confidence:0.5,trim=1")
+
+
+def test_model_time_reaches_inside_drafters(pair):
+    """A phrase drafter's draft-model forwards are model time: the bench's non-model share must not
+    count them as drafter overhead (it once did, reading ~40 % overhead that was the draft model)."""
+    from engine.bench.runner import _hf_modules
+    from engine.drafters.phrase import PhraseDrafter
+
+    _, draft = pair
+    direct = _hf_modules(draft)
+    assert direct and draft.model in direct
+    assert _hf_modules(PhraseDrafter(draft, n=2)) == direct
+    assert _hf_modules(object()) == []

@@ -106,10 +106,13 @@ class _ForwardTimer:
 def _hf_modules(lm) -> list:
     """The modules whose forward calls are model time: the causal LM, and its decoder and output
     head, which `engine.core.lm.HFModel` calls directly when it needs hidden states or scores a
-    reduced vocabulary (a hook on the causal LM alone would count that time as overhead)."""
+    reduced vocabulary (a hook on the causal LM alone would count that time as overhead). A drafter
+    that wraps a draft model (phrase, multi-draft, autoregressive: its `.lm`) is unwrapped, so its
+    model's forwards count as model time, not as the drafter's bookkeeping."""
     m = getattr(lm, "model", None)
     if not isinstance(m, torch.nn.Module):
-        return []
+        inner = getattr(lm, "lm", None)
+        return _hf_modules(inner) if inner is not None and inner is not lm else []
     out = [m]
     if hasattr(m, "get_decoder"):
         out.append(m.get_decoder())
