@@ -524,6 +524,15 @@ def pacer_models(root: str = str(MODELS)) -> dict[str, tuple[str, str]]:
     return out
 
 
+def pacer_sweep_for(draft: str, results: str = str(RESULTS), root: str = str(MODELS)) -> str:
+    """The `pacer sweep` result (docs/results/pacer-sweep*.json, last by name) that replayed a
+    pre-verifier trained for `draft`; the demo pair's sweep when none did."""
+    models = pacer_models(root)
+    hits = [str(p) for p in sorted(Path(results).glob("pacer-sweep*.json"))
+            if models.get(pacer_ceiling_model(str(p)) or "", ("", ""))[1] == draft]
+    return hits[-1] if hits else str(PACER_SWEEP)
+
+
 def pacer_ceiling_model(path: str = str(PACER_SWEEP)) -> str | None:
     """The models/ folder whose weights the PACER sweep replayed (whose pair its ceiling is about)."""
     import json

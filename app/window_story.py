@@ -225,10 +225,48 @@ def bench_oracle_ratio(bench: Mapping[str, Any], task: str = "overall", temperat
             "ratio": float(oracle["speedup_vs_ar"]) / float(best["speedup_vs_ar"])}
 
 
-def find_bench(benches: Mapping[str, Mapping[str, Any]], target: str, draft: str) -> tuple[str, dict] | None:
-    """The newest bench result of this exact pair that has an `oracle` row and fixed rows at T = 0."""
+def bench_pacer_standing(bench: Mapping[str, Any], task: str = "overall", temperature: float = 0.0) -> dict | None:
+    """PACER on the wall clock in one bench run: its best `pacer…` row against the best `fixed:γ` row
+    and the real `oracle` row (None at T > 0, where the hindsight oracle does not run). None without
+    pacer and fixed rows at that temperature."""
+    rows = [r for r in bench.get("rows", []) if r.get("task") == task and r.get("temperature") == temperature]
+    pacer = [r for r in rows if str(r.get("config", "")).startswith("pacer")]
+    fixed = [r for r in rows if _fixed_gamma(r.get("config")) is not None]
+    if not pacer or not fixed:
+        return None
+    p = max(pacer, key=lambda r: r["speedup_vs_ar"])
+    f = max(fixed, key=lambda r: r["speedup_vs_ar"])
+    o = next((r for r in rows if r.get("config") == "oracle"), None)
+    out = {"config": p["config"], "speedup": float(p["speedup_vs_ar"]), "best_fixed": float(f["speedup_vs_ar"]),
+           "best_gamma": _fixed_gamma(f["config"]), "over_fixed": float(p["speedup_vs_ar"]) / float(f["speedup_vs_ar"])}
+    if o is not None:
+        out.update(oracle=float(o["speedup_vs_ar"]), of_oracle=float(p["speedup_vs_ar"]) / float(o["speedup_vs_ar"]))
+    return out
+
+
+def pacer_wall_clock_sentence(name: str, bench: Mapping[str, Any]) -> str | None:
+    """One sentence: PACER's measured standing at T = 0 (and at T = 0.7 when that run has it)."""
+    g = bench_pacer_standing(bench)
+    if g is None:
+        return None
+    text = (f"On the wall clock (docs/results/{name}, all tasks) the best PACER rule ({g['config']}) runs at "
+            f"{num(g['speedup'])}× AR = {num(g['over_fixed'])}× the best fixed window (γ = {g['best_gamma']}, "
+            f"{num(g['best_fixed'])}×)")
+    if "oracle" in g:
+        text += f" and {num(g['of_oracle'])} of the real oracle's speedup ({num(g['oracle'])}×)"
+    s = bench_pacer_standing(bench, temperature=0.7)
+    if s is not None:
+        text += f"; at T = 0.7, {num(s['over_fixed'])}× the best fixed window"
+    return text + " (greedy unless stated)."
+
+
+def find_bench(benches: Mapping[str, Mapping[str, Any]], target: str, draft: str,
+               need=None) -> tuple[str, dict] | None:
+    """The newest bench result of this exact pair for which `need(bench)` is not None (default
+    `bench_oracle_ratio`: an `oracle` row and fixed rows at T = 0)."""
+    need = need or bench_oracle_ratio
     ok = [(name, b) for name, b in benches.items()
-          if b.get("target") == target and b.get("draft") == draft and bench_oracle_ratio(b) is not None]
+          if b.get("target") == target and b.get("draft") == draft and need(b) is not None]
     ok.sort(key=lambda nb: str(nb[1].get("created") or ""), reverse=True)
     return ok[0] if ok else None
 

@@ -280,3 +280,40 @@ def test_accept_run_ecdf_one_line_per_task_clipped():
     f = plots.accept_run_ecdf(pos, clip=32)
     assert [t.name for t in f.data] == ["qa", "rag"]
     assert list(f.data[0].x) == [0, 3, 32] and list(f.data[0].y) == [1 / 3, 2 / 3, 1.0]
+
+
+def test_bench_pacer_standing_and_sentence():
+    def row(config, s, t=0.0):
+        return {"temperature": t, "task": "overall", "config": config, "speedup_vs_ar": s}
+
+    b = {"target": "T", "draft": "D", "created": "x", "rows": [
+        row("ar", 1.0), row("fixed:1", 1.0), row("fixed:2", 1.2), row("pacer", 1.1), row("pacer:b=1,t=0.5", 1.32),
+        row("oracle", 1.5), row("fixed:2", 1.0, 0.7), row("pacer", 1.1, 0.7)]}
+    g = story.bench_pacer_standing(b)
+    assert g["config"] == "pacer:b=1,t=0.5" and g["best_gamma"] == 2
+    assert g["over_fixed"] == pytest.approx(1.1) and g["of_oracle"] == pytest.approx(0.88)
+    t07 = story.bench_pacer_standing(b, temperature=0.7)
+    assert "of_oracle" not in t07 and t07["over_fixed"] == pytest.approx(1.1)
+    assert story.pacer_wall_clock_sentence("b.json", b) == (
+        "On the wall clock (docs/results/b.json, all tasks) the best PACER rule (pacer:b=1,t=0.5) runs at 1.32× AR "
+        "= 1.10× the best fixed window (γ = 2, 1.20×) and 0.88 of the real oracle's speedup (1.50×); at T = 0.7, "
+        "1.10× the best fixed window (greedy unless stated).")
+    no_pacer = {"rows": [r for r in b["rows"] if not r["config"].startswith("pacer")]}
+    assert story.bench_pacer_standing(no_pacer) is None and story.pacer_wall_clock_sentence("x", no_pacer) is None
+    assert story.find_bench({"a": b, "n": {**no_pacer, "target": "T", "draft": "D"}}, "T", "D",
+                            need=story.bench_pacer_standing)[0] == "a"
+
+
+def test_pacer_sweep_for_picks_the_drafts_sweep(tmp_path):
+    from app import data
+
+    models, results = tmp_path / "models", tmp_path / "results"
+    for folder, pair in (("pacer-a", ("t1", "d1")), ("pacer-b", ("t2", "d2"))):
+        (models / folder).mkdir(parents=True)
+        (models / folder / "README.md").write_text(f"# PACER pre-verifier for `{pair[0]}` + `{pair[1]}`\n")
+    results.mkdir()
+    (results / "pacer-sweep-b.json").write_text(json.dumps({"weights": "models/pacer-b/pacer.safetensors"}))
+    (results / "pacer-sweep-a.json").write_text(json.dumps({"weights": "models/pacer-a/pacer.safetensors"}))
+    assert data.pacer_sweep_for("d2", str(results), str(models)) == str(results / "pacer-sweep-b.json")
+    assert data.pacer_sweep_for("d1", str(results), str(models)) == str(results / "pacer-sweep-a.json")
+    assert data.pacer_sweep_for("other", str(results), str(models)) == str(data.PACER_SWEEP)

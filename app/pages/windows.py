@@ -2,6 +2,7 @@
 reference runs — fixed γ sweep, the oracle, adaptive policies, the cost model and the 1.4× table."""
 
 import importlib
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -99,8 +100,11 @@ with head:  # the papers' questions, one sentence each, at the cost model chosen
                 help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
     if gaps["position"].notna().any():
         st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
-    pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(), data.pacer_ceiling_model())
-    st.markdown(f"**PACER.** {pacer}")
+    sweep = data.pacer_sweep_for(draft)
+    pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(sweep), data.pacer_ceiling_model(sweep))
+    pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)
+    wall = story.pacer_wall_clock_sentence(*pb) if pb else None
+    st.markdown(f"**PACER.** {pacer}" + (f" {wall}" if wall else ""))
     found = story.find_bench(data.bench_results(), target, draft)
     real_r = story.bench_oracle_ratio(found[1]) if found else None
     bench_gammas = real_r["gammas"] if real_r else None
@@ -156,7 +160,8 @@ with st.expander(f"All simulated policies for task '{task}'"):
     downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
 
 st.subheader("PACER's ceiling: how close can a pre-verifier get to the oracle?")
-ceil = data.pacer_ceiling()
+sweep = data.pacer_sweep_for(story.pair_of(refs[0].header)[1])
+ceil = data.pacer_ceiling(sweep)
 if ceil.empty:
     st.caption("No PACER sweep with a ceiling found (`python -m engine pacer sweep … --out "
                "docs/results/pacer-sweep-qmax.json`).")
@@ -169,7 +174,9 @@ else:
     downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
                     column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
                                    if k not in ("f",)})
-    st.caption("Offline replay of the recorded held-out steps of the demo pair (docs/results/pacer-sweep-qmax.json). "
+    swept = data.pacer_models().get(data.pacer_ceiling_model(sweep) or "")
+    st.caption(f"Offline replay of the recorded held-out steps of the "
+               f"{story.pair_label(swept) if swept else 'demo'} pair (docs/results/{Path(sweep).name}). "
                "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "
                "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
                "reaches the oracle as the draft's cost f → 0.")
