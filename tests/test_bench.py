@@ -203,3 +203,24 @@ def test_model_time_reaches_inside_drafters(pair):
     assert direct and draft.model in direct
     assert _hf_modules(PhraseDrafter(draft, n=2)) == direct
     assert _hf_modules(object()) == []
+
+
+def test_bench_tasks_filter(model_dirs, tmp_path, capsys):
+    """--tasks keeps only those Spec-Bench tasks (MT-bench labels fold into mt_bench); a task with no
+    prompt is refused before any timing, in one line."""
+    t, d, _ = model_dirs
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n'
+                       '{"question_id": 2, "category": "writing", "turns": ["w4 w5"]}\n'
+                       '{"question_id": 3, "category": "rag", "turns": ["w6 w7"]}\n')
+    out = tmp_path / "bench.json"
+    base = ["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompts), "--per-task", "1",
+            "--max-new-tokens", "3", "--configs", "ar,fixed:2", "--temperatures", "0", "--dtype", "fp32",
+            "--warmup", "0", "--out", str(out)]
+    assert main(base + ["--tasks", "rag,mt_bench"]) == 0
+    res = json.loads(out.read_text())
+    assert {r["task"] for r in res["rows"]} == {"rag", "mt_bench", "overall"}
+    out.unlink()
+    assert main(base + ["--tasks", "rag,sumarization"]) == 2 and not out.exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "error: --tasks: no prompts of task(s) sumarization in p.jsonl"

@@ -53,6 +53,7 @@ class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 0.7)  # greedy (Spec-Bench) and a common sampling setting
     max_new_tokens: int = 96  # long enough for acceptance to settle; keeps a CPU run under ~30 min
     per_category: int = 2  # prompts per Spec-Bench task (6 tasks): the CLI's --per-task
+    tasks: tuple[str, ...] = ()  # only these Spec-Bench tasks (empty = all): e.g. the copy-heavy ones
     seed: int = 0
     warmup: int = 1  # untimed runs per configuration on the first prompt
 
@@ -176,7 +177,10 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     from engine.drafters import make_drafter
 
     own = {s: make_drafter(split_config(s)[1], target)[1] for s in cfg.configs if "@" in s}
-    prompts = load_prompts(prompts_file, per_category=cfg.per_category)
+    prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
+    missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
+    if missing:  # a misspelt task would otherwise shrink the run silently
+        raise ValueError(f"--tasks: no prompts of task(s) {', '.join(sorted(missing))} in {Path(prompts_file).name}")
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     costs = measure_costs(target, draft, encoded[0][1])
     results: list[RunResult] = []

@@ -20,6 +20,8 @@ def add_parser(sub) -> None:
     common.add_draft(p, help="draft model, or a model-free drafter (lookup:…, suffix:…), phrase:model=DRAFT,… or "
                              "block:PATH (a saved block drafter)")
     common.add_prompts(p, per_task=BenchConfig.per_category, limit=False)
+    p.add_argument("--tasks", default="", help="comma-separated Spec-Bench tasks to keep (default: all), "
+                                                "e.g. summarization,rag")
     common.add_max_new_tokens(p, BenchConfig.max_new_tokens)
     common.add_temperatures(p, ",".join(f"{t:g}" for t in BenchConfig.temperatures))
     common.add_seed(p, BenchConfig.seed)
@@ -46,7 +48,8 @@ def cmd_bench(a) -> int:
 
     common.set_threads(a.threads)
     cfg = BenchConfig(configs=tuple(split_specs(a.configs)), temperatures=common.floats(a.temperatures, "--temperatures"),
-                      max_new_tokens=a.max_new_tokens, per_category=a.per_task, seed=a.seed, warmup=a.warmup)
+                      max_new_tokens=a.max_new_tokens, per_category=a.per_task, seed=a.seed, warmup=a.warmup,
+                      tasks=tuple(t.strip() for t in a.tasks.split(",") if t.strip()))
     if "ar" not in cfg.configs:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
     ours = policy_specs(cfg.configs)
