@@ -162,8 +162,11 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     gain = next(t for t in text if t.startswith("**Oracle gain.** Oracle (a) ÷ best fixed window: **"))
     assert "per task — paper: up to 1.4×; this " in gain and gain.endswith(" the paper's figure.")
     assert any(t.startswith("**Gap closed.** ") and ("(0 = best fixed" in t or "to the oracle (1)" in t) for t in text)
-    assert "**PACER.** No PACER pre-verifier is trained for qwen2.5-coder-0.5b yet; on the smollm2-135m ← " \
-           "smollm2-draft pair it reaches" in said
+    sweep = data.pacer_sweep_for("qwen2.5-coder-0.5b")  # this draft's own pre-verifier and its sweep
+    assert sweep.endswith("pacer-sweep-qwen.json")
+    pos = story.pacer_position(data.pacer_ceiling(sweep))
+    assert (f"**PACER.** PACER's pre-verifier for qwen2.5-coder-0.5b (models/pacer-qwen) reaches "
+            f"{story.num(pos['of_oracle'])} of the oracle's speedup, {story.num(pos['position'])} of the way") in said
     real = story.bench_oracle_ratio(json.loads((REPO / "docs/results/bench-qwen-greedy.json").read_text()))
     assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle {story.num(real['oracle'])}× AR)" in said
     assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
@@ -191,9 +194,12 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
 
 def test_windows_page_shows_pacer_ceiling(app):
     """The ceiling chart and table come from the bundled sweep result, share of the oracle per rule."""
-    from app.data import PACER_SWEEP
+    from app import data
 
     at = goto(app, "windows")
+    glance = next(h.value for h in at.subheader if h.value.startswith("At a glance: "))
+    draft = glance.rsplit(" ← ", 1)[-1]
+    PACER_SWEEP = Path(data.pacer_sweep_for(draft))  # the sweep of the pair the page opened on
     titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
     assert "PACER vs the oracle as the draft gets cheaper" in titles
     at.segmented_control(key="win_ceil_split").set_value("greedy").run()
