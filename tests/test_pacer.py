@@ -13,8 +13,8 @@ from engine.policies.base import DraftInfo, parse_policy
 from engine.core.sampling import SamplingConfig
 from engine.train.pacer.fit import PacerTrainConfig, auc, calibration, train
 from engine.offline.steps import StepData, load_split, make_batch, pack_steps
-from engine.train.pacer.data import _atomic_save, _shard_tensors, batch_loss, record_request
-from tests.conftest import greedy_reference
+from engine.train.pacer.data import batch_loss
+from tests.conftest import greedy_reference, record_pacer_shards
 
 H = 32  # tiny_llama hidden size
 
@@ -198,13 +198,7 @@ def test_auc_and_calibration():
 def recorded(tiny_target, tiny_draft, tmp_path_factory):
     """Shards + manifest recorded from the tiny pair through the real decode loop."""
     root = tmp_path_factory.mktemp("pacer-data")
-    target, draft = HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True)
-    reqs = []
-    for r, (prompt, temp) in enumerate([([3, 17, 5], 0.0), ([8, 2], 0.7), ([11, 4, 4], 0.0), ([9, 9], 0.7)]):
-        dc = DecodeConfig(max_new_tokens=24, sampling=SamplingConfig(temperature=temp, seed=1))
-        reqs.append((r, temp, record_request(target, draft, prompt, 6, dc, request_id=r)))
-    _atomic_save(_shard_tensors(reqs[:2]), root / "train-00000.safetensors")
-    _atomic_save(_shard_tensors(reqs[2:]), root / "heldout-00000.safetensors")
+    reqs = record_pacer_shards(HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True), root)
     (root / "manifest.json").write_text(json.dumps({"target": "t", "draft": "d", "config": {"window": 6},
                                                     "costs": {"t_verify_ms": [10.0 + k for k in range(7)]}}))
     return root, reqs

@@ -10,11 +10,9 @@ import engine.policies.pacer as pacer_mod
 from engine.core.lm import HFModel
 from engine.decode import DecodeConfig, decode
 from engine.offline.steps import load_split
-from engine.core.sampling import SamplingConfig
 from engine.policies.base import parse_policy
-from engine.train.pacer.data import _atomic_save, _shard_tensors, record_request
 from engine.train.pacer.fit import PacerTrainConfig, train
-from tests.conftest import greedy_reference
+from tests.conftest import greedy_reference, record_pacer_shards
 
 QWEN_DRAFT_HIDDEN = 896  # Qwen2.5-Coder-0.5B-Instruct
 
@@ -46,13 +44,7 @@ def qwen_pair():
 def trained(qwen_pair, tmp_path_factory):
     tm, dm = qwen_pair
     root = tmp_path_factory.mktemp("qwen-pacer")
-    target, draft = HFModel(tm, "qt"), HFModel(dm, "qd", want_hidden=True)
-    reqs = []
-    for r, (prompt, temp) in enumerate([([3, 17, 5], 0.0), ([8, 2], 0.7), ([11, 4, 4], 0.0), ([9, 9], 0.7)]):
-        dc = DecodeConfig(max_new_tokens=16, sampling=SamplingConfig(temperature=temp, seed=1))
-        reqs.append((r, temp, record_request(target, draft, prompt, 6, dc, request_id=r)))
-    _atomic_save(_shard_tensors(reqs[:2]), root / "train-00000.safetensors")
-    _atomic_save(_shard_tensors(reqs[2:]), root / "heldout-00000.safetensors")
+    record_pacer_shards(HFModel(tm, "qt"), HFModel(dm, "qd", want_hidden=True), root, max_new_tokens=16)
     w = root / "mb.safetensors"
     out = train(PacerTrainConfig(data_dir=str(root), out=str(w), run_dir=str(root / "run"), steps=4,
                                  batch_rows=2, pack_len=24, eval_every=2, d_model=16), progress=False)
@@ -81,8 +73,7 @@ def test_default_weights_follow_the_draft_hidden_size(trained, qwen_pair, monkey
     assert any(s.policy_fields.get("blocks") for s in steps), "M_B never scored a block"
 
 
-def test_unknown_hidden_size_and_mismatched_weights_are_refused(trained, qwen_pair, monkeypatch):
-    _, w, _ = trained
+def test_unknown_hidden_size_and_mismatched_weights_are_refused(qwen_pair, monkeypatch):
     tm, dm = qwen_pair
     target, draft = HFModel(tm, "qt"), HFModel(dm, "qd", want_hidden=True)
     monkeypatch.delitem(pacer_mod.DEFAULT_WEIGHTS_BY_HIDDEN, QWEN_DRAFT_HIDDEN)
