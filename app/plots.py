@@ -318,7 +318,8 @@ def ratio_bars(df: pd.DataFrame, x: str, y: str, color: str | None = None) -> go
                   legend=color is not None)
 
 
-def gap_closed_bars(df: pd.DataFrame, x: str = "label", y: str = "position", hover: str | None = "policy") -> go.Figure:
+def gap_closed_bars(df: pd.DataFrame, x: str = "label", y: str = "position", hover: str | None = "policy",
+                    title: str = "Gap closed by each adaptive policy") -> go.Figure:
     """How far each adaptive policy closes the oracle's gap over the best fixed window: one bar per
     policy, 0 = best fixed γ, 1 = the oracle, negative = worse than the best fixed window. Bars take
     the colours the same policies' markers get in `speedup_vs_window` (after its one fixed-γ line), so
@@ -332,7 +333,7 @@ def gap_closed_bars(df: pd.DataFrame, x: str = "label", y: str = "position", hov
     fig.add_hline(y=1.0, line_color=COLORS["bonus"], line_dash="dash")
     lo = min(0.0, float(df[y].min())) if len(df) and df[y].notna().any() else 0.0
     fig.update_yaxes(range=[lo - 0.1, 1.1])  # always show both ends of the scale, best fixed and oracle
-    return layout(fig, "Gap closed by each adaptive policy", "adaptive policy",
+    return layout(fig, title, "adaptive policy",
                   "gap closed (0 = best fixed γ, 1 = oracle)", height=340, legend=False)
 
 

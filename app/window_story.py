@@ -244,6 +244,26 @@ def bench_pacer_standing(bench: Mapping[str, Any], task: str = "overall", temper
     return out
 
 
+def bench_gap_closed(bench: Mapping[str, Any], task: str = "overall", temperature: float = 0.0) -> pd.DataFrame:
+    """The gap-closed scale on the wall clock: for every adaptive policy row of one bench run (not ar,
+    fixed:γ, oracle, HF or another drafter's `…@…`), (S − S_best fixed) ÷ (S_oracle − S_best fixed).
+    Empty without an oracle row or when the oracle does not beat the best fixed window."""
+    cols = ["policy", "label", "position", "speedup"]
+    real = bench_oracle_ratio(bench, task, temperature)
+    if real is None or real["oracle"] <= real["best_fixed"]:
+        return pd.DataFrame(columns=cols)
+    rows = [r for r in bench.get("rows", []) if r.get("task") == task and r.get("temperature") == temperature]
+    keep = [r for r in rows if r["config"] not in ("ar", "oracle") and _fixed_gamma(r["config"]) is None
+            and not str(r["config"]).startswith("hf:") and "@" not in str(r["config"])]
+    span = real["oracle"] - real["best_fixed"]
+    specs = [str(r["config"]) for r in keep]
+    shorts = [short_policy(x) for x in specs]
+    labels = [sh if shorts.count(sh) == 1 else x for x, sh in zip(specs, shorts)]
+    return pd.DataFrame({"policy": specs, "label": labels,
+                         "position": [(float(r["speedup_vs_ar"]) - real["best_fixed"]) / span for r in keep],
+                         "speedup": [float(r["speedup_vs_ar"]) for r in keep]}, columns=cols)
+
+
 def pacer_wall_clock_sentence(name: str, bench: Mapping[str, Any]) -> str | None:
     """One sentence: PACER's measured standing at T = 0 (and at T = 0.7 when that run has it)."""
     g = bench_pacer_standing(bench)

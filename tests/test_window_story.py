@@ -317,3 +317,18 @@ def test_pacer_sweep_for_picks_the_drafts_sweep(tmp_path):
     assert data.pacer_sweep_for("d2", str(results), str(models)) == str(results / "pacer-sweep-b.json")
     assert data.pacer_sweep_for("d1", str(results), str(models)) == str(results / "pacer-sweep-a.json")
     assert data.pacer_sweep_for("other", str(results), str(models)) == str(data.PACER_SWEEP)
+
+
+def test_bench_gap_closed_on_the_wall_clock():
+    def row(config, s, t=0.0):
+        return {"temperature": t, "task": "overall", "config": config, "speedup_vs_ar": s}
+
+    b = {"rows": [row("ar", 1.0), row("fixed:1", 1.1), row("fixed:2", 1.2), row("oracle", 1.6), row("pacer", 1.3),
+                  row("pacer:b=1,t=0.9", 1.4), row("heuristic", 1.0), row("hf:lookup:10", 2.0),
+                  row("fixed:10@lookup:n=10", 2.0), row("pacer", 9.0, t=0.7)]}
+    g = story.bench_gap_closed(b)
+    assert list(g["policy"]) == ["pacer", "pacer:b=1,t=0.9", "heuristic"]
+    assert list(g["label"]) == ["pacer", "pacer:b=1,t=0.9", "heuristic"]  # two pacers: full specs
+    assert g["position"].tolist() == pytest.approx([0.25, 0.5, -0.5])
+    no_gain = {"rows": [row("fixed:1", 1.2), row("oracle", 1.1), row("pacer", 1.3)]}
+    assert story.bench_gap_closed(no_gain).empty and story.bench_gap_closed({"rows": []}).empty
