@@ -8,12 +8,14 @@ tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in te
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -167,12 +169,21 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     pos = story.pacer_position(data.pacer_ceiling(sweep))
     assert (f"**PACER.** PACER's pre-verifier for qwen2.5-coder-0.5b (models/pacer-qwen) reaches "
             f"{story.num(pos['of_oracle'])} of the oracle's speedup, {story.num(pos['position'])} of the way") in said
-    real = story.bench_oracle_ratio(json.loads((REPO / "docs/results/bench-qwen-greedy.json").read_text()))
+    pair = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    found = story.find_bench(data.bench_results(), *pair)  # the newest bench of the pair with an oracle row
+    real = story.bench_oracle_ratio(found[1])
     assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle {story.num(real['oracle'])}× AR)" in said
+    pb = story.find_bench(data.bench_results(), *pair, need=story.bench_pacer_standing)
+    assert pb is not None and story.pacer_wall_clock_sentence(*pb) in said  # PACER on the wall clock
     assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
     assert "**Cost.** Cost model: measured (c = " in said
     charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
               for c in at.get("plotly_chart")}
+    wall = charts["Gap closed on the wall clock (bench, greedy)"]["data"][0]
+    want = story.bench_gap_closed(pb[1])
+    ys = wall["y"] if isinstance(wall["y"], list) else \
+        np.frombuffer(base64.b64decode(wall["y"]["bdata"]), dtype=wall["y"]["dtype"]).tolist()  # plotly's typed array
+    assert ys == pytest.approx(want["position"].tolist()) and wall["customdata"] == want["policy"].tolist()
     gap = charts["Gap closed by each adaptive policy"]["data"][0]
     assert len(gap["x"]) == 4 and [x.split(":")[0] for x in gap["customdata"]] == \
         ["heuristic", "confidence", "cumulative", "entropy"]
