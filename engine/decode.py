@@ -28,6 +28,7 @@ from typing import Any, Iterator
 
 import torch
 
+from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.drafters.autoregressive import as_drafter
 from engine.drafters.base import Keep, Proposal
@@ -172,7 +173,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     t0 = time.perf_counter()
     target.reset()
     if len(seq) > 1:
-        target.extend(seq[:-1])
+        prefill(target, seq[:-1])
     if drafter is not None:
         drafter.reset(seq)
         policy.reset()

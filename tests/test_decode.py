@@ -148,3 +148,24 @@ def test_auto_dtype_is_bf16_only_where_native(monkeypatch):
         assert models.resolve_dtype("auto", "cpu") == want, flags
     monkeypatch.setattr(builtins, "open", real_open)
     assert models.resolve_dtype("fp32") == torch.float32 and models.resolve_dtype("bf16") == torch.bfloat16
+
+
+def test_prefill_caches_without_logits(tiny_target):
+    """prefill caches the prompt with the decoder alone (no LM head over every prompt position), and the
+    next extend gives the same logits as feeding the whole prompt."""
+    from engine.core.lm import prefill
+
+    prompt = [1, 5, 9, 3, 7, 2]
+    full = HFModel(tiny_target, "ref").extend(prompt)[-1]
+    lm = HFModel(tiny_target, "t")
+    calls = []
+    hook = tiny_target.get_output_embeddings().register_forward_hook(lambda *a: calls.append(1))
+    try:
+        prefill(lm, prompt[:-1])
+    finally:
+        hook.remove()
+    assert not calls and lm.length == len(prompt) - 1
+    torch.testing.assert_close(lm.extend(prompt[-1:])[-1], full, atol=1e-5, rtol=0)
+    table = TableLM(8, seed=3)  # an LM without prefill: extended, logits dropped
+    prefill(table, [1, 2, 3])
+    assert table.tokens == [1, 2, 3]

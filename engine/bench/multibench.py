@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from engine.core.lm import prefill
 from engine.measure import median_ms, sync
 from engine.metrics import ACCEPTED_PER_CALL, EMITTED_PER_CALL, rates
 
@@ -181,7 +182,7 @@ def measure_modes(target, draft, ids, ks=(2, 3, 4), ls=(4, 8, 12), reps: int = 3
             for mode in ("tree", "batch") if k > 1 else ("tree",):
                 tt = TreeTarget(target, TreeConfig(mode))
                 tt.reset()
-                tt.extend(ids[:-1])
+                prefill(tt, ids[:-1])
 
                 def score():
                     if k == 1:

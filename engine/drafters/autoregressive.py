@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
 from engine.drafters.base import Keep, Proposal
 from engine.policies.base import DraftInfo
@@ -34,7 +35,7 @@ class AutoregressiveDrafter:
         if hasattr(self.lm, "add_request_tokens"):
             self.lm.add_request_tokens(prompt_ids)
         if len(prompt_ids) > 1:
-            self.lm.extend(prompt_ids[:-1])
+            prefill(self.lm, prompt_ids[:-1])
 
     def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         drafts: list[int] = []

@@ -51,12 +51,20 @@ class FeatureLM(HFModel):
         super().crop(n)
         self.features = self.features[:n]
 
-    @torch.inference_mode()
-    def extend(self, ids: list[int]) -> torch.Tensor:
+    def _run(self, ids: list[int]):
         out = self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device), output_hidden_states=True)
         f = torch.cat([out.hidden_states[l + 1][0] for l in self.layer_ids], -1).float().cpu()
         self.features = torch.cat([self.features, f])
-        return self.head(out.last_hidden_state[0]).float()
+        return out
+
+    @torch.inference_mode()
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        return self.head(self._run(ids).last_hidden_state[0]).float()
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int]) -> None:
+        """The prompt's features, no logits (HFModel.prefill)."""
+        self._run(ids)
 
 
 # ------------------------------------------------------------------ decode-time drafter

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
 from engine.drafters.base import Keep, Proposal
 
@@ -75,7 +76,7 @@ class MultiDrafter:
         self.lm.reset()
         self._rows, self._last = 1, None
         if len(prompt_ids) > 1:
-            self.lm.extend(prompt_ids[:-1])
+            prefill(self.lm, prompt_ids[:-1])
 
     def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         K = self.k

@@ -48,10 +48,12 @@ def teacher_forced(lm, prompt: list[int], output: list[int], feed: int = CHUNK) 
     leaves the full context cached."""
     import torch
 
+    from engine.core.lm import prefill
+
     lm.reset()
     if len(prompt) > 1:
         for i in range(0, len(prompt) - 1, CHUNK):
-            lm.extend(prompt[i:min(i + CHUNK, len(prompt) - 1)])
+            prefill(lm, prompt[i:min(i + CHUNK, len(prompt) - 1)])
     rows = []
     ctx = prompt[-1:] + output[:-1]
     for i in range(0, len(ctx) if output else 0, feed):
