@@ -677,7 +677,7 @@ def test_live_checks_and_queue(tmp_path, monkeypatch):
     _, _, err = live.check_inputs(pair, "hello", {"A": "pacer:b=2,trim=1", "B": "fixed:2"}, 4, temperature=0.7)
     assert err.startswith("Policy A:") and "greedy decoding only" in err
     _, _, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "pacer"}, 4)
-    assert err.startswith("Policy B:") and "576-dim" in err  # the bundled M_B belongs to the SmolLM2 draft
+    assert err.startswith("Policy B:") and "576-dim" in err  # committed M_Bs: 576 (SmolLM2), 896 (Qwen); tiny: 32
 
     q = live.ModelQueue()
     holder = q.take()  # another session holds the models
