@@ -360,11 +360,13 @@ def policy_error(pair: DemoPair, spec: str, temperature: float,
     want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
     draft = pair.sides[SIDES[0]][1]
     have = getattr(getattr(getattr(draft, "model", None), "config", None), "hidden_size", None)
-    if pol.needs_hidden and want is None and have is not None and getattr(pol, "_by_hidden", False):
+    if want is None and have is not None and getattr(pol, "by_hidden", False):
         # `pacer` without weights= picks its M_B by the draft's hidden size at the first token: check now
-        from engine.policies.pacer import DEFAULT_WEIGHTS_BY_HIDDEN
+        from engine.policies.pacer import DEFAULT_WEIGHTS_BY_HIDDEN, default_weights
 
-        if have not in DEFAULT_WEIGHTS_BY_HIDDEN:
+        try:
+            default_weights(have)
+        except ValueError:
             known = ", ".join(f"{k}-dim" for k in sorted(DEFAULT_WEIGHTS_BY_HIDDEN))
             return None, (f"no pre-verifier is committed for this pair's {have}-dim draft states (trained for "
                           f"{known}); use the SmolLM2 or the Qwen pair.")

@@ -63,6 +63,15 @@ DEFAULT_WEIGHTS = MODELS_DIR / "pacer-smollm2" / "pacer.safetensors"
 # `pacer` without weights= picks M_B by the draft's hidden size, read at the first drafted token:
 # each committed M_B was trained on one draft's states, and the sizes of our drafts differ.
 DEFAULT_WEIGHTS_BY_HIDDEN = {576: DEFAULT_WEIGHTS, 896: MODELS_DIR / "pacer-qwen" / "pacer.safetensors"}
+
+
+def default_weights(hidden_size: int) -> Path:
+    """The committed M_B for drafts of this hidden size; a one-line ValueError when there is none."""
+    if hidden_size not in DEFAULT_WEIGHTS_BY_HIDDEN:
+        raise ValueError(f"no committed pacer weights for draft hidden size {hidden_size} "
+                         f"(have {sorted(DEFAULT_WEIGHTS_BY_HIDDEN)}): train one (`python -m engine pacer "
+                         f"train`) and pass weights=PATH")
+    return DEFAULT_WEIGHTS_BY_HIDDEN[hidden_size]
 FORMAT = "speclab.pacer"
 
 
@@ -277,7 +286,7 @@ class Pacer(WindowPolicy):
         self.block, self.threshold, self.rho = block, float(threshold), float(rho)
         self.weights = weights
         self.model = None if precomputed else model if model is not None else cached_weights(weights) if weights else None
-        self._by_hidden = not precomputed and model is None and not weights
+        self.by_hidden = not precomputed and model is None and not weights  # M_B chosen at the first token
         if self.model is not None:
             self.model.eval()
         self.reset()
@@ -370,13 +379,8 @@ class Pacer(WindowPolicy):
         """Keep M_B's inputs for the drafted token: hidden state, pre-sample confidence, entropy."""
         if info.hidden is None:
             raise ValueError("pacer needs the draft's hidden states: load the draft with want_hidden=True")
-        if self.model is None and self._by_hidden:
-            size = int(info.hidden.shape[-1])
-            if size not in DEFAULT_WEIGHTS_BY_HIDDEN:
-                raise ValueError(f"no committed pacer weights for draft hidden size {size} "
-                                 f"(have {sorted(DEFAULT_WEIGHTS_BY_HIDDEN)}): train one (`python -m engine pacer "
-                                 f"train`) and pass weights=PATH")
-            self.model = cached_weights(DEFAULT_WEIGHTS_BY_HIDDEN[size]).eval()
+        if self.model is None and self.by_hidden:
+            self.model = cached_weights(default_weights(int(info.hidden.shape[-1]))).eval()
         if self.model is not None and info.hidden.shape[-1] != self.model.cfg.hidden_size:
             raise ValueError(f"pacer weights expect draft hidden size {self.model.cfg.hidden_size}, "
                              f"the draft gives {info.hidden.shape[-1]}")
