@@ -120,6 +120,13 @@ multibench-qwen-bf16: models
 	  --methods token,block,rrs,kseq,spectr-gbv-published,rbv,kbv --ks 1,2,4 --ls 4 --tree-mode tree \
 	  --out docs/results/multibench-qwen-bf16-t07.json
 
+# The whole multi-draft grid (7 verifiers × K 1–4 × L 2/4/6 × T 0.4/0.7) by paired verification: per (L, T)
+# one real RBV run drafting K = 4 blocks judges every other (verifier, K) on its drafts; SD also runs for real.
+multibench-qwen-paired-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine multibench --paired --target qwen2.5-coder-1.5b \
+	  --draft qwen2.5-coder-0.5b --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 2 --max-new-tokens 64 \
+	  --temperatures 0.4,0.7 --ks 1,2,3,4 --ls 2,4,6 --out docs/results/multibench-qwen-paired-bf16.json
+
 # PACER for the realistic pair: simulated decoding (fixed γ = 12) on ShareGPT prompts with the 0.5B draft's
 # 896-d hidden states (two single-thread workers share the shards), then M_B, its no-PE ablation, the
 # offline (b, t, ρ, trim) sweep, and every adaptive policy on one wall clock (greedy and T = 0.7).

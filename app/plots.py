@@ -377,3 +377,36 @@ def audit_errors(verdicts: pd.DataFrame, tol: float) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     return layout(fig, "Worst lossless error per verifier", "max lossless error (log scale, probability units)",
                   "verifier", height=max(320, 90 + 26 * len(verdicts)), legend=False)
+
+
+# ---------------------------------------------------------------- multi-draft
+
+
+def multidraft_be(rows: pd.DataFrame, temperature: float) -> go.Figure:
+    """Block efficiency (emitted per target call) against K, one panel per block length L and one line
+    per verifier, at one temperature (rows of app.multidraft_view.load_paired). SD, a K = 1 rule, is the
+    dashed level every multi-draft line has to clear."""
+    from plotly.subplots import make_subplots
+
+    d = rows[rows["temperature"] == temperature]
+    ls = sorted(d["L"].unique())
+    fig = make_subplots(rows=1, cols=max(1, len(ls)), shared_yaxes=True, subplot_titles=[f"L = {L}" for L in ls])
+    labels = list(dict.fromkeys(d["label"]))
+    colors = dict(zip(labels, palette(len(labels))))
+    for i, L in enumerate(ls, start=1):
+        g = d[d["L"] == L]
+        for label in labels:
+            s = g[g["label"] == label].sort_values("k")
+            if s.empty:
+                continue
+            if s["method"].iloc[0] == "token":
+                fig.add_hline(y=float(s["be"].iloc[0]), line_dash="dash", line_color=colors[label], row=1, col=i)
+            fig.add_scatter(x=s["k"], y=s["be"], mode="lines+markers", name=label, legendgroup=label,
+                            showlegend=i == 1, line=dict(color=colors[label], width=2),
+                            hovertemplate=f"{label}<br>K = %{{x}}<br>BE %{{y:.2f}}<extra></extra>", row=1, col=i)
+        fig.update_xaxes(dtick=1, title_text="drafts per step K", row=1, col=i)
+    layout(fig, f"Block efficiency by drafts per step, T = {temperature:g}", "drafts per step K",
+           "tokens per target call (BE)", height=380)
+    for i in range(2, len(ls) + 1):
+        fig.update_yaxes(title_text="", row=1, col=i)  # shared axis: one title is enough
+    return fig

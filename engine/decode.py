@@ -35,6 +35,7 @@ from engine.drafters.base import Keep, Proposal
 from engine.measure import sync
 from engine.policies.base import WindowPolicy
 from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
+from engine.verify.shadow import parse_shadow, shadow_generator, shadow_verify
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class StepRecord:
     # Part of t_verify_ms spent in the verification rule itself (target probs → decisions), without
     # the target forward: the per-step overhead of a verifier, e.g. RBV over K drafts vs token SD.
     t_rule_ms: float = 0.0
+    # Paired verification (DecodeConfig.shadow): {"rbv:2": {"accepted", "emitted", "rule_ms"}, ...} —
+    # what other verifiers would have done with this step's drafts. None when no shadows were asked.
+    shadow: dict[str, dict] | None = None
 
     @property
     def window(self) -> int:
@@ -82,12 +86,17 @@ class DecodeConfig:
     max_new_tokens: int = 128  # long enough for acceptance to settle, short enough for CPU benchmarks
     verifier: str = "token"  # token-level speculative sampling: the lossless K=1 baseline
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # Verifiers judged on each step's drafts beside the run's own ("VERIFIER:k", engine.verify.shadow):
+    # none by default, since they cost rule time and never change the run.
+    shadow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens <= 100_000:
             raise ValueError(f"max_new_tokens must be in [1, 100000], got {self.max_new_tokens}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"unknown verifier {self.verifier!r}; choose from {', '.join(VERIFIERS)}")
+        for name in self.shadow:
+            parse_shadow(name)
 
 
 def score_paths(target, seq: list[int], prop: Proposal) -> list[torch.Tensor]:
@@ -168,6 +177,8 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     if drafter is not None and hasattr(drafter, "verify_target"):
         target = drafter.verify_target(target)  # a block drafter reads the target's layer features
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
+    shadows = tuple(parse_shadow(n) for n in cfg.shadow)
+    shadow_gen = shadow_generator(sc.seed, request_id) if shadows else None
     eos = set(eos_ids)
     seq = list(prompt_ids)
     t0 = time.perf_counter()
@@ -208,6 +219,9 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
         commit_target(target, seq, S, prop, chosen, res.accepted)
         sync(target)
         t_v1 = time.perf_counter()
+        # After t_v1: the shadows' rule time is reported apart and never counted in the step's timings.
+        shadow = (shadow_verify(shadows, prop.tokens, prop.q, p_list, shadow_gen, eos,
+                                remaining) if shadows else None)
         if drafter is not None:
             drafter.commit(S + res.accepted, chosen)
             drafter.observe(target)
@@ -242,7 +256,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             stop_reason=prop.stop_reason, t_draft_ms=(t_v0 - t_d0) * 1e3, t_verify_ms=(t_v1 - t_v0) * 1e3,
             t_prefill_ms=t_prefill if step == 0 else 0.0, finished=finished, policy_fields=fields,
             all_drafts=tuple(tuple(b) for b in prop.tokens) if prop.k > 1 else None, chosen=chosen,
-            decisions=getattr(res, "decisions", None), t_rule_ms=t_rule,
+            decisions=getattr(res, "decisions", None), t_rule_ms=t_rule, shadow=shadow,
         )
         step += 1
         if finished:

@@ -33,6 +33,12 @@ def add_parser(sub) -> None:
     p.add_argument("--draft-mode", default=d.draft_mode, choices=("auto", "batch", "sequential"))
     p.add_argument("--modes", action="store_true", help="also time batched/sequential drafting × tree/batch scoring")
     p.add_argument("--modes-only", action="store_true", help="only the component timings (no decoding grid)")
+    p.add_argument("--paired", action="store_true",
+                   help="the whole grid by paired verification (engine.bench.paired): per L and T one real run "
+                   "drafting max(--ks) blocks, driven by --driver, with every other (method, K) judged on its drafts; "
+                   "SR modelled from measured per-call costs and checked against real --check runs")
+    p.add_argument("--driver", default="rbv", help="--paired: the lossless multi-draft verifier that drives each run")
+    p.add_argument("--check", default="token", help="--paired: single-draft configurations also run for real")
     common.add_device(p)
     common.add_out(p, "JSON result path, rewritten after every prompt (default: none)")
     p.add_argument("--markdown", default=None, help="append a dated section to this file (e.g. docs/benchmarks.md)")
@@ -65,12 +71,32 @@ def cmd_multibench(a) -> int:
     from engine.trace.jsonio import write_json_atomic
 
     machine = a.machine or machine_description()
+    if a.from_json and a.paired:
+        from engine.bench.paired_report import append_paired_markdown, format_paired
+
+        from engine.bench.paired import paired_rows, real_rows
+
+        result = json.loads(Path(a.from_json).read_text())
+        result["rows"], result["real_rows"] = paired_rows(result), real_rows(result)  # the app reads these
+        if a.out:
+            write_json_atomic(result, a.out)
+        print(format_paired(result))
+        if a.markdown:
+            append_paired_markdown(result, Path(a.markdown), result.get("command", "?"), machine)
+        return 0
     if a.from_json:
         result = merge_results([json.loads(Path(f).read_text()) for f in a.from_json.split(",")])
         print(format_tables(result))
         if a.markdown:
             append_markdown(result, Path(a.markdown), result.get("command", "?"), machine)
         return 0
+    if a.paired:
+        from engine.bench.paired import PairedConfig
+
+        m = _config(a)
+        pcfg = PairedConfig(methods=m.methods, ks=m.ks, ls=m.ls, temps=m.temps, max_new_tokens=m.max_new_tokens,
+                            per_category=m.per_category, limit=m.limit, seed=m.seed, driver=a.driver,
+                            check=tuple(c.strip() for c in a.check.split(",") if c.strip()))
     cfg = _config(a)
     common.set_threads(a.threads)
     target = load_model(a.target, a.dtype, a.device, role="target")
@@ -83,6 +109,18 @@ def cmd_multibench(a) -> int:
             result["command"] = command
             write_json_atomic(result, a.out)
 
+    if a.paired:
+        from engine.bench.paired import run_paired
+        from engine.bench.paired_report import append_paired_markdown, format_paired
+
+        result = run_paired(target.lm, draft.lm, target.tokenizer, a.prompts, pcfg, eos=eos_token_ids(target),
+                            checkpoint=save)
+        save(result)
+        result["command"] = command
+        print(format_paired(result))
+        if a.markdown:
+            append_paired_markdown(result, Path(a.markdown), command, machine)
+        return 0
     if a.modes_only:
         from engine.trace.prompts import encode, load_prompts
 

@@ -1,0 +1,157 @@
+"""Paired (shadow) verification and the paired multi-draft grid (engine.verify.shadow, engine.bench.paired)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.core.lm import TableLM
+from engine.core.sampling import SamplingConfig
+from engine.decode import DecodeConfig, decode
+from engine.drafters.multi import MultiDraftConfig, MultiDrafter
+from engine.policies.base import parse_policy
+from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
+from engine.verify.shadow import parse_shadow, shadow_verify
+
+
+def _step(V=5, K=3, gamma=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = [torch.rand(gamma, V, generator=g, dtype=torch.float64).softmax(-1) for _ in range(K)]
+    p = [torch.rand(gamma + 1, V, generator=g, dtype=torch.float64).softmax(-1) for _ in range(K)]
+    blocks = [torch.multinomial(q[k], 1, generator=g).squeeze(1).tolist() for k in range(K)]
+    return blocks, q, p
+
+
+def test_shadow_is_the_real_verifier_on_the_first_k_drafts():
+    """Each shadow equals a direct call of its verifier on blocks[:k] with the next uniforms of the stream."""
+    blocks, q, p = _step()
+    names = ("token:1", "block:1", "rrs:2", "kseq:3", "rbv:2", "kbv:3", "spectr-gbv-published:3")
+    specs = tuple(parse_shadow(n) for n in names)
+    got = shadow_verify(specs, blocks, q, p, torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(7)
+    for s in specs:
+        bl, qq, pp = blocks[: s.k], q[: s.k], p[: s.k]
+        u = torch.rand(uniforms_needed(s.verifier, [len(b) for b in bl]), generator=g, dtype=torch.float64)
+        fn = VERIFIERS[s.verifier]
+        res = fn(bl, qq, pp, u) if s.verifier in MULTI_DRAFT else fn(bl[0], qq[0], pp[0], u)
+        assert got[s.name]["accepted"] == res.accepted, s.name
+        assert got[s.name]["emitted"] == len(res.tokens), s.name
+
+
+def test_shadow_emitted_is_cut_at_eos_and_budget():
+    blocks, q, p = _step(V=3, K=1, gamma=3, seed=1)
+    q = [torch.full((3, 3), 1 / 3, dtype=torch.float64)]
+    p = [torch.full((4, 3), 1 / 3, dtype=torch.float64)]  # p = q: every draft accepted, 4 tokens emitted
+    spec = (parse_shadow("token:1"),)
+    assert shadow_verify(spec, blocks, q, p, torch.Generator())["token:1"]["emitted"] == 4
+    assert shadow_verify(spec, blocks, q, p, torch.Generator(), remaining=2)["token:1"]["emitted"] == 2
+    first = blocks[0][0]
+    assert shadow_verify(spec, blocks, q, p, torch.Generator(), eos={first})["token:1"]["emitted"] == 1
+
+
+@pytest.mark.parametrize("bad, msg", [("nope:1", "unknown verifier"), ("token:2", "single-draft"),
+                                      ("rbv:x", "integer"), ("rbv:0", r"in \[1, 16\]")])
+def test_bad_shadow_names_are_refused_in_one_line(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        DecodeConfig(shadow=(bad,))
+
+
+def test_shadow_needing_more_drafts_than_the_run_is_refused():
+    blocks, q, p = _step(K=2)
+    with pytest.raises(ValueError, match="needs 3 drafts"):
+        shadow_verify((parse_shadow("rbv:3"),), blocks, q, p, torch.Generator())
+
+
+def test_shadows_never_change_the_run_and_stay_out_of_traces(pair):
+    from engine.core.tree import TreeTarget
+    from engine.trace.format import step_to_dict
+
+    target, draft = pair
+    sc = SamplingConfig(temperature=0.8, seed=3)
+
+    def run(shadow):
+        cfg = DecodeConfig(max_new_tokens=24, verifier="rbv", sampling=sc, shadow=shadow)
+        return list(decode(TreeTarget(target), MultiDrafter(draft, MultiDraftConfig(k=3)), [1, 5, 9, 3],
+                           parse_policy("fixed:3"), cfg))
+
+    plain, paired = run(()), run(("token:1", "block:1", "rrs:2", "rbv:3"))
+    assert [s.emitted_tokens for s in plain] == [s.emitted_tokens for s in paired]
+    assert all(s.shadow is None for s in plain) and all(set(s.shadow) == {"token:1", "block:1", "rrs:2", "rbv:3"}
+                                                        for s in paired)
+    assert "shadow" not in step_to_dict(plain[0]) and "shadow" in step_to_dict(paired[0])
+
+
+def test_paired_estimate_matches_the_closed_form_and_the_real_run():
+    """Context-free p and q (V = 4): SD's expected emitted per step is (1 − α^{γ+1}) / (1 − α) with
+    α = Σ min(p, q) at every context, so the shadow's pooled BE must land on it; the driver's own rule as a
+    shadow (fresh uniforms) must land on the driver's real BE."""
+    pt = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    qt = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    target, draft = TableLM(4, probs_fn=lambda c: pt), TableLM(4, probs_fn=lambda c: qt)
+    gamma = 3
+    cfg = DecodeConfig(max_new_tokens=4000, verifier="rbv", shadow=("token:1", "rbv:3"),
+                       sampling=SamplingConfig(temperature=1.0, seed=11))
+    steps = list(decode(target, MultiDrafter(draft, MultiDraftConfig(k=3)), [0], parse_policy(f"fixed:{gamma}"), cfg))
+    n = len(steps)
+    alpha = float(torch.minimum(pt, qt).sum())
+    closed = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    sd = sum(s.shadow["token:1"]["emitted"] for s in steps) / n
+    assert abs(sd - closed) < 4 * 0.8 / n ** 0.5, (sd, closed)  # per-step sd of SD's emitted < 0.8 here
+    real = sum(s.emitted for s in steps) / n
+    shadow_rbv = sum(s.shadow["rbv:3"]["emitted"] for s in steps) / n
+    assert abs(real - shadow_rbv) < 4 * 1.2 / n ** 0.5, (real, shadow_rbv)
+    assert real > closed + 0.05  # three drafts with block verification beat one (the point of the grid)
+
+
+def test_paired_rows_and_report_on_the_tiny_pair(pair):
+    """The bench's run → rows → tables path, and the model's arithmetic on its own inputs."""
+    from engine.bench.multibench import measure_modes
+    from engine.bench.paired import PairedConfig, _run, paired_rows, real_rows
+    from engine.bench.paired_report import format_paired
+
+    target, draft = pair
+    cfg = PairedConfig(ks=(1, 2), ls=(3,), temps=(0.7,), max_new_tokens=12)
+    assert cfg.shadows() == ("token:1", "block:1", "rrs:2", "kseq:2", "spectr-gbv-published:1",
+                             "spectr-gbv-published:2", "rbv:2", "kbv:2")
+    ids = [1, 5, 9, 3]
+    runs = [_run(target, draft, ids, 0.7, cfg, (), "ar"),
+            _run(target, draft, ids, 0.7, cfg, (), "rbv:2:3", cfg.shadows()),
+            _run(target, draft, ids, 0.7, cfg, (), "token:1:3")]
+    result = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+              "shadows": list(cfg.shadows()), "runs": runs,
+              "costs": measure_modes(target, draft, ids, ks=(2,), ls=(3,), reps=1)}
+    rows = paired_rows(result)
+    assert len(rows) == len(cfg.shadows())
+    drv = runs[1]
+    for r in rows:
+        name = f"{r['method']}:{r['k']}"
+        assert r["be"] == pytest.approx(drv["shadow"][name]["emitted"] / drv["target_calls"])
+        denom = r["draft_ms"] + r["verify_ms"] + r["rule_ms_per_call"] + max(0.0, r["loop_ms_per_call"])
+        assert r["sr_model"] == pytest.approx(r["be"] * r["ar_ms_per_token"] / denom)
+    real = {r["config"]: r for r in real_rows(result)}
+    assert real["token:1:3"]["be"] == pytest.approx(runs[2]["new_tokens"] / runs[2]["target_calls"])
+    text = format_paired(result)
+    assert "Paired vs real" in text and "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
+
+
+@pytest.mark.parametrize("kw, msg", [({"driver": "spectr-gbv-published"}, "lossless multi-draft"),
+                                     ({"check": ("rbv",)}, "single-draft"), ({"ks": (1,)}, "K ≥ 2"),
+                                     ({"temps": (0.0,)}, "T > 0"), ({"methods": ("nope",)}, "unknown method")])
+def test_paired_config_refuses_bad_settings(kw, msg):
+    from engine.bench.paired import PairedConfig
+
+    with pytest.raises(ValueError, match=msg):
+        PairedConfig(**kw)
+
+
+def test_paired_diff_is_per_prompt():
+    """Prompt-to-prompt spread cancels: b = a − 0.1 on every prompt gives a difference of exactly +0.1 ± 0."""
+    from engine.bench.paired import paired_diff
+
+    per_a = [2.0, 3.0, 5.0, 4.0]
+    rows = [{"temperature": 0.7, "L": 4, "method": "rbv", "k": 4, "be": 3.5, "be_per_prompt": per_a},
+            {"temperature": 0.7, "L": 4, "method": "token", "k": 1, "be": 3.4, "be_per_prompt": [x - 0.1 for x in per_a]}]
+    d = paired_diff(rows, 0.7, 4, ("rbv", 4), ("token", 1))
+    assert d["diff_mean"] == pytest.approx(0.1) and d["diff_se"] == pytest.approx(0.0, abs=1e-12)
+    assert d["ratio"] == pytest.approx(3.5 / 3.4) and d["wins"] == 4 and d["n"] == 4
+    assert paired_diff(rows, 0.4, 4, ("rbv", 4), ("token", 1)) is None
