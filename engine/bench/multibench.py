@@ -199,12 +199,29 @@ def measure_modes(target, draft, ids, ks=(2, 3, 4), ls=(4, 8, 12), reps: int = 3
     return out
 
 
+def interleaved(encoded, temps, plan: list[str], run, runs: list[dict], bar, after_prompt=None) -> None:
+    """Every spec of `plan` at every temperature on every (prompt, ids), appended to `runs` with the task
+    and question id. The order rotates by one per prompt, so no configuration always runs first (or right
+    after a cold cache); `after_prompt(encoded[:i + 1])` after each prompt (checkpoints)."""
+    from engine.trace.prompts import task_of
+
+    for i, (p, ids) in enumerate(encoded):
+        for temp in temps:
+            for spec in plan[i % len(plan):] + plan[: i % len(plan)]:
+                r = run(spec, ids, temp)
+                r.update(task=task_of(p.category), question_id=p.question_id)
+                runs.append(r)
+                bar.update(1)
+        if after_prompt is not None:
+            after_prompt(encoded[: i + 1])
+
+
 def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig, eos=(), modes=False,
                    progress=True, checkpoint=None) -> dict:
     """Every configuration × temperature on every prompt; `checkpoint(partial_result)` after each prompt."""
     from tqdm import tqdm
 
-    from engine.trace.prompts import encode, load_prompts, task_of
+    from engine.trace.prompts import encode, load_prompts
 
     prompts = load_prompts(prompts_file, limit=cfg.limit, per_category=cfg.per_category)
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
@@ -222,16 +239,8 @@ def run_multibench(target, draft, tokenizer, prompts_file, cfg: MultiBenchConfig
     bar = tqdm(total=len(configs) * len(cfg.temps) * len(encoded), unit="run", disable=not progress, desc="multibench")
     for spec in configs[:4]:  # warm-up (untimed)
         run_one(spec, target, draft, encoded[0][1], cfg.temps[0], cfg, eos, n=8)
-    for i, (p, ids) in enumerate(encoded):
-        for temp in cfg.temps:
-            order = configs[i % len(configs):] + configs[: i % len(configs)]
-            for spec in order:
-                r = run_one(spec, target, draft, ids, temp, cfg, eos)
-                r.update(task=task_of(p.category), question_id=p.question_id)
-                runs.append(r)
-                bar.update(1)
-        if checkpoint is not None:
-            checkpoint(result_of(encoded[: i + 1]))
+    interleaved(encoded, cfg.temps, configs, lambda spec, ids, temp: run_one(spec, target, draft, ids, temp, cfg, eos),
+                runs, bar, None if checkpoint is None else lambda done: checkpoint(result_of(done)))
     bar.close()
     result = result_of(encoded)
     if modes:

@@ -23,6 +23,37 @@ PAPER = {"DeepSeek-33B/1.3B": {"token": (7.64, 1.64), "kseq": (8.39, 1.96), "spe
                                 "spectr-gbv-published": (6.84, 1.20)}}
 
 
+def paper_summary(cell, where: str, K: int, sr_label: str = "ours SR") -> list[str]:
+    """Our BE and SR next to the paper's Table 1 for each verifier it reports; `cell(method, k)` → (BE, SR or
+    None) or None."""
+    lines = [f"\nPaper-shaped summary ({where})\n",
+             f"| method | ours BE | {sr_label} | " + " | ".join(f"{p} BE | {p} SR" for p in PAPER) + " |",
+             "|---|---|---|" + "---|---|" * len(PAPER)]
+    gbv = "spectr-gbv-published"
+    for label, m, k, pk in (("token (SD)", "token", 1, "token"), ("block (BV, Sun et al.)", "block", 1, None),
+                            ("SpecTr (K-SEQ)", "kseq", K, "kseq"), ("GBV (published code, K = 1)", gbv, 1, gbv + "@1"),
+                            ("SpecTr-GBV (published code)", gbv, K, gbv), ("RRS", "rrs", K, None),
+                            ("RBV (ours)", "rbv", K, None), ("KBV (ours)", "kbv", K, None)):
+        c = cell(m, k)
+        ours = "– | –" if c is None else f"{c[0]:.2f} | " + ("–" if c[1] is None else f"{c[1]:.2f}×")
+        paper = " | ".join(f"{PAPER[p][pk][0]:.2f} | {PAPER[p][pk][1]:.2f}×" if pk else "– | –" for p in PAPER)
+        lines.append(f"| {label} | {ours} | {paper} |")
+    return lines
+
+
+def section_head(result: dict, command: str, machine: str, title: str, details: str) -> str:
+    """The dated markdown heading with command, machine and versions every multi-draft section starts with."""
+    import platform
+
+    import transformers
+
+    return (f"\n## {result['created'][:10]} — {title}: `{result['target']}` + `{result['draft']}` ({result['dtype']})\n\n"
+            f"- command: `{command}`\n- machine: {machine}; Python {platform.python_version()}, torch "
+            f"{torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads\n"
+            f"{details}- SpecTr-GBV (published code) is NOT lossless for K ≥ 2 (docs/audit.md): its BE/SR are not those "
+            f"of a valid sampler\n")
+
+
 def _grid_tables(rows: list[dict]) -> list[str]:
     lines: list[str] = []
     temps = sorted({r["temperature"] for r in rows})
@@ -66,18 +97,11 @@ def _grid_tables(rows: list[dict]) -> list[str]:
     def pick(m, k):
         return next((r for r in rows if (r["temperature"], r["method"], r["k"], r["L"]) == (temp, m, k, L)), None)
 
-    lines += [f"\nPaper-shaped summary (T = {temp}, L = {L}, K = {K}; paper: Table 1 averages, notes §5.2)\n",
-              "| method | ours BE | ours SR | " + " | ".join(f"{p} BE | {p} SR" for p in PAPER) + " |",
-              "|---|---|---|" + "---|---|" * len(PAPER)]
-    gbv = "spectr-gbv-published"
-    for label, m, k, pk in (("token (SD)", "token", 1, "token"), ("block (BV, Sun et al.)", "block", 1, None),
-                            ("SpecTr (K-SEQ)", "kseq", K, "kseq"), ("GBV (published code, K = 1)", gbv, 1, gbv + "@1"),
-                            ("SpecTr-GBV (published code)", gbv, K, gbv), ("RRS", "rrs", K, None),
-                            ("RBV (ours)", "rbv", K, None), ("KBV (ours)", "kbv", K, None)):
+    def cell(m, k):
         r = pick(m, k)
-        ours = f"{r[EMITTED_PER_CALL]:.2f} | {r['speedup']:.2f}×" if r else "– | –"
-        paper = " | ".join(f"{PAPER[p][pk][0]:.2f} | {PAPER[p][pk][1]:.2f}×" if pk else "– | –" for p in PAPER)
-        lines.append(f"| {label} | {ours} | {paper} |")
+        return None if r is None else (r[EMITTED_PER_CALL], r["speedup"])
+
+    lines += paper_summary(cell, f"T = {temp}, L = {L}, K = {K}; paper: Table 1 averages, notes §5.2", K)
     return lines
 
 
@@ -103,19 +127,11 @@ def format_tables(result: dict) -> str:
 
 
 def append_markdown(result: dict, path: Path, command: str, machine: str) -> None:
-    import platform
-
-    import transformers
-
     c = result["config"]
-    head = (f"\n## {result['created'][:10]} — multi-draft and block verification: `{result['target']}` + "
-            f"`{result['draft']}` ({result['dtype']})\n\n- command: `{command}`\n- machine: {machine}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"{torch.get_num_threads()} threads\n- Spec-Bench dev subset: {len(result['prompts'])} prompts "
-            f"({c['per_category']} per task, question ids {', '.join(str(p['question_id']) for p in result['prompts'])}), "
-            f"{c['max_new_tokens']} new tokens max; grid K ∈ {c['ks']}, L ∈ {c['ls']}, T ∈ {c['temps']}; "
-            f"configurations interleaved per prompt with autoregressive decoding\n"
-            f"- SpecTr-GBV (published code) is NOT lossless for K ≥ 2 (docs/audit.md): its BE/SR are not those of "
-            f"a valid sampler\n")
+    details = (f"- Spec-Bench dev subset: {len(result['prompts'])} prompts ({c['per_category']} per task, question ids "
+               f"{', '.join(str(p['question_id']) for p in result['prompts'])}), {c['max_new_tokens']} new tokens max; "
+               f"grid K ∈ {c['ks']}, L ∈ {c['ls']}, T ∈ {c['temps']}; configurations interleaved per prompt with "
+               f"autoregressive decoding\n")
     with open(path, "a", encoding="utf-8") as f:
-        f.write(head + format_tables(result) + "\n")
+        f.write(section_head(result, command, machine, "multi-draft and block verification", details)
+                + format_tables(result) + "\n")

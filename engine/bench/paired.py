@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from engine.bench.multibench import METHODS, SINGLE, MultiBenchConfig, measure_modes, method_of
+from engine.bench.multibench import METHODS, SINGLE, MultiBenchConfig, interleaved, measure_modes, method_of
 from engine.measure import sync
 
 
@@ -127,7 +127,7 @@ def run_paired(target, draft, tokenizer, prompts_file, cfg: PairedConfig, eos=()
     cost probe. `checkpoint(partial_result)` after each prompt."""
     from tqdm import tqdm
 
-    from engine.trace.prompts import encode, load_prompts, task_of
+    from engine.trace.prompts import encode, load_prompts
 
     prompts = load_prompts(prompts_file, limit=cfg.limit, per_category=cfg.per_category)
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
@@ -136,35 +136,37 @@ def run_paired(target, draft, tokenizer, prompts_file, cfg: PairedConfig, eos=()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
     def result_of(done, costs=None) -> dict:
-        res = {"kind": "paired", "created": created, "target": target.name, "draft": draft.name,
-                "dtype": str(target.dtype).replace("torch.", ""),
-                "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
-                "shadows": list(shadows),
-                "prompts": [{"question_id": p.question_id, "category": p.category} for p, _ in done],
-                "runs": list(runs), "costs": costs}
-        res["rows"] = paired_rows(res)  # the app reads these (SR is None until the cost probe has run)
-        res["real_rows"] = real_rows(res) if any(r["config"] == "ar" for r in runs) else []
-        return res
+        return with_rows({"kind": "paired", "created": created, "target": target.name, "draft": draft.name,
+                          "dtype": str(target.dtype).replace("torch.", ""),
+                          "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+                          "shadows": list(shadows),
+                          "prompts": [{"question_id": p.question_id, "category": p.category} for p, _ in done],
+                          "runs": list(runs), "costs": costs})
 
+    driver = f"{cfg.driver}:"
     plan = ["ar"] + [s for L in cfg.ls for s in [f"{cfg.driver}:{cfg.k_max}:{L}"] + [f"{m}:1:{L}" for m in cfg.check]]
-    bar = tqdm(total=len(plan) * len(cfg.temps) * len(encoded), unit="run", disable=not progress, desc="paired")
+
+    def run(spec: str, ids: list[int], temp: float, c: PairedConfig = cfg) -> dict:
+        return _run(target, draft, ids, temp, c, eos, spec, shadows if spec.startswith(driver) else ())
+
+    warm = PairedConfig(**{**cfg.__dict__, "max_new_tokens": 8})
     for spec in plan[:3]:  # warm-up (untimed)
-        _run(target, draft, encoded[0][1][:64], cfg.temps[0], PairedConfig(**{**cfg.__dict__, "max_new_tokens": 8}),
-             eos, spec, shadows if spec.startswith(cfg.driver) else ())
-    for i, (p, ids) in enumerate(encoded):
-        for temp in cfg.temps:
-            order = plan[i % len(plan):] + plan[: i % len(plan)]  # rotated: no configuration always runs first
-            for spec in order:
-                r = _run(target, draft, ids, temp, cfg, eos, spec, shadows if spec.startswith(f"{cfg.driver}:") else ())
-                r.update(task=task_of(p.category), question_id=p.question_id)
-                runs.append(r)
-                bar.update(1)
-        if checkpoint is not None:
-            checkpoint(result_of(encoded[: i + 1]))
+        run(spec, encoded[0][1][:64], cfg.temps[0], warm)
+    bar = tqdm(total=len(plan) * len(cfg.temps) * len(encoded), unit="run", disable=not progress, desc="paired")
+    interleaved(encoded, cfg.temps, plan, run, runs, bar,
+                None if checkpoint is None else lambda done: checkpoint(result_of(done)))
     bar.close()
     costs = measure_modes(target, draft, encoded[0][1], ks=tuple(k for k in cfg.ks if k > 1), ls=cfg.ls,
                           reps=cfg.cost_repeats, temp=cfg.temps[0])
     return result_of(encoded, costs)
+
+
+def with_rows(result: dict) -> dict:
+    """The result with its derived tables stored (the app reads them without torch); SR stays None until
+    the cost probe has run (a checkpoint mid-run)."""
+    result["rows"] = paired_rows(result)
+    result["real_rows"] = real_rows(result) if any(r["config"] == "ar" for r in result["runs"]) else []
+    return result
 
 
 def _cost_of(costs: list[dict], k: int, L: int) -> tuple[float, float] | None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from engine.bench.multibench import METHODS
-from engine.bench.multibench_report import LABELS, PAPER
+from engine.bench.multibench_report import LABELS, paper_summary, section_head
 from engine.bench.paired import paired_diff, paired_rows, real_rows
 
 
@@ -87,33 +85,20 @@ def format_paired(result: dict) -> str:
     # The paper's Table-1 shape at T = 0.4, K = 3 (their main setting) and our middle L.
     temp = 0.4 if 0.4 in cfg["temps"] else cfg["temps"][0]
     K = 3 if 3 in ks else max(ks)
-    lines += [f"\nPaper-shaped summary (T = {temp}, L = {L0}, K = {K}; paper: Table 1 averages on a GPU)\n",
-              "| method | ours BE | ours SR (model) | " + " | ".join(f"{p} BE | {p} SR" for p in PAPER) + " |",
-              "|---|---|---|" + "---|---|" * len(PAPER)]
-    gbv = "spectr-gbv-published"
-    for label, m, k, pk in (("token (SD)", "token", 1, "token"), ("block (BV, Sun et al.)", "block", 1, None),
-                            ("SpecTr (K-SEQ)", "kseq", K, "kseq"), ("GBV (published code, K = 1)", gbv, 1, gbv + "@1"),
-                            ("SpecTr-GBV (published code)", gbv, K, gbv), ("RRS", "rrs", K, None),
-                            ("RBV (ours)", "rbv", K, None), ("KBV (ours)", "kbv", K, None)):
+
+    def cell(m, k):
         r = _pick(rows, temp, L0, m, k)
-        ours = "– | –" if r is None else f"{r['be']:.2f} | " + ("–" if r["sr_model"] is None else f"{r['sr_model']:.2f}×")
-        paper = " | ".join(f"{PAPER[p][pk][0]:.2f} | {PAPER[p][pk][1]:.2f}×" if pk else "– | –" for p in PAPER)
-        lines.append(f"| {label} | {ours} | {paper} |")
+        return None if r is None else (r["be"], r["sr_model"])
+
+    lines += paper_summary(cell, f"T = {temp}, L = {L0}, K = {K}; paper: Table 1 averages on a GPU", K, "ours SR (model)")
     return "\n".join(lines)
 
 
 def append_paired_markdown(result: dict, path: Path, command: str, machine: str) -> None:
-    import platform
-
-    import transformers
-
     c = result["config"]
-    head = (f"\n## {result['created'][:10]} — multi-draft grid by paired verification: `{result['target']}` + "
-            f"`{result['draft']}` ({result['dtype']})\n\n- command: `{command}`\n- machine: {machine}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"{torch.get_num_threads()} threads\n- Spec-Bench dev subset: {len(result['prompts'])} prompts "
-            f"({c['per_category']} per task), {c['max_new_tokens']} new tokens max; driver {c['driver']} at K = "
-            f"{max(c['ks'])}, shadows {', '.join(result['shadows'])}; L ∈ {c['ls']}, T ∈ {c['temps']}\n"
-            f"- SpecTr-GBV (published code) is NOT lossless for K ≥ 2 (docs/audit.md)\n")
+    details = (f"- Spec-Bench dev subset: {len(result['prompts'])} prompts ({c['per_category']} per task), "
+               f"{c['max_new_tokens']} new tokens max; driver {c['driver']} at K = {max(c['ks'])}, shadows "
+               f"{', '.join(result['shadows'])}; L ∈ {c['ls']}, T ∈ {c['temps']}\n")
     with open(path, "a", encoding="utf-8") as f:
-        f.write(head + format_paired(result) + "\n")
+        f.write(section_head(result, command, machine, "multi-draft grid by paired verification", details)
+                + format_paired(result) + "\n")

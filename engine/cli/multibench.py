@@ -71,33 +71,35 @@ def cmd_multibench(a) -> int:
     from engine.trace.jsonio import write_json_atomic
 
     machine = a.machine or machine_description()
+
+    def report(result: dict, command: str) -> int:
+        """Print the tables and append the dated markdown section when asked."""
+        if a.paired:
+            from engine.bench.paired_report import append_paired_markdown as append, format_paired as fmt
+        else:
+            append, fmt = append_markdown, format_tables
+        print(fmt(result))
+        if a.markdown:
+            append(result, Path(a.markdown), command, machine)
+        return 0
+
     if a.from_json and a.paired:
-        from engine.bench.paired_report import append_paired_markdown, format_paired
+        from engine.bench.paired import with_rows
 
-        from engine.bench.paired import paired_rows, real_rows
-
-        result = json.loads(Path(a.from_json).read_text())
-        result["rows"], result["real_rows"] = paired_rows(result), real_rows(result)  # the app reads these
+        result = with_rows(json.loads(Path(a.from_json).read_text()))
         if a.out:
             write_json_atomic(result, a.out)
-        print(format_paired(result))
-        if a.markdown:
-            append_paired_markdown(result, Path(a.markdown), result.get("command", "?"), machine)
-        return 0
+        return report(result, result.get("command", "?"))
     if a.from_json:
         result = merge_results([json.loads(Path(f).read_text()) for f in a.from_json.split(",")])
-        print(format_tables(result))
-        if a.markdown:
-            append_markdown(result, Path(a.markdown), result.get("command", "?"), machine)
-        return 0
+        return report(result, result.get("command", "?"))
+    cfg = _config(a)
     if a.paired:
         from engine.bench.paired import PairedConfig
 
-        m = _config(a)
-        pcfg = PairedConfig(methods=m.methods, ks=m.ks, ls=m.ls, temps=m.temps, max_new_tokens=m.max_new_tokens,
-                            per_category=m.per_category, limit=m.limit, seed=m.seed, driver=a.driver,
-                            check=tuple(c.strip() for c in a.check.split(",") if c.strip()))
-    cfg = _config(a)
+        pcfg = PairedConfig(methods=cfg.methods, ks=cfg.ks, ls=cfg.ls, temps=cfg.temps,
+                            max_new_tokens=cfg.max_new_tokens, per_category=cfg.per_category, limit=cfg.limit,
+                            seed=cfg.seed, driver=a.driver, check=tuple(c.strip() for c in a.check.split(",") if c.strip()))
     common.set_threads(a.threads)
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
@@ -109,18 +111,6 @@ def cmd_multibench(a) -> int:
             result["command"] = command
             write_json_atomic(result, a.out)
 
-    if a.paired:
-        from engine.bench.paired import run_paired
-        from engine.bench.paired_report import append_paired_markdown, format_paired
-
-        result = run_paired(target.lm, draft.lm, target.tokenizer, a.prompts, pcfg, eos=eos_token_ids(target),
-                            checkpoint=save)
-        save(result)
-        result["command"] = command
-        print(format_paired(result))
-        if a.markdown:
-            append_paired_markdown(result, Path(a.markdown), command, machine)
-        return 0
     if a.modes_only:
         from engine.trace.prompts import encode, load_prompts
 
@@ -136,11 +126,14 @@ def cmd_multibench(a) -> int:
         save(result)
         print(format_tables(result))
         return 0
-    result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
-                            modes=a.modes, checkpoint=save)
+    if a.paired:
+        from engine.bench.paired import run_paired
+
+        result = run_paired(target.lm, draft.lm, target.tokenizer, a.prompts, pcfg, eos=eos_token_ids(target),
+                            checkpoint=save)
+    else:
+        result = run_multibench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
+                                modes=a.modes, checkpoint=save)
     save(result)
     result["command"] = command
-    print(format_tables(result))
-    if a.markdown:
-        append_markdown(result, Path(a.markdown), command, machine)
-    return 0
+    return report(result, command)
