@@ -49,8 +49,7 @@ class TraceWriteError(ValueError):
 
 def step_to_dict(rec) -> dict[str, Any]:
     d = asdict(rec)
-    if d.get("shadow") is None:
-        d.pop("shadow", None)  # paired-verification results are bench data, not part of trace format v1
+    d.pop("shadow", None)  # paired-verification results (engine.verify.shadow) are bench data, not trace format v1
     d["type"] = "step"
     d["window"] = len(rec.draft_tokens)
     d["emitted"] = len(rec.emitted_tokens)
