@@ -128,10 +128,35 @@ def test_paired_rows_and_report_on_the_tiny_pair(pair):
         assert r["be"] == pytest.approx(drv["shadow"][name]["emitted"] / drv["target_calls"])
         denom = r["draft_ms"] + r["verify_ms"] + r["rule_ms_per_call"] + max(0.0, r["loop_ms_per_call"])
         assert r["sr_model"] == pytest.approx(r["be"] * r["ar_ms_per_token"] / denom)
+    # At the anchors the model's costs are the real runs' own per-call times (minus their rule time).
+    by = {(r["method"], r["k"]): r for r in rows}
+    chk = runs[2]
+    rule_tok = drv["shadow"]["token:1"]["rule_ms"] / drv["target_calls"]
+    assert by[("token", 1)]["draft_ms"] == pytest.approx(chk["t_draft_ms"] / chk["target_calls"])
+    assert by[("token", 1)]["verify_ms"] == pytest.approx(chk["t_verify_ms"] / chk["target_calls"] - rule_tok)
+    assert by[("rbv", 2)]["draft_ms"] == pytest.approx(drv["t_draft_ms"] / drv["target_calls"])
     real = {r["config"]: r for r in real_rows(result)}
     assert real["token:1:3"]["be"] == pytest.approx(runs[2]["new_tokens"] / runs[2]["target_calls"])
     text = format_paired(result)
     assert "Paired vs real" in text and "RBV (ours, lossless)" in text and "Paper-shaped summary" in text
+
+
+def test_anchored_costs_meet_the_real_runs_and_keep_the_probe_shape():
+    """k = 1 and K_max take the real per-call times; k in between the probe × a linearly interpolated scale."""
+    from engine.bench.paired import anchored_costs
+
+    costs = [{"k": 1, "L": 4, "draft_sequential_ms": 100.0, "target_tree_ms": 200.0},
+             {"k": 2, "L": 4, "draft_batch_ms": 110.0, "target_tree_ms": 210.0},
+             {"k": 3, "L": 4, "draft_batch_ms": 120.0, "target_tree_ms": 220.0},
+             {"k": 4, "L": 4, "draft_batch_ms": 130.0, "target_tree_ms": 230.0}]
+    got = anchored_costs(costs, 4, 4, (150.0, 200.0), (130.0, 460.0))
+    assert got[1] == pytest.approx((150.0, 200.0)) and got[4] == pytest.approx((130.0, 460.0))
+    # draft scale 1.5 → 1.0, verify 1.0 → 2.0; k = 2 is a third of the way
+    assert got[2] == pytest.approx((110.0 * (1.5 - 0.5 / 3), 210.0 * (1.0 + 1.0 / 3)))
+    # one anchor only: its scale for every k; none: the raw probe
+    assert anchored_costs(costs, 4, 4, None, (260.0, 230.0))[2] == pytest.approx((220.0, 210.0))
+    assert anchored_costs(costs, 4, 4, None, None)[3] == pytest.approx((120.0, 220.0))
+    assert anchored_costs(costs, 4, 6, (1.0, 1.0), (1.0, 1.0)) == {}
 
 
 @pytest.mark.parametrize("kw, msg", [({"driver": "spectr-gbv-published"}, "lossless multi-draft"),

@@ -19,8 +19,11 @@ L tokens, one tree pass over the K·L drafts) and the verifier's own rule time f
 
 with t_AR the autoregressive ms per token of the same prompts (prefill excluded on both sides) and
 t_loop the per-call time outside drafting and verification (sampling bookkeeping, the policy, the
-Python loop), measured on the real check runs at the same (L, T). The report checks the model against
-the real driver and check runs' speedups (prefill excluded).
+Python loop), measured on the real check runs at the same (L, T). The probe's costs are anchored to
+the real runs: at k = 1 (the check run) and k = K_max (the driver) t_draft and t_verify are the runs'
+own per-call times, in between the probe's growth with k carries the level (anchored_costs). So at the
+anchors the model differs from the real speedup only through BE_paired vs BE_real, which the report
+shows beside each other; in between it rests on the probe's shape.
 
 Worked example: L = 4, T = 0.7, K_max = 4 → one rbv:4:4 run per prompt with 19 shadows (token:1,
 block:1, spectr-gbv-published:1, and rrs / kseq / spectr-gbv-published / rbv / kbv at k = 2, 3, 4) and
@@ -177,11 +180,49 @@ def _cost_of(costs: list[dict], k: int, L: int) -> tuple[float, float] | None:
     return (r["draft_batch_ms"] if k > 1 else r["draft_sequential_ms"]), r["target_tree_ms"]
 
 
+def _per_call(runs: list[dict]) -> tuple[float, float] | None:
+    """(draft ms, verify ms) per target call, pooled over real runs; None without runs."""
+    calls = sum(r["target_calls"] for r in runs)
+    if not calls:
+        return None
+    return sum(r["t_draft_ms"] for r in runs) / calls, sum(r["t_verify_ms"] for r in runs) / calls
+
+
+def anchored_costs(costs: list[dict], k_max: int, L: int, real_1, real_max) -> dict[int, tuple[float, float]]:
+    """Probe costs per k at block length L, rescaled so that k = 1 and k = K_max equal the real runs'
+    measured per-call (draft, verify) ms; the scale of k in between is interpolated linearly in k.
+
+    Why: the probe times one short context on a quiet moment, the real runs decode the benchmark's
+    prompts (up to ~6k tokens of context) under whatever load the machine had, so probe costs against an
+    in-run t_AR overstate SR (first run: SD L = 2 modelled 1.80× vs real 1.10×). Anchoring keeps the probe
+    for what only it measures (how cost grows with k) and the real runs for the level.
+    Example: probe draft 225 / 285 ms at k = 1 / 4, real 288 / 332 → scales 1.28 / 1.16, k = 2 gets
+    1.24 × probe(2). A missing anchor (no check run) takes the other one's scale."""
+    out = {}
+    s = {}
+    for k, real in ((1, real_1), (k_max, real_max)):
+        c = _cost_of(costs, k, L)
+        if c is not None and real is not None:
+            s[k] = (real[0] / c[0], real[1] / c[1])
+    if not s:
+        return {k: c for k in range(1, k_max + 1) if (c := _cost_of(costs, k, L)) is not None}
+    lo, hi = s.get(1, s.get(k_max)), s.get(k_max, s.get(1))
+    for k in range(1, k_max + 1):
+        c = _cost_of(costs, k, L)
+        if c is None:
+            continue
+        w = (k - 1) / (k_max - 1) if k_max > 1 else 0.0
+        out[k] = tuple(ci * (a + (b - a) * w) for ci, a, b in zip(c, lo, hi))
+    return out
+
+
 def paired_rows(result: dict) -> list[dict]:
-    """One row per (T, L, verifier, k): paired BE (pooled and per prompt), rule ms per call, modelled SR."""
+    """One row per (T, L, verifier, k): paired BE (pooled and per prompt), rule ms per call, modelled SR
+    (costs: the probe anchored to the real runs at k = 1 and K_max, see anchored_costs)."""
     cfg = result["config"]
     runs, costs, rows = result["runs"], result.get("costs"), []
-    driver = f"{cfg['driver']}:{max(cfg['ks'])}"
+    k_max = max(cfg["ks"])
+    driver = f"{cfg['driver']}:{k_max}"
     for temp in cfg["temps"]:
         ar = [r for r in runs if r["temperature"] == temp and r["config"] == "ar"]
         t_ar = sum(r["decode_s"] for r in ar) * 1e3 / max(1, sum(r["new_tokens"] for r in ar))
@@ -195,6 +236,15 @@ def paired_rows(result: dict) -> list[dict]:
                      and r["config"].endswith(f":{L}") and "shadow" not in r] or drv
             loop = statistics.median((r["decode_s"] * 1e3 - r["t_draft_ms"] - r["t_verify_ms"]) / r["target_calls"]
                                      for r in plain)
+            check_1 = [r for r in runs if r["temperature"] == temp and r["config"] == f"token:1:{L}"]
+            # The real runs' verify time holds their own rule; the model adds each verifier's rule on top.
+            def rule_of(name):
+                return sum(r["shadow"].get(name, {}).get("rule_ms", 0.0) for r in drv) / steps
+
+            real_1, real_max = _per_call(check_1), _per_call(drv)
+            real_1 = real_1 and (real_1[0], real_1[1] - rule_of("token:1"))
+            real_max = real_max and (real_max[0], real_max[1] - rule_of(driver))
+            anchored = anchored_costs(costs, k_max, L, real_1, real_max) if costs else {}
             for name in result["shadows"]:
                 m, k = name.split(":")
                 k = int(k)
@@ -202,7 +252,7 @@ def paired_rows(result: dict) -> list[dict]:
                 per = [r["shadow"][name]["emitted"] / r["target_calls"] for r in drv]
                 rule = sum(r["shadow"][name]["rule_ms"] for r in drv) / steps
                 be = em / steps
-                c = _cost_of(costs, k, L)
+                c = anchored.get(k)
                 rows.append({"temperature": temp, "L": L, "method": m, "k": k, "prompts": len(drv), "steps": steps,
                              "be": be, "be_per_prompt": per, "be_prompt_mean": statistics.mean(per),
                              "be_prompt_sd": statistics.stdev(per) if len(per) > 1 else 0.0,

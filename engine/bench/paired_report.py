@@ -21,7 +21,7 @@ def format_paired(result: dict) -> str:
     ls, ks, lines = cfg["ls"], sorted(cfg["ks"]), []
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
     for temp in cfg["temps"]:
-        lines += [f"\nT = {temp}: BE (paired, emitted per call incl. bonus) / SR (modelled from per-call costs, "
+        lines += [f"\nT = {temp}: BE (paired, emitted per call incl. bonus) / SR (modelled from anchored per-call costs, "
                   "prefill excluded)\n",
                   "| method | K | " + " | ".join(f"L = {L}" for L in ls) + " |", "|---|---|" + "---|" * len(ls)]
         for m in methods:
@@ -60,12 +60,20 @@ def format_paired(result: dict) -> str:
                              f"{d['ratio']:.3f} | {d['diff_mean']:+.2f} ± {2 * d['diff_se']:.2f} | "
                              f"{d['wins']} / {d['n']} |")
     if result.get("costs"):
-        lines += ["\nModel inputs: one step's median ms (draft: K-way batched drafting of L tokens, K = 1 sequential; "
-                  "verify: one tree pass), and AR ms per token\n",
-                  "| L | K | draft ms | verify ms |", "|---|---|---|---|"]
+        temps = cfg["temps"]
+        lines += ["\nModel inputs: one step's ms, draft / verify (draft: K-way batched drafting of L tokens, K = 1 "
+                  "sequential; verify: one tree pass). Probe: medians on one short context; used: the probe anchored "
+                  "to the real runs' per-call times at K = 1 and K = K_max (engine.bench.paired.anchored_costs)\n",
+                  "| L | K | probe | " + " | ".join(f"used, T = {t}" for t in temps) + " |",
+                  "|---|---|---|" + "---|" * len(temps)]
         for c in result["costs"]:
             d = c.get("draft_batch_ms", c.get("draft_sequential_ms")) if c["k"] > 1 else c["draft_sequential_ms"]
-            lines.append(f"| {c['L']} | {c['k']} | {d:.0f} | {c['target_tree_ms']:.0f} |")
+            used = []
+            for t in temps:
+                u = next((r for r in rows if (r["temperature"], r["L"], r["k"]) == (t, c["L"], c["k"])
+                          and r["draft_ms"] is not None), None)
+                used.append("–" if u is None else f"{u['draft_ms']:.0f} / {u['verify_ms']:.0f}")
+            lines.append(f"| {c['L']} | {c['k']} | {d:.0f} / {c['target_tree_ms']:.0f} | " + " | ".join(used) + " |")
         for temp in cfg["temps"]:
             r = next((r for r in rows if r["temperature"] == temp), None)
             if r:
