@@ -157,6 +157,22 @@ def test_anchored_costs_meet_the_real_runs_and_keep_the_probe_shape():
     assert anchored_costs(costs, 4, 4, None, (260.0, 230.0))[2] == pytest.approx((220.0, 210.0))
     assert anchored_costs(costs, 4, 4, None, None)[3] == pytest.approx((120.0, 220.0))
     assert anchored_costs(costs, 4, 6, (1.0, 1.0), (1.0, 1.0)) == {}
+    # a probe cell below its neighbour is noise: pooled with it before anchoring
+    noisy = [dict(c) for c in costs]
+    noisy[3]["draft_batch_ms"] = 90.0  # k = 4 cheaper than k = 3: impossible for a batch
+    pooled = (110.0 + 120.0 + 90.0) / 3  # 120 > 90 pooled to 105, still below 110, so pooled again
+    got = anchored_costs(noisy, 4, 4, None, None)
+    assert [got[k][0] for k in (1, 2, 3, 4)] == pytest.approx([100.0, pooled, pooled, pooled])
+    assert got[4][1] == pytest.approx(230.0)
+
+
+def test_monotone_is_pool_adjacent_violators():
+    from engine.bench.paired import monotone
+
+    assert monotone([1386, 1679, 2127, 901]) == pytest.approx([1386, 1569, 1569, 1569])
+    assert monotone([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    assert monotone([3.0, 2.0, 1.0]) == pytest.approx([2.0, 2.0, 2.0])
+    assert monotone([]) == []
 
 
 @pytest.mark.parametrize("kw, msg", [({"driver": "spectr-gbv-published"}, "lossless multi-draft"),

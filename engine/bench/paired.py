@@ -188,6 +188,30 @@ def _per_call(runs: list[dict]) -> tuple[float, float] | None:
     return sum(r["t_draft_ms"] for r in runs) / calls, sum(r["t_verify_ms"] for r in runs) / calls
 
 
+def monotone(xs: list[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators).
+
+    Why: one step's cost cannot fall when more drafts are batched or more tree tokens verified, so a
+    probe value below its predecessor is timing noise; pooling the violators keeps the probe's level.
+    Example: [1386, 1679, 2127, 901] → [1386, 1569, 1569, 1569]."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for x in xs:
+        blocks.append([x, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    return [s / n for s, n in blocks for _ in range(n)]
+
+
+def _probe_shape(costs: list[dict], k_max: int, L: int) -> dict[int, tuple[float, float]]:
+    """The probe's (draft, verify) ms per k at block length L, each made non-decreasing in k."""
+    raw = {k: c for k in range(1, k_max + 1) if (c := _cost_of(costs, k, L)) is not None}
+    ks = sorted(raw)
+    cols = [monotone([raw[k][i] for k in ks]) for i in (0, 1)]
+    return {k: (cols[0][j], cols[1][j]) for j, k in enumerate(ks)}
+
+
 def anchored_costs(costs: list[dict], k_max: int, L: int, real_1, real_max) -> dict[int, tuple[float, float]]:
     """Probe costs per k at block length L, rescaled so that k = 1 and k = K_max equal the real runs'
     measured per-call (draft, verify) ms; the scale of k in between is interpolated linearly in k.
@@ -196,21 +220,21 @@ def anchored_costs(costs: list[dict], k_max: int, L: int, real_1, real_max) -> d
     prompts (up to ~6k tokens of context) under whatever load the machine had, so probe costs against an
     in-run t_AR overstate SR (first run: SD L = 2 modelled 1.80× vs real 1.10×). Anchoring keeps the probe
     for what only it measures (how cost grows with k) and the real runs for the level.
+    The probe is first made non-decreasing in k (`monotone`): on a loaded machine a probe cell can come
+    out below its neighbour (second run, L = 6: k = 3 2127 ms, k = 4 901 ms), which no batch can do.
     Example: probe draft 225 / 285 ms at k = 1 / 4, real 288 / 332 → scales 1.28 / 1.16, k = 2 gets
     1.24 × probe(2). A missing anchor (no check run) takes the other one's scale."""
     out = {}
     s = {}
+    probe = _probe_shape(costs, k_max, L)
     for k, real in ((1, real_1), (k_max, real_max)):
-        c = _cost_of(costs, k, L)
+        c = probe.get(k)
         if c is not None and real is not None:
             s[k] = (real[0] / c[0], real[1] / c[1])
     if not s:
-        return {k: c for k in range(1, k_max + 1) if (c := _cost_of(costs, k, L)) is not None}
+        return probe
     lo, hi = s.get(1, s.get(k_max)), s.get(k_max, s.get(1))
-    for k in range(1, k_max + 1):
-        c = _cost_of(costs, k, L)
-        if c is None:
-            continue
+    for k, c in probe.items():
         w = (k - 1) / (k_max - 1) if k_max > 1 else 0.0
         out[k] = tuple(ci * (a + (b - a) * w) for ci, a, b in zip(c, lo, hi))
     return out
