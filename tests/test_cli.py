@@ -164,3 +164,19 @@ def test_one_metric_vocabulary():
     old = {"emitted_per_call_incl_bonus": 2.0, "acceptance_rate": 0.5, "block_efficiency": 9.0, "x": 1}
     assert canonical_row(old) == {EMITTED_PER_CALL: 2.0, ACCEPTANCE_RATE: 0.5, "x": 1}
     assert canonical_row({"accepted_per_call": 1.0}) == {ACCEPTED_PER_CALL: 1.0}
+
+
+def test_paired_multibench_records_its_machine_and_keeps_it_on_rerender(model_dirs, tmp_path, capsys):
+    """The JSON names the machine and versions that produced it; re-rendering elsewhere keeps that machine."""
+    t, d, prompts = model_dirs
+    out, md = tmp_path / "paired.json", tmp_path / "bench.md"
+    assert main(["multibench", "--paired", "--target", str(t), "--draft", str(d), "--dtype", "fp32",
+                 "--threads", "1", "--prompts", str(prompts), "--per-task", "1", "--max-new-tokens", "4",
+                 "--temperatures", "0.7", "--ks", "1,2", "--ls", "2", "--machine", "box A, flags: avx2",
+                 "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["machine"] == "box A, flags: avx2" and {"torch", "transformers"} <= set(res["versions"])
+    assert res["rows"] and res["command"]
+    capsys.readouterr()
+    assert main(["multibench", "--paired", "--from-json", str(out), "--markdown", str(md)]) == 0
+    assert "box A, flags: avx2" in md.read_text()

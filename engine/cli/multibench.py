@@ -67,7 +67,7 @@ def _config(a):
 def cmd_multibench(a) -> int:
     from engine.bench.multibench import measure_modes, merge_results, run_multibench
     from engine.bench.multibench_report import append_markdown, format_tables
-    from engine.core.load import check_pair, eos_token_ids, load_model, machine_description
+    from engine.core.load import check_pair, eos_token_ids, load_model, machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
 
     machine = a.machine or machine_description()
@@ -80,13 +80,16 @@ def cmd_multibench(a) -> int:
             append, fmt = append_markdown, format_tables
         print(fmt(result))
         if a.markdown:
-            append(result, Path(a.markdown), command, machine)
+            # The machine that ran it, not the one re-rendering it (--from-json).
+            append(result, Path(a.markdown), command, result.get("machine") or machine)
         return 0
 
     if a.from_json and a.paired:
         from engine.bench.paired import with_rows
 
         result = with_rows(json.loads(Path(a.from_json).read_text()))
+        if a.machine:  # a run saved before results carried their machine
+            result["machine"] = a.machine
         if a.out:
             write_json_atomic(result, a.out)
         return report(result, result.get("command", "?"))
@@ -109,6 +112,7 @@ def cmd_multibench(a) -> int:
     def save(result: dict) -> None:
         if a.out:
             result["command"] = command
+            result["machine"], result["versions"] = machine, software_versions()
             write_json_atomic(result, a.out)
 
     if a.modes_only:
