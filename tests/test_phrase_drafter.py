@@ -396,3 +396,16 @@ def test_bench_cli_with_the_phrase_drafter(model_dirs, tmp_path):
                  "--temperatures", "0,0.7", "--warmup", "0", "--dtype", "fp32", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["complete"] and res["greedy_mismatches"] == []
+
+
+def test_bench_costs_price_a_phrase_drafter_by_its_draft_model():
+    """The bench's cost line: a phrase drafter costs its draft model's forward; a model-free draft has none."""
+    import math
+
+    from engine.bench.runner import measure_costs
+    from engine.drafters.lookup import LookupDrafter
+
+    ctx = [1, 2, 3, 4, 5]
+    got = measure_costs(successor_lm(), PhraseDrafter(successor_lm(), n=2), ctx, reps=1)
+    assert math.isfinite(got["t_draft_ms"]) and got["t_draft_ms"] >= 0 and math.isfinite(got["c"])
+    assert math.isnan(measure_costs(successor_lm(), LookupDrafter(V), ctx, reps=1)["t_draft_ms"])

@@ -273,8 +273,9 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
 
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
     """Median ms of a 1-token draft forward and of k-token target forwards on a warm cache."""
-    has_forward = hasattr(draft, "extend")  # model-free drafts: no forward
-    t_draft = forward_curve(draft, ids, (1,), reps)[1] if has_forward else float("nan")
+    # A phrase drafter's cost is its draft model's forward; model-free drafts have none (nan).
+    lm = draft if hasattr(draft, "extend") else getattr(draft, "lm", None)
+    t_draft = forward_curve(lm, ids, (1,), reps)[1] if lm is not None and hasattr(lm, "extend") else float("nan")
     tk = forward_curve(target, ids, (1, 2, 4, 8, 16), reps)
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
             "verify_growth": {k: v / tk[1] for k, v in tk.items()}}
