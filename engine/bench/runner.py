@@ -271,11 +271,20 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
                      drafted, out, 0, timer.s, first.first_s or 0.0)
 
 
+def _forward_lm(draft):
+    """The LM whose forward a drafter's step costs: the draft itself when it runs forwards, else the
+    model it wraps (`.lm`, unwrapped as in _hf_modules); None for a model-free draft."""
+    while draft is not None and not hasattr(draft, "extend"):
+        inner = getattr(draft, "lm", None)
+        draft = inner if inner is not draft else None
+    return draft
+
+
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
-    """Median ms of a 1-token draft forward and of k-token target forwards on a warm cache."""
-    # A phrase drafter's cost is its draft model's forward; model-free drafts have none (nan).
-    lm = draft if hasattr(draft, "extend") else getattr(draft, "lm", None)
-    t_draft = forward_curve(lm, ids, (1,), reps)[1] if lm is not None and hasattr(lm, "extend") else float("nan")
+    """Median ms of a 1-token draft forward (nan for model-free drafts) and of k-token target forwards
+    on a warm cache."""
+    lm = _forward_lm(draft)
+    t_draft = forward_curve(lm, ids, (1,), reps)[1] if lm is not None else float("nan")
     tk = forward_curve(target, ids, (1, 2, 4, 8, 16), reps)
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
             "verify_growth": {k: v / tk[1] for k, v in tk.items()}}

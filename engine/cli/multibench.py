@@ -71,6 +71,7 @@ def cmd_multibench(a) -> int:
     from engine.trace.jsonio import write_json_atomic
 
     machine = a.machine or machine_description()
+    versions = software_versions()
 
     def report(result: dict, command: str) -> int:
         """Print the tables and append the dated markdown section when asked."""
@@ -112,7 +113,7 @@ def cmd_multibench(a) -> int:
     def save(result: dict) -> None:
         if a.out:
             result["command"] = command
-            result["machine"], result["versions"] = machine, software_versions()
+            result["machine"], result["versions"] = machine, versions
             write_json_atomic(result, a.out)
 
     if a.modes_only:
