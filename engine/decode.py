@@ -18,6 +18,10 @@ The one path of a step: policy.propose() → cap; drafter.draft(seq, cap, keep, 
 plain values, so this module is the only code that talks to a policy; the policy's kept_proposal
 law replaces the q rows of a gated proposal; the target scores the block(s) (score_paths); the
 verifier (engine.verify) decides; the target and the drafter commit; policy.update(result).
+Every call is a declared protocol method: the target's (engine.core.target.Target: extend, crop,
+score_paths, commit), the drafter's (engine.drafters.base.Drafter: reset, draft, commit, observe,
+verify_target, caps) and the policy's (engine.policies.base.WindowPolicy, whose `needs()` the
+refusals read); this module probes no optional attribute.
 """
 
 from __future__ import annotations
@@ -99,43 +103,10 @@ class DecodeConfig:
             parse_shadow(name)
 
 
-def score_paths(target, seq: list[int], prop: Proposal) -> list[torch.Tensor]:
-    """Target logits for every draft block: [len(block)+1, V] each.
-
-    K = 1 is one extend. K > 1 falls back to one extend per block with a crop in between (exact, K×
-    the cost); a target that implements `score_tree` (one pass with a tree attention mask) is used
-    instead when present.
-    """
-    last = seq[-1]
-    if prop.k == 1:
-        return [target.extend([last] + prop.tokens[0])]
-    if hasattr(target, "score_tree"):
-        return list(target.score_tree(last, prop.tokens))
-    base = target.length
-    out = []
-    for block in prop.tokens:
-        out.append(target.extend([last] + block))
-        target.crop(base)
-    return out
-
-
-def commit_target(target, seq: list[int], S: int, prop: Proposal, chosen: int, accepted: int) -> None:
-    """Leave the target cache holding exactly the accepted prefix x[:S+accepted]."""
-    if prop.k == 1 or hasattr(target, "score_tree") and hasattr(target, "commit_tree"):
-        if prop.k > 1:
-            target.commit_tree(chosen, accepted)
-        else:
-            target.crop(S + accepted)
-        return
-    # Sequential scoring left the cache at S-1: re-feed the accepted path (counted in verify time).
-    target.extend([seq[S - 1]] + prop.tokens[chosen][:accepted])
-
-
 def keep_for(policy: WindowPolicy) -> Keep:
     """The drafter's view of the policy for one step (engine.drafters.base.Keep)."""
-    return Keep(policy.keep_drafting, policy.drop_on_stop, want_hidden=policy.needs_hidden,
-                value_blind=type(policy).kept_proposal is WindowPolicy.kept_proposal,
-                block_rule=policy.block_rule())
+    return Keep(policy.keep_drafting, policy.drop_on_stop, want_hidden=policy.needs().hidden,
+                value_blind=type(policy).kept_proposal is WindowPolicy.kept_proposal, block=policy.keep_block)
 
 
 def kept_law(policy: WindowPolicy, prop: Proposal) -> Proposal:
@@ -165,16 +136,10 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     sc = cfg.sampling
     verify = VERIFIERS[cfg.verifier]
     multi = cfg.verifier in MULTI_DRAFT
-    if (drafter is not None and policy is not None and not sc.greedy
-            and not getattr(policy, "trim_exact_when_sampling", True)):
-        raise ValueError(f"policy {policy.spec!r} drops drafts by their own scores, which is exact only for greedy "
-                         "decoding; at T > 0 use trim=0, pacer with b=1, or confidence:t,trim=1 (which corrects "
-                         "its proposal)")
-    if drafter is not None and getattr(policy, "greedy_only", False) and not sc.greedy:
-        raise ValueError(f"policy {policy.spec!r} is defined for greedy decoding only (T = 0)")
-    if drafter is not None and policy.needs_hidden and not getattr(drafter, "has_hidden", True):
-        raise ValueError(f"policy {policy.spec!r} reads draft hidden states; the {drafter.name} drafter has none")
-    if drafter is not None and hasattr(drafter, "verify_target"):
+    if drafter is not None:  # the rules engine.spec.RunSpec.check states before any load, for direct callers
+        errors = policy.needs().refusals(policy.spec, sc.greedy, drafter.caps.hidden, drafter.name)
+        if errors:
+            raise ValueError(errors[0])
         target = drafter.verify_target(target)  # a block drafter reads the target's layer features
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     shadows = tuple(parse_shadow(n) for n in cfg.shadow)
@@ -204,7 +169,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             cap = 0
             prop = Proposal.empty(target.vocab_size, stop_reason="none")
         t_v0 = time.perf_counter()
-        logits = score_paths(target, seq, prop)
+        logits = target.score_paths(seq[-1], prop.tokens)
         t_r0 = time.perf_counter()
         p_list = [probs_from_logits(x, sc) for x in logits]
         n_u = uniforms_needed(cfg.verifier, [len(b) for b in prop.tokens])
@@ -216,7 +181,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             res = verify(prop.tokens[0], prop.q[0], p_list[0], u)
             chosen = 0
         t_rule = (time.perf_counter() - t_r0) * 1e3
-        commit_target(target, seq, S, prop, chosen, res.accepted)
+        target.commit(S + res.accepted, seq[-1], prop.tokens, chosen, res.accepted)
         sync(target)
         t_v1 = time.perf_counter()
         # After t_v1: the shadows' rule time is reported apart and never counted in the step's timings.
@@ -256,7 +221,7 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             stop_reason=prop.stop_reason, t_draft_ms=(t_v0 - t_d0) * 1e3, t_verify_ms=(t_v1 - t_v0) * 1e3,
             t_prefill_ms=t_prefill if step == 0 else 0.0, finished=finished, policy_fields=fields,
             all_drafts=tuple(tuple(b) for b in prop.tokens) if prop.k > 1 else None, chosen=chosen,
-            decisions=getattr(res, "decisions", None), t_rule_ms=t_rule, shadow=shadow,
+            decisions=res.decisions, t_rule_ms=t_rule, shadow=shadow,
         )
         step += 1
         if finished:

@@ -140,3 +140,16 @@ def test_only_decode_talks_to_a_policy():
     offenders = sorted(str(p.relative_to(ENGINE.parent)) for p in drafters.rglob("*.py")
                        if "policy." in p.read_text() or "WindowPolicy" in p.read_text())
     assert not offenders
+    # An import check, deferred imports included: a drafter sees only the policy interface's types
+    # (DraftInfo), never a policy module (PACER's block rule is Pacer.keep_block, reached via Keep).
+    imports = {str(p.relative_to(ENGINE.parent)): _imports(p, top_level_only=False) for p in drafters.rglob("*.py")}
+    reaching = {f: sorted(m for m in mods if m.startswith("engine.policies") and m != "engine.policies.base")
+                for f, mods in imports.items()}
+    assert not {f: m for f, m in reaching.items() if m}
+    assert any("engine.policies.base" in mods for mods in imports.values())  # the check sees imports at all
+
+
+def test_decode_calls_declared_protocol_methods_only():
+    """No optional-attribute probes in the decode loop: targets, drafters and policies are typed seams."""
+    src = (ENGINE / "decode.py").read_text()
+    assert src.count("getattr") + src.count("hasattr") == 0

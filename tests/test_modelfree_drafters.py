@@ -11,6 +11,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decode import DecodeConfig, decode, keep_for
+from engine.drafters.base import DrafterBase
 from engine.drafters.lookup import LookupDrafter, lookup
 from engine.drafters.modelfree import make_model_free
 from engine.drafters.suffix import SuffixDrafter, SuffixTrie
@@ -177,7 +178,7 @@ def test_span_points_at_the_copied_tokens(tiny_target, spec):
     assert checked > 5
 
 
-class _WrongQ:
+class _WrongQ(DrafterBase):
     """The lookup drafter reporting a smeared q (0.5 on the copied token, the rest uniform): what
     a bug in the one-hot construction would look like. The χ² test must reject it."""
 

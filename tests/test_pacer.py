@@ -386,7 +386,7 @@ def test_pacer_trim_under_sampling_needs_b1(tiny_target, tiny_draft):
     target, draft = HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True)
     cfg = DecodeConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=0.7, seed=0))
     pol = Pacer(block=2, threshold=0.5, rho=1.0, max_window=8, model=FixedScores([0.1] * 32), trim=1)
-    with pytest.raises(ValueError, match="exact only for greedy"):
+    with pytest.raises(ValueError, match="exact for greedy decoding only"):
         list(decode(target, draft, [3, 17, 5, 9], pol, cfg))
     pol.trim = 0  # the untrimmed rule verifies every drafted token: fine under sampling
     assert sum(s.emitted for s in decode(target, draft, [3, 17, 5, 9], pol, cfg)) == 8

@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 
 from engine.bench.audit import branches
 from engine.decode import DecodeConfig, decode, keep_for
+from engine.drafters.base import DrafterBase
 from engine.drafters.phrase import PhraseDrafter, PhrasePool, is_phrase, parse_phrase_spec, phrase_target
 from engine.core.lm import HFModel, TableLM
 from engine.policies.base import parse_policy
@@ -297,7 +298,7 @@ def test_step_fields_say_where_each_token_came_from(tiny_target, tiny_draft):
     assert checked > 3
 
 
-class _SmearedPhraseQ:
+class _SmearedPhraseQ(DrafterBase):
     """The phrase drafter reporting a smeared q on its phrase rows (what a bug in the one-hot would
     look like): the χ² test must reject it."""
 

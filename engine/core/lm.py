@@ -8,6 +8,7 @@ The protocol every LM here implements (engine.decode never touches a transformer
     lm.length                                number of cached positions
     lm.reset()                               forget everything (new request)
     lm.last_hidden                           last-layer hidden states of the latest extend (opt-in)
+    lm.score_paths / lm.commit               a step's block scoring and commit (engine.core.target)
 
 `HFModel` adds the public forwards other modules build on — `forward_ids` (a batch of ids, custom
 positions or attention mask), `extend_batch`, `run_decoder` + `head` (hidden states, then logits
@@ -24,6 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from engine.core.target import TargetBase
 
 SKINNY_ROWS = 16  # up to this many rows (a verify block), use the weight-major GEMM below
 
@@ -78,7 +81,7 @@ class _SubsetHead(torch.nn.Module):
         return torch.mm(self.weight, h2.T).T.reshape(*h.shape[:-1], self.weight.shape[0])
 
 
-class HFModel:
+class HFModel(TargetBase):
     """A transformers causal LM with a KV cache that can be cropped after verification.
 
     `vocab_subset` (FR-Spec-style reduced head): logits are computed only for those token ids by
@@ -232,7 +235,7 @@ def prefill(lm, ids: list[int]) -> None:
         lm.extend(ids)
 
 
-class TableLM:
+class TableLM(TargetBase):
     """Toy LM: next-token logits are a fixed random function of the whole context.
 
     Distribution for context c = softmax(scale · N(0,1) draws seeded by hash(c, seed)). Being

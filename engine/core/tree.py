@@ -1,8 +1,9 @@
 """One target pass that scores all K draft blocks: `TreeTarget(lm, mode)` over an HFModel.
 
-The decode loop (engine.decode.score_paths / commit_target) uses `score_tree(last, blocks)` and
-`commit_tree(chosen, accepted)` when the target has them; every other call is forwarded to the
-wrapped LM, so K = 1 steps and prefill are unchanged.
+The decode loop calls the target protocol (engine.core.target): `score_paths(last, blocks)` and
+`commit(...)`, which TreeTarget implements with `score_tree(last, blocks)` and `commit_tree(chosen,
+accepted)` for K > 1; every other call is forwarded to the wrapped LM, so K = 1 steps and prefill
+are unchanged.
 
 Target cache before a step holds x[:S−1]; the step feeds x[S−1] (`last`) and the drafts, and
 `commit_tree` must leave exactly x[:S+accepted] (the accepted prefix of block `chosen`).
@@ -99,6 +100,15 @@ class TreeTarget:
     @property
     def length(self) -> int:
         return self.lm.length
+
+    def score_paths(self, last: int, blocks: list[list[int]]) -> list[torch.Tensor]:
+        return self.lm.score_paths(last, blocks) if len(blocks) == 1 else self.score_tree(last, blocks)
+
+    def commit(self, keep_len: int, last: int, blocks: list[list[int]], chosen: int, accepted: int) -> None:
+        if len(blocks) == 1:
+            self.lm.crop(keep_len)
+        else:
+            self.commit_tree(chosen, accepted)
 
     @torch.inference_mode()
     def score_tree(self, last: int, blocks: list[list[int]]) -> list[torch.Tensor]:

@@ -17,11 +17,11 @@ import torch
 
 from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
-from engine.drafters.base import Keep, Proposal
+from engine.drafters.base import DrafterBase, Keep, Proposal
 from engine.policies.base import DraftInfo
 
 
-class AutoregressiveDrafter:
+class AutoregressiveDrafter(DrafterBase):
     """A draft LM (any `engine.core.lm` LM) as a drafter."""
 
     def __init__(self, lm) -> None:

@@ -12,8 +12,12 @@ A drafter proposes a step's draft block(s); `engine.decode.decode` drives it:
                                          block `chosen` was verified (drop any cached draft past that)
     observe(target)                      read the target's state after verification (block drafters
                                          condition on its hidden features); a no-op for most
-    verify_target(target)  (optional)    the LM to verify with (block drafter: its feature view of it)
-    has_hidden             (optional)    False: no draft hidden states, so decode refuses pacer
+    verify_target(target)                the LM to verify with (the target itself; block drafter: its
+                                         feature view of it)
+    caps: DrafterCaps                    what it can give a policy (draft hidden states)
+
+`DrafterBase` gives the defaults (commit / observe no-ops, verify with the target, hidden states);
+every drafter in this package derives from it, so `decode` calls declared methods only.
 
 Names: a *policy*'s `propose()` says how many tokens to draft (an int); a *drafter*'s `draft()` drafts
 them (a Proposal). Drafters: AutoregressiveDrafter (engine.drafters.autoregressive, one token per
@@ -25,7 +29,7 @@ from a CLI spec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -68,17 +72,17 @@ class Keep:
                                  trailing drafts the policy discards unverified (its drop_on_stop)
         keep(info, drawn=False)  the same for a token fixed by the context (copy and phrase drafts,
                                  q = δ): such a token is never dropped by value, so no drop is asked
+        keep.block(infos)        (kept, fields) for a run of tokens the drafter scored itself (phrases):
+                                 the policy's keep_block — per token by default, PACER's block rule
         want_hidden              put the draft's hidden state in DraftInfo (PACER reads it)
         value_blind              the policy's drops never read the dropped token's value
-        block_rule               (b, t₀, ρ, trim): PACER's block stop rule for drafter-scored
-                                 tokens (phrases), or None
     """
 
     def __init__(self, verdict: Callable[[DraftInfo], bool], drop: Callable[[], int] = lambda: 0,
                  want_hidden: bool = False, value_blind: bool = True,
-                 block_rule: tuple[int, float, float, int] | None = None) -> None:
-        self._verdict, self._drop = verdict, drop
-        self.want_hidden, self.value_blind, self.block_rule = want_hidden, value_blind, block_rule
+                 block: Callable[[list[DraftInfo]], tuple[int, dict[str, Any]]] | None = None) -> None:
+        self._verdict, self._drop, self._block = verdict, drop, block
+        self.want_hidden, self.value_blind = want_hidden, value_blind
         self.dropped = 0
 
     def __call__(self, info: DraftInfo, drawn: bool = True) -> bool:
@@ -88,5 +92,51 @@ class Keep:
             self.dropped = self._drop()
         return False
 
+    def block(self, infos: list[DraftInfo]) -> tuple[int, dict[str, Any]]:
+        if self._block is not None:
+            return self._block(infos)
+        for i, info in enumerate(infos):  # per token: the default of a window policy's keep_block
+            if not self(info, drawn=False):
+                return i + 1, {"stop": "policy"}
+        return len(infos), {}
+
 
 KEEP_ALL = Keep(lambda info: True)  # draft to the cap (tests, probes)
+
+
+@dataclass(frozen=True)
+class DrafterCaps:
+    """What a drafter can give a window policy (read by decode and engine.spec before a run)."""
+
+    hidden: bool = True  # draft hidden states in DraftInfo (model drafters); False: copy and block drafters
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """The methods `engine.decode.decode` calls on a drafter (see the module doc)."""
+
+    vocab_size: int
+    name: str
+    caps: DrafterCaps
+
+    def reset(self, prompt_ids: list[int]) -> None: ...
+    def draft(self, seq: list[int], cap: int, keep: Keep, sc: Any, gen: torch.Generator) -> Proposal: ...
+    def commit(self, keep_len: int, chosen: int) -> None: ...
+    def observe(self, target: Any) -> None: ...
+    def verify_target(self, target: Any) -> Any: ...
+
+
+class DrafterBase:
+    """Defaults of the Drafter protocol: nothing to commit or observe, verify with the target itself."""
+
+    caps = DrafterCaps()
+    name = "draft"  # what refusals and trace headers call it
+
+    def commit(self, keep_len: int, chosen: int) -> None:
+        pass
+
+    def observe(self, target: Any) -> None:
+        pass
+
+    def verify_target(self, target: Any) -> Any:
+        return target

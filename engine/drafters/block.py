@@ -23,7 +23,7 @@ import torch
 
 from engine.core.lm import HFModel
 from engine.core.sampling import SamplingConfig, draw_token
-from engine.drafters.base import Keep, Proposal
+from engine.drafters.base import DrafterBase, Keep, Proposal
 from engine.drafters.block_model import (SCHEMA, BlockDrafterConfig, BlockDrafterModel, BlockLM, block_attention_mask,
                                          block_inputs, block_logits, build_target_layer_ids, target_features)
 
@@ -70,7 +70,7 @@ class FeatureLM(HFModel):
 # ------------------------------------------------------------------ decode-time drafter
 
 
-class BlockDrafter:
+class BlockDrafter(DrafterBase):
     """Drafter protocol for a block drafter: one draft forward per step proposes up to B−1 tokens.
 
     The context K/V cache holds the projected target features of positions [0, n_ctx); it is synced
@@ -90,7 +90,6 @@ class BlockDrafter:
         self.dtype = lm.model.fc.weight.dtype
         self.name = "block-drafter"
         self.vocab_subset = lm.vocab_subset  # trace headers report the reduced head
-        self.has_hidden = False  # no draft hidden states: decode refuses a policy that reads them (pacer)
         self.block_size = lm.config.block_size
         self._k: list[torch.Tensor] = []
         self._v: list[torch.Tensor] = []

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 
 from engine.core.sampling import SamplingConfig
-from engine.drafters.base import Keep, Proposal
+from engine.drafters.base import DrafterBase, DrafterCaps, Keep, Proposal
 from engine.policies.base import DraftInfo
 
 
-class CopyDrafter:
+class CopyDrafter(DrafterBase):
     """Shared protocol plumbing; subclasses implement `candidates(seq, limit)`.
 
     `candidates` returns (tokens, scores, fields): the continuation it would copy (at most `limit`
@@ -41,7 +41,7 @@ class CopyDrafter:
     device = "cpu"
     vocab_subset = None
     last_hidden = None
-    has_hidden = False  # decode refuses a policy that reads draft hidden states (pacer) with a copy drafter
+    caps = DrafterCaps(hidden=False)  # no draft hidden states: a policy that reads them (pacer) is refused
 
     def __init__(self, vocab_size: int, max_tokens: int) -> None:
         if not isinstance(vocab_size, int) or vocab_size < 1:

@@ -30,7 +30,7 @@ import torch
 
 from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
-from engine.drafters.base import Keep, Proposal
+from engine.drafters.base import DrafterBase, Keep, Proposal
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _is_hf(lm) -> bool:
     return hasattr(lm, "extend_batch") and hasattr(lm, "cache")
 
 
-class MultiDrafter:
+class MultiDrafter(DrafterBase):
     """K i.i.d. draft blocks of the policy's cap length from one draft LM."""
 
     def __init__(self, lm, cfg: MultiDraftConfig = MultiDraftConfig()) -> None:

@@ -28,10 +28,10 @@ p_i(y_i) and otherwise samples p_i conditioned on "not y_i": sampling stays loss
 Window policies. Model tokens go through the policy's `keep` verdict as usual (hidden states included, so
 `pacer` works). Phrase tokens are fed as DraftInfo(index = position within the phrase, q = 1, H = 0,
 match_len = |v|, score = s_i): `fixed:γ` fills the window, `matchlen:f,offset=o,p=…` cuts a phrase at
-⌊f·|v| + o⌋ tokens or when s_i < p. A policy that reads hidden states (`pacer`) gets PACER's stop rule
-(engine.policies.pacer.block_decision) fed the drafter's signal: blocks of b phrase tokens, mean s over the
-block vs t (t₀ = the policy's t, t ← t·ρ after each passing block), the failing block dropped when
-the policy trims. All phrase stops read only s and |v| (functions of the prefix), never a random
+⌊f·|v| + o⌋ tokens or when s_i < p. Every phrase goes through `keep.block` (the policy's keep_block):
+per token by default; `pacer` applies its own block rule (engine.policies.pacer.Pacer.keep_block) to
+the drafter's signal: blocks of b phrase tokens, mean s over the block vs t (t₀ = the policy's t,
+t ← t·ρ after each passing block), the failing block dropped when the policy trims. All phrase stops read only s and |v| (functions of the prefix), never a random
 draw, so no `kept_proposal` correction is needed. One exception: after the policy *dropped* a model
 token because of its value (confidence trim=1 corrects q by `kept_proposal`), putting a phrase in
 its place would change the law of that position, so under sampling no phrase follows such a drop.
@@ -58,7 +58,7 @@ import torch
 
 from engine.core.sampling import SamplingConfig
 from engine.drafters.autoregressive import AutoregressiveDrafter
-from engine.drafters.base import Keep, Proposal
+from engine.drafters.base import DrafterBase, Keep, Proposal
 from engine.drafters.suffix import SuffixTrie
 from engine.policies.base import DraftInfo
 
@@ -151,7 +151,7 @@ class PhrasePool:
         return c
 
 
-class PhraseDrafter:
+class PhraseDrafter(DrafterBase):
     """A draft LM's block (≤ n tokens) extended with up to k phrase candidates from a `PhrasePool`."""
 
     def __init__(self, lm, n: int = 4, k: int = 1, ngram: int = 2, depth: int = 16, max_phrase: int = 8) -> None:
@@ -182,27 +182,12 @@ class PhraseDrafter:
         self._step = (len(prompt_ids), [], [])
 
     def _gate(self, cand: dict[str, Any], keep: Keep) -> tuple[int, dict[str, Any]]:
-        """How many of the candidate's tokens the window policy keeps, and what it said."""
+        """How many of the candidate's tokens the window policy keeps (its keep_block verb, fed the
+        drafter's own signal), and what it said."""
         toks, scores, n = cand["tokens"], cand["scores"], cand["match_len"]
-        if keep.block_rule is not None:  # PACER's stop rule on the drafter's own scores (no hidden states here)
-            from engine.policies.pacer import block_decision
-
-            b, t, rho, trim = keep.block_rule
-            blocks = []
-            for lo in range(0, len(toks), b):
-                blk = scores[lo:lo + b]
-                mean = sum(blk) / len(blk)
-                stop, t_next = block_decision(mean, t, rho)
-                blocks.append({"tokens": [lo + 1, lo + len(blk)], "mean": round(mean, 5), "t_before": round(t, 5),
-                               "decision": "stop" if stop else "continue"})
-                if stop:
-                    return (lo if trim else lo + len(blk)), {"stop": "pre_verify", "blocks": blocks}
-                t = t_next
-            return len(toks), {"stop": "phrase_end", "blocks": blocks}
-        for i, (tok, s) in enumerate(zip(toks, scores)):
-            if not keep(DraftInfo(i + 1, tok, 1.0, 0.0, None, 1.0, match_len=n, score=s), drawn=False):
-                return i + 1, {"stop": "policy"}
-        return len(toks), {"stop": "phrase_end"}
+        kept, said = keep.block([DraftInfo(i + 1, tok, 1.0, 0.0, None, 1.0, match_len=n, score=s)
+                                 for i, (tok, s) in enumerate(zip(toks, scores))])
+        return kept, {"stop": "phrase_end", **said}
 
     def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         self.pool.sync(seq)

@@ -20,7 +20,13 @@ score for b > 1, which reads states computed from the block's own tokens) is exa
 decoding; `decode` refuses it under sampling.
     update(result, drafted)  learn from the verify result
     step_fields() -> dict    policy-specific values for the trace (thresholds, scores, stop reasons)
-    block_rule()             PACER's (b, t₀, ρ, trim) for tokens a drafter scores itself, or None
+    keep_block(infos)        (kept, fields) for a run of tokens a drafter scored itself (phrases, no hidden
+                             states): per-token keep_drafting by default; PACER applies its block rule
+    needs() -> Needs         what the policy asks of a run (greedy only, draft hidden states, exact under
+                             sampling, the draft hidden sizes it reads), read by engine.spec.RunSpec.check
+                             before anything loads and by decode
+    for_request(ctx)         the policy for one request (self by default; the hindsight oracle builds its
+                             look-ahead here, before the request's clock starts)
 
 In a decode run only `engine.decode` calls these methods: a drafter gets a `keep(info) -> bool`
 callback and plain values from it (engine.drafters.base.Keep), never the policy. The offline replay
@@ -43,6 +49,51 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # policies themselves never need torch; keeps the app's analysis pages torch-free
     import torch
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a window policy asks of a run, declared once (`WindowPolicy.needs`) and read by
+    `engine.spec.RunSpec.check` (before any model loads) and `engine.decode.decode`."""
+
+    greedy_only: bool = False  # defined for T = 0 only (the hindsight oracle)
+    hidden: bool = False  # reads the draft's last-layer hidden states (PACER's M_B)
+    exact_under_sampling: bool = True  # False: drops drafts by their own value, lossless at T = 0 only
+    # Draft hidden sizes the policy can read (None: any): PACER's M_B was trained for one size.
+    hidden_sizes: tuple[int, ...] | None = None
+    # Look-ahead computed per request from a plain draft model (the hindsight oracle): K = 1 only.
+    lookahead: bool = False
+
+    def refusals(self, label: str, greedy: bool, drafter_hidden: bool = True, drafter: str = "draft",
+                 draft_hidden_size: int | None = None) -> list[str]:
+        """Why this policy (`label`: its spec as the user spelt it) cannot run with this sampling and
+        drafter, one line each; [] when it can. The one statement of these rules: engine.spec and
+        engine.decode both ask it."""
+        out = []
+        if not greedy and self.greedy_only:
+            out.append(f"{label!r} is defined for greedy decoding only (T = 0)")
+        if not greedy and not self.exact_under_sampling:
+            out.append(f"{label!r} drops drafts by value, exact for greedy decoding only: at T > 0 use trim=0, "
+                       "pacer with b=1, or confidence:t,trim=1 (which corrects its proposal)")
+        if self.hidden and not drafter_hidden:
+            out.append(f"{label!r} reads draft hidden states; the {drafter} drafter has none")
+        elif (self.hidden and self.hidden_sizes is not None and draft_hidden_size is not None
+              and draft_hidden_size not in self.hidden_sizes):
+            sizes = ", ".join(f"{n}-dim" for n in self.hidden_sizes)
+            out.append(f"{label!r} reads {sizes} draft hidden states; this draft's are {draft_hidden_size}-dim "
+                       "(use the pair its pre-verifier was trained for, or weights=PATH)")
+        return out
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What `WindowPolicy.for_request` may read: the loaded pair and one request's prompt."""
+
+    target: Any
+    draft: Any
+    prompt_ids: list[int]
+    max_new_tokens: int
+    eos_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,14 +165,25 @@ class WindowPolicy:
         """q' of a kept (verified) draft position; identity for rules that never drop by value."""
         return q
 
-    def block_rule(self) -> tuple[int, float, float, int] | None:
-        """(b, t₀, ρ, trim) of PACER's block stop rule, for tokens a drafter scores itself (phrase
-        drafts carry no hidden states): a policy that reads hidden states is judged by it, with its own
-        block / threshold / rho / trim. None for every other rule (they judge DraftInfo directly)."""
-        if not self.needs_hidden:
-            return None
-        return (getattr(self, "block", 1), getattr(self, "threshold", 0.0), getattr(self, "rho", 1.0),
-                getattr(self, "trim", 0))
+    def needs(self) -> Needs:
+        """What this policy asks of a run. The default reads the two class flags above, so a policy
+        that only sets `needs_hidden` / `trim_exact_when_sampling` needs no override."""
+        return Needs(hidden=self.needs_hidden, exact_under_sampling=self.trim_exact_when_sampling)
+
+    def for_request(self, ctx: RequestContext) -> "WindowPolicy":
+        """The policy that decodes one request (called before the request's clock starts). Policies
+        keep state only within a request (reset), so the default is this instance."""
+        return self
+
+    def keep_block(self, infos: list[DraftInfo]) -> tuple[int, dict[str, Any]]:
+        """(tokens kept, fields) for a run of tokens the drafter scored itself (a phrase: q = δ, the
+        drafter's score in `info.score`, no hidden states). Default: keep_drafting token by token,
+        stopping after the first False (that token is kept, as for a drawn token; nothing is dropped
+        by value); fields["stop"] = "policy" then. PACER overrides it with its block rule."""
+        for i, info in enumerate(infos):
+            if not self.keep_drafting(info):
+                return i + 1, {"stop": "policy"}
+        return len(infos), {}
 
     def update(self, result: Any, drafted: int) -> None:
         pass
@@ -148,10 +210,11 @@ class _Spec:
         return getattr(importlib.import_module(module), name)
 
 
-_PACER_KEYS = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights", "trim": "trim"}
+# PACER's spec keys (also its weight variants, engine.cli.pacer)
+PACER_KEYS = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights", "trim": "trim"}
 
-# name → (class, positional parameter, spec keys). The hindsight oracle is not here: it needs each
-# prompt's look-ahead, so the CLI and bench build it per request (engine.policies.oracle).
+# name → (class, positional parameter, spec keys). The hindsight oracle builds each prompt's
+# look-ahead in `for_request` (engine.policies.oracle).
 POLICIES: dict[str, _Spec] = {
     "fixed": _Spec("engine.policies.simple:Fixed", "gamma"),
     "heuristic": _Spec("engine.policies.simple:Heuristic", "start", {"max": "max_window"}),
@@ -161,7 +224,8 @@ POLICIES: dict[str, _Spec] = {
     "entropy": _Spec("engine.policies.simple:Entropy", "threshold", {"max": "max_window"}),
     "matchlen": _Spec("engine.policies.simple:MatchLen", "factor",
                       {"offset": "offset", "max": "max_window", "p": "p"}),
-    "pacer": _Spec("engine.policies.pacer:Pacer", "threshold", _PACER_KEYS),
+    "pacer": _Spec("engine.policies.pacer:Pacer", "threshold", PACER_KEYS),
+    "oracle": _Spec("engine.policies.oracle:HindsightOracle", None, {"max": "max_window"}),
 }
 
 

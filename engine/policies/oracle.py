@@ -27,27 +27,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.offline.hindsight import hindsight
-from engine.policies.base import DraftInfo, WindowPolicy
+from engine.policies.base import DraftInfo, Needs, RequestContext, WindowPolicy
 
 
 class HindsightOracle(WindowPolicy):
-    """γ = the number of drafts the target will accept (see module doc); greedy decoding only."""
+    """γ = the number of drafts the target will accept (see module doc); greedy decoding only.
+
+    Registered as `oracle` (`oracle:max=8`): the parsed policy holds no look-ahead and names the rule;
+    `for_request` returns the primed oracle of one prompt, so every tool builds it the same way."""
 
     name = "oracle"
-    greedy_only = True
 
-    def __init__(self, reference: list[int], predictions: list[int], max_window: int = 16) -> None:
+    def __init__(self, reference: list[int] | None = None, predictions: list[int] | None = None,
+                 max_window: int = 16) -> None:
         super().__init__(max_window)
-        if len(reference) != len(predictions):
+        if (reference is None) != (predictions is None):
+            raise ValueError("oracle: give both the reference tokens and the draft predictions, or neither")
+        if reference is not None and len(reference) != len(predictions):
             raise ValueError(f"oracle: {len(reference)} reference tokens but {len(predictions)} draft predictions")
-        self.ref, self.pred = list(reference), list(predictions)
+        self.primed = reference is not None
+        self.ref, self.pred = list(reference or []), list(predictions or [])
         self.reset()
 
+    def needs(self) -> Needs:
+        return Needs(greedy_only=True, lookahead=True)
+
+    def for_request(self, ctx: RequestContext) -> "HindsightOracle":
+        """The oracle of one prompt: its look-ahead computed now (before the request's clock starts)."""
+        return self.for_prompt(ctx.target, ctx.draft, ctx.prompt_ids, ctx.max_new_tokens, ctx.eos_ids,
+                               self.max_window)
+
     @classmethod
-    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> "HindsightOracle":
+    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=(),
+                   max_window: int = 16) -> "HindsightOracle":
         """The oracle of one prompt: its look-ahead computed now (callers do this before timing)."""
-        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids))
+        from engine.offline.hindsight import hindsight
+
+        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids), max_window=max_window)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -58,6 +74,8 @@ class HindsightOracle(WindowPolicy):
         self.pos = 0  # generated tokens so far
 
     def propose(self) -> int:
+        if not self.primed:
+            raise ValueError("the oracle needs a prompt's look-ahead: decode with policy.for_request(...)")
         n = 0
         while (n < self.max_window and self.pos + n < len(self.ref)
                and self.pred[self.pos + n] == self.ref[self.pos + n]):

@@ -11,36 +11,31 @@ produced q_i), draft confidence m_i = max_x q_i(x) and draft entropy H_i:
     c_i = w · z_i                                   (conditional: token i accepted given 1..i−1 were)
     s_i = Π_{j≤i} σ(c_j) ≈ P(token i is accepted)   (accepted: the whole prefix 1..i survives)
 
-The product form (`cumulative=True`, our choice) makes s_i non-increasing in i, as prefix
-acceptance is; `cumulative=False` reads s_i = σ(c_i) directly. With `prior=True` (our choice),
-c_i = a·logit m_i + b + w·z_i with w = 0, a = 1, b = 0 at initialisation, so an untrained M_B
-is exactly the cumulative draft-confidence rule s_i = Π m_j and training learns the correction.
+The product form (`cumulative=True`) makes s_i non-increasing in i, as prefix acceptance is
+(`cumulative=False`: s_i = σ(c_i)). `prior=True`: c_i = a·logit m_i + b + w·z_i, w = 0, a = 1, b = 0 at
+init, so an untrained M_B is the rule s_i = Π m_j and training learns the correction.
 
-Why m_i = max_x q_i(x) and not q_i(x_i): under greedy decoding they are the same number (x_i is the
-argmax), which is what M_B is trained on. Under sampling, m_i, H_i and h_i are all fixed before x_i
-is drawn, so s_i depends on tokens 1..i−1 only. That makes `trim=1` with b = 1 exact at T > 0: the
-decision to drop x_i does not look at x_i, so a kept x_i is still a plain draw from q_i (a stopping
-rule, not a filter), and ordinary verification stays lossless. With b > 1 the block's later scores
-read hidden states computed from the block's own earlier tokens, so dropping a whole block is
-exact for greedy decoding only.
+Why m_i = max_x q_i(x), not q_i(x_i): under greedy decoding they are equal (M_B's training data);
+under sampling m_i, H_i and h_i are fixed before x_i is drawn, so s_i depends on tokens 1..i−1 only.
+That makes `trim=1` with b = 1 exact at T > 0: dropping x_i does not look at x_i, so a kept x_i is
+still a plain draw from q_i (a stopping rule, not a filter) and verification stays lossless. With
+b > 1 a block's later scores read states computed from its own earlier tokens, so dropping a whole
+block is exact for greedy decoding only.
 
-The attention is causal within one step, so s_i depends only on tokens 1..i of the step: scoring
-again after a later block never changes earlier scores, and one trained M_B serves every b.
-The block index k is a function of i (with the b M_B was trained with), so it is a coarse second
-position code, not extra information. W_c (confidence features) is our addition; PACER's summary
+Attention is causal within a step, so s_i depends only on tokens 1..i: a later block never changes
+earlier scores, and one M_B serves every b. k (a function of i) is a coarse second position code. W_c (confidence features) is our addition; PACER's summary
 names hidden states and positional encodings only ([unconfirmed], project notes §1.2).
 
 Stop rule, after block k (tokens (k−1)b+1 .. kb) with threshold t (t = t₀ at the step's start):
 
     m_k = mean(s_i over block k)
-    m_k <  t  → stop drafting, verify             (stop reason "pre_verify"; with trim=1 block k itself
-                                                   is dropped unverified — ours, not in the paper;
-                                                   exact under sampling for b = 1, see above)
+    m_k <  t  → stop drafting, verify             (stop reason "pre_verify"; trim=1 drops block k
+                                                   unverified — ours, not the paper's; exact for b = 1)
     m_k >= t  → t ← t·ρ (ρ ≥ 1), draft block k+1  (continuation gets harder as the draft grows)
     γ reaches max                                 (stop reason "cap")
+Phrase tokens (scored by their drafter, no hidden states) get the same rule in `Pacer.keep_block`.
 
-The rule's defaults come from the held-out sweep in docs/benchmarks.md (PACER section).
-Weights: safetensors with the config JSON in the metadata (never pickle).
+Defaults: the held-out sweep in docs/benchmarks.md (PACER). Weights: safetensors, config JSON in the metadata.
 """
 
 from __future__ import annotations
@@ -57,7 +52,7 @@ import torch.nn.functional as F
 
 from engine.measure import timed_ms
 from engine.paths import MODELS_DIR
-from engine.policies.base import DraftInfo, WindowPolicy
+from engine.policies.base import DraftInfo, Needs, WindowPolicy
 
 DEFAULT_WEIGHTS = MODELS_DIR / "pacer-smollm2" / "pacer.safetensors"
 # `pacer` without weights= picks M_B by the draft's hidden size, read at the first drafted token:
@@ -304,6 +299,25 @@ class Pacer(WindowPolicy):
         # b = 1: the score of token i is fixed before x_i is drawn (module doc). b > 1: a block's later
         # scores read states computed from its own earlier tokens, so dropping it filters by value.
         return not self.trim or self.block == 1
+
+    def needs(self) -> Needs:
+        """Hidden states of the size M_B reads (no weights given: any committed M_B's size)."""
+        sizes = ((self.model.cfg.hidden_size,) if self.model is not None else
+                 tuple(sorted(DEFAULT_WEIGHTS_BY_HIDDEN)) if self.by_hidden else None)
+        return Needs(hidden=True, exact_under_sampling=self.trim_exact_when_sampling, hidden_sizes=sizes)
+
+    def keep_block(self, infos: list[DraftInfo]) -> tuple[int, dict[str, Any]]:
+        """The stop rule on a drafter's own scores (phrases: info.score, no M_B), from t₀; state untouched."""
+        t, blocks = self.threshold, []
+        for lo in range(0, len(infos), self.block):
+            blk = [i.score for i in infos[lo:lo + self.block]]
+            stop, t_next = block_decision(sum(blk) / len(blk), t, self.rho)
+            blocks.append({"tokens": [lo + 1, lo + len(blk)], "mean": round(sum(blk) / len(blk), 5),
+                           "t_before": round(t, 5), "decision": "stop" if stop else "continue"})
+            if stop:
+                return (lo if self.trim else lo + len(blk)), {"stop": "pre_verify", "blocks": blocks}
+            t = t_next
+        return len(infos), {"blocks": blocks}
 
     def drop_on_stop(self) -> int:
         """With trim=1 the block that failed pre-verification is discarded, not verified. Exact for

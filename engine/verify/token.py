@@ -34,6 +34,9 @@ class VerifyResult:
     q_draft: tuple[float, ...]  # q_i(x_i): draft probability of each drafted token
     final_dist: torch.Tensor  # the distribution the last emitted token was drawn from
     bonus: bool  # True when every draft was accepted and the last token is the bonus
+    # Per-position accept (1) / reject (0) of the chosen path: the coin verifiers (engine.verify.coins)
+    # report it; None for token-level verification, whose accepted count says it all.
+    decisions: tuple[int, ...] | None = None
 
     @property
     def emitted(self) -> int:
