@@ -302,78 +302,46 @@ def own_drafter(draft: str | None) -> bool:
     return is_model_free(draft) or is_block(draft)
 
 
-def draft_error(pair: DemoPair, spec: str) -> tuple[str, str | None]:
-    """(canonical draft spec, None) or (the spec, why it cannot draft on this pair). 'model' is the pair's
-    draft; a model-free spec is built once here so that a bad parameter is refused before anything runs."""
-    from engine.drafters.modelfree import make_model_free
+def side_spec(pair: DemoPair, policy: str, drafter: str, temperature: float, max_new: int = 1):
+    """The engine's RunSpec for one side: its drafter ('model' = the pair's draft model) and policy on
+    this pair. Every rule of whether it can run is the spec's (engine.spec.RunSpec.check)."""
+    from engine.spec import RunSpec
 
-    spec = spec.strip()
-    if spec == MODEL_DRAFT:
-        return spec, None
-    if not spec:
-        return spec, f"empty; choose {DRAFT_SYNTAX}"
-    if is_block(spec):  # checked from its config.json against this pair's target; loaded when the run starts
-        from engine.drafters.block import check_block
-        from engine.drafters.factory import block_path
-
-        try:
-            check_block(block_path(spec), pair.sides[BASE][0])
-            return spec, None
-        except (ValueError, TypeError, OSError) as e:
-            return spec, str(e).splitlines()[0]
-    if not is_model_free(spec):
-        return spec, f"unknown drafter {spec.partition(':')[0].strip()!r}; choose {DRAFT_SYNTAX}"
-    try:
-        return make_model_free(spec, pair.sides[BASE][0].vocab_size).spec, None
-    except (ValueError, TypeError) as e:
-        return spec, str(e).splitlines()[0]
+    draft = pair.draft_name if drafter == MODEL_DRAFT else drafter
+    hidden = pair.sides[SIDES[0]][1].model.config.hidden_size if drafter == MODEL_DRAFT else None
+    return RunSpec(draft=draft, policy=policy, temperature=temperature, max_new_tokens=max_new,
+                   draft_hidden_size=hidden)
 
 
-def policy_error(pair: DemoPair, spec: str, temperature: float,
-                 drafter: str = MODEL_DRAFT) -> tuple[Any, str | None]:
-    """(policy or None for autoregressive, None) or (None, why this spec cannot run on this pair with
-    this drafter: 'model' or a model-free drafter spec)."""
-    from engine.policies.base import parse_policy
-
-    spec = spec.strip()
+def side_errors(pair: DemoPair, spec: str, drafter: str, temperature: float) -> tuple[Any, str | None, str | None]:
+    """(policy or None for autoregressive, why the drafter cannot draft, why the policy cannot run)
+    on this pair, from the engine's RunSpec.check; only the page's own words ('model', 'autoregressive',
+    the choices to offer) are checked here."""
+    drafter, spec = drafter.strip(), spec.strip()
+    target = pair.sides[BASE][0]
+    derr = None
+    if not drafter:
+        derr = f"empty; choose {DRAFT_SYNTAX}"
+    elif drafter != MODEL_DRAFT and not own_drafter(drafter):
+        derr = f"unknown drafter {drafter.partition(':')[0].strip()!r}; choose {DRAFT_SYNTAX}"
+    else:
+        errors = side_spec(pair, "fixed:1", drafter, temperature).check(target)
+        derr = errors[0] if errors else None
+    if derr:
+        drafter = MODEL_DRAFT  # judge the policy with the pair's draft model meanwhile
     if spec == AUTOREGRESSIVE:
-        return None, None
+        return None, derr, None
     name = spec.partition(":")[0].strip()
     names = policy_names()
     if not name:
-        return None, f"empty; choose one of {', '.join(names)}"
+        return None, derr, f"empty; choose one of {', '.join(names)}"
     if name not in names:
-        return None, f"unknown policy {name!r}; the engine accepts {', '.join(names)}"
-    try:
-        pol = parse_policy(spec)
-    except (ValueError, TypeError, OSError) as e:
-        return None, str(e).splitlines()[0]
-    if temperature > 0 and not getattr(pol, "trim_exact_when_sampling", True):
-        return None, (f"{pol.spec} drops drafts by value, which is exact for greedy decoding only; set the "
-                      "temperature to 0 or use trim=0.")
-    if own_drafter(drafter):
-        if pol.needs_hidden:  # decode would refuse it before the first step (the drafter has no hidden states)
-            return None, (f"{pol.spec} reads draft hidden states; the {drafter.partition(':')[0].strip()} drafter "
-                          "has none: draft with the model or pick another policy (matchlen sizes the window "
-                          "from the copy's match length).")
-        return pol, None
-    want = getattr(getattr(getattr(pol, "model", None), "cfg", None), "hidden_size", None)
-    draft = pair.sides[SIDES[0]][1]
-    have = getattr(getattr(getattr(draft, "model", None), "config", None), "hidden_size", None)
-    if want is None and have is not None and getattr(pol, "by_hidden", False):
-        # `pacer` without weights= picks its M_B by the draft's hidden size at the first token: check now
-        from engine.policies.pacer import DEFAULT_WEIGHTS_BY_HIDDEN, default_weights
-
-        try:
-            default_weights(have)
-        except ValueError:
-            known = ", ".join(f"{k}-dim" for k in sorted(DEFAULT_WEIGHTS_BY_HIDDEN))
-            return None, (f"no pre-verifier is committed for this pair's {have}-dim draft states (trained for "
-                          f"{known}); use the SmolLM2 or the Qwen pair.")
-    if want is not None and have is not None and want != have:
-        return None, (f"its pre-verifier reads {want}-dim draft states but this pair's draft has {have}; use the "
-                      "pair it was trained for.")
-    return pol, None
+        return None, derr, f"unknown policy {name!r}; the engine accepts {', '.join(names)}"
+    rs = side_spec(pair, spec, drafter, temperature)
+    errors = rs.check(target)
+    if errors:
+        return None, derr, errors[0]
+    return rs.parsed_policy(), derr, None
 
 
 FIELDS = {"prompt": "Prompt", "A": "Policy A", "B": "Policy B", "draft_A": "Draft A", "draft_B": "Draft B",
@@ -405,10 +373,10 @@ def validate(pair: DemoPair, text: str, specs: dict[str, str], max_new: float, t
                                  f"Temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}.")
     policies = {}
     for side, spec in specs.items():
-        draft, derr = draft_error(pair, (drafts or {}).get(side, MODEL_DRAFT))
+        pol, derr, err = side_errors(pair, spec, (drafts or {}).get(side, MODEL_DRAFT),
+                                     float(temperature) if t_ok else 0.0)
         if derr:
             errors[f"draft_{side}"] = f"{FIELDS[f'draft_{side}']}: {derr}"
-        pol, err = policy_error(pair, spec, float(temperature) if t_ok else 0.0, MODEL_DRAFT if derr else draft)
         if err:
             errors[side] = f"{FIELDS[side]}: {err}"
         policies[side] = pol
@@ -438,9 +406,8 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
     instead of the pair's draft model ('model', the default). Each step is written to that side's trace
     and reported via on_step(side, steps, done). The headers record when the run queued and started.
     Raises TimeoutError when the models stay busy for longer than LOCK_WAIT_S; always leaves the line."""
-    from engine.decode import decode
     from engine.drafters import make_drafter
-    from engine.run import Request, make_header
+    from engine.run import Request, RequestRun, make_header, policy_for
     from engine.trace.format import TraceWriter
 
     queue = queue if queue is not None else model_queue()
@@ -454,8 +421,14 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
         pols = {**policies, BASE: None}
         drafts = drafts or {}
         paths = paths_for(out_dir, {**run_labels(specs, drafts), BASE: AUTOREGRESSIVE})
+        cache: dict[int, str] = {}
+
+        def text_of(out: list[int]) -> str:
+            token_text(pair, cache, out)
+            return "".join(cache[i] for i in out)
+
         with contextlib.ExitStack() as stack:
-            gens, writers, steps, outs = {}, {}, {s: [] for s in sides}, {s: [] for s in sides}
+            runs, gens = {}, {}
             req = Request(ids, text, "live", None)
             for s in sides:
                 target, draft = pair.sides[s]
@@ -465,31 +438,25 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
                     draft_lm = make_drafter(drafts[s], target)[1]  # a block drafter verifies with its own view
                 else:
                     draft_lm = draft
-                    draft_lm.want_hidden = pols[s].needs_hidden
+                    draft_lm.want_hidden = pols[s].needs().hidden
                 header = make_header(target, draft_lm, pols[s], cfg, [req], command="streamlit app: Live page",
                                      live={"side": s, "queued_at": queued, "started_at": started},
                                      **({} if pair.real else {"demo": pair.label}))
-                writers[s] = stack.enter_context(TraceWriter(paths[s], header))
-                writers[s].write({"type": "request", "request_id": 0, "prompt_ids": ids, "prompt_text": text,
-                                  "category": "live", "question_id": None})
-                gens[s] = decode(target, draft_lm, ids, pols[s], cfg, eos_ids=pair.eos)
+                writer = stack.enter_context(TraceWriter(paths[s], header))
+                # engine.run.RequestRun writes the request, each step and the request_end (wall clock of
+                # this side's own steps: the other sides' turns are not in it)
+                runs[s] = RequestRun(target, draft_lm, policy_for(pols[s], target, draft_lm, cfg, ids, pair.eos),
+                                     cfg, req, 0, writer, pair.eos, text_of)
+                gens[s] = iter(runs[s])
             live = list(sides)
-            while live:
+            while live:  # one verify call per side in turn
                 for s in list(live):
                     rec = next(gens[s], None)
-                    if rec is not None:
-                        steps[s].append(writers[s].step(rec))
-                        outs[s].extend(rec.emitted_tokens)
+                    if rec is not None and rec.finished:
+                        next(gens[s], None)  # decode has returned: the run writes its request_end
                     if rec is None or rec.finished:
                         live.remove(s)
-                        cache: dict[int, str] = {}
-                        token_text(pair, cache, outs[s])
-                        writers[s].write({"type": "request_end", "request_id": 0, "output_ids": outs[s],
-                                          "output_text": "".join(cache[i] for i in outs[s]),
-                                          "finished": rec.finished if rec else None, "new_tokens": len(outs[s]),
-                                          "wall_ms": round(sum(d["t_draft_ms"] + d["t_verify_ms"] + d["t_prefill_ms"]
-                                                               for d in steps[s]), 3)})
-                    on_step(s, steps[s], s not in live)
+                    on_step(s, runs[s].steps, s not in live)
     finally:
         queue.release(ticket)
     return {s: paths[s] for s in sides}

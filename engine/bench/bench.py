@@ -146,7 +146,7 @@ class _Traces:
                                             for i, r in enumerate(reqs)], **self.extra)
                 header["sampling"]["seed"] = self.cfg.seed
             else:
-                pol = None if spec == "ar" else (_oracle_stub() if spec == "oracle" else parse_policy(split_config(spec)[0]))
+                pol = None if spec == "ar" else parse_policy(split_config(spec)[0])  # names the rule in the header
                 header = make_header(self.target, None if spec == "ar" else self.drafts.get(spec, self.draft), pol, dc,
                                      reqs, **self.extra)
             self.writers[key] = TraceWriter(path, header)
@@ -159,21 +159,36 @@ class _Traces:
             w.__exit__(KeyboardInterrupt if interrupted else None)
 
 
-def _oracle_stub():
-    from engine.policies.oracle import HindsightOracle
+def config_specs(cfg: BenchConfig, draft: str | None = "model") -> list[tuple[str, "RunSpec"]]:
+    """(config, RunSpec) for each of our configurations × temperature it applies to (engine.spec):
+    `draft` names the run's drafter kind for a bare policy ("model": the bench's draft model)."""
+    from engine.spec import RunSpec
 
-    return HindsightOracle([], [])  # names the rule in a header; each prompt gets its own look-ahead
+    out = []
+    for s in cfg.configs:
+        if s == "ar" or s.startswith("hf:"):
+            continue
+        pol, own = split_config(s)
+        for t in cfg.temperatures:
+            if applies(s, t):
+                out.append((s, RunSpec(draft=own or draft, policy=pol, temperature=t, seed=cfg.seed,
+                                       max_new_tokens=cfg.max_new_tokens)))
+    return out
+
+
+def check_configs(cfg: BenchConfig, draft: str | None = "model") -> None:
+    """The first refusal of any configuration (engine.spec.RunSpec.check), before any timing."""
+    for spec, rs in config_specs(cfg, draft):
+        errors = rs.check()
+        if errors:
+            raise ValueError(errors[0] if spec in errors[0] else f"config {spec!r}: {errors[0]}")
 
 
 def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True,
               trace_dir=None, header_extra: dict | None = None, checkpoint=None) -> dict[str, Any]:
     """Every configuration on every prompt, interleaved; optional traces (one file per config and
     temperature, `trace_dir`) and a partial result written after each prompt (`checkpoint(result)`)."""
-    for spec in policy_specs(cfg.configs):  # refuse what the decoder would refuse mid-run, before any timing
-        if any(t > 0 for t in cfg.temperatures):
-            if not parse_policy(spec).trim_exact_when_sampling:
-                raise ValueError(f"{spec!r} drops drafts by value, exact for greedy decoding only: "
-                                 "drop T > 0 from --temperatures or use trim=0")
+    check_configs(cfg)  # refuse what the decoder would refuse mid-run, before any timing
     from engine.drafters import make_drafter
 
     own = {s: make_drafter(split_config(s)[1], target)[1] for s in cfg.configs if "@" in s}

@@ -7,7 +7,8 @@ A configuration is a spec string:
     ar                          our autoregressive decoding (every speedup's baseline)
     POLICY                      a window policy with the run's draft (fixed:4, heuristic, pacer, …)
     POLICY@DRAFTER              the policy with a model-free drafter of its own (fixed:10@lookup:n=10)
-    oracle                      the greedy hindsight window (T = 0 only)
+    oracle                      the greedy hindsight window (T = 0 only; a registered policy whose
+                                for_request computes each prompt's look-ahead before the clock)
     hf:ar | hf:lookup:N         HF generate() plain / with its prompt lookup (target only)
     hf:constant:γ | hf:heuristic:γ0 | hf:confidence:t   HF assisted generation, recorded per step
 
@@ -129,14 +130,13 @@ def applies(spec: str, temperature: float) -> bool:
 
 
 def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos):
-    """None for 'ar'; the hindsight oracle gets its look-ahead here, before any timing starts."""
+    """None for 'ar'; else the policy of this prompt (`for_request`: the hindsight oracle gets its
+    look-ahead here, before any timing starts)."""
     if spec == "ar":
         return None
-    if spec == "oracle":
-        from engine.policies.oracle import HindsightOracle
+    from engine.run import policy_for
 
-        return HindsightOracle.for_prompt(target, draft, ids, cfg.max_new_tokens, eos)
-    return parse_policy(spec)
+    return policy_for(parse_policy(spec), target, draft, cfg, ids, eos)
 
 
 def split_config(spec: str) -> tuple[str, str | None]:
@@ -171,36 +171,28 @@ def _hf_needs_draft(spec: str) -> bool:
 
 def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, writer=None,
              request_id: int = 0, meta: dict | None = None, decode_text=None) -> RunResult:
-    """One prompt through engine.decode; with a TraceWriter its request, steps and end are appended."""
+    """One prompt through engine.run.RequestRun; with a TraceWriter its request, steps and end are
+    appended after the clock stops (file I/O is not the engine's cost)."""
+    from engine.run import Request, RequestRun
+
     policy = make_policy(split_config(spec)[0], target, draft, ids, cfg, eos)
     timer = _ForwardTimer(*_hf_modules(target), *([] if spec == "ar" else _hf_modules(draft)))
-    sync(target)  # wall time on a device: from an idle queue to the last step's kernels done
-    t0 = time.perf_counter()
-    out, calls, drafted, accepted, dropped, prefill_ms = [], 0, 0, 0, 0, 0.0
-    steps = []
+    m = meta or {}
+    req = Request(list(ids), m.get("prompt_text", ""), m.get("category", ""), m.get("question_id"))
+    run = RequestRun(target, None if spec == "ar" else draft, policy, cfg, req, request_id, writer, eos, decode_text,
+                     defer_writes=True)
+    calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
     try:
-        for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos,
-                          request_id=request_id):
-            out.extend(rec.emitted_tokens)
+        for rec in run:
             calls += 1
             drafted += rec.window
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
             prefill_ms += rec.t_prefill_ms
-            if writer is not None:
-                steps.append(rec)  # written after the clock stops: file I/O is not the engine's cost
-        sync(target)
-        wall = time.perf_counter() - t0
     finally:
         timer.close()
-    if writer is not None:
-        writer.write({"type": "request", "request_id": request_id, "prompt_ids": list(ids), **(meta or {})})
-        for rec in steps:
-            writer.step(rec)
-        writer.write({"type": "request_end", "request_id": request_id, "output_ids": out,
-                      "output_text": decode_text(out) if decode_text else "", "finished": steps[-1].finished,
-                      "new_tokens": len(out), "wall_ms": round(wall * 1e3, 3)})
-    return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
+    out = run.output
+    return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
                      drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3)
 
 

@@ -40,7 +40,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_bench(a) -> int:
-    from engine.bench.bench import BenchConfig, append_markdown, format_table, load_draft, policy_specs, run_bench
+    from engine.bench.bench import (BenchConfig, append_markdown, check_configs, format_table, load_draft, policy_specs,
+                                    run_bench)
     from engine.cli.checks import split_specs
     from engine.core.load import eos_token_ids, load_model, machine_description
     from engine.policies.base import parse_policy
@@ -52,8 +53,8 @@ def cmd_bench(a) -> int:
                       tasks=tuple(t.strip() for t in a.tasks.split(",") if t.strip()))
     if "ar" not in cfg.configs:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
-    ours = policy_specs(cfg.configs)
-    hidden = any(parse_policy(s).needs_hidden for s in ours)  # also refuses a bad spec before any load
+    check_configs(cfg, a.draft)  # every configuration × temperature: engine.spec.RunSpec.check, before any load
+    hidden = any(parse_policy(s).needs().hidden for s in policy_specs(cfg.configs))
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft_lm = load_draft(a.draft, target, a.dtype, a.device, want_hidden=hidden)
     command = common.command_line()

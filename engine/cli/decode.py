@@ -40,45 +40,21 @@ def cmd_decode(a) -> int:
     from engine.cli.checks import check_decode_args
     from engine.cli.trace import print_summary
 
-    check_decode_args(a)  # every number in range before a model loads or a file is opened
-    from engine.decode import DecodeConfig
-    from engine.drafters import drafter_kind, make_drafter
+    spec = check_decode_args(a)  # every refusal (engine.spec.RunSpec.check) before a model loads or a file opens
     from engine.core.load import eos_token_ids, load_model
-    from engine.policies.base import parse_policy
     from engine.trace.prompts import encode, load_prompts
     from engine.run import Request, run_requests
-    from engine.core.sampling import SamplingConfig
-    from engine.verify import MULTI_DRAFT
 
     common.set_threads(a.threads)
-    cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, verifier=a.verifier,
-                       sampling=SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed))
     prompts = load_prompts(a.prompts, limit=a.limit, per_category=a.per_task)
-    oracle = bool(a.draft) and a.policy == "oracle"
-    if oracle and (cfg.verifier in MULTI_DRAFT or not cfg.sampling.greedy):
-        raise ValueError("--policy oracle is the greedy hindsight window: use --temperature 0 and a K = 1 verifier")
-    if oracle:
-        from engine.policies.oracle import HindsightOracle
-
-        policy = HindsightOracle([], [])  # names the rule in the header; each request gets its own
-    else:
-        policy = parse_policy(a.policy) if a.draft else None
-    kind = drafter_kind(a.draft)
-    if oracle and kind != "model":
-        raise ValueError(f"--policy oracle replays a plain draft model; the {kind} drafter is not one")
     target = load_model(a.target, a.dtype, a.device, role="target")
-    target_lm, draft_lm = make_drafter(a.draft, target, verifier=cfg.verifier, k=a.k, dtype=a.dtype, device=a.device,
-                                       want_hidden=bool(policy and policy.needs_hidden))
+    run = spec.build(target)
     tok = target.tokenizer
     if tok is None:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
-    eos = eos_token_ids(target)
-    policy_for = (lambda r: HindsightOracle.for_prompt(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos)
-                  ) if oracle else None
-    summary = run_requests(target_lm, draft_lm, policy, cfg, requests, a.out, eos_ids=eos,
-                           decode_text=lambda ids: tok.decode(ids), policy_for=policy_for,
-                           header_extra={"command": common.command_line(),
-                                         "prompts_file": str(a.prompts)})
+    summary = run_requests(run.target, run.draft, run.policy, run.cfg, requests, a.out, eos_ids=eos_token_ids(target),
+                           decode_text=lambda ids: tok.decode(ids),
+                           header_extra={"command": common.command_line(), "prompts_file": str(a.prompts)})
     print_summary(summary, a.out)
     return 0

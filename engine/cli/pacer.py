@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
+from engine.cli import common
 from engine.paths import REPO_ROOT, SPEC_BENCH_DEV
 import engine.policies.pacer  # noqa: F401  (registers the policy)
 
@@ -239,43 +239,22 @@ def _variant_class(tag: str, path: str):
     return Variant
 
 
-def per_task_subset(path: Path, k: int) -> tuple[Path, list]:
-    """First k prompts of each Spec-Bench task (file order) → a temp JSONL; returns it and the ids."""
-    from engine.trace.prompts import task_of
-
-    seen: dict[str, int] = {}
-    keep, ids = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        d = json.loads(line)
-        task = task_of(d.get("category", ""))
-        if seen.get(task, 0) < k:
-            seen[task] = seen.get(task, 0) + 1
-            keep.append(line)
-            ids.append(d.get("question_id"))
-    tmp = Path(tempfile.mkdtemp()) / "subset.jsonl"
-    tmp.write_text("\n".join(keep) + "\n")
-    return tmp, ids
-
-
 def cmd_bench(a) -> int:
-    from engine.bench.bench import BenchConfig, append_markdown, format_table, policy_specs, run_bench
-    from engine.policies.pacer import Pacer
-    from engine.policies.base import parse_policy, register_policy
+    from engine.bench.bench import BenchConfig, append_markdown, check_configs, format_table, run_bench
+    from engine.cli.checks import split_specs
+    from engine.policies.base import PACER_KEYS, register_policy
 
-    keys = {"b": "block", "t": "threshold", "rho": "rho", "max": "max_window", "weights": "weights", "trim": "trim"}
     for tag, path in _variants(a.variant).items():
-        register_policy(f"pacer-{tag}", _variant_class(tag, path), "threshold", keys)
-    assert Pacer.needs_hidden
-    cfg = BenchConfig(configs=tuple(s.strip() for s in a.configs.split(";") if s.strip()),
-                      temperatures=tuple(float(t) for t in a.temperatures.split(",")),
-                      max_new_tokens=a.max_new_tokens, per_category=10_000, warmup=a.warmup)
-    for s in policy_specs(cfg.configs):
-        parse_policy(s)
-    subset, qids = per_task_subset(Path(a.prompts), a.per_task)
+        register_policy(f"pacer-{tag}", _variant_class(tag, path), "threshold", PACER_KEYS)
+    # per_category: the first --per-task prompts of each Spec-Bench task, in file order (load_prompts)
+    cfg = BenchConfig(configs=tuple(split_specs(a.configs)), temperatures=common.floats(a.temperatures, "--temperatures"),
+                      max_new_tokens=a.max_new_tokens, per_category=a.per_task, warmup=a.warmup)
+    check_configs(cfg)  # every configuration × temperature (engine.spec.RunSpec.check), before any load
+    from engine.trace.prompts import load_prompts
+
+    qids = [p.question_id for p in load_prompts(a.prompts, per_category=a.per_task)]
     target, draft, eos = _load_pair(a)
-    result = run_bench(target.lm, draft.lm, target.tokenizer, subset, cfg, eos=eos)
+    result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos)
     command = " ".join(["python -m engine", *sys.argv[1:]])
     result.update(command=command, question_ids=qids, variants=_variants(a.variant))
     print(format_table(result))

@@ -100,6 +100,20 @@ class TraceWriter:
         self.write(d)
         return d
 
+    def request(self, request_id: int, prompt_ids: list[int], prompt_text: str = "", category: str = "",
+                question_id: Any = None, **extra: Any) -> None:
+        """A request's opening record (before its steps): the one place its shape is written."""
+        self.write({"type": "request", "request_id": request_id, "prompt_ids": list(prompt_ids),
+                    "prompt_text": prompt_text, "category": category, "question_id": question_id, **extra})
+
+    def request_end(self, request_id: int, output_ids: list[int], finished: str | None, wall_ms: float | None,
+                    output_text: str = "", **extra: Any) -> None:
+        """A request's closing record. `wall_ms` is wall-clock time (ms) spent decoding the request —
+        never a sum of step times; None when unknown."""
+        self.write({"type": "request_end", "request_id": request_id, "output_ids": list(output_ids),
+                    "output_text": output_text, "finished": finished, "new_tokens": len(output_ids),
+                    "wall_ms": None if wall_ms is None else round(wall_ms, 3), **extra})
+
     def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         summary = summarize(self._steps, self._ends)
         self.write({"type": "footer", "summary": summary, **(extra or {})})
