@@ -239,6 +239,20 @@ def _variant_class(tag: str, path: str):
     return Variant
 
 
+def _question_ids(path: Path, prompts) -> list:
+    """The selected prompts' question_id as the file spells it (None where a line has none), in order:
+    the selection itself is load_prompts'; this only reads back the raw field."""
+    raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out, i = [], 0
+    for p in prompts:
+        while i < len(raw) and ((raw[i].get("turns") or [raw[i].get("prompt")])[0] != p.text
+                                or str(raw[i].get("category", "")) != p.category):
+            i += 1
+        out.append(raw[i].get("question_id") if i < len(raw) else None)
+        i += 1
+    return out
+
+
 def cmd_bench(a) -> int:
     from engine.bench.bench import BenchConfig, append_markdown, check_configs, format_table, run_bench
     from engine.cli.checks import split_specs
@@ -252,7 +266,7 @@ def cmd_bench(a) -> int:
     check_configs(cfg)  # every configuration × temperature (engine.spec.RunSpec.check), before any load
     from engine.trace.prompts import load_prompts
 
-    qids = [p.question_id for p in load_prompts(a.prompts, per_category=a.per_task)]
+    qids = _question_ids(Path(a.prompts), load_prompts(a.prompts, per_category=a.per_task))
     target, draft, eos = _load_pair(a)
     result = run_bench(target.lm, draft.lm, target.tokenizer, a.prompts, cfg, eos=eos)
     command = " ".join(["python -m engine", *sys.argv[1:]])
