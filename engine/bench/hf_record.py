@@ -162,14 +162,11 @@ def record_assisted(target_model, assistant_model, input_ids: torch.Tensor, gen_
             "max_new_tokens", 1 << 30) else None
         steps[-1] = replace(last, finished=done)
     if writer is not None:
-        writer.write({"type": "request", "request_id": request_id, "prompt_ids": input_ids[0].tolist(),
-                      "prompt_text": prompt_text, "category": category, "question_id": question_id})
+        writer.request(request_id, input_ids[0].tolist(), prompt_text, category, question_id)
         for s in steps:
             writer.step(s)
-        writer.write({"type": "request_end", "request_id": request_id, "output_ids": out,
-                      "output_text": decode_text(out) if decode_text else "",
-                      "finished": steps[-1].finished if steps else None, "new_tokens": len(out),
-                      "wall_ms": round(wall, 3)})
+        writer.request_end(request_id, out, steps[-1].finished if steps else None, wall,
+                           decode_text(out) if decode_text else "")
     return Recorded(seq, out, steps, wall)
 
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from engine.trace.assemble import build_trace
-from engine.trace.format import LACKABLE, Trace, TraceError, TraceWriter, summarize
+from engine.trace.format import (LACKABLE, Trace, TraceError, TraceWriter, request_end_record, request_record,
+                                 summarize)
 from engine.trace.jsonio import atomic_path
 
 FORMAT = "specbench"
@@ -181,9 +182,8 @@ def answer_records(answers: list[dict[str, Any]], questions: dict | None = None,
     records: list[dict[str, Any]] = [{"type": "header", "schema": "speclab.trace", "version": 1, **header}]
     for rid, a in enumerate(answers):
         q = (questions or {}).get(a["question_id"]) or {}
-        records.append({"type": "request", "request_id": rid, "prompt_ids": [],
-                        "prompt_text": "\n\n".join(q.get("turns") or []), "category": a["category"] or q.get(
-                            "category", ""), "question_id": a["question_id"], "turns": q.get("turns")})
+        records.append(request_record(rid, [], "\n\n".join(q.get("turns") or []),
+                                      a["category"] or q.get("category", ""), a["question_id"], turns=q.get("turns")))
         per_turn, how = split_turns(a["accept_lengths"], a["new_tokens"], a["decoding_steps"])
         if how:
             notes.append(f"question {a['question_id']}: {how}")
@@ -214,11 +214,10 @@ def answer_records(answers: list[dict[str, Any]], questions: dict | None = None,
                     "finished": None, "policy_fields": {"turn": t, "accept_length": x},
                     "all_drafts": None, "chosen": 0, "decisions": None})
                 step += 1
-        records.append({"type": "request_end", "request_id": rid, "output_ids": [],
-                        "output_text": "\n\n".join(a["turns"]), "turns": list(a["turns"]), "finished": None,
-                        # `new_tokens` would have to count output ids, which the file has none of
-                        "specbench_new_tokens": list(a["new_tokens"]),
-                        "wall_ms": round(sum(a["wall_time"]) * 1e3, 6)})
+        # `new_tokens` would have to count output ids, which the file has none of
+        records.append(request_end_record(rid, [], None, round(sum(a["wall_time"]) * 1e3, 6),
+                                          "\n\n".join(a["turns"]), new_tokens=None, turns=list(a["turns"]),
+                                          specbench_new_tokens=list(a["new_tokens"])))
     return records, notes
 
 

@@ -60,6 +60,25 @@ def step_to_dict(rec) -> dict[str, Any]:
     return d
 
 
+def request_record(request_id: int, prompt_ids: list[int], prompt_text: str = "", category: str = "",
+                   question_id: Any = None, **extra: Any) -> dict[str, Any]:
+    """A request's opening record (before its steps): the one place its shape is written."""
+    return {"type": "request", "request_id": request_id, "prompt_ids": list(prompt_ids), "prompt_text": prompt_text,
+            "category": category, "question_id": question_id, **extra}
+
+
+def request_end_record(request_id: int, output_ids: list[int], finished: str | None, wall_ms: float | None,
+                       output_text: str = "", new_tokens: int | None | str = "count", **extra: Any) -> dict[str, Any]:
+    """A request's closing record. `wall_ms`: wall-clock ms spent decoding it (None: unknown), never a
+    sum of step times. `new_tokens` counts `output_ids` unless given (None: omitted, for imports whose
+    output ids are unknown)."""
+    d = {"type": "request_end", "request_id": request_id, "output_ids": list(output_ids), "output_text": output_text,
+         "finished": finished}
+    if new_tokens is not None:
+        d["new_tokens"] = len(output_ids) if new_tokens == "count" else new_tokens
+    return {**d, "wall_ms": wall_ms, **extra}
+
+
 class TraceWriter:
     """Append records to a JSONL trace, flushing each line. Use as a context manager."""
 
@@ -102,17 +121,13 @@ class TraceWriter:
 
     def request(self, request_id: int, prompt_ids: list[int], prompt_text: str = "", category: str = "",
                 question_id: Any = None, **extra: Any) -> None:
-        """A request's opening record (before its steps): the one place its shape is written."""
-        self.write({"type": "request", "request_id": request_id, "prompt_ids": list(prompt_ids),
-                    "prompt_text": prompt_text, "category": category, "question_id": question_id, **extra})
+        self.write(request_record(request_id, prompt_ids, prompt_text, category, question_id, **extra))
 
     def request_end(self, request_id: int, output_ids: list[int], finished: str | None, wall_ms: float | None,
                     output_text: str = "", **extra: Any) -> None:
-        """A request's closing record. `wall_ms` is wall-clock time (ms) spent decoding the request —
-        never a sum of step times; None when unknown."""
-        self.write({"type": "request_end", "request_id": request_id, "output_ids": list(output_ids),
-                    "output_text": output_text, "finished": finished, "new_tokens": len(output_ids),
-                    "wall_ms": None if wall_ms is None else round(wall_ms, 3), **extra})
+        """`wall_ms`: wall-clock ms spent decoding the request (rounded to µs), never a sum of step times."""
+        self.write(request_end_record(request_id, output_ids, finished,
+                                      None if wall_ms is None else round(wall_ms, 3), output_text, **extra))
 
     def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         summary = summarize(self._steps, self._ends)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.trace.format import SCHEMA, VERSION, load_trace, summarize, to_parquet
+from engine.trace.format import (SCHEMA, VERSION, load_trace, request_end_record, request_record, summarize,
+                                 to_parquet)
 
 
 def synthetic_records(n_steps: int, per_request: int = 200, seed: int = 0):
@@ -37,8 +38,7 @@ def synthetic_records(n_steps: int, per_request: int = 200, seed: int = 0):
     steps, ends, done = [], [], 0
     for rid in range(n_req):
         prompt = rng.integers(0, 49152, 60).tolist()
-        yield {"type": "request", "request_id": rid, "prompt_ids": prompt, "prompt_text": "synthetic",
-               "category": "writing", "question_id": rid}
+        yield request_record(rid, prompt, "synthetic", "writing", rid)
         ctx, out = len(prompt), []
         n = min(per_request, n_steps - done)
         for k in range(n):
@@ -61,8 +61,7 @@ def synthetic_records(n_steps: int, per_request: int = 200, seed: int = 0):
                                                 "t_verify_ms", "t_prefill_ms")})
             yield s
         done += n
-        end = {"type": "request_end", "request_id": rid, "output_ids": out, "output_text": "", "finished":
-               "max_new_tokens", "new_tokens": len(out), "wall_ms": 1.0}
+        end = request_end_record(rid, out, "max_new_tokens", 1.0)
         ends.append(end)
         yield end
     yield {"type": "footer", "summary": summarize(steps, ends)}
