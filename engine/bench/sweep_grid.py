@@ -217,10 +217,9 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
     keep the config they always had, so sweeps written before `drafters` existed resume without rework.
     Combinations a model-free drafter cannot run are left out (as the CLI refuses them): a policy that reads
     draft hidden states (pacer), and a multi-draft verifier (it proposes one deterministic block)."""
-    from engine.decode import DecodeConfig
     from engine.policies.base import parse_policy
+    from engine.spec import RunSpec
     from engine.trace.prompts import load_prompts
-    from engine.core.sampling import SamplingConfig
     from engine.verify import MULTI_DRAFT
 
     load_plugins()
@@ -235,13 +234,15 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
                                                                   (str, dict))))
     drafters = list(dict.fromkeys(_drafter_spec(e) for e in _list(grid.get("drafters", [MODEL_DRAFTER]), "drafters",
                                                                    (str, dict))))
-    needs_hidden = {p: p != AUTOREGRESSIVE and parse_policy(p).needs_hidden for p in policies}
+    needs_hidden = {p: p != AUTOREGRESSIVE and parse_policy(p).needs().hidden for p in policies}
     seed, top_k, top_p = int(grid.get("seed", 0)), int(grid.get("top_k", 0)), float(grid.get("top_p", 1.0))
     chat = bool(grid.get("chat", True))
     pairs = _list(grid.get("pairs", []), "pairs", dict)
     prompt_sets = _list(grid.get("prompts", []), "prompts", dict)
-    for t, b, v in itertools.product(temps, budgets, verifiers):  # validates names and ranges up front
-        DecodeConfig(max_new_tokens=b, verifier=v, sampling=SamplingConfig(t, top_k, top_p, seed))
+    for t, b, v in itertools.product(temps, budgets, verifiers):  # names and ranges up front (engine.spec)
+        errors = RunSpec(verifier=v, temperature=t, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=b).check()
+        if errors:
+            raise ValueError(f"grid: {errors[0]}")
 
     loaded = []
     for ps in prompt_sets:
