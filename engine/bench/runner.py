@@ -133,9 +133,9 @@ def make_policy(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos
     if spec == "ar":
         return None
     if spec == "oracle":
-        from engine.policies.oracle import HindsightOracle
+        from engine.offline.hindsight import oracle_for_prompt
 
-        return HindsightOracle.for_prompt(target, draft, ids, cfg.max_new_tokens, eos)
+        return oracle_for_prompt(target, draft, ids, cfg.max_new_tokens, eos)
     return parse_policy(spec)
 
 

@@ -74,7 +74,9 @@ def cmd_decode(a) -> int:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")
     requests = [Request(encode(tok, p.text, chat=not a.no_chat), p.text, p.category, p.question_id) for p in prompts]
     eos = eos_token_ids(target)
-    policy_for = (lambda r: HindsightOracle.for_prompt(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos)
+    from engine.offline.hindsight import oracle_for_prompt
+
+    policy_for = (lambda r: oracle_for_prompt(target_lm, draft_lm, r.prompt_ids, cfg.max_new_tokens, eos)
                   ) if oracle else None
     summary = run_requests(target_lm, draft_lm, policy, cfg, requests, a.out, eos_ids=eos,
                            decode_text=lambda ids: tok.decode(ids), policy_for=policy_for,

@@ -80,3 +80,11 @@ def hindsight(target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids
         y = [t for s in target_run(target, prompt_ids, max_new_tokens, eos_ids=eos_ids) for t in s.emitted_tokens]
         pred = teacher_forced(draft, prompt_ids, y, feed=1).argmax(-1).tolist()
     return y, [int(p) for p in pred]
+
+
+def oracle_for_prompt(target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()):
+    """The hindsight oracle policy of one prompt, its look-ahead computed now (callers do this before
+    timing). Built here, above the decode loop, so that engine.policies needs nothing from above it."""
+    from engine.policies.oracle import HindsightOracle
+
+    return HindsightOracle(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids))

@@ -20,14 +20,14 @@ stream depends on the window itself, so the oracle exists only in the offline re
 
 The look-ahead (y, ŷ) is engine.offline.hindsight.hindsight — the same target run and teacher-forced
 draft pass a reference run makes, one token per forward. It is the oracle's hindsight, not part of
-its decoding: the benchmark computes it before the timed run.
+its decoding: the benchmark computes it before the timed run, and builds the primed policy with
+engine.offline.hindsight.oracle_for_prompt (this floor imports nothing from the decode loop above it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.offline.hindsight import hindsight
 from engine.policies.base import DraftInfo, WindowPolicy
 
 
@@ -43,11 +43,6 @@ class HindsightOracle(WindowPolicy):
             raise ValueError(f"oracle: {len(reference)} reference tokens but {len(predictions)} draft predictions")
         self.ref, self.pred = list(reference), list(predictions)
         self.reset()
-
-    @classmethod
-    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> "HindsightOracle":
-        """The oracle of one prompt: its look-ahead computed now (callers do this before timing)."""
-        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids))
 
     @property
     def params(self) -> dict[str, Any]:

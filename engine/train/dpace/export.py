@@ -85,7 +85,7 @@ Total size {size / 1e6:.1f} MB. Load it:
 
 ```python
 from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
-from engine.train.dpace.tiny_target import load_target
+from engine.core.tiny import load_target
 tgt = load_target("models/block-drafter-tiny/target")
 dm = load_block_drafter("models/block-drafter-tiny/drafter")
 ft = FeatureLM(tgt, dm.config.target_layer_ids)

@@ -1,4 +1,7 @@
-"""Argparse from frozen config dataclasses (one flag per field, defaults from the dataclass)."""
+"""Argparse from frozen config dataclasses (one flag per field, defaults from the dataclass).
+
+On the engine's ground floor, beside paths.py: engine/cli/ and the training scripts under engine/train/ both
+build their flags with it, and train/ sits below cli/."""
 
 from __future__ import annotations
 

