@@ -161,7 +161,7 @@ cosine schedule, clip 1.0. Training wall time: {best['train_wall_s']:.0f} s on a
 | greedy output identical to the target's | {online.get('outputs_equal_ar', '—')} |
 
 The metrics were measured with the run's fp32 weights; this export rounds them to bf16 (exactness and
-acceptance with these weights: `tests/test_block_drafter.py::test_committed_smollm2_block_drafter_is_exact_and_accepts`).
+acceptance with these weights: `tests/unit/drafters/test_block.py::test_committed_smollm2_block_drafter_is_exact_and_accepts`).
 {table}
 Size {size / 1e6:.1f} MB. Load it:
 

@@ -1,6 +1,6 @@
 """The app in a real browser: `streamlit run app/main.py` driven by Playwright through Debian's Chromium.
 
-AppTest (tests/test_app.py) runs page scripts without a browser; this file checks what a person
+AppTest (tests/system/app/) runs page scripts without a browser; this file checks what a person
 sees: pages render without an exception box, replay's buttons and Play timer move the step, a
 malformed upload shows the loader's one-line error, an upload is visible from other pages of the
 same session, a Live run finishes and opens in Replay, downloaded files (trace Parquet, Perfetto

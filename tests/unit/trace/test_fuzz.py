@@ -10,7 +10,7 @@ The screened (column-wise) path and the reference (record by record) path must a
 message or same steps. Runs are derandomized (a fixed example sequence) and bounded so `make test`
 stays fast. A longer search:
 
-    SPECLAB_FUZZ_EXAMPLES=20000 .venv/bin/python -m pytest tests/test_trace_fuzz.py -q
+    SPECLAB_FUZZ_EXAMPLES=20000 .venv/bin/python -m pytest tests/unit/trace/test_fuzz.py -q
 """
 
 from __future__ import annotations
