@@ -32,10 +32,10 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
 
-# The unit tier only (tests/unit: toy tables and tiny models, no subprocess, Ray, Streamlit or browser):
-# the loop to run while working, under 2 minutes on 2 cores; prints the 15 slowest tests (tests/README.md).
+# The unit tier (tests/unit: toy tables and tiny models, no subprocess, Ray, Streamlit or browser) less
+# its `slow` statistical tests: the loop while working, under 2 minutes on 2 cores; prints the 15 slowest.
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest tests/unit --durations=15
+	$(BIN)/python -m pytest tests/unit -m "not slow" --durations=15
 
 clean-venv:
 	rm -rf $(VENV)

@@ -12,6 +12,7 @@ from engine.drafters.multi import MultiDraftConfig, MultiDrafter
 from engine.policies.base import parse_policy
 
 
+@pytest.mark.slow
 def test_paired_estimate_matches_the_closed_form_and_the_real_run():
     """Context-free p and q (V = 4): SD's expected emitted per step is (1 − α^{γ+1}) / (1 − α) with
     α = Σ min(p, q) at every context, so the shadow's pooled BE must land on it; the driver's own rule as a

