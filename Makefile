@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: app test install clean-venv browser
+.PHONY: app test test-quick install clean-venv browser
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
+
+# The unit tier (tests/unit: toy tables and tiny models, no subprocess, Ray, Streamlit or browser) less
+# its `slow` statistical tests: the loop while working, under 2 minutes on 2 cores; prints the 15 slowest.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -m "not slow" --durations=15
 
 clean-venv:
 	rm -rf $(VENV)
@@ -61,7 +66,7 @@ bench: $(STAMP)
 # alone write screenshots to a temp folder ($SPECLAB_SCREENSHOTS), so a test run never changes the tree.
 .PHONY: screenshots
 screenshots: $(STAMP) browser
-	@d=$$(mktemp -d) && SPECLAB_SCREENSHOTS=$$d $(BIN)/python -m pytest tests/test_app_browser.py -q \
+	@d=$$(mktemp -d) && SPECLAB_SCREENSHOTS=$$d $(BIN)/python -m pytest tests/system/browser/test_app_browser.py -q \
 	  && cp $$d/*.png docs/screenshots/ && echo "copied $$(ls $$d | wc -l) screenshots into docs/screenshots/"; \
 	  status=$$?; rm -rf $$d; exit $$status
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from engine.decode import DecodeConfig, StepRecord, decode
 from engine.core.load import software_versions
 from engine.measure import sync
+from engine.hindsight import hindsight
 from engine.policies.base import RequestContext, WindowPolicy
 from engine.trace.format import TraceWriter
 
@@ -65,7 +66,10 @@ def policy_for(policy: WindowPolicy | None, target, draft, cfg: DecodeConfig, pr
     """The policy of one request (`WindowPolicy.for_request`); call it before the request's clock."""
     if policy is None or draft is None:
         return policy
-    return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, tuple(eos_ids)))
+    eos = tuple(eos_ids)
+    lookahead = (hindsight(target, draft, list(prompt_ids), cfg.max_new_tokens, eos)
+                 if policy.needs().lookahead else None)
+    return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead))
 
 
 class RequestRun:

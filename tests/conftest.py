@@ -73,14 +73,14 @@ def record_pacer_shards(target, draft, root: Path, window: int = 6, max_new_toke
     decode loop: two into train-00000, two into heldout-00000 under `root`. Returns the requests."""
     from engine.core.sampling import SamplingConfig
     from engine.decode import DecodeConfig
-    from engine.train.pacer.data import _atomic_save, _shard_tensors, record_request
+    from engine.train.pacer.data import record_request, save_shard, shard_tensors
 
     reqs = []
     for r, (prompt, temp) in enumerate([([3, 17, 5], 0.0), ([8, 2], 0.7), ([11, 4, 4], 0.0), ([9, 9], 0.7)]):
         dc = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temp, seed=1))
         reqs.append((r, temp, record_request(target, draft, prompt, window, dc, request_id=r)))
-    _atomic_save(_shard_tensors(reqs[:2]), root / "train-00000.safetensors")
-    _atomic_save(_shard_tensors(reqs[2:]), root / "heldout-00000.safetensors")
+    save_shard(shard_tensors(reqs[:2]), root / "train-00000.safetensors")
+    save_shard(shard_tensors(reqs[2:]), root / "heldout-00000.safetensors")
     return reqs
 
 

@@ -251,7 +251,7 @@ def audit_verifiers() -> dict[str, tuple[Callable, bool]]:
 
     out = {n: (fn, n in MULTI_DRAFT) for n, fn in VERIFIERS.items()}
     # Its K blocks share one sampled prefix and branch deterministically, not the i.i.d. drafts enumerated
-    # here; it is enumerated on its own kind of tree in tests/test_phrase_drafter.py.
+    # here; it is enumerated on its own kind of tree in tests/unit/verify/test_onehot_tree.py.
     out.pop("onehot-tree", None)
     out["block-same-row (lossy near-miss)"] = (verify_block_same_row, False)
     return out

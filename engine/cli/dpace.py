@@ -30,7 +30,7 @@ def _seeds(s: str) -> tuple[int, ...]:
 
 
 def add_parser(sub) -> None:
-    from engine.cli.dataclass_args import add_dataclass_args
+    from engine.config import add_dataclass_args
     from engine.train.dpace.fit import BlockTrainConfig
     from engine.train.dpace.targets import SmolDataConfig
     from engine.train.dpace.tiny_target import TinyConfig
@@ -98,7 +98,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_prepare(a) -> int:
-    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.config import dataclass_from_args
     from engine.train.dpace.tiny_target import TinyConfig, prepare
 
     print(prepare(dataclass_from_args(TinyConfig, a)))
@@ -106,7 +106,7 @@ def cmd_prepare(a) -> int:
 
 
 def cmd_prepare_smollm2(a) -> int:
-    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.config import dataclass_from_args
     from engine.train.dpace.targets import SmolDataConfig, prepare_smollm2
 
     print(prepare_smollm2(dataclass_from_args(SmolDataConfig, a)))
@@ -114,7 +114,7 @@ def cmd_prepare_smollm2(a) -> int:
 
 
 def _train_config(a):
-    from engine.cli.dataclass_args import override
+    from engine.config import override
     from engine.train.dpace.fit import BlockTrainConfig
 
     return override(BlockTrainConfig.for_target(a.target or "tiny"), a)

@@ -98,7 +98,7 @@ def run_vocab(a) -> int:
         return _agree(a)
     from engine.core.lm import HFModel
     from engine.trace.prompts import encode
-    from engine.train.data import load_sharegpt
+    from engine.core.sharegpt import load_sharegpt
     from engine.core.vocab_subset import agreement, head_costs
 
     target = load_model("qwen2.5-coder-1.5b", a.dtype, role="target")

@@ -81,7 +81,7 @@ def cmd_data(a) -> int:
 
 
 def cmd_train(a) -> int:
-    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.config import dataclass_from_args
     from engine.offline.steps import default_data_dir
     from engine.train.pacer.fit import PacerTrainConfig, train, write_card
 
@@ -328,7 +328,7 @@ def _pair_args(p) -> None:
 
 
 def add_parser(sub) -> None:
-    from engine.cli.dataclass_args import add_dataclass_args
+    from engine.config import add_dataclass_args
     from engine.train.pacer.fit import PacerTrainConfig
     from engine.train.pacer.data import PacerDataConfig
 

@@ -100,7 +100,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
     elif is_block_bundle(name_or_path):
         # models/block-drafter-tiny: the byte-level target its block drafter was trained for
         # (`--target models/block-drafter-tiny --draft block:models/block-drafter-tiny`).
-        from engine.train.dpace.tiny_target import ByteTokenizer, load_target
+        from engine.core.tiny import ByteTokenizer, load_target
 
         model, tok = load_target(Path(name_or_path).expanduser() / "target", dtype=dt).to(dev), ByteTokenizer()
     else:

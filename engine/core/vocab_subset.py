@@ -37,7 +37,7 @@ QWEN_VOCAB_FILE = MODELS_DIR / "qwen2.5-coder" / "draft-vocab.safetensors"
 
 def corpus_texts(n_convs: int, skip: int = 0) -> list[str]:
     """Every turn's text of ShareGPT conversations [skip, skip + n_convs) (no Spec-Bench text)."""
-    from engine.train.data import load_sharegpt
+    from engine.core.sharegpt import load_sharegpt
 
     convs = load_sharegpt()[skip:skip + n_convs]
     out = []

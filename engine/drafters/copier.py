@@ -5,7 +5,7 @@ law is therefore the point mass q_i = δ(y_i): the verifier accepts y_i with pro
 min(1, p_i(y_i) / 1) = p_i(y_i) and on rejection samples the residual (p_i − δ(y_i))⁺ / (1 − p_i(y_i)),
 which is p_i conditioned on "not y_i". That is exactly speculative sampling with a one-hot q, so the
 output law equals the target's (greedy: the argmax chain) — the χ² tests in
-tests/test_modelfree_drafters.py check this on the real loop.
+tests/unit/drafters/test_modelfree.py check this on the real loop.
 
 The same holds when the window policy cuts the block short: every stop rule here reads only values
 fixed by the context (match length, continuation frequency), never a random draw, so the verified

@@ -23,7 +23,7 @@ Timings: draft ms per drafted token and target ms for a forward of k tokens (k =
 k = 1..max_window+1, measured on the actual pair with the first prompt as context.
 
 The file format and its validation: engine.offline.reference_file (torch-free). The target run
-and the teacher-forced pass are engine.offline.hindsight's, shared with the hindsight oracle.
+and the teacher-forced pass are engine.hindsight's, shared with the hindsight oracle.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from engine.offline.hindsight import accept_runs, target_run, teacher_forced
+from engine.hindsight import accept_runs, target_run, teacher_forced
 from engine.offline.reference_file import SCHEMA, VERSION
 from engine.trace.prompts import task_of
 

@@ -8,7 +8,7 @@ A reference run (built by engine.offline.reference) is JSONL, validated on load,
 
 Per request, one entry per output position j: draft_argmax d_j, q_top = q_j(d_j), q_target =
 q_j(y_j), entropy H(q_j); greedy: accept_run A(j) (checked against d vs y, see
-engine.offline.hindsight.accept_runs) and one free-running draft tail per mismatch; sampling: β_j.
+engine.hindsight.accept_runs) and one free-running draft tail per mismatch; sampling: β_j.
 Every problem is one ReferenceFormatError line naming the line and field.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.offline.hindsight import accept_runs
+from engine.hindsight import accept_runs
 from engine.trace.fields import number_list
 from engine.trace.format import TOKEN_MAX, TraceError
 from engine.trace.prompts import task_of

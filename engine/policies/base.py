@@ -94,6 +94,9 @@ class RequestContext:
     prompt_ids: list[int]
     max_new_tokens: int
     eos_ids: tuple[int, ...] = ()
+    # (y, ŷ) of engine.hindsight, computed by engine.run.policy_for when needs().lookahead (the oracle):
+    # this floor cannot run the decode loop itself.
+    lookahead: tuple[list[int], list[int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ Under sampling the accepted count depends on the draft's samples and the verifie
 stream depends on the window itself, so the oracle exists only in the offline replay
 (engine.offline.replay, `oracle:a`); `HindsightOracle` refuses T > 0.
 
-The look-ahead (y, ŷ) is engine.offline.hindsight.hindsight — the same target run and teacher-forced
+The look-ahead (y, ŷ) is engine.hindsight.hindsight — the same target run and teacher-forced
 draft pass a reference run makes, one token per forward. It is the oracle's hindsight, not part of
-its decoding: the benchmark computes it before the timed run.
+its decoding: engine.run.policy_for computes it before the request's clock starts and hands it over in
+the RequestContext (this floor imports nothing from the decode loop above it).
 """
 
 from __future__ import annotations
@@ -53,17 +54,11 @@ class HindsightOracle(WindowPolicy):
         return Needs(greedy_only=True, lookahead=True)
 
     def for_request(self, ctx: RequestContext) -> "HindsightOracle":
-        """The oracle of one prompt: its look-ahead computed now (before the request's clock starts)."""
-        return self.for_prompt(ctx.target, ctx.draft, ctx.prompt_ids, ctx.max_new_tokens, ctx.eos_ids,
-                               self.max_window)
-
-    @classmethod
-    def for_prompt(cls, target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=(),
-                   max_window: int = 16) -> "HindsightOracle":
-        """The oracle of one prompt: its look-ahead computed now (callers do this before timing)."""
-        from engine.offline.hindsight import hindsight
-
-        return cls(*hindsight(target, draft, prompt_ids, max_new_tokens, eos_ids), max_window=max_window)
+        """The oracle of one prompt, primed with the look-ahead engine.run.policy_for computed for it
+        (before the request's clock starts)."""
+        if ctx.lookahead is None:
+            raise ValueError("oracle: no look-ahead for this request (build it with engine.run.policy_for)")
+        return HindsightOracle(*ctx.lookahead, max_window=self.max_window)
 
     @property
     def params(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Every check the loader makes is written here once, as plain per-record Python (docs/trace-format.md
 lists them). `engine.trace.screen` runs the per-step field checks as whole-column numpy operations
 for speed, and only when it flags a step is the step handed to `validate_step` below for the exact
-message — so the two must agree; tests/test_trace_fuzz.py checks that they do on random mutations.
+message — so the two must agree; tests/unit/trace/test_fuzz.py checks that they do on random mutations.
 
 Why the loader recomputes instead of trusting: every number a page shows is derived from a trace. A
 stated `emitted` of 1e308, a footer summary that disagrees with its steps, or a step with neither a

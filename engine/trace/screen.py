@@ -12,7 +12,7 @@ checked straight from Arrow's buffers, with no Python object per value). `ArrowC
 returns None for any schema it does not expect; the loader then takes the dict path. A third source,
 the chunks gathered while JSONL is parsed, is engine/trace/chunks.py.
 
-The screen must reject at least what `validate_step` rejects; tests/test_trace_fuzz.py checks that
+The screen must reject at least what `validate_step` rejects; tests/unit/trace/test_fuzz.py checks that
 the screened and the reference paths agree on random mutations.
 """
 

@@ -11,7 +11,7 @@ Rows: p[i] = p(·|X^i) for i = 0..γ (p[γ] is the bonus row), q[i] = q(·|X^i) 
     emit X^τ then y ~ p(·|X^γ) if τ = γ, else y ~ norm(max(p_τ · p(·|X^τ) − q(·|X^τ), 0))
 
 Lossless iteration by iteration and never worse than token verification in expected accepted
-tokens. Two near-misses are lossy (checked in tests/test_verify_block.py): Z from the *same*
+tokens. Two near-misses are lossy (checked in tests/unit/verify/test_block.py): Z from the *same*
 position's rows, and the uncapped product of ratios in place of p_i.
 
 A drafted token with q(X_i) = 0 gets ratio 0 (p_i = 0 from there on, so h_j = 0 for j ≥ i).

@@ -26,7 +26,7 @@ block verification (engine.verify.block) on one unused candidate's remaining suf
 current node's target t at its first position; at the node where it stops, its BV residual becomes
 t for the next unused candidate sharing that prefix; with none left, emit y ~ t. K = 1 is BV, γ = 1
 is RRS; lossless because BV is lossless for any first-position target and unused drafts are
-independent of every coin so far (checked by exact enumeration in tests/test_multidraft.py).
+independent of every coin so far (checked by exact enumeration in tests/unit/verify/test_multidraft.py).
 
 KBV, K-SEQ with a block-verification tail (ours, derived here, not from a paper): walk the tree with
 K-SEQ while two or more candidates share the node; at the first node P (reached by acceptance, so
@@ -35,7 +35,7 @@ candidate's remaining suffix with first-position target p(·|P). Lossless: the l
 suffix is a fresh draft from q(·|P) (the K-SEQ coins so far read only the first |P| tokens of each
 draft), and BV is lossless for it. E[accepted] ≥ K-SEQ's: the walks coincide until the tail, and
 on a single draft BV accepts at least as much as token-level SD (Sun et al.). K = 1 is BV; γ = 1
-is K-SEQ (both checked by enumeration in tests/test_multidraft.py).
+is K-SEQ (both checked by enumeration in tests/unit/verify/test_multidraft.py).
 
 Worked example (context-free V = 2, q = (2/3, 1/3), p = (1/3, 2/3), γ = 1, K = 2, drafts (0, 0)):
 RRS accepts draft 1 w.p. 1/2; on rejection t = (0, 1), so draft 2 (token 0) is rejected surely and

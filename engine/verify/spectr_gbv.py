@@ -6,7 +6,7 @@ same loop order, the set H of rejected sub-blocks, the break on a full-block acc
 residual's `1 − min(·)^K` (Python precedence), eps = 1e-20 and the strict `rand < h`.
 
 **This rule is NOT lossless for K ≥ 2** (the first emitted token's marginal is wrong; exact
-enumeration in tests/test_multidraft.py and `python -m engine audit`); at K = 1 it is BV with the
+enumeration in tests/unit/verify/test_spectr_gbv.py and `python -m engine audit`); at K = 1 it is BV with the
 uncapped ratio Q(s)/P(s), lossy per iteration. It exists to reproduce the published method.
 
 Their code writes m_s = P (draft) and m_b = Q (target). For draft k's own sub-block s = x^k_{1:i}

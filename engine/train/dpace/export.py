@@ -85,7 +85,7 @@ Total size {size / 1e6:.1f} MB. Load it:
 
 ```python
 from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
-from engine.train.dpace.tiny_target import load_target
+from engine.core.tiny import load_target
 tgt = load_target("models/block-drafter-tiny/target")
 dm = load_block_drafter("models/block-drafter-tiny/drafter")
 ft = FeatureLM(tgt, dm.config.target_layer_ids)
@@ -161,7 +161,7 @@ cosine schedule, clip 1.0. Training wall time: {best['train_wall_s']:.0f} s on a
 | greedy output identical to the target's | {online.get('outputs_equal_ar', '—')} |
 
 The metrics were measured with the run's fp32 weights; this export rounds them to bf16 (exactness and
-acceptance with these weights: `tests/test_block_drafter.py::test_committed_smollm2_block_drafter_is_exact_and_accepts`).
+acceptance with these weights: `tests/unit/drafters/test_block.py::test_committed_smollm2_block_drafter_is_exact_and_accepts`).
 {table}
 Size {size / 1e6:.1f} MB. Load it:
 

@@ -13,7 +13,7 @@ Invalid positions (the anchor slot, past the sequence end, outside the response)
 the product and weight 0, as in the official code (Lucas-TY/D-PACE, SpecForge `_dpace_weight`).
 Reductions: "mean" = Σ ce·w / Σ w; "sum" = Σ ce·w / batch_size (number of sequences).
 
-Special cases (tests/test_dpace.py): α = 1 makes q̃ ≡ 1, so full D-PACE weights become the fixed
+Special cases (tests/unit/train/dpace/test_objectives.py): α = 1 makes q̃ ≡ 1, so full D-PACE weights become the fixed
 linear schedule w̄_j = (#valid positions ≥ j) = B − j for a full block, and the official loss is
 Σ_j (B − j)·ce_j / batch — a linearly decaying, *summed* CE, not a uniform one; the cumulative-only
 variant at α = 1 is the uniform (summed) CE. α = 0 is gradient ascent on the surrogate S̃.

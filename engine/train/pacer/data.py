@@ -15,7 +15,7 @@ which is what the stop rule thresholds. `labels="masked"` reproduces the drop co
 Greedy: accepted iff draft token == target argmax. Sampling (T > 0): the verifier's own accept
 decision u_i < min(1, p_i/q_i) with the run's seeded uniforms; h_i is stored too (soft labels).
 
-Prompts: ShareGPT first user turns in the draft-training shuffle (engine.train.data, seed 0), taken
+Prompts: ShareGPT first user turns in the draft-training shuffle (engine.core.sharegpt, seed 0), taken
 from the END of its training list, so the draft's own training prompts (the front) are not reused.
 
 Shards (safetensors, written atomically; a killed run resumes at the next missing shard; several
@@ -104,7 +104,9 @@ def record_request(target, draft, prompt_ids: list[int], window: int, cfg: Decod
     return out
 
 
-def _shard_tensors(reqs: list[tuple[int, float, dict[str, list]]]) -> dict[str, torch.Tensor]:
+def shard_tensors(reqs: list[tuple[int, float, dict[str, list]]]) -> dict[str, torch.Tensor]:
+    """One shard's tensors from (request id, temperature, record_request output) triples: per-token
+    columns concatenated, `step_off` the offsets of each recorded step's tokens."""
     hid, q, qmax, ent, h, pos, acc, win, rid, temp, td, tv = [], [], [], [], [], [], [], [], [], [], [], []
     for r, t, d in reqs:
         hid.extend(d["hidden"]); q.extend(d["q"]); ent.extend(d["ent"]); h.extend(d["h"]); pos.extend(d["pos"])
@@ -120,14 +122,15 @@ def _shard_tensors(reqs: list[tuple[int, float, dict[str, list]]]) -> dict[str, 
             "t_draft_ms": torch.tensor(td, dtype=torch.float32), "t_verify_ms": torch.tensor(tv, dtype=torch.float32)}
 
 
-def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, meta: dict[str, str] | None = None) -> None:
+def save_shard(tensors: dict[str, torch.Tensor], path: Path, meta: dict[str, str] | None = None) -> None:
+    """Write a shard as safetensors atomically (a killed run never leaves a half-written shard)."""
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), meta)
 
 
 def pacer_prompts(tok, n_train: int, n_heldout: int, max_prompt_tokens: int) -> tuple[list, list]:
     """(train, heldout) token-id prompts from the back of the draft-training ShareGPT shuffle."""
-    from engine.train.data import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
+    from engine.core.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
     from engine.train.draft.gen import GenConfig
 
     g = GenConfig()
@@ -191,7 +194,7 @@ def generate(cfg: PacerDataConfig, target, draft, tok, eos=(), costs: dict | Non
                               sampling=SamplingConfig(temperature=temp, seed=cfg.seed))
             reqs.append((rid, temp, record_request(target, draft, ids, cfg.window, dc, eos, rid)))
             bar.update(1)
-        _atomic_save(_shard_tensors(reqs), path, {"format": "speclab.pacer-data", "version": "1"})
+        save_shard(shard_tensors(reqs), path, {"format": "speclab.pacer-data", "version": "1"})
         path.with_name(path.name + ".lock").unlink(missing_ok=True)
     bar.close()
     return out

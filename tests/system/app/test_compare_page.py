@@ -1,0 +1,72 @@
+"""The Streamlit app without a browser: every page through AppTest, plus the pure helpers behind them.
+
+Pages run against small tiny-model traces generated once per module by `app.make_demo_traces` into a
+temporary folder (SPECLAB_TRACES), so the assertions do not depend on whichever real traces sit in
+traces/ — one test checks separately that every bundled file there loads. The Live page runs the
+tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in test_app_browser.py.
+"""
+
+from __future__ import annotations
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import data
+from engine.trace.format import load_trace
+from tests.conftest import MAIN, TIMEOUT
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    from app.make_demo_traces import main
+
+    d = tmp_path_factory.mktemp("traces")
+    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
+    return d
+
+
+@pytest.fixture()
+def app(trace_dir, monkeypatch):
+    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_compare_page(app, trace_dir):
+    at = goto(app, "compare")
+    assert at.selectbox(key="cmp_a").value != at.selectbox(key="cmp_b").value
+    assert any("target calls" in m.label for m in at.metric)
+    table = at.dataframe[0].value
+    # Every demo trace decodes the same prompts (one per Spec-Bench task, or the built-in fallback lines).
+    n_prompts = len(load_trace(trace_dir / "demo-tiny-fixed4.jsonl").requests)
+    assert len(table) == n_prompts and {"Δ calls", "Δ ms"} <= set(table.columns)
+    at.slider(key="cmp_step").set_value(2).run()
+    assert not at.exception
+
+
+def test_compare_pairs_like_with_like_and_warns_on_mismatch(app):
+    """By default B is a trace with the same pair, sampling and prompts as A; switching the filter off and
+    picking a sampled trace against a greedy one is allowed, and said. Hardware-free numbers come first."""
+    at = goto(app, "compare")
+    entries = data.all_traces()
+    a, b = at.selectbox(key="cmp_a").value, at.selectbox(key="cmp_b").value
+    assert data.comparable(entries[a].info, entries[b].info) == []
+    by_title = {t: k for k, t in data.unique_titles(entries).items()}
+    options = [by_title[o] for o in at.selectbox(key="cmp_b").options]  # shown by title
+    assert len(options) >= 2 and all(not data.comparable(entries[a].info, entries[k].info) for k in options)
+    assert not at.warning
+    labels = [m.label for m in at.metric]
+    assert labels.index("emitted per call · B") < labels.index("decode time · B (ms)")
+    assert labels[0].startswith("target calls")
+    at.toggle(key="cmp_only").set_value(False).run()
+    at.selectbox(key="cmp_b").set_value("demo-tiny-rbv-k3-t07.jsonl").run()
+    warn = " ".join(w.value for w in at.warning)
+    assert "not a like-for-like pair" in warn and "different sampling (greedy vs T = 0.7)" in warn
+    assert any("timed" in c.value and "float32" in c.value for c in at.caption)  # wall clock with its context

@@ -1,0 +1,58 @@
+"""The Streamlit app without a browser: every page through AppTest, plus the pure helpers behind them.
+
+Pages run against small tiny-model traces generated once per module by `app.make_demo_traces` into a
+temporary folder (SPECLAB_TRACES), so the assertions do not depend on whichever real traces sit in
+traces/ — one test checks separately that every bundled file there loads. The Live page runs the
+tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in test_app_browser.py.
+"""
+
+from __future__ import annotations
+import json
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import data
+from tests.conftest import MAIN, REPO, TIMEOUT
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    from app.make_demo_traces import main
+
+    d = tmp_path_factory.mktemp("traces")
+    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
+    return d
+
+
+@pytest.fixture()
+def app(trace_dir, monkeypatch):
+    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_dpace_page_switches_between_bundled_results(app):
+    """The D-PACE page offers every bundled results directory; each choice shows that directory's own
+    summary (one row per objective, τ offline as in summary.json)."""
+    results = REPO / "docs" / "results"
+    at = goto(app, "dpace")
+    radio = at.radio(key="dpace_which")
+    present = [o for o in radio.options if o != "other directory…"]
+    assert present, radio.options
+    folders = {"SmolLM2": "dpace-smollm2", "B = 8": "dpace-b8"}
+    for option in present:
+        at = at.radio(key="dpace_which").set_value(option).run()
+        assert not at.exception
+        name = next((v for k, v in folders.items() if k in option), "dpace")
+        summary = json.loads((results / name / "summary.json").read_text())["summary"]
+        table = at.dataframe[0].value
+        assert list(table["objective"]) == [r["label"] for r in summary], option
+        assert table["τ offline"].round(3).tolist() == [round(r["tau_offline_mean"], 3) for r in summary]

@@ -1,0 +1,77 @@
+"""The Streamlit app without a browser: every page through AppTest, plus the pure helpers behind them.
+
+Pages run against small tiny-model traces generated once per module by `app.make_demo_traces` into a
+temporary folder (SPECLAB_TRACES), so the assertions do not depend on whichever real traces sit in
+traces/ — one test checks separately that every bundled file there loads. The Live page runs the
+tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in test_app_browser.py.
+"""
+
+from __future__ import annotations
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import data
+from tests.conftest import MAIN, TIMEOUT
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    from app.make_demo_traces import main
+
+    d = tmp_path_factory.mktemp("traces")
+    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
+    return d
+
+
+@pytest.fixture()
+def app(trace_dir, monkeypatch):
+    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    assert not at.exception
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+# ---------------------------------------------------------------- pages
+
+
+def test_overview_cards(app):
+    labels = [m.label for m in app.metric]
+    n = len(data.bundled_paths(kind="trace"))
+    assert n >= 7 and labels.count("tokens/s") == n and labels.count("emitted / call") == n
+    assert any("traces loaded" in m.value for m in app.markdown)
+    assert any("tiny-model demo" in i.value for i in app.info)
+    # Every number on a card is the engine's own summary of that trace.
+    e = data.all_traces()["demo-tiny-fixed4.jsonl"]
+    assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
+    # Every tokens/s carries where and when it was measured.
+    assert all("tokens/s measured" in c.value for c in app.caption if "prompts ·" in c.value)
+
+
+def card_titles(at: AppTest) -> list[str]:
+    return [m.value[6:] for m in at.markdown if m.value.startswith("##### ")]
+
+
+def test_overview_titles_are_unique_and_group_by_run(app, trace_dir):
+    """One title per trace that tells it apart (pair · policy · sampling · date), also when the same
+    run is loaded twice; cards sit under their target and run."""
+    n = len(data.bundled_paths(kind="trace"))
+    titles = card_titles(app)
+    assert len(titles) == n and len(set(titles)) == n, titles
+    fixed4 = data.all_traces()["demo-tiny-fixed4.jsonl"].info
+    assert f"{fixed4['pair']} · fixed:4 · greedy · {fixed4['created'][:10]}" in titles
+    assert any(t.endswith(f"T = 0.7 · {fixed4['created'][:10]}") for t in titles)  # the sampled RBV demo
+    assert any(h.value.startswith("Target tiny-random-llama-target") for h in app.subheader)
+    assert any(m.value.startswith("**Run · ") for m in app.markdown)
+    at = goto(app, "upload")  # the same trace again under another name: still told apart
+    raw = (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes()
+    at.file_uploader(key="upload_files").set_value(("again.jsonl", raw, "application/json")).run()
+    at = goto(at, "overview")
+    titles = card_titles(at)
+    assert len(titles) == n + 1 and len(set(titles)) == n + 1, titles

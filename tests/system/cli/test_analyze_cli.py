@@ -1,0 +1,92 @@
+"""Window analysis: reference runs, the exact simulator (checked against real decode runs), the cost
+model and closed forms (checked against the project notes' tables), the tables and the CLI."""
+
+import argparse
+import json
+import pandas as pd
+import pytest
+import torch
+from engine.offline.analysis import load_reference
+from engine.core.lm import HFModel
+from engine.offline.reference import ReferenceConfig, build_reference
+from tests.conftest import noisy_copy
+
+PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]
+CATS = ["writing", "summarization", "math_reasoning", "qa", "translation"]
+N_NEW = 40
+
+
+@pytest.fixture(scope="module")
+def sharp_draft(tiny_target):
+    """Noisy copy of the target (α ≈ 0.2–0.97 by prompt) with a sharpened head: same argmax,
+    confidences spread over (0, 1) so confidence/entropy thresholds bite."""
+    d = noisy_copy(tiny_target, 1, scale=0.3)
+    with torch.no_grad():
+        d.lm_head.weight.mul_(30.0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def models(tiny_target, sharp_draft):
+    return HFModel(tiny_target, "tiny-target"), HFModel(sharp_draft, "tiny-draft")
+
+
+@pytest.fixture(scope="module")
+def ref_path(models, tmp_path_factory):
+    target, draft = models
+    path = tmp_path_factory.mktemp("ref") / "ref.jsonl"
+    prompts = [{"prompt_ids": p, "category": c} for p, c in zip(PROMPTS, CATS)]
+    cfg = ReferenceConfig(max_new_tokens=N_NEW, timing_repeats=2)
+    build_reference(target, draft, prompts, cfg, path, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ref(ref_path):
+    return load_reference(ref_path)
+
+
+def _cli(argv):
+    from engine.cli.analysis import add_parser
+
+    ap = argparse.ArgumentParser()
+    add_parser(ap.add_subparsers(dest="cmd", required=True))
+    a = ap.parse_args(argv)
+    return a.func(a)
+
+
+def test_cli_analyze_writes_tables(ref_path, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _cli(["analyze", str(ref_path), "--costs", "measured,0.05,0.1@measured", "--gammas", "1-8",
+                 "--policies", "heuristic;confidence:0.6", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "1.4x table" in text and "every simulated number is exact" in text
+    for name in ("window_table", "oracle_ratio", "policy_positions", "variability", "positions", "iid_theory"):
+        assert (out / f"{name}.csv").is_file()
+        assert json.loads((out / f"{name}.json").read_text())["rows"]
+    ot = pd.read_csv(out / "oracle_ratio.csv")
+    assert {"c=0.05 flat", "c=0.1 measured-verify"} <= set(ot["cost"])
+
+
+def test_cli_reference_end_to_end(tiny_target, sharp_draft, tmp_path, capsys):
+    from tokenizers import Tokenizer, models as tm, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(63)} | {"[UNK]": 63}
+    tk = Tokenizer(tm.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]")
+    for name, m in (("t", tiny_target), ("d", sharp_draft)):
+        m.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [" ".join(f"w{x}" for x in p)]})
+                                 for i, (p, c) in enumerate(zip(PROMPTS, CATS))))
+    ref_out = tmp_path / "r.jsonl"
+    assert _cli(["reference", "--target", str(tmp_path / "t"), "--draft", str(tmp_path / "d"), "--prompts",
+                 str(prompts), "--limit", "2", "--max-new-tokens", "12", "--dtype", "fp32", "--timing-repeats", "1",
+                 "--out", str(ref_out)]) == 0
+    r = load_reference(ref_out)
+    assert len(r.requests) == 2 and r.requests[0]["prompt_ids"] == PROMPTS[0] and r.header["timings"]
+    assert "python -m engine" in r.header["command"] and "wrote" in capsys.readouterr().out
+    assert _cli(["analyze", str(ref_out), "--costs", "0.05"]) == 0

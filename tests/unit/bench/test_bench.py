@@ -1,0 +1,93 @@
+"""The benchmark command end to end on a 2-prompt smoke subset (tiny local models)."""
+from engine.bench.bench import aggregate, RunResult
+
+
+def test_aggregate_ratio_of_means():
+    rs = [RunResult("ar", 0.0, "qa", 1, 10, 1.0, 10), RunResult("ar", 0.0, "qa", 2, 10, 0.5, 10),
+          RunResult("fixed:2", 0.0, "qa", 1, 10, 0.5, 4, 8, 6), RunResult("fixed:2", 0.0, "qa", 2, 10, 0.25, 5, 10, 5)]
+    rows = {(r["task"], r["config"]): r for r in aggregate(rs)}
+    f = rows[("overall", "fixed:2")]
+    assert f["tokens_per_s"] == 30.0 and f["speedup_vs_ar"] == 2.0  # mean(20, 40) / mean(10, 20)
+    assert f["mean_emitted_per_call_incl_bonus"] == 20 / 9 and f["draft_acceptance_rate"] == 11 / 18
+    assert f["wasted_drafts"] == 18 - 11
+    trim = aggregate(rs[:2] + [RunResult("confidence:0.5,trim=1", 0.0, "qa", 1, 10, 0.5, 8, 2, 1, dropped=6)])
+    assert [r["wasted_drafts"] for r in trim if r["config"] != "ar"] == [1 + 6] * 2  # rejected + dropped
+
+
+def test_bench_counts_dropped_drafts(pair):
+    from engine.bench.runner import run_ours
+    from engine.decode import DecodeConfig
+
+    target, draft = pair
+    r = run_ours("confidence:0.99,trim=1", target, draft, [3, 17, 5, 9], DecodeConfig(max_new_tokens=12), ())
+    assert r.dropped > 0 and r.draft_calls == r.drafted + r.dropped  # every dropped draft was a forward
+
+
+def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
+    """A run stopped after its first prompt: the checkpoint holds that prompt, the traces no footer."""
+    from engine.bench.bench import BenchConfig, run_bench, trace_name
+    from engine.trace.format import load_trace
+
+    class Tok:
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+        def decode(self, ids):
+            return " ".join(f"w{i}" for i in ids)
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n'
+                       '{"question_id": 2, "category": "writing", "turns": ["w4 w5"]}\n')
+    target, draft = pair
+    saved = []
+
+    def checkpoint(r):
+        saved.append(r)
+        raise KeyboardInterrupt
+
+    cfg = BenchConfig(configs=("ar", "fixed:2"), temperatures=(0.0,), max_new_tokens=6, warmup=0)
+    try:
+        run_bench(target, draft, Tok(), prompts, cfg, progress=False, trace_dir=tmp_path / "t", checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        pass
+    assert len(saved) == 1 and len(saved[0]["runs"]) == 2 and not saved[0]["complete"]
+    tr = load_trace(tmp_path / "t" / trace_name("fixed:2", 0.0))
+    assert not tr.complete and len(tr.ends) == 1
+
+
+def test_bench_refuses_a_model_draft_after_at():
+    import pytest
+
+    from engine.bench.bench import split_config
+
+    assert split_config("fixed:4@lookup:n=4") == ("fixed:4", "lookup:n=4")
+    assert split_config("heuristic") == ("heuristic", None)
+    for bad in ("fixed:4@smollm2-135m", "ar@lookup", "oracle@suffix", "hf:ar@lookup"):
+        with pytest.raises(ValueError, match="model-free"):
+            split_config(bad)
+
+
+def test_a_spec_comma_taken_as_separator_is_refused_with_the_fix():
+    import pytest
+
+    from engine.cli.checks import split_specs
+
+    assert split_specs("ar,fixed:2,heuristic") == ["ar", "fixed:2", "heuristic"]
+    assert split_specs("ar;confidence:0.5,trim=1") == ["ar", "confidence:0.5,trim=1"]
+    with pytest.raises(ValueError, match="separate specs with ';'"):
+        split_specs("ar,confidence:0.5,trim=1")
+
+
+def test_model_time_reaches_inside_drafters(pair):
+    """A phrase drafter's draft-model forwards are model time: the bench's non-model share must not
+    count them as drafter overhead (it once did, reading ~40 % overhead that was the draft model)."""
+    from engine.bench.runner import _hf_modules
+    from engine.drafters.phrase import PhraseDrafter
+
+    _, draft = pair
+    direct = _hf_modules(draft)
+    assert direct and draft.model in direct
+    assert _hf_modules(PhraseDrafter(draft, n=2)) == direct
+    assert _hf_modules(object()) == []
