@@ -11,6 +11,8 @@ commands share are defined once in engine/cli/common.py.
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
     costs, analysis, pacer, dpace, import, models, vocab                           cli/<name>.py
+    experiment  list | show | run a recipe of experiments/ (TOML)                  cli/experiment.py
+    results     render docs/results.md and the README's table from docs/results/   cli/results.py
 
 `python -m engine COMMAND --help` lists a command's flags.
 """
@@ -25,7 +27,7 @@ import sys
 CLI_MODULES = ("engine.cli.decode", "engine.cli.trace", "engine.cli.bench", "engine.cli.multibench",
                "engine.cli.audit", "engine.cli.sweep", "engine.cli.probes", "engine.cli.costs",
                "engine.cli.analysis", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.interop",
-               "engine.cli.models")
+               "engine.cli.models", "engine.cli.experiment", "engine.cli.results")
 
 
 def build_parser() -> argparse.ArgumentParser:
