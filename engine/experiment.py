@@ -37,7 +37,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from engine.paths import REPO_ROOT
 
@@ -124,44 +124,23 @@ def _read_toml(path: Path) -> dict:
         raise ExperimentError(f"{_rel(path)}: not valid TOML ({e})") from None
 
 
-class _ArgError(Exception):
-    pass
+@dataclass(frozen=True)
+class Flag:
+    """What an experiment needs to know of one long flag of a subcommand."""
+    switch: bool = False  # takes no value (store_true): `true` alone passes it
+    append: bool = False  # repeatable: an array becomes the flag once per item
+    many: bool = False  # takes several words (nargs '*' / '+'): an array becomes those words
 
 
-def _raise(msg: str):
-    raise _ArgError(msg)
+class Commands(Protocol):
+    """The engine's command line as the checks see it (engine/cli/experiment.py builds it from the
+    parsers, so this module holds no argparse)."""
 
+    def names(self) -> list[str]: ...  # every subcommand: "bench", "pacer data", …
 
-_ROOT: Any = None
-_PARSERS: dict[str, Any] = {}
+    def flags(self, command: str) -> dict[str, Flag]: ...  # long flag name without "--" → Flag
 
-
-def parsers() -> dict[str, Any]:
-    """'bench' → its ArgumentParser, 'pacer data' → that nested one: the engine's own parsers, built
-    once, each raising instead of exiting on a refusal."""
-    global _ROOT
-    if _ROOT is None:
-        import argparse
-
-        from engine.__main__ import build_parser
-
-        _ROOT = build_parser()
-        stack = [("", _ROOT)]
-        while stack:
-            prefix, p = stack.pop()
-            p.error = _raise
-            for act in p._actions:
-                if isinstance(act, argparse._SubParsersAction):
-                    for name, sp in act.choices.items():
-                        words = f"{prefix} {name}".strip()
-                        _PARSERS[words] = sp
-                        stack.append((words, sp))
-    return _PARSERS
-
-
-def _flags(parser) -> dict[str, Any]:
-    """Long flag name without '--' → its argparse action (hidden aliases included: they parse)."""
-    return {o[2:]: act for act in parser._actions for o in act.option_strings if o.startswith("--")}
+    def refusal(self, argv: list[str]) -> str | None: ...  # what the parser says of argv, None if it parses
 
 
 def _text(v: Any) -> str:
@@ -174,8 +153,8 @@ def _join(items: list) -> str:
     return (";" if any("," in p for p in parts) else ",").join(parts)
 
 
-def _flag_args(where: str, flag: str, value: Any, action) -> list[str]:
-    if action.nargs == 0:  # a switch (store_true / store_const)
+def _flag_args(where: str, flag: str, value: Any, action: Flag) -> list[str]:
+    if action.switch:
         if not isinstance(value, bool):
             raise ExperimentError(f"{where}: --{flag} is a switch (allowed: true or false), got {value!r}")
         return [f"--{flag}"] if value else []
@@ -184,9 +163,9 @@ def _flag_args(where: str, flag: str, value: Any, action) -> list[str]:
     if isinstance(value, list):
         if any(isinstance(x, (list, dict)) for x in value):
             raise ExperimentError(f"{where}: an array of scalars is expected")
-        if type(action).__name__ == "_AppendAction":
+        if action.append:
             return [a for x in value for a in (f"--{flag}", _text(x))]
-        if action.nargs in ("*", "+"):  # a flag that takes several words
+        if action.many:
             return [f"--{flag}", *(_text(x) for x in value)]
         return [f"--{flag}", _join(value)]
     if isinstance(value, bool):
@@ -194,7 +173,7 @@ def _flag_args(where: str, flag: str, value: Any, action) -> list[str]:
     return [f"--{flag}", _text(value)]
 
 
-def _step(where: str, run: dict, top: dict, defaults: dict) -> Step:
+def _step(where: str, run: dict, top: dict, defaults: dict, commands: Commands) -> Step:
     _check_table(where, run, RUN_KEYS)
     if "copy" in run or "to_prefix" in run:
         if set(run) != {"copy", "to_prefix"}:
@@ -206,12 +185,10 @@ def _step(where: str, run: dict, top: dict, defaults: dict) -> Step:
         if key in run and not all(isinstance(x, str) for x in run[key]):
             raise ExperimentError(f"{where}.{key}: every item must be a string")
     command = run["command"]
-    table = parsers()
-    if command not in table:
+    if command not in commands.names():
         raise ExperimentError(f"{where}.command: {command!r} is not an engine subcommand "
-                              f"(allowed: {', '.join(sorted(table))})")
-    parser = table[command]
-    flags = _flags(parser)
+                              f"(allowed: {', '.join(sorted(commands.names()))})")
+    flags = commands.flags(command)
     for key in run.get("args", {}):
         if key.startswith("-") or key not in flags:
             raise ExperimentError(f"{where}.args.{key}: not a flag of `python -m engine {command}` "
@@ -241,18 +218,11 @@ def _step(where: str, run: dict, top: dict, defaults: dict) -> Step:
     for flag, v in values.items():
         argv += _flag_args(f"{where}.args.{flag}", flag, v, flags[flag])
     argv += [_text(x) for x in run.get("inputs", [])]
-    _parse_only(where, argv)
+    refusal = commands.refusal(argv)  # the engine's own parser: types, choices, required flags
+    if refusal:
+        raise ExperimentError(f"{where}: {refusal}")
     return Step(argv=tuple(argv), out=run.get("out"), parallel=run.get("parallel", False),
                 stagger_s=float(run.get("stagger_s", 0.0)))
-
-
-def _parse_only(where: str, argv: list[str]) -> None:
-    """The engine's own argparse accepts argv (types, choices, required flags), without running anything."""
-    parsers()
-    try:
-        _ROOT.parse_args(argv)
-    except _ArgError as e:
-        raise ExperimentError(f"{where}: {e}") from None
 
 
 def load_defaults(root: Path = EXPERIMENTS_DIR) -> dict:
@@ -267,8 +237,9 @@ def load_defaults(root: Path = EXPERIMENTS_DIR) -> dict:
     return data
 
 
-def load(name_or_path: str | Path, root: Path = EXPERIMENTS_DIR) -> Experiment:
-    """The experiment NAME (experiments/NAME.toml) or a path, fully checked; ExperimentError otherwise."""
+def load(name_or_path: str | Path, commands: Commands, root: Path = EXPERIMENTS_DIR) -> Experiment:
+    """The experiment NAME (experiments/NAME.toml) or a path, fully checked against `commands`;
+    ExperimentError (one line) otherwise."""
     p = Path(name_or_path)
     path = p if p.suffix == ".toml" else root / f"{p.name}.toml"
     if not path.exists():
@@ -287,7 +258,7 @@ def load(name_or_path: str | Path, root: Path = EXPERIMENTS_DIR) -> Experiment:
         env[k] = v
     if not data["run"] or not all(isinstance(r, dict) for r in data["run"]):
         raise ExperimentError(f"{where}: run: expected one or more [[run]] tables")
-    steps = tuple(_step(f"{where}: run[{i}]", r, data, defaults) for i, r in enumerate(data["run"]))
+    steps = tuple(_step(f"{where}: run[{i}]", r, data, defaults, commands) for i, r in enumerate(data["run"]))
     return Experiment(name=path.stem, file=where, description=data["description"], pair=data["pair"],
                       env=tuple(env.items()), steps=steps, note=data.get("note", ""))
 
