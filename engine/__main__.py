@@ -1,5 +1,5 @@
 """speclab command line: `python -m engine COMMAND ...` — a dispatcher. Each command group's flags
-and handler live in one module of engine/cli/ (argparse lives only there and here); flags that several
+and handler live in one module of engine/cli/ (argparse lives only there); flags that several
 commands share are defined once in engine/cli/common.py.
 
     decode      decode prompts (speculatively or not) and write a per-step trace   cli/decode.py
@@ -11,30 +11,21 @@ commands share are defined once in engine/cli/common.py.
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
     costs, analysis, pacer, dpace, import, models, vocab                           cli/<name>.py
+    experiment  list | show | run a recipe of experiments/ (TOML)                  cli/experiment.py
+    results     render docs/results.md and the README's table from docs/results/   cli/results.py
 
 `python -m engine COMMAND --help` lists a command's flags.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 
-# One module per command group; each provides add_parser(sub), whose parsers set `func`.
-CLI_MODULES = ("engine.cli.decode", "engine.cli.trace", "engine.cli.bench", "engine.cli.multibench",
-               "engine.cli.audit", "engine.cli.sweep", "engine.cli.probes", "engine.cli.costs",
-               "engine.cli.analysis", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.interop",
-               "engine.cli.models")
+from engine.cli import CLI_MODULES, build_parser as _build_parser  # noqa: F401  (CLI_MODULES: re-exported)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for mod in CLI_MODULES:
-        importlib.import_module(mod).add_parser(sub)
-    return ap
+def build_parser():
+    return _build_parser(description=__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,7 @@ with st.expander(f"Every row ({len(rows)})"):
 st.header("Multi-draft block efficiency on the realistic pair")
 md_default = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or "docs/results/multibench-qwen-paired-bf16.json"
 md_path = st.text_input("Paired multi-draft result", md_default, key="md_json",
-                        help="written by `python -m engine multibench --paired --out …` (make multibench-qwen-paired-bf16)")
+                        help="written by `python -m engine multibench --paired --out …` (python -m engine experiment run multibench-qwen-paired-bf16)")
 try:
     md_rows, md_real, md_head = multidraft_view.load_paired(md_path if Path(md_path).is_absolute() else REPO / md_path)
 except ValueError as e:

@@ -179,6 +179,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("offline", "interop"),  # replay and cost model; other tools' files
     ("bench",),             # timed runs, sweeps, audits
     ("train",),             # training drafters and PACER's M_B
+    ("experiment", "results"),  # recipes as data and the results page rendered from their JSON
     ("cli",),               # argparse front ends
     ("__main__",),          # `python -m engine`
 ]

@@ -1,4 +1,4 @@
-"""Links between the docs resolve: every relative link in README.md and docs/*.md names a file that
+"""Links between the docs resolve: every relative link in README.md, docs/*.md and docs/log/*.md names a file that
 exists, and every #anchor names a heading of that file (GitHub's slug rules)."""
 
 import re
@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import REPO
 
 ROOT = REPO
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "log").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)|^\[[^\]]+\]:\s*(\S+)", re.M)
 
 
