@@ -169,10 +169,19 @@ def test_prior_from_a_reference_run():
     assert pol.prior[top] > pol.prior[0]
 
 
+def decode_steps(pol):
+    from engine.core.lm import TableLM
+    from engine.core.sampling import SamplingConfig
+    from engine.decode import DecodeConfig, decode
+
+    return [s for seed in range(20) for s in decode(TableLM(3, seed=11), TableLM(3, seed=12), [0], pol, DecodeConfig(
+        max_new_tokens=3, sampling=SamplingConfig(temperature=1.0, seed=seed)))]
+
+
 def _exact_policy():
     # deterministic prices (measure=0), a steep verify: low-confidence drafts are dropped, so the test
     # exercises the drop as well as the stop
-    return CostAware(max_window=3, c=0.05, v=0.5, measure=0)
+    return CostAware(max_window=3, c=0.05, v=0.6, measure=0)
 
 
 @pytest.mark.slow
@@ -181,8 +190,11 @@ def test_chi_square_of_the_real_loop():
     drawn) and past verify outcomes, so the sampled continuations follow the target exactly."""
     from engine.core.lm import TableLM
 
-    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 6_000, policy=_exact_policy())
+    pol = _exact_policy()
+    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 6_000, policy=pol)
     assert pval > 1e-4, (pval, tv)
+    first = decode_steps(pol)
+    assert {"drop", "value"} <= {s.policy_fields.get("stop") for s in first}  # both rules were exercised
 
 
 def test_deciding_on_the_sampled_tokens_own_q_is_caught(monkeypatch):
