@@ -50,6 +50,9 @@ class RunResult:
     dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
     model_s: float = 0.0  # time inside the models' forward calls; wall_s − model_s = non-model overhead
     prefill_s: float = 0.0  # the prompt's prefill inside wall_s (see the module docstring)
+    # target calls per verified window {k: calls} (k = 0: autoregressive steps); {} = unknown (HF's
+    # internal prompt lookup). What engine.bench.modelled prices.
+    windows: dict[int, int] = field(default_factory=dict)
 
 
 class _Counter:
@@ -177,13 +180,14 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
     sync(target)  # wall time on a device: from an idle queue to the last step's kernels done
     t0 = time.perf_counter()
     out, calls, drafted, accepted, dropped, prefill_ms = [], 0, 0, 0, 0, 0.0
-    steps = []
+    steps, windows = [], {}
     try:
         for rec in decode(target, None if spec == "ar" else draft, ids, policy, cfg, eos_ids=eos,
                           request_id=request_id):
             out.extend(rec.emitted_tokens)
             calls += 1
             drafted += rec.window
+            windows[rec.window] = windows.get(rec.window, 0) + 1
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
             prefill_ms += rec.t_prefill_ms
@@ -201,7 +205,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
                       "output_text": decode_text(out) if decode_text else "", "finished": steps[-1].finished,
                       "new_tokens": len(out), "wall_ms": round(wall * 1e3, 3)})
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
@@ -267,8 +271,13 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     calls = max(1, tc.n) if not _hf_needs_draft(spec) else len(steps)
     drafted = sum(s.window for s in steps)
     accepted = sum(s.accepted for s in steps)
+    windows: dict[int, int] = {}
+    for s in steps:
+        windows[s.window] = windows.get(s.window, 0) + 1
+    if spec == "hf:ar":
+        windows = {0: calls}
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted, out, 0, timer.s, first.first_s or 0.0)
+                     drafted, out, 0, timer.s, first.first_s or 0.0, windows)
 
 
 def _forward_lm(draft):
