@@ -10,6 +10,7 @@ commands share are defined once in engine/cli/common.py.
     audit       exact losslessness audit of every verifier                         cli/audit.py
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
+    advise      which window K to use per pair and task, and the oracle's headroom cli/advise.py
     costs, analysis, pacer, dpace, import, models, vocab                           cli/<name>.py
 
 `python -m engine COMMAND --help` lists a command's flags.
@@ -24,7 +25,7 @@ import sys
 # One module per command group; each provides add_parser(sub), whose parsers set `func`.
 CLI_MODULES = ("engine.cli.decode", "engine.cli.trace", "engine.cli.bench", "engine.cli.multibench",
                "engine.cli.audit", "engine.cli.sweep", "engine.cli.probes", "engine.cli.costs",
-               "engine.cli.analysis", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.interop",
+               "engine.cli.analysis", "engine.cli.advise", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.interop",
                "engine.cli.models")
 
 

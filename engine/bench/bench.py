@@ -181,6 +181,11 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     from engine.drafters import make_drafter
 
     own = {s: make_drafter(split_config(s)[1], target)[1] for s in cfg.configs if "@" in s}
+    from engine.policies.costaware import check_drafter
+
+    for s in cfg.configs:  # a costaware window past its drafter's limit: refused before any timing
+        if policy_specs([s]) and own.get(s, draft) is not None:
+            check_drafter(parse_policy(split_config(s)[0]), own.get(s, draft))
     prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
     missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
     if missing:  # a misspelt task would otherwise shrink the run silently

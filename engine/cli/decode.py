@@ -69,6 +69,10 @@ def cmd_decode(a) -> int:
     target = load_model(a.target, a.dtype, a.device, role="target")
     target_lm, draft_lm = make_drafter(a.draft, target, verifier=cfg.verifier, k=a.k, dtype=a.dtype, device=a.device,
                                        want_hidden=bool(policy and policy.needs_hidden))
+    if draft_lm is not None:
+        from engine.policies.costaware import check_drafter
+
+        check_drafter(policy, draft_lm)  # a costaware window past the drafter's limit: refused before decoding
     tok = target.tokenizer
     if tok is None:
         raise ValueError(f"target {a.target!r} has no tokenizer; cannot encode text prompts")

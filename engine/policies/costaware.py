@@ -363,3 +363,22 @@ class CostAware(WindowPolicy):
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]
             self._fields["stop"] = self._stop or "cap"
+
+
+def drafter_limit(drafter: Any) -> int | None:
+    """The most tokens a drafter proposes per step (block drafter: B − 1; lookup / suffix: n), None
+    when only the policy's cap bounds it (draft models, phrase drafters)."""
+    if getattr(drafter, "block_size", None):
+        return int(drafter.block_size) - 1
+    n = getattr(drafter, "max_tokens", None)
+    return int(n) if n else None
+
+
+def check_drafter(policy: Any, drafter: Any) -> None:
+    """Refuse, before decoding, a costaware window longer than the drafter can ever propose: its
+    plan and utilities would price windows that cannot happen. One line."""
+    limit = drafter_limit(drafter)
+    if isinstance(policy, CostAware) and limit is not None and policy.max_window > limit:
+        name = getattr(drafter, "name", type(drafter).__name__)
+        raise ValueError(f"costaware:max={policy.max_window} is beyond the {name} drafter's limit of {limit} "
+                         f"tokens per step: use costaware:max={limit} or less")
