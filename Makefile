@@ -217,3 +217,20 @@ step-probe-qwen: models
 # A machine with CUDA runs this end to end (exactness in fp32, cost curves of the pair's shapes in bf16).
 gpu-check: $(STAMP)
 	$(BIN)/python -m engine gpu-check --out docs/results/gpu-check.json
+
+# PACER on a new pair, in one command: record training and held-out steps of PAIR on dev prompts, train
+# its pre-verifier M_B into models/pacer-NAME/, and sweep b / t / ρ on the held-out steps; the sweep's best
+# row is the pair's PACER default (docs/results/pacer-sweep-NAME.json). Until then the app says PACER is
+# uncalibrated for the pair. e.g. make pacer-calibrate NAME=mypair PAIR="--target T --draft D --dtype bf16"
+.PHONY: pacer-calibrate
+NAME ?=
+PAIR ?=
+CAL_DATA = $${SPECLAB_CACHE:-$$HOME/.cache/speclab}/pacer-data-$(NAME)
+pacer-calibrate: $(STAMP)
+	@test -n "$(NAME)" && test -n "$(PAIR)" || { echo 'set NAME=... and PAIR="--target T --draft D [--dtype ...]"'; exit 2; }
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine pacer data $(PAIR) --threads 1 --n-train 32 --n-heldout 16 \
+	  --window 12 --max-new-tokens 96 --out-dir $(CAL_DATA)
+	$(BIN)/python -m engine pacer train --data-dir $(CAL_DATA) --steps 400 --eval-every 25 \
+	  --out models/pacer-$(NAME)/pacer.safetensors --card models/pacer-$(NAME)/README.md
+	$(BIN)/python -m engine pacer sweep --data-dir $(CAL_DATA) --weights models/pacer-$(NAME)/pacer.safetensors \
+	  $(PAIR) --threads 1 --measure --out docs/results/pacer-sweep-$(NAME).json

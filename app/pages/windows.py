@@ -105,6 +105,8 @@ with head:  # the papers' questions, one sentence each, at the cost model chosen
     pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)
     wall = story.pacer_wall_clock_sentence(*pb) if pb else None
     st.markdown(f"**PACER.** {pacer}" + (f" {wall}" if wall else ""))
+    if uncal := story.pacer_calibration(draft, data.pacer_models()):
+        st.caption(uncal)
     wall_gaps = story.bench_gap_closed(pb[1]) if pb else pd.DataFrame()
     if len(wall_gaps):
         st.plotly_chart(plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
