@@ -40,3 +40,32 @@ def caption(fields: dict[str, Any]) -> str:
             "value": " — stopped when one more draft was worth less than its cost",
             "cap": " — drafted to the cap"}.get(stop, "")
     return f"Decision: **{d}** ({why}){tail}."
+
+
+def pick_pair(entries: dict) -> tuple[str, list]:
+    """The traces the Overview's advice is about: the (target, draft, temperature) with the most
+    speculative traces, real runs before tiny demos, greedy before sampled, plus that target's
+    autoregressive traces at that temperature (they price t(1)). ('', []) when nothing drafted."""
+    groups: dict[tuple, list] = {}
+    for e in entries.values():
+        i = e.info
+        if i["draft"]:
+            groups.setdefault((bool(i["demo"]), i["temperature"] not in (0, 0.0), i["target"], i["draft"],
+                               i["temperature"]), []).append(e)
+    if not groups:
+        return "", []
+    key = min(groups, key=lambda k: (k[0], k[1], -len(groups[k])))
+    ar = [e for e in entries.values() if not e.info["draft"] and e.info["target"] == key[2]
+          and e.info["temperature"] == key[4]]
+    return f"{key[2]} ← {key[3]}", [e.trace for e in groups[key] + ar]
+
+
+def advice_line(traces: list) -> str:
+    """One markdown line of advice (engine.offline.advise) for these traces, or why there is none."""
+    from engine.offline.advise import advise
+
+    try:
+        adv = advise(traces)
+    except ValueError as e:
+        return f"No advice: {e}"
+    return f"{adv.line()}" + (f" — {adv.note}" if adv.note else "")
