@@ -61,6 +61,7 @@ PRIOR_NONE = 0.3  # a copy draft is right about a third of the time on Spec-Benc
 PRIOR_N, POS_N = 2.0, 4.0  # Beta pseudo-counts: bin rate → prior, cell → bin (data overrides within a few steps)
 REF_N = 8.0  # a reference run's rates are measured on the same pair: trust them more than the identity prior
 PI_N = 0.25  # pseudo-count per bin of the confidence distribution π(i, ·)
+REFIT = 8  # new timing samples between refits of the cost table
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
 
 
@@ -89,21 +90,29 @@ class Calibration:
         self.acc = [[0.0] * N_BINS for _ in range(POSITIONS)]
         self.n = [[0.0] * N_BINS for _ in range(POSITIONS)]
         self.seen = [[0.0] * N_BINS for _ in range(POSITIONS)]
+        self.version = 0  # bumped on every new count: the policy reuses its values while it is unchanged
+        self._cond: dict[tuple[int, int], float] = {}
 
     def add(self, pos: int, b: int, accepted: bool) -> None:
         p = min(pos, POSITIONS) - 1
         self.acc[p][b] += accepted
         self.n[p][b] += 1
+        self.version += 1
+        self._cond.clear()
 
     def saw(self, pos: int, b: int) -> None:
         self.seen[min(pos, POSITIONS) - 1][b] += 1
+        self.version += 1
 
     def cond(self, pos: int, b: int) -> float:
-        pooled_a = sum(r[b] for r in self.acc)
-        pooled_n = sum(r[b] for r in self.n)
-        pooled = (pooled_a + self.prior_n * self.prior[b]) / (pooled_n + self.prior_n)
         p = min(pos, POSITIONS) - 1
-        return (self.acc[p][b] + POS_N * pooled) / (self.n[p][b] + POS_N)
+        key = (p, b)
+        if key not in self._cond:  # the decode loop's hot path: computed once per count change
+            pooled_a = sum(r[b] for r in self.acc)
+            pooled_n = sum(r[b] for r in self.n)
+            pooled = (pooled_a + self.prior_n * self.prior[b]) / (pooled_n + self.prior_n)
+            self._cond[key] = (self.acc[p][b] + POS_N * pooled) / (self.n[p][b] + POS_N)
+        return self._cond[key]
 
     def pi(self, pos: int) -> list[float]:
         row = self.seen[min(pos, POSITIONS) - 1]
@@ -124,6 +133,9 @@ class StepCosts:
         self.tv: dict[int, deque] = {}
         self.d1: deque = deque(maxlen=window)  # first draft forward of a step (includes the catch-up)
         self.dn: deque = deque(maxlen=window)  # later draft forwards
+        self._cached: tuple | None = None  # (kmax, sample count, windows seen, table)
+        self._count = 0
+        self.fits = 0  # refits so far: a policy keys its cached evaluation on it
 
     @property
     def measured(self) -> bool:
@@ -131,14 +143,25 @@ class StepCosts:
 
     def add_verify(self, k: int, ms: float) -> None:
         self.tv.setdefault(k, deque(maxlen=self.d1.maxlen)).append(ms)
+        self._count += 1
 
     def add_draft(self, first: bool, ms: float) -> None:
         (self.d1 if first else self.dn).append(ms)
+        self._count += 1
+
+    def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
+        """`fit(kmax)`, refitted after every REFIT new samples or a newly seen window (medians of 32
+        samples move little per sample; refitting every step would cost ~1 % of a small model's step)."""
+        c = self._cached
+        if c is None or c[0] != kmax or c[2] != len(self.tv) or self._count - c[1] >= REFIT:
+            self._cached = c = (kmax, self._count, len(self.tv), self.fit(kmax))
+            self.fits += 1
+        return c[3]
 
     def _med(self) -> dict[int, float]:
         return {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
 
-    def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
+    def fit(self, kmax: int) -> tuple[list[float], list[float], float, float]:
         """(t_v(0..kmax), T(0..kmax), t_d, t_a); ms once anything was measured, else units of t(1)."""
         med = self._med()
         if 0 in med:
@@ -248,6 +271,7 @@ class CostAware(WindowPolicy):
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
         self._bins: list[int] = []
+        self._memo_key: tuple | None = None
         self._begin_step()
 
     def _begin_step(self) -> None:
@@ -282,25 +306,11 @@ class CostAware(WindowPolicy):
         kmax = self.max_window
         self._tv, self._total, self._td, self._ta = self.costs.table(kmax)
         total = self._total
-        self._abar = [1.0] + [self.cal.mean(i) for i in range(1, kmax + 1)]
         lam = self._lam = self._rate(total, self._td, self._ta)
-        e, s, util = 1.0, 1.0, [1.0 / total[0]]
-        for k in range(1, kmax + 1):
-            s *= self._abar[k]
-            e += s
-            util.append(e / total[k])
-        k_plan = max(range(kmax + 1), key=lambda k: (util[k], -k))
-        if self.gated:  # the option value of the first token: keep it (and go on) or drop it, by its bin
-            drop = -lam * (self._td + self._ta)
-            value = 0.0
-            for b, p in enumerate(self.cal.pi(1)):
-                s1 = self.cal.cond(1, b)
-                keep = s1 - lam * (total[1] - total[0]) + self._tail(1, s1, lam, total, kmax)[0]
-                value += p * (keep if b == NONE else max(keep, drop))
-            cap = kmax if value > 0 else 0
-        else:
-            value = (util[k_plan] - util[0]) * total[k_plan]
-            cap = k_plan
+        key = (self.cal.version, self.costs.fits, lam, self.gated)
+        if key != self._memo_key:  # within a run of AR steps nothing changes: reuse the last evaluation
+            self._memo_key, self._memo = key, self._evaluate(kmax, lam, total)
+        self._abar, util, k_plan, value, cap = self._memo
         decision = "draft" if cap else "ar"
         if cap:
             self._streak, self._every = 0, self.probe
@@ -315,6 +325,28 @@ class CostAware(WindowPolicy):
                              "value": round(value, 4)})
         self._cap = cap
         return cap
+
+    def _evaluate(self, kmax: int, lam: float, total: list[float]) -> tuple:
+        """(ā, U(0..kmax), k_plan, value of drafting, cap) under the current calibration and costs."""
+        abar = self._abar = [1.0] + [self.cal.mean(i) for i in range(1, kmax + 1)]
+        e, s, util = 1.0, 1.0, [1.0 / total[0]]
+        for k in range(1, kmax + 1):
+            s *= abar[k]
+            e += s
+            util.append(e / total[k])
+        k_plan = max(range(kmax + 1), key=lambda k: (util[k], -k))
+        if self.gated:  # the option value of the first token: keep it (and go on) or drop it, by its bin
+            drop = -lam * (self._td + self._ta)
+            value = 0.0
+            for b, p in enumerate(self.cal.pi(1)):
+                s1 = self.cal.cond(1, b)
+                keep = s1 - lam * (total[1] - total[0]) + self._tail(1, s1, lam, total, kmax)[0]
+                value += p * (keep if b == NONE else max(keep, drop))
+            cap = kmax if value > 0 else 0
+        else:
+            value = (util[k_plan] - util[0]) * total[k_plan]
+            cap = k_plan
+        return abar, util, k_plan, value, cap
 
     def keep_drafting(self, info: DraftInfo) -> bool:
         now = self.clock()
