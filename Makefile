@@ -234,3 +234,17 @@ pacer-calibrate: $(STAMP)
 	  --out models/pacer-$(NAME)/pacer.safetensors --card models/pacer-$(NAME)/README.md
 	$(BIN)/python -m engine pacer sweep --data-dir $(CAL_DATA) --weights models/pacer-$(NAME)/pacer.safetensors \
 	  $(PAIR) --threads 1 --measure --out docs/results/pacer-sweep-$(NAME).json
+
+# The cost-aware window against AR, fixed K and the heuristic, greedy and T = 0.7 interleaved, 2 prompts
+# per task (docs/benchmarks.md, "Cost-aware window"). SmolLM2: bundled and cheap; Qwen: needs `make models`.
+.PHONY: bench-smollm2-costaware bench-qwen-costaware-bf16
+CA_CONFIGS = ar;fixed:1;fixed:2;fixed:3;fixed:4;heuristic;costaware
+bench-smollm2-costaware: $(STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target smollm2-135m --draft smollm2-draft \
+	  --prompts $(SPECBENCH) --per-task 2 --max-new-tokens 96 --threads 1 --dtype bf16 --temperatures 0,0.7 \
+	  --configs "$(CA_CONFIGS)" --trace-dir build/bench-smollm2-costaware --out docs/results/bench-smollm2-costaware.json
+bench-qwen-costaware-bf16: models
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m engine bench --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+	  --prompts $(SPECBENCH) --per-task 2 --max-new-tokens 96 --threads 2 --dtype bf16 --temperatures 0,0.7 \
+	  --configs "$(CA_CONFIGS);costaware:ref=traces/ref-qwen-greedy.jsonl" --trace-dir build/bench-qwen-costaware \
+	  --out docs/results/bench-qwen-costaware-bf16.json
