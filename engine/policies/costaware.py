@@ -388,9 +388,8 @@ class CostAware(WindowPolicy):
                 ms -= drafted * self._td + self._ta  # charge the draft at its modelled cost
             self.costs.add_verify(drafted, max(ms, 1e-6))
         n = int(result.accepted)
-        bins = self._bins if self._asked else [NONE] * drafted
-        for i in range(1, min(drafted, n + 1) + 1):
-            self.cal.add(i, bins[i - 1], i <= n)
+        for i in range(1, min(drafted, n + 1) + 1):  # a draft never shown to keep() (block drafter): no bin
+            self.cal.add(i, self._bins[i - 1] if i <= len(self._bins) else NONE, i <= n)
         self._recent.append((n + 1, drafted, self._drop))
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]

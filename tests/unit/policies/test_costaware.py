@@ -219,3 +219,19 @@ def test_greedy_output_is_the_autoregressive_one(pair):
         steps = list(decode(target, draft, [3, 17, 5], parse_policy(spec), DecodeConfig(max_new_tokens=30)))
         assert [t for s in steps for t in s.emitted_tokens] == ar
         assert all("decision" in s.policy_fields for s in steps)
+
+
+def test_replays_over_a_reference_run_near_the_best_fixed_window():
+    """The offline replay drives the same methods (engine.offline.replay.walk, drafts past an EOS never
+    shown to keep()); priced by the reference's own timings it stays within 3 % of the best fixed K."""
+    from engine.offline.analysis import CostModel, load_reference, simulate_policy
+
+    ref = load_reference("traces/ref-qwen-greedy.jsonl")
+    cm = CostModel.from_timings(ref.header["timings"])
+
+    def speed(spec):
+        df = simulate_policy(ref, spec, cm)
+        return df["ar_time"].sum() / df["sim_time"].sum()
+
+    best = max(speed(f"fixed:{k}") for k in range(1, 9))
+    assert speed("costaware:measure=0") >= 0.97 * max(best, 1.0)
