@@ -5,21 +5,20 @@ verifies k drafts (T(0): a plain autoregressive step), a_i = P(draft i accepted 
 accepted), s_i = Π_{j≤i} a_j (draft i and all before it accepted), E(k) = 1 + Σ_{i≤k} s_i the
 expected emitted tokens of a k-draft step (the bonus/correction token included).
 
-Cost model, measured in this run (the policy times its own calls: propose → each keep_drafting →
-update, so it needs no timings from the loop) with a prior before measurements exist:
+Cost model, measured in this run (the policy times its own calls propose → keep_drafting → update,
+so it needs no timings from the loop), with a prior (units of t(1)) before measurements exist:
 
-    T(k) = t_v(k) + k·t_d + [k > 0]·t_a           t_v(k) verify of k drafts (k+1 tokens), t_d per
-                                                  drafted token, t_a the first draft forward's catch-up
-    prior (units of t(1)): t_v(k) = 1 + v·k, t_d = c, t_a = 0
+    T(k) = t_v(k) + k·t_d + [k > 0]·t_a     t_v(k): verify of k drafts, t_d: per drafted token, t_a: the
+    prior: t_v(k) = 1 + v·k, t_d = c, t_a = 0   first draft forward's catch-up
 
-Acceptance, calibrated online against verify outcomes: a_i = cal(i, bin(m_i)), where m_i = max_x
-q_i(x) is the draft's confidence *before* it samples token i, binned (BIN_EDGES); tokens with no
-confidence (copy and phrase drafts, q = δ) share one bin, so model-free drafters get their empirical
-per-position acceptance. Each (position, bin) cell is Beta-smoothed towards its bin's pooled rate,
-and that towards a prior (identity calibration a ≈ m, or the rates of the pair's reference run,
-`ref=PATH`). Labels follow HF/SpecDec++: drafts up to the first rejection are accepted (1), the first
-rejected one is 0, later ones are not samples. Calibration is per request; costs persist across
-requests of one policy instance (the hardware does not change between prompts).
+Acceptance, calibrated online against verify outcomes: a_i = cal(i, bin(m_i)), m_i = max_x q_i(x)
+the draft's confidence *before* it samples token i, binned (BIN_EDGES); copy and phrase tokens (q = δ)
+share one bin, so model-free drafters get their empirical per-position acceptance. Each (position,
+bin) cell is Beta-smoothed towards its bin's pooled rate, that towards a prior (0.7·m, or the pair's
+reference run, `ref=PATH`) times one factor r shared by all bins (observed ÷ prior-predicted), so a
+confidently wrong draft is found out before every bin is sampled. Labels as HF/SpecDec++: drafts up
+to the first rejection are 1, the first rejected 0, later ones no sample. Calibration is per
+request; costs persist across the requests of one policy instance.
 
 Decision (Dinkelbach form of "maximise tokens per second"): with λ = the tokens-per-ms rate of the
 last steps priced by the current model (never below AR's 1/T(0)), a choice is worth its net value
@@ -59,6 +58,8 @@ N_BINS = NONE + 1
 POSITIONS = 8  # positions ≥ 8 share a row: few steps reach them, their rates differ little
 PRIOR_NONE = 0.3  # a copy draft is right about a third of the time on Spec-Bench's copy-heavy tasks
 PRIOR_N, POS_N = 2.0, 4.0  # Beta pseudo-counts: bin rate → prior, cell → bin (data overrides within a few steps)
+R_N = 1.0  # pseudo-count of the shared scale r of the prior (Calibration.scale): one draft's worth
+PRIOR_SHRINK = 0.7  # prior a ≈ 0.7·m: drafts are over-confident (SmolLM2: 0.2 accepted at mean m ≈ 0.35)
 REF_N = 8.0  # a reference run's rates are measured on the same pair: trust them more than the identity prior
 PI_N = 0.25  # pseudo-count per bin of the confidence distribution π(i, ·)
 REFIT = 8  # new timing samples between refits of the cost table
@@ -77,8 +78,7 @@ def bin_of(info: DraftInfo) -> int:
 
 
 def _mid(b: int) -> float:
-    hi = BIN_EDGES[b + 1] if b + 1 < NONE else 1.0
-    return 0.5 * (BIN_EDGES[b] + hi)
+    return 0.5 * (BIN_EDGES[b] + (BIN_EDGES[b + 1] if b + 1 < NONE else 1.0))
 
 
 class Calibration:
@@ -92,11 +92,20 @@ class Calibration:
         self.seen = [[0.0] * N_BINS for _ in range(POSITIONS)]
         self.version = 0  # bumped on every new count: the policy reuses its values while it is unchanged
         self._cond: dict[tuple[int, int], float] = {}
+        self.hits = self.predicted = 0.0  # Σ accepted and Σ prior[b] over every labelled draft
+
+    @property
+    def scale(self) -> float:
+        """r = (Σ accepted + R_N) / (Σ prior prediction + R_N): how far this draft beats or misses its
+        prior, shared by every bin, so one confident rejection lowers the bins not yet sampled too."""
+        return (self.hits + R_N) / (self.predicted + R_N)
 
     def add(self, pos: int, b: int, accepted: bool) -> None:
         p = min(pos, POSITIONS) - 1
         self.acc[p][b] += accepted
         self.n[p][b] += 1
+        self.hits += accepted
+        self.predicted += self.prior[b]
         self.version += 1
         self._cond.clear()
 
@@ -110,7 +119,8 @@ class Calibration:
         if key not in self._cond:  # the decode loop's hot path: computed once per count change
             pooled_a = sum(r[b] for r in self.acc)
             pooled_n = sum(r[b] for r in self.n)
-            pooled = (pooled_a + self.prior_n * self.prior[b]) / (pooled_n + self.prior_n)
+            m = min(0.999, self.prior[b] * self.scale)
+            pooled = (pooled_a + self.prior_n * m) / (pooled_n + self.prior_n)
             self._cond[key] = (self.acc[p][b] + POS_N * pooled) / (self.n[p][b] + POS_N)
         return self._cond[key]
 
@@ -150,20 +160,16 @@ class StepCosts:
         self._count += 1
 
     def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
-        """`fit(kmax)`, refitted after every REFIT new samples or a newly seen window (medians of 32
-        samples move little per sample; refitting every step would cost ~1 % of a small model's step)."""
+        """`fit(kmax)`, refitted every REFIT samples or new window (per step it costs ~1 % of a small step)."""
         c = self._cached
         if c is None or c[0] != kmax or c[2] != len(self.tv) or self._count - c[1] >= REFIT:
             self._cached = c = (kmax, self._count, len(self.tv), self.fit(kmax))
             self.fits += 1
         return c[3]
 
-    def _med(self) -> dict[int, float]:
-        return {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
-
     def fit(self, kmax: int) -> tuple[list[float], list[float], float, float]:
         """(t_v(0..kmax), T(0..kmax), t_d, t_a); ms once anything was measured, else units of t(1)."""
-        med = self._med()
+        med = {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
         if 0 in med:
             t1 = med[0]
         elif med:
@@ -243,7 +249,7 @@ class CostAware(WindowPolicy):
         if ref is not None and not isinstance(ref, str):
             raise ValueError(f"costaware ref must be a reference file path, got {ref!r}")
         self.c0, self.v0, self.probe, self.ref, self.measure = float(c), float(v), int(probe), ref, int(measure)
-        self.prior = [(_mid(b) if b < NONE else PRIOR_NONE) for b in range(N_BINS)]
+        self.prior = [(PRIOR_SHRINK * _mid(b) if b < NONE else PRIOR_NONE) for b in range(N_BINS)]
         self.pi_prior, self.prior_n = [1.0 / N_BINS] * N_BINS, PRIOR_N
         if ref is not None:
             try:
@@ -259,10 +265,9 @@ class CostAware(WindowPolicy):
 
     @property
     def params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"max": self.max_window, "c": self.c0 if self.ref is None else None,
-                               "v": self.v0 if self.ref is None else None, "probe": self.probe, "ref": self.ref}
-        if not self.measure:
-            out["measure"] = 0
+        mine = None if self.ref is not None else 0  # with ref=, c and v come from the reference
+        out = {"max": self.max_window, "c": self.c0 if mine == 0 else None, "v": self.v0 if mine == 0 else None,
+               "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0}
         return {k: v for k, v in out.items() if v is not None}
 
     def reset(self) -> None:
@@ -397,8 +402,7 @@ class CostAware(WindowPolicy):
 
 
 def drafter_limit(drafter: Any) -> int | None:
-    """The most tokens a drafter proposes per step (block drafter: B − 1; lookup / suffix: n), None
-    when only the policy's cap bounds it (draft models, phrase drafters)."""
+    """Most tokens a drafter proposes per step (block: B − 1; lookup / suffix: n); None = only the cap."""
     if getattr(drafter, "block_size", None):
         return int(drafter.block_size) - 1
     n = getattr(drafter, "max_tokens", None)
@@ -406,8 +410,7 @@ def drafter_limit(drafter: Any) -> int | None:
 
 
 def check_drafter(policy: Any, drafter: Any) -> None:
-    """Refuse, before decoding, a costaware window longer than the drafter can ever propose: its
-    plan and utilities would price windows that cannot happen. One line."""
+    """Refuse before decoding a costaware window the drafter can never fill (its plan would price it)."""
     limit = drafter_limit(drafter)
     if isinstance(policy, CostAware) and limit is not None and policy.max_window > limit:
         name = getattr(drafter, "name", type(drafter).__name__)

@@ -181,7 +181,7 @@ def decode_steps(pol):
 def _exact_policy():
     # deterministic prices (measure=0), a steep verify: low-confidence drafts are dropped, so the test
     # exercises the drop as well as the stop
-    return CostAware(max_window=3, c=0.05, v=0.6, measure=0)
+    return CostAware(max_window=3, c=0.05, v=0.4, measure=0)
 
 
 @pytest.mark.slow
