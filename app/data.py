@@ -317,11 +317,11 @@ def remove_upload(label: str) -> None:
 
 
 # ---------------------------------------------------------------- reference runs (Windows page)
-# engine.offline.reference_file (the reader: plain JSON, no torch) is imported lazily, by the Windows page only.
+# engine.trace.reference_file (the reader: plain JSON, no torch) is imported lazily, by the Windows page only.
 
 
 def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None, str | None]:
-    from engine.offline.reference_file import loads_reference
+    from engine.trace.reference_file import loads_reference
 
     label = f"uploaded: {name}"
     try:
@@ -334,7 +334,7 @@ def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _load_reference(path: str, mtime: float):
-    from engine.offline.reference_file import load_reference
+    from engine.trace.reference_file import load_reference
 
     return load_reference(path)
 

@@ -150,6 +150,9 @@ def _threshold_like(name: str) -> bool:
     return "threshold" in n or n in ("t", "t0") or n.startswith("t_")
 
 
+PER_WINDOW = ("u",)  # policy fields listed per window k = 0..max (costaware's utilities U(k))
+
+
 def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
     """Whatever per-token numbers a policy logged this step, against its thresholds; None if none.
 
@@ -161,6 +164,8 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
     n = 0
     colors = palette(24)
     for k, v in fields.items():
+        if k in PER_WINDOW:  # indexed by window k = 0.., not by drafted token: costaware_view plots it
+            continue
         if isinstance(v, list) and v and all(_is_num(x) for x in v):
             fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
                             line=dict(color=colors[n % 24]))

@@ -180,6 +180,20 @@ def pacer_position(ceiling: pd.DataFrame, split: str = "all", f: float = 1.0) ->
     return {"speedup": p, "of_oracle": p / o, "position": (p - fx) / (o - fx) if o > fx else math.nan}
 
 
+# One command from a new pair's dev prompts to its own M_B and swept defaults (engine/cli/pacer.py).
+PACER_CALIBRATE = "python -m engine pacer calibrate --name <pair> --target T --draft D"
+
+
+def pacer_calibration(draft: str, models: Mapping[str, tuple[str, str]]) -> str | None:
+    """None when a pre-verifier is committed for this draft; else the sentence saying PACER is
+    uncalibrated for the pair (its M_B and defaults b, t, ρ come from another pair) and how to fix it."""
+    if any(d == draft for _, d in models.values()):
+        return None
+    return (f"PACER is uncalibrated for {draft}: no pre-verifier weights are committed for it, so `pacer` here "
+            f"runs another pair's M_B and defaults (b, t, ρ). Calibrate on this pair's dev prompts with "
+            f"`{PACER_CALIBRATE}`.")
+
+
 def pacer_sentence(draft: str, models: Mapping[str, tuple[str, str]], ceiling: pd.DataFrame | None = None,
                    ceiling_model: str | None = None) -> str:
     """Where PACER stands for this reference's draft. `models`: pre-verifier folder -> (target, draft)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.trace.reference_file import accept_runs  # noqa: F401  (A(j): defined with the file it fills)
+
 if TYPE_CHECKING:
     import torch
 
@@ -59,16 +61,6 @@ def teacher_forced(lm, prompt: list[int], output: list[int], feed: int = CHUNK) 
     for i in range(0, len(ctx) if output else 0, feed):
         rows.append(lm.extend(ctx[i:i + feed]))
     return torch.cat(rows) if rows else torch.zeros(0, lm.vocab_size)
-
-
-def accept_runs(match: list[int]) -> list[int]:
-    """A(j) = match_j · (1 + A(j+1)), A(N) = 0."""
-    out = [0] * len(match)
-    run = 0
-    for j in range(len(match) - 1, -1, -1):
-        run = run + 1 if match[j] else 0
-        out[j] = run
-    return out
 
 
 def hindsight(target, draft, prompt_ids: list[int], max_new_tokens: int, eos_ids=()) -> tuple[list[int], list[int]]:

@@ -11,6 +11,8 @@ bundled traces' footers already carry them):
                        bonus excluded: EMITTED_PER_CALL − 1 for runs that never stop short
     ACCEPTANCE_RATE    draft_acceptance_rate              accepted draft tokens ÷ drafted tokens (None
                        when the drafts are unknown: imported runs, HF's internal prompt lookup)
+    MODELLED_SPEEDUP   modelled_speedup_vs_ar             a bench row's target calls (by window) and draft
+                       tokens priced at the run's own median costs, ÷ AR's (engine.bench.modelled)
 
 The same quantities elsewhere:
 
@@ -36,12 +38,16 @@ import numpy as np
 EMITTED_PER_CALL = "mean_emitted_per_call_incl_bonus"
 ACCEPTED_PER_CALL = "mean_accepted_per_call_excl_bonus"
 ACCEPTANCE_RATE = "draft_acceptance_rate"
+# A bench row's run priced at the run's own median costs instead of timed (engine.bench.modelled):
+# hardware-noise-free, beside the wall-clock `speedup_vs_ar`.
+MODELLED_SPEEDUP = "modelled_speedup_vs_ar"
 
 # Column headers and metric labels (tables, the app's pages): one wording per quantity.
 LABELS = {
     EMITTED_PER_CALL: "emitted per call (incl. bonus)",
     ACCEPTED_PER_CALL: "accepted per call (excl. bonus)",
     ACCEPTANCE_RATE: "acceptance rate (accepted ÷ drafted)",
+    MODELLED_SPEEDUP: "modelled speedup vs AR (run's counts × its median costs)",
 }
 SHORT_LABELS = {EMITTED_PER_CALL: "emitted/call", ACCEPTED_PER_CALL: "accepted/call", ACCEPTANCE_RATE: "acceptance"}
 

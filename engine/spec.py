@@ -196,4 +196,8 @@ class RunSpec:
         pol = self.parsed_policy()
         target_lm, draft = make_drafter(self.draft, loaded_target, verifier=self.verifier, k=self.k, dtype=self.dtype,
                                         device=self.device, want_hidden=bool(pol is not None and pol.needs().hidden))
+        if draft is not None:
+            from engine.policies.costaware import check_drafter
+
+            check_drafter(pol, draft)  # a costaware window past the drafter's limit: refused before decoding
         return Run(target_lm, draft, pol, self.decode_config())

@@ -103,7 +103,8 @@ for col, side in zip(c, live.SIDES):
     specs[side] = col.text_input(f"Policy {side} spec", key=key,
                                  help="fixed:γ, heuristic[:γ0,max=N], confidence[:t][,trim=1], cumulative[:t], "
                                       "entropy[:H], pacer[:b=,t=,rho=][,trim=1], matchlen[:f,offset=,max=,p=] "
-                                      "(model-free drafts), or autoregressive")
+                                      "(model-free drafts), costaware[:max,c=,v=,probe=] (expected value vs in-run cost, K = 0 allowed), "
+                                      "or autoregressive")
     err_at[side] = col.empty()
 ss.setdefault("live_max", 64)
 ss.setdefault("live_temp", 0.0)

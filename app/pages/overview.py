@@ -3,13 +3,18 @@ summary, and where to go next."""
 
 import streamlit as st
 
-from app import data, imported
+from app import costaware_view, data, imported
 
 st.title("speclab")
 st.caption("Speculative decoding, one verify call at a time: replay traces, compare window policies, "
            "run the demo pair live.")
 
 entries = data.all_traces()
+pair, advised = costaware_view.pick_pair(entries)
+if advised:  # the one answer per pair (engine.offline.advise; `python -m engine advise TRACE...`)
+    st.markdown(f"**Which window?** {pair}: {costaware_view.advice_line(advised)}",
+                help="From this pair's loaded decode traces: per-position acceptance × the traces' own costs. "
+                     "The Windows page answers from a reference run, against the cost-optimal hindsight schedule.")
 _, broken = data.bundled()
 n_up = sum(e.origin != "bundled" for e in entries.values())
 st.write(f"**{len(entries)} traces loaded** — {len(entries) - n_up} bundled from `traces/`, "

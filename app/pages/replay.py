@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, imported, plots, tokens
+from app import costaware_view, data, downloads, imported, plots, tokens
 
 st.title("Replay")
 ss = st.session_state
@@ -132,6 +132,9 @@ def step_view() -> None:
         fig = plots.policy_scores(fields, s["window"])
         if fig is not None:
             st.plotly_chart(fig, theme=None, width="stretch", key="replay_scores")
+        if (ufig := costaware_view.utilities_figure(fields, s["window"])) is not None:  # costaware's U(k)
+            st.plotly_chart(ufig, theme=None, width="stretch", key="replay_utilities")
+            st.markdown(costaware_view.caption(fields))
         records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
         for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
             st.caption(f"`{name}`")

@@ -16,6 +16,8 @@ st.caption("Every policy replayed offline over reference runs (one target run + 
 
 try:
     analysis = importlib.import_module("engine.offline.analysis")
+    advise = importlib.import_module("engine.offline.advise")
+    oracles = importlib.import_module("engine.offline.oracles")
 except Exception as e:  # the analysis module is optional for the rest of the app
     st.warning(f"Window analysis is unavailable: `engine.offline.analysis` could not be imported "
                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The other pages still work.")
@@ -77,7 +79,8 @@ theory = analysis.iid_theory(min(alpha, 1 - 1e-9), cm.c, [int(x) for x in fixed[
 m = st.columns(5)
 m[0].metric("best fixed γ*", int(best["gamma"]))
 m[1].metric("speedup at γ*", f"{best['speedup']:.2f}×")
-m[2].metric("oracle (a) speedup", f"{oracle_a:.2f}×", help="window = accepted run: nothing wasted")
+m[2].metric("oracle (a) speedup", f"{oracle_a:.2f}×",
+            help=f"the {oracles.REPLAY_ORACLE}: window = accepted run A(j), nothing wasted (engine.offline.oracles)")
 m[3].metric("oracle ÷ best fixed", f"{oracle_a / best['speedup']:.2f}×",
             help=f"oracle (b), window = run + 1: {oracle_b / best['speedup']:.2f}×")
 m[4].metric("α (per-token acceptance)", f"{alpha:.2f}")
@@ -94,6 +97,11 @@ with head:  # the papers' questions, one sentence each, at the cost model chosen
     target, draft = story.pair_of(refs[0].header)
     oh = ot[ot["cost"] == wt["cost"].iloc[0]]
     st.subheader(f"At a glance: {story.pair_label((target, draft))}")
+    adv = advise.from_window_table(wt, story.pair_label((target, draft)),
+                                   "measured" if mode != "flat ratio c" else f"flat c = {c:g}")
+    st.markdown(f"**Which window?** {adv.line()}", help="engine.offline.advise over the table below: the best fixed "
+                "K overall and per task (K = 0 where no window beats AR), against the cost-optimal hindsight "
+                "schedule; `python -m engine advise` prints the same from the command line.")
     st.markdown(f"**Oracle gain.** {story.oracle_gain(oh)}", help=story.oracle_help(oh))
     gaps = story.gap_closed(oh)
     st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
@@ -105,6 +113,8 @@ with head:  # the papers' questions, one sentence each, at the cost model chosen
     pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)
     wall = story.pacer_wall_clock_sentence(*pb) if pb else None
     st.markdown(f"**PACER.** {pacer}" + (f" {wall}" if wall else ""))
+    if uncal := story.pacer_calibration(draft, data.pacer_models()):
+        st.caption(uncal)
     wall_gaps = story.bench_gap_closed(pb[1]) if pb else pd.DataFrame()
     if len(wall_gaps):
         st.plotly_chart(plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
@@ -185,4 +195,5 @@ else:
                f"{story.pair_label(swept) if swept else 'demo'} pair (docs/results/{Path(sweep).name}). "
                "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "
                "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
-               "reaches the oracle as the draft's cost f → 0.")
+               "reaches the oracle as the draft's cost f → 0. Its oracle is the accepted-length bound of these recorded "
+               "steps, not the replay oracle above (engine.offline.oracles says why they differ).")

@@ -36,7 +36,8 @@ from engine.bench.runner import (RunResult, _hf_needs_draft, applies, hf_kwargs,
                                  run_config, set_hf_mode, split_config)
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig
-from engine.metrics import ACCEPTANCE_RATE, EMITTED_PER_CALL, canonical_row, rates
+from engine.bench.modelled import modelled_speedup
+from engine.metrics import ACCEPTANCE_RATE, EMITTED_PER_CALL, MODELLED_SPEEDUP, canonical_row, rates
 from engine.policies.base import parse_policy
 from engine.trace.prompts import encode, load_prompts, task_of
 
@@ -67,7 +68,9 @@ def load_draft(spec: str, target, dtype: str, device: str, want_hidden: bool):
     return make_drafter(spec, target, dtype=dtype, device=device, want_hidden=want_hidden)[1]
 
 
-def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
+def aggregate(results: list[RunResult], costs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows per (temperature, task, config); with the run's `costs`, each row also carries
+    MODELLED_SPEEDUP (engine.bench.modelled: the run's counts priced at its own median costs)."""
     rows = []
     keys = sorted({(r.temperature, r.config) for r in results}, key=lambda k: (k[0], DEFAULT_CONFIGS.index(k[1])
                                                                                 if k[1] in DEFAULT_CONFIGS else 99))
@@ -92,6 +95,7 @@ def aggregate(results: list[RunResult]) -> list[dict[str, Any]]:
                 dec = statistics.mean(_decode_tps(r) for r in rs)
                 rows.append({"temperature": temp, "task": task, "config": conf, "prompts": len(rs),
                              "tokens_per_s": tps, "speedup_vs_ar": tps / base_tps,
+                             MODELLED_SPEEDUP: modelled_speedup(rs, base, costs),
                              "decode_tokens_per_s": dec, "decode_speedup_vs_ar": dec / base_dec,
                              **rates(tok, calls, sum(r.accepted for r in rs), drafted or None),
                              "target_calls": calls, "new_tokens": tok,
@@ -192,6 +196,11 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     from engine.drafters import make_drafter
 
     own = {s: make_drafter(split_config(s)[1], target)[1] for s in cfg.configs if "@" in s}
+    from engine.policies.costaware import check_drafter
+
+    for s in cfg.configs:  # a costaware window past its drafter's limit: refused before any timing
+        if policy_specs([s]) and own.get(s, draft) is not None:
+            check_drafter(parse_policy(split_config(s)[0]), own.get(s, draft))
     prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
     missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
     if missing:  # a misspelt task would otherwise shrink the run silently
@@ -209,7 +218,7 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
             "configs": list(cfg.configs), "temperatures": list(cfg.temperatures), "max_new_tokens": cfg.max_new_tokens,
             "per_category": cfg.per_category, "prompts": len(encoded)},
             "target": target.name, "draft": draft.name, "dtype": str(target.dtype).replace("torch.", ""),
-            "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results),
+            "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results, costs),
             "complete": False, "runs": [{k: v for k, v in r.__dict__.items() if k != "output"} for r in results]}
 
     n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded)
@@ -256,16 +265,17 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
     for temp in sorted({r["temperature"] for r in all_rows}):
         rows = [r for r in all_rows if r["temperature"] == temp and (tasks or r["task"] == "overall")]
         lines.append(f"\nT = {temp} ({'greedy' if temp == 0 else 'sampling'})\n")
-        lines.append("| task | config | tok/s | speedup vs AR | speedup excl. prefill | emitted/call (incl. bonus) "
-                     "| acceptance rate | target calls | wasted drafts | non-model share |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        lines.append("| task | config | tok/s | speedup vs AR | speedup excl. prefill | modelled speedup "
+                     "| emitted/call (incl. bonus) | acceptance rate | target calls | wasted drafts | non-model share |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             acc = "–" if r.get(ACCEPTANCE_RATE) is None else f"{r[ACCEPTANCE_RATE]:.3f}"
             wasted = r.get("wasted_drafts")
             dsp = f"{r['decode_speedup_vs_ar']:.2f}×" if "decode_speedup_vs_ar" in r else "–"
             share = f"{100 * r['non_model_share']:.1f} %" if "non_model_share" in r else "–"
+            mod = f"{r[MODELLED_SPEEDUP]:.2f}×" if r.get(MODELLED_SPEEDUP) is not None else "–"
             lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {dsp} | "
-                         f"{r[EMITTED_PER_CALL]:.2f} | {acc} | {r['target_calls']} | "
+                         f"{mod} | {r[EMITTED_PER_CALL]:.2f} | {acc} | {r['target_calls']} | "
                          f"{'–' if wasted is None else wasted} | {share} |")
     c = result["costs"]
     growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())

@@ -182,10 +182,12 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
     run = RequestRun(target, None if spec == "ar" else draft, policy, cfg, req, request_id, writer, eos, decode_text,
                      defer_writes=True)
     calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
+    windows: dict[int, int] = {}
     try:
         for rec in run:
             calls += 1
             drafted += rec.window
+            windows[rec.window] = windows.get(rec.window, 0) + 1
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
             prefill_ms += rec.t_prefill_ms
@@ -193,7 +195,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
         timer.close()
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def cmd_reference(a) -> int:
     path = build_reference(target.lm, draft.lm, reqs, cfg, a.out, eos_ids=eos_token_ids(target),
                            header_extra={"command": " ".join(["python -m engine", *sys.argv[1:]]),
                                          "prompts_file": str(a.prompts)})
-    from engine.offline.reference_file import load_reference
+    from engine.trace.reference_file import load_reference
 
     ref = load_reference(path)
     n = sum(len(r["output_ids"]) for r in ref.requests)

@@ -13,6 +13,7 @@ works from the CLI.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -319,6 +320,39 @@ def cmd_eval(a) -> int:
     return 0
 
 
+def cmd_calibrate(a) -> int:
+    """PACER on a new pair in one command: data → M_B → swept defaults, each step the subcommand's own."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", a.name):
+        raise ValueError(f"--name {a.name!r}: use lower-case letters, digits, '.', '_' or '-' (it names files)")
+    pair = ["--target", a.target, "--draft", a.draft, "--dtype", a.dtype, "--device", a.device]
+    pair += ["--threads", str(a.threads)] if a.threads else []
+    data = a.data_dir or str(Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab"))
+                             / f"pacer-data-{a.name}")
+    weights = f"models/pacer-{a.name}/pacer.safetensors"
+    ap = _pacer_parser()
+    for argv in (["data", *pair, "--n-train", "32", "--n-heldout", "16", "--window", "12", "--max-new-tokens", "96",
+                  "--out-dir", data],
+                 ["train", "--data-dir", data, "--steps", "400", "--eval-every", "25", "--out", weights,
+                  "--card", f"models/pacer-{a.name}/README.md"],
+                 ["sweep", "--data-dir", data, "--weights", weights, *pair, "--measure",
+                  "--out", f"docs/results/pacer-sweep-{a.name}.json"]):
+        print("pacer " + " ".join(argv), flush=True)
+        step = ap.parse_args(argv)
+        if step.func(step):
+            return 1
+    return 0
+
+
+def _pacer_parser():
+    import argparse
+
+    sub = argparse.ArgumentParser(prog="python -m engine").add_subparsers(dest="cmd", required=True)
+    add_parser(sub)
+    return sub.choices["pacer"]
+
+
 def _pair_args(p) -> None:
     p.add_argument("--target", default="smollm2-135m")
     p.add_argument("--draft", default="smollm2-draft")
@@ -378,3 +412,8 @@ def add_parser(sub) -> None:
     b.add_argument("--markdown", default=None)
     b.add_argument("--machine", default="2-core x86-64 CPU, no GPU")
     b.set_defaults(func=cmd_bench)
+    c = ps.add_parser("calibrate", help="PACER for a new pair: data, M_B and swept defaults in one command")
+    _pair_args(c)
+    c.add_argument("--name", required=True, help="the pair's name: models/pacer-NAME/, docs/results/pacer-sweep-NAME.json")
+    c.add_argument("--data-dir", default="", help="default: $SPECLAB_CACHE or ~/.cache/speclab, pacer-data-NAME")
+    c.set_defaults(func=cmd_calibrate)

@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from engine.offline.costmodel import CostModel, iid_theory, leviathan_speedup, oracle_speedup
-from engine.offline.reference_file import Reference, load_reference
+from engine.trace.reference_file import Reference, load_reference
 from engine.offline.replay import kind_of, parse_spec, simulate_policy, simulate_steps, steps_for, walk_reference
 
 __all__ = ["CostModel", "DEFAULT_COSTS", "DEFAULT_POLICIES", "iid_theory", "load_reference", "oracle_ratio_table",

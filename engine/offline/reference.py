@@ -22,7 +22,7 @@ simulator turns these into expected values (Leviathan's α, per position instead
 Timings: draft ms per drafted token and target ms for a forward of k tokens (k = γ+1 for window γ),
 k = 1..max_window+1, measured on the actual pair with the first prompt as context.
 
-The file format and its validation: engine.offline.reference_file (torch-free). The target run
+The file format and its validation: engine.trace.reference_file (torch-free). The target run
 and the teacher-forced pass are engine.hindsight's, shared with the hindsight oracle.
 """
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from engine.hindsight import accept_runs, target_run, teacher_forced
-from engine.offline.reference_file import SCHEMA, VERSION
+from engine.trace.reference_file import SCHEMA, VERSION
 from engine.trace.prompts import task_of
 
 # torch (and the decode loop, which needs it) is imported inside the building functions only: loading

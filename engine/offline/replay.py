@@ -50,7 +50,7 @@ from typing import Any, Callable, Generator, Sequence
 import pandas as pd
 
 from engine.offline.costmodel import CostModel
-from engine.offline.reference_file import Reference
+from engine.trace.reference_file import Reference
 from engine.policies.base import DraftInfo, WindowPolicy, parse_policy
 from engine.policies.simple import Fixed
 

@@ -33,8 +33,9 @@ callback and plain values from it (engine.drafters.base.Keep), never the policy.
 (engine.offline) drives the same methods on recorded steps.
 
 Where the policies live: the simple rules (fixed, heuristic, confidence, cumulative, entropy,
-matchlen) in engine.policies.simple, PACER in engine.policies.pacer, the hindsight oracle in
-engine.policies.oracle. This module holds the interface and the registry `POLICIES` of lazy
+matchlen) in engine.policies.simple, PACER in engine.policies.pacer, the cost-aware window in
+engine.policies.costaware, the hindsight oracle in engine.policies.oracle. This module holds the
+interface and the registry `POLICIES` of lazy
 "module:Class" names, so importing it imports no policy (and no torch), and no policy module
 imports another. `parse_policy("confidence:0.3,max=12")` builds a policy from a CLI spec;
 `register_policy` adds one at run time (plugins: engine.bench.sweep PLUGIN_MODULES).
@@ -229,6 +230,8 @@ POLICIES: dict[str, _Spec] = {
                       {"offset": "offset", "max": "max_window", "p": "p"}),
     "pacer": _Spec("engine.policies.pacer:Pacer", "threshold", PACER_KEYS),
     "oracle": _Spec("engine.policies.oracle:HindsightOracle", None, {"max": "max_window"}),
+    "costaware": _Spec("engine.policies.costaware:CostAware", "max_window",
+                       {"max": "max_window", "c": "c", "v": "v", "probe": "probe", "ref": "ref", "measure": "measure"}),
 }
 
 

@@ -243,6 +243,7 @@ COVERED = "tested in "  # reason prefix: the module's behaviour is asserted in t
 # in tests/system/cli/. Package __init__ files are exempt (re-exports and docstrings).
 UNIT_TEST_EXEMPT: dict[str, str] = {
     "engine.paths": "constants only (repository paths)",
+    "engine.offline.oracles": "the three oracle names and the accepted-length bound: tested with advise, tests/unit/offline/test_advise.py",
     "engine.config": COVERED + "tests/system/train/test_dpace.py (flags from dataclasses) and every CLI test",
     "engine.metrics": COVERED + "tests/system/cli/test_cli.py (the one metric vocabulary) and every bench test",
     "engine.run": COVERED + "tests/unit/trace/test_format.py and tests/unit/offline/ (requests → traces)",

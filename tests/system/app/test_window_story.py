@@ -332,3 +332,10 @@ def test_bench_gap_closed_on_the_wall_clock():
     assert g["position"].tolist() == pytest.approx([0.25, 0.5, -0.5])
     no_gain = {"rows": [row("fixed:1", 1.2), row("oracle", 1.1), row("pacer", 1.3)]}
     assert story.bench_gap_closed(no_gain).empty and story.bench_gap_closed({"rows": []}).empty
+
+
+def test_pacer_is_said_uncalibrated_for_a_draft_without_committed_weights():
+    models = {"pacer-smollm2": ("smollm2-135m", "smollm2-draft")}
+    assert story.pacer_calibration("smollm2-draft", models) is None
+    note = story.pacer_calibration("my-draft", models)
+    assert note.startswith("PACER is uncalibrated for my-draft") and "python -m engine pacer calibrate" in note

@@ -16,7 +16,7 @@ from engine.core.lm import HFModel
 from engine.policies.base import parse_policy
 from engine.hindsight import accept_runs
 from engine.offline.reference import ReferenceConfig, build_reference
-from engine.offline.reference_file import Reference
+from engine.trace.reference_file import Reference
 from tests.conftest import noisy_copy
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]

@@ -11,7 +11,7 @@ from engine.core.lm import HFModel
 from engine.policies.base import parse_policy
 from engine.hindsight import accept_runs
 from engine.offline.reference import ReferenceConfig, build_reference
-from engine.offline.reference_file import Reference
+from engine.trace.reference_file import Reference
 from engine.offline.replay import _expected, parse_spec, simulate_steps, walk_reference
 from tests.conftest import noisy_copy
 

@@ -6,7 +6,7 @@ import torch
 from engine.offline.analysis import load_reference
 from engine.core.lm import HFModel
 from engine.offline.reference import ReferenceConfig, build_reference
-from engine.offline.reference_file import ReferenceFormatError, loads_reference
+from engine.trace.reference_file import ReferenceFormatError, loads_reference
 from tests.conftest import noisy_copy
 
 PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]

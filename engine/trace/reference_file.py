@@ -21,10 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.hindsight import accept_runs
 from engine.trace.fields import number_list
 from engine.trace.format import TOKEN_MAX, TraceError
 from engine.trace.prompts import task_of
+
+
+def accept_runs(match: list[int]) -> list[int]:
+    """A(j) = match_j · (1 + A(j+1)), A(N) = 0."""
+    out = [0] * len(match)
+    run = 0
+    for j in range(len(match) - 1, -1, -1):
+        run = run + 1 if match[j] else 0
+        out[j] = run
+    return out
+
 
 SCHEMA = "speclab.reference"
 VERSION = 1

@@ -1,0 +1,63 @@
+"""The modelled speedup of a bench row: the run's own counts priced at the run's own median costs.
+
+Wall clock on a shared CPU moves by more than the gaps between policies (two configurations making
+identical target calls have read 1.22× and 0.73× on one prompt), so every bench row also gives a
+figure that depends only on what the run did and on one cost curve measured at its start
+(engine.bench.runner.measure_costs: medians of warm forwards):
+
+    T_model(run) = Σ_k n_k · t_target(k + 1)  +  d · t_draft
+    modelled_speedup_vs_ar = (Σ tokens / Σ T_model) ÷ (Σ tokens_AR / Σ T_model,AR)   over a row's prompts
+
+n_k = target calls that verified k drafts (k = 0: an autoregressive step), t_target(m) = a forward
+of m tokens (interpolated linearly between the measured 1, 2, 4, 8, 16; extrapolated past 16),
+d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = one draft token's
+forward — 0 for a drafter without a draft model (lookup, suffix, `POLICY@DRAFTER` configs), whose
+scan is bookkeeping. Prefill is excluded on both sides. What it leaves out, by design: the
+per-step draft catch-up, context-length growth of the verify cost, and non-model overhead — the
+wall-clock row keeps those. None when a run's windows are unknown (HF's internal prompt lookup).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+
+def target_ms(costs: Mapping[str, Any], tokens: int) -> float:
+    """t_target(tokens) from the run's measured curve (keys 1, 2, 4, …; str keys after JSON)."""
+    curve = sorted((int(k), float(v)) for k, v in costs["t_target_ms"].items())
+    for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
+        if tokens <= k1:
+            return v0 + (v1 - v0) * (max(tokens, k0) - k0) / (k1 - k0)
+    if len(curve) == 1:
+        return curve[0][1]
+    (k0, v0), (k1, v1) = curve[-2], curve[-1]
+    return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (tokens - k1)
+
+
+def draft_ms(costs: Mapping[str, Any], config: str) -> float:
+    """t_draft for a config: the run's draft forward, 0 for a model-free drafter (nan or '@' config)."""
+    t = float(costs.get("t_draft_ms", math.nan))
+    return 0.0 if "@" in config or not math.isfinite(t) else t
+
+
+def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
+    """T_model of one RunResult (module doc); None when its windows are unknown."""
+    windows = getattr(run, "windows", None) or {}
+    if not windows:
+        return None
+    verify = sum(int(n) * target_ms(costs, int(k) + 1) for k, n in windows.items())
+    return verify + run.draft_calls * draft_ms(costs, run.config)
+
+
+def modelled_speedup(runs: Iterable[Any], base: Iterable[Any], costs: Mapping[str, Any] | None) -> float | None:
+    """Ratio of modelled token rates of `runs` and the autoregressive `base` runs (module doc)."""
+    if not costs:
+        return None
+    def rate(rs):
+        ms = [run_model_ms(r, costs) for r in rs]
+        if not ms or any(m is None for m in ms) or not sum(ms) > 0:
+            return None
+        return sum(r.new_tokens for r in rs) / sum(ms)
+    a, b = rate(list(runs)), rate(list(base))
+    return None if a is None or b is None else a / b

@@ -1,0 +1,35 @@
+"""The modelled speedup of bench rows (engine.bench.modelled): counts priced at the run's median costs."""
+
+import pytest
+
+from engine.bench.bench import aggregate
+from engine.bench.modelled import modelled_speedup, run_model_ms, target_ms
+from engine.bench.runner import RunResult
+from engine.metrics import MODELLED_SPEEDUP
+
+COSTS = {"t_draft_ms": 10.0, "t_target_ms": {1: 100.0, 2: 110.0, 4: 130.0}}
+
+
+def test_target_curve_interpolates_and_extrapolates():
+    assert target_ms(COSTS, 1) == 100.0 and target_ms(COSTS, 3) == pytest.approx(120.0)
+    assert target_ms(COSTS, 8) == pytest.approx(170.0)  # slope 10/token past the last point
+    assert target_ms({"t_target_ms": {"1": 100.0, "2": 110.0}}, 2) == 110.0  # str keys after JSON
+
+
+def test_worked_example_and_row_field():
+    ar = RunResult("ar", 0.0, "qa", 1, 10, 2.0, 10, windows={0: 10})
+    spec = RunResult("fixed:1", 0.0, "qa", 1, 10, 1.0, 5, drafted=5, accepted=5, draft_calls=5, windows={1: 5})
+    assert run_model_ms(ar, COSTS) == 1000.0 and run_model_ms(spec, COSTS) == 600.0  # 5·110 + 5·10
+    assert modelled_speedup([spec], [ar], COSTS) == pytest.approx(1000 / 600)
+    rows = {(r["task"], r["config"]): r for r in aggregate([ar, spec], COSTS)}
+    assert rows[("qa", "fixed:1")][MODELLED_SPEEDUP] == pytest.approx(1000 / 600)
+    assert rows[("overall", "ar")][MODELLED_SPEEDUP] == pytest.approx(1.0)
+    assert aggregate([ar, spec])[0][MODELLED_SPEEDUP] is None  # no costs: no modelled figure
+
+
+def test_model_free_drafts_cost_nothing_and_unknown_windows_give_none():
+    ar = RunResult("ar", 0.0, "qa", 1, 10, 2.0, 10, windows={0: 10})
+    copy = RunResult("fixed:4@lookup", 0.0, "qa", 1, 10, 1.0, 5, drafted=20, draft_calls=20, windows={4: 5})
+    assert run_model_ms(copy, COSTS) == 5 * target_ms(COSTS, 5)
+    lookup = RunResult("hf:lookup:10", 0.0, "qa", 1, 10, 1.0, 4)
+    assert modelled_speedup([lookup], [ar], COSTS) is None

@@ -1,0 +1,237 @@
+"""The cost-aware window (engine.policies.costaware) on synthetic costs and acceptances, driven the way
+engine.decode drives a policy (propose → keep_drafting per token → drop_on_stop → update) with a fake
+clock, so the in-run cost model sees exactly the costs the test sets; plus exactness through the real
+decode loop (χ² against the enumerated target) and bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.offline.replay import SimVerify
+from engine.policies.base import DraftInfo, parse_policy
+from engine.policies.costaware import NONE, CostAware, bin_of
+from tests.conftest import chi_square_of_loop
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def drive(pol: CostAware, clock: Clock, steps: int, t_draft_ms: float, t_verify_ms, accept, conf=lambda i: 0.99,
+          rng=None, gated=True, copy=False):
+    """Run `steps` synthetic steps; returns the verified windows. accept(i, q) = P(draft i accepted | the
+    ones before were); a draft costs t_draft_ms, a verify of k drafts t_verify_ms(k) (milliseconds)."""
+    rng = rng or random.Random(0)
+    windows = []
+    for _ in range(steps):
+        cap = pol.propose()
+        drafted, dropped, qs = 0, 0, []
+        if gated:
+            while drafted < cap:
+                clock.t += t_draft_ms / 1e3
+                drafted += 1
+                q = conf(drafted)
+                qs.append(q)
+                info = (DraftInfo(drafted, 0, 1.0, 0.0, None, 1.0, match_len=3) if copy
+                        else DraftInfo(drafted, 0, q, 0.0, None, q))
+                if not pol.keep_drafting(info):
+                    dropped = 0 if copy else pol.drop_on_stop()
+                    break
+        else:
+            drafted = cap
+            qs = [conf(i + 1) for i in range(cap)]
+            clock.t += cap * t_draft_ms / 1e3
+        window = drafted - dropped
+        clock.t += t_verify_ms(window) / 1e3
+        acc = 0
+        while acc < window and rng.random() < accept(acc + 1, qs[acc]):
+            acc += 1
+        pol.update(SimVerify(acc, acc + 1, acc == window), window)
+        pol.step_fields()
+        windows.append(window)
+    return windows
+
+
+def test_falls_back_to_autoregressive_when_drafting_costs_too_much():
+    """c = 0.5 and 30 % acceptance: no window beats AR, so nearly every step is K = 0 (re-probes aside)."""
+    clock = Clock()
+    pol = CostAware(clock=clock)
+    w = drive(pol, clock, 200, 50.0, lambda k: 100.0 * (1 + 0.1 * k), lambda i, q: 0.3, conf=lambda i: 0.5)
+    assert sum(x == 0 for x in w[20:]) / len(w[20:]) > 0.9
+    assert pol.step_fields() == {} and pol.costs.table(2)[1][0] == pytest.approx(100.0)
+
+
+def test_drafts_long_when_acceptance_is_high_and_drafting_is_cheap():
+    clock = Clock()
+    pol = CostAware(clock=clock)
+    w = drive(pol, clock, 60, 2.0, lambda k: 100.0 * (1 + 0.02 * k), lambda i, q: 0.95)
+    assert sum(w[10:]) / len(w[10:]) >= 5
+
+
+def test_confidence_decides_per_token():
+    """A draft right when confident (q = 0.99) and wrong otherwise (q = 0.1): the policy learns to stop
+    at low-confidence tokens — and drops them unverified when their verify costs more than they return."""
+    clock = Clock()
+    pol = CostAware(clock=clock)
+    rng = random.Random(1)
+    conf = lambda i: 0.99 if rng.random() < 0.6 else 0.1  # noqa: E731
+    w = drive(pol, clock, 150, 5.0, lambda k: 100.0 * (1 + 0.3 * k), lambda i, q: 0.97 if q > 0.5 else 0.02,
+              conf=conf, rng=random.Random(2))
+    assert 0 < sum(w[30:]) / len(w[30:]) < 4
+    low = pol.cal.cond(1, bin_of(DraftInfo(1, 0, 0.1, 0.0, None, 0.1)))
+    high = pol.cal.cond(1, bin_of(DraftInfo(1, 0, 0.99, 0.0, None, 0.99)))
+    assert low < 0.2 < 0.8 < high
+
+
+def test_reprobes_and_switches_back():
+    """Acceptance 0 for 60 steps (AR wins), then 0.95: the periodic k = 1 probes see it and drafting resumes."""
+    clock = Clock()
+    pol = CostAware(clock=clock, probe=4)
+    phase = {"p": 0.0}
+    w = drive(pol, clock, 60, 10.0, lambda k: 100.0 * (1 + 0.05 * k), lambda i, q: phase["p"])
+    assert w[20:].count(0) >= 30 and 1 in w[20:]  # mostly AR, with probes of k = 1
+    phase["p"] = 0.95
+    w2 = drive(pol, clock, 120, 10.0, lambda k: 100.0 * (1 + 0.05 * k), lambda i, q: phase["p"])
+    assert sum(w2[-30:]) / 30 >= 2
+
+
+def test_probe_interval_backs_off():
+    clock = Clock()
+    pol = CostAware(clock=clock, probe=2)
+    drive(pol, clock, 5, 80.0, lambda k: 100.0 * (1 + 0.5 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
+    decisions = []
+    for _ in range(40):
+        pol.propose()
+        decisions.append(pol._fields["decision"])
+        clock.t += 0.1
+        pol.update(SimVerify(0, 1, False), 0)
+        pol.step_fields()
+    probes = [i for i, d in enumerate(decisions) if d == "probe"]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 2 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+
+
+def test_a_drafter_that_never_asks_gets_a_planned_cap():
+    """The block drafter never consults keep(): after one such step the cap is the fixed-k plan."""
+    clock = Clock()
+    pol = CostAware(clock=clock)
+    w = drive(pol, clock, 40, 1.0, lambda k: 100.0 * (1 + 0.1 * k), lambda i, q: 0.8, gated=False)
+    assert not pol.gated and 1 <= w[-1] < pol.max_window
+
+
+def test_model_free_drafts_use_per_position_acceptance_and_are_never_dropped():
+    clock = Clock()
+    pol = CostAware(clock=clock)
+    w = drive(pol, clock, 80, 0.01, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.9, copy=True)
+    assert pol.cal.n[0][NONE] > 0 and sum(sum(r[:NONE]) for r in pol.cal.n) == 0
+    assert pol.cal.cond(1, NONE) > 0.8 and sum(w[-20:]) / 20 >= 3
+
+
+def test_step_fields_record_the_decision_and_utilities():
+    clock = Clock()
+    pol = CostAware(clock=clock, max_window=4)
+    pol.propose()
+    clock.t += 0.01
+    pol.keep_drafting(DraftInfo(1, 0, 0.9, 0.1, None, 0.9))
+    clock.t += 0.1
+    pol.update(SimVerify(1, 2, True), 1)
+    f = pol.step_fields()
+    assert f["decision"] in ("draft", "ar", "probe") and len(f["u"]) == 5 and f["u_unit"] == "tok/t1"
+    assert {"k_plan", "lambda", "value", "s", "stop"} <= set(f)
+
+
+def test_spec_round_trips_and_registers():
+    pol = parse_policy("costaware:6,c=0.2,v=0.1,probe=4,measure=0")
+    assert pol.spec == "costaware:max=6,c=0.2,v=0.1,probe=4,measure=0"
+    assert parse_policy(pol.spec).spec == pol.spec
+
+
+@pytest.mark.parametrize("spec, msg", [("costaware:c=0", "c must be a positive"), ("costaware:c=-1", "positive"),
+                                       ("costaware:v=-0.5", "v must be"), ("costaware:probe=0", "probe"),
+                                       ("costaware:max=65", "max window"), ("costaware:measure=2", "measure"),
+                                       ("costaware:ref=/no/such.jsonl", "ref=")])
+def test_bad_input_is_one_line(spec, msg):
+    with pytest.raises(ValueError, match=msg) as e:
+        parse_policy(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_prior_from_a_reference_run():
+    pol = parse_policy("costaware:ref=traces/ref-qwen-greedy.jsonl")
+    assert pol.prior_n > 2 and 0 < pol.c0 < 5 and pol.v0 >= 0
+    top = bin_of(DraftInfo(1, 0, 0.99, 0.0, None, 0.99))
+    assert pol.prior[top] > pol.prior[0]
+
+
+def decode_steps(pol):
+    from engine.core.lm import TableLM
+    from engine.core.sampling import SamplingConfig
+    from engine.decode import DecodeConfig, decode
+
+    return [s for seed in range(20) for s in decode(TableLM(3, seed=11), TableLM(3, seed=12), [0], pol, DecodeConfig(
+        max_new_tokens=3, sampling=SamplingConfig(temperature=1.0, seed=seed)))]
+
+
+def _exact_policy():
+    # deterministic prices (measure=0), a steep verify: low-confidence drafts are dropped, so the test
+    # exercises the drop as well as the stop
+    return CostAware(max_window=3, c=0.05, v=0.4, measure=0)
+
+
+@pytest.mark.slow
+def test_chi_square_of_the_real_loop():
+    """T = 1 through engine.decode: the stops and drops read only m_i = max q_i (fixed before x_i is
+    drawn) and past verify outcomes, so the sampled continuations follow the target exactly."""
+    from engine.core.lm import TableLM
+
+    pol = _exact_policy()
+    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 6_000, policy=pol)
+    assert pval > 1e-4, (pval, tv)
+    first = decode_steps(pol)
+    assert {"drop", "value"} <= {s.policy_fields.get("stop") for s in first}  # both rules were exercised
+
+
+def test_deciding_on_the_sampled_tokens_own_q_is_caught(monkeypatch):
+    """The same rule fed q(x_i) of the sampled token instead of max_x q(x) drops drafts by value: the χ²
+    statistic sees the bias, so the pass above is evidence."""
+    from engine.core.lm import TableLM
+    from engine.policies import costaware
+
+    real = costaware.bin_of
+    monkeypatch.setattr(costaware, "bin_of", lambda info: real(DraftInfo(
+        info.index, info.token, info.q_token, info.entropy, None, None, info.match_len)))
+    pval, tv = chi_square_of_loop("token", TableLM(3, seed=12), 3_000, policy=_exact_policy())
+    assert pval < 1e-4, (pval, tv)
+
+
+def test_greedy_output_is_the_autoregressive_one(pair):
+    from engine.decode import DecodeConfig, decode
+
+    target, draft = pair
+    ar = [t for s in decode(target, None, [3, 17, 5], None, DecodeConfig(max_new_tokens=30)) for t in s.emitted_tokens]
+    for spec in ("costaware", "costaware:c=0.01,v=0,measure=0", "costaware:c=0.01,v=1,measure=0"):
+        steps = list(decode(target, draft, [3, 17, 5], parse_policy(spec), DecodeConfig(max_new_tokens=30)))
+        assert [t for s in steps for t in s.emitted_tokens] == ar
+        assert all("decision" in s.policy_fields for s in steps)
+
+
+def test_replays_over_a_reference_run_near_the_best_fixed_window():
+    """The offline replay drives the same methods (engine.offline.replay.walk, drafts past an EOS never
+    shown to keep()); priced by the reference's own timings it stays within 3 % of the best fixed K."""
+    from engine.offline.analysis import CostModel, load_reference, simulate_policy
+
+    ref = load_reference("traces/ref-qwen-greedy.jsonl")
+    cm = CostModel.from_timings(ref.header["timings"])
+
+    def speed(spec):
+        df = simulate_policy(ref, spec, cm)
+        return df["ar_time"].sum() / df["sim_time"].sum()
+
+    best = max(speed(f"fixed:{k}") for k in range(1, 9))
+    assert speed("costaware:measure=0") >= 0.97 * max(best, 1.0)
