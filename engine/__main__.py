@@ -10,7 +10,7 @@ commands share are defined once in engine/cli/common.py.
     audit       exact losslessness audit of every verifier                         cli/audit.py
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
-    costs, analysis, pacer, dpace, import, models, vocab                           cli/<name>.py
+    costs, analysis, pacer, dpace, import, diagnose, models, vocab                 cli/<name>.py (diagnose: cli/interop.py)
 
 `python -m engine COMMAND --help` lists a command's flags.
 """
