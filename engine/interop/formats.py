@@ -51,14 +51,15 @@ EXAMPLES = {
 
 def detect(head: bytes) -> str | None:
     """The peer format of a file from its first bytes, or None (a trace, an answer file, anything else)."""
+    if head.lstrip()[:1] in (b"{", b"["):  # JSON: a record's keys say whose it is
+        for fmt, test in (("vllm", vllm.is_vllm), ("llamacpp", llamacpp.is_server), ("sglang", sglang.is_sglang)):
+            if test(head):
+                return fmt
+        return None
     if prometheus.is_scrape(head):
         return "vllm-prom"
-    if vllm.is_vllm(head):
-        return "vllm"
-    if llamacpp.is_server(head) or llamacpp.is_log(head):
+    if llamacpp.is_log(head):
         return "llamacpp"
-    if sglang.is_sglang(head):
-        return "sglang"
     return None
 
 
