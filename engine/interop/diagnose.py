@@ -51,13 +51,15 @@ def drafting_steps(trace: Trace, steps: list[dict] | None = None) -> list[dict]:
     return [s for s in steps if (s["window"] or 0) > 0]
 
 
-def counts_of(steps: list[dict], windows_known: bool) -> dict[str, Any]:
-    """vLLM's per-request figures for these (drafting) steps (see the module docstring)."""
+def counts_of(steps: list[dict], windows_known: bool, k: int | None = None) -> dict[str, Any]:
+    """vLLM's per-request figures for these (drafting) steps (see the module docstring); `k` the
+    histogram's top index (vLLM's K: a request with no drafting step still has K + 1 zeros)."""
     n = len(steps)
     acc = [s["accepted"] for s in steps]
     A = sum(acc)
     D = sum(s["window"] for s in steps) if windows_known else None
-    k = max([s["window"] for s in steps] if windows_known and steps else acc or [0])
+    if k is None:
+        k = max([s["window"] for s in steps] if windows_known and steps else acc or [0])
     hist = [acc.count(j) for j in range(k + 1)]
     per_pos = [sum(1 for a in acc if a > i) for i in range(k)]
     return {"num_spec_steps": n, "num_draft_tokens": D, "num_accepted_draft_tokens": A,
@@ -76,7 +78,13 @@ def peer_metrics(trace: Trace) -> dict[str, Any]:
     by: dict[int, list[dict]] = {rid: [] for rid in trace.requests}
     for s in spec:
         by.setdefault(s["request_id"], []).append(s)
-    return {"pooled": counts_of(spec, known), "requests": {rid: counts_of(v, known) for rid, v in by.items()}}
+    pooled = counts_of(spec, known)
+    k = len(pooled["acceptance_histogram"]) - 1
+    stated = [(e.get("reported") or {}).get("num_spec_tokens") for e in trace.ends.values()]
+    if stated and all(type(x) is int and x >= k for x in stated):  # vLLM's K, even when no step drafted K
+        k = max(stated)
+        pooled = counts_of(spec, known, k)
+    return {"pooled": pooled, "requests": {rid: counts_of(v, known, k) for rid, v in by.items()}}
 
 
 def fit_alpha(trace: Trace) -> tuple[float, str]:

@@ -18,7 +18,9 @@ in P_j: the number of steps that accepted exactly j drafts is h_j = P_{j−1} �
 which makes the accepted histogram exact, whatever the windows were. One request stands for the whole
 scrape: N steps with accepted j, h_j of each (their order is not recorded), window K = len(P) on every
 step when D = N·K (fixed K), else unknown; plus G − N − A steps that drafted nothing (prefills and
-undrafted steps) when G is in the scrape. Checks: P non-increasing, P_0 ≤ N, ΣP = A ≤ D ≤ N·K.
+undrafted steps) when G is in the scrape; when G < N + A (outputs cut at the budget after their last
+step's drafts were counted) that many tokens come off the steps that accepted most instead, so the
+trace's new tokens always equal G. Checks: P non-increasing, P_0 ≤ N, ΣP = A ≤ D ≤ N·K.
 
 Export (trace → scrape): the same counters from a trace's steps (steps with window > 0 are drafts;
 an imported trace without windows counts every step of a speculative run as a draft and leaves D out),
@@ -170,9 +172,16 @@ def scrape_records(data: bytes, name: str, model: str | None = None, command: st
     steps = [PeerStep(K if fixed else None, j, j + 1) for j, n in enumerate(histogram(N, P)) for _ in range(n)]
     if G is not None:
         rest = G - N - A
-        if rest < 0:
-            notes.append(f"generation_tokens_total {G} < drafts + accepted ({N + A}): outputs were cut; "
-                         f"no undrafted steps added")
+        if rest < 0:  # vLLM counts a step's accepted drafts before it cuts an output at the budget / a stop
+            cut = -rest
+            for st in reversed(steps):  # the steps that accepted most lose the cut tokens (order is unknown anyway)
+                take = min(cut, st.emitted - 1)
+                st.emitted -= take
+                cut -= take
+                if not cut:
+                    break
+            notes.append(f"generation_tokens_total {G} < drafts + accepted ({N + A}): outputs were cut at the "
+                         f"budget; {-rest} tokens taken off the steps that accepted most, no undrafted steps added")
         else:
             steps += [PeerStep(0, 0, 1) for _ in range(rest)]
             notes.append(f"{rest} steps that drafted nothing (prefills, undrafted steps) from generation_tokens_total")

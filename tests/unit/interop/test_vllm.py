@@ -147,3 +147,44 @@ def test_nothing_is_written_for_a_bad_file(tmp_path):
         formats.import_peer("sglang", src, tmp_path / "t.jsonl")  # the wrong engine named
     t = formats.import_peer("vllm", src, tmp_path / "t.jsonl")
     assert (tmp_path / "t.jsonl").exists() and t.complete
+
+
+# ------------------------------------------------------------------ real runs (tests/fixtures/peers)
+
+FIX = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "peers"
+RUNS = sorted(p for p in FIX.glob("vllm-*.jsonl"))
+
+
+def test_the_fixtures_are_there():
+    assert {p.name for p in RUNS} >= {"vllm-draft-k2.jsonl", "vllm-draft-k4.jsonl", "vllm-ngram-k4.jsonl"}
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_import_of_a_real_run_is_exact(path):
+    head = json.loads(path.read_text().split("\n", 1)[0])
+    assert head["vllm_version"] == "0.32.0" and head["temperature"] == 0.0  # pinned in the fixture's header
+    t = load(path.read_bytes(), path.name)
+    per = peer_metrics(t)["requests"]
+    for rid, end in t.ends.items():
+        stated = end["reported"]
+        mine = per[rid]
+        for k in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "acceptance_histogram"):
+            assert mine[k] == stated[k], (rid, k)
+        for k in ("mean_acceptance_length", "draft_acceptance_rate"):
+            assert mine[k] == pytest.approx(stated[k], rel=1e-9, abs=1e-12), (rid, k)
+    raw = [json.loads(x) for x in path.read_text().splitlines()[1:]]
+    assert [len(r["token_ids"]) for r in raw] == [sum(s["emitted"] for s in t.steps if s["request_id"] == i)
+                                                  for i in range(len(raw))]
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_per_position_acceptance_equals_the_prometheus_counters_of_the_run(path):
+    from engine.interop import prometheus
+
+    after, before = path.with_suffix(".prom"), path.with_name(path.stem + ".before.prom")
+    a, b = prometheus.counters(after.read_bytes(), after.name), prometheus.counters(before.read_bytes(), before.name)
+    mine = peer_metrics(load(path.read_bytes(), path.name))["pooled"]
+    # the scrapes bracket the run (the warm-up request is counted in both)
+    assert [x - y for x, y in zip(a["P"], b["P"] + [0] * len(a["P"]))] == mine["num_accepted_tokens_per_pos"]
+    assert (a["N"] - b["N"], a["D"] - b["D"], a["A"] - b["A"]) == (
+        mine["num_spec_steps"], mine["num_draft_tokens"], mine["num_accepted_draft_tokens"])
