@@ -43,6 +43,7 @@ from engine.trace.jsonio import write_text_atomic
 PER_STEP = "accepted_per_step"
 ALWAYS_LACKS = ["draft_tokens", "q_draft", "p_target", "accept_probs", "draft_entropy", "window_cap", "correction",
                 "bonus", "t_draft_ms", "sampling"]
+HEADER = "speclab.peer_header"  # the optional first line scripts/peers/run_vllm.py writes (versions, models)
 MAX_STEPS = 1 << 21  # steps one import may expand to (a Prometheus scrape of a long-running server can count more)
 
 
@@ -158,7 +159,8 @@ def _loads(s: str, where: str) -> Any:
 
 
 def first_json(head: bytes) -> Any:
-    """The first JSON value of a file (its first line, or the first element of a JSON list), or None."""
+    """The first JSON record of a file (its first line — after a peer header line — or the first element
+    of a JSON list), or None."""
     try:
         text = head.decode("utf-8", errors="strict").lstrip()
     except UnicodeDecodeError:
@@ -174,8 +176,12 @@ def first_json(head: bytes) -> Any:
                 return dec.raw_decode(text)[0]
             except ValueError:
                 return None
+    lines = text.split("\n", 2)
     try:
-        return json.loads(text.split("\n", 1)[0])
+        v = json.loads(lines[0])
+        if isinstance(v, dict) and v.get("type") == HEADER and len(lines) > 1:
+            v = json.loads(lines[1])  # the run scripts' header line: the records follow it
+        return v
     except ValueError:
         return None
 
