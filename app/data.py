@@ -20,13 +20,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine.interop import specbench
+from engine.interop import formats, specbench
 from engine.trace.prompts import task_of
 from engine.trace.format import Trace, TraceError, load_trace, loads_trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES_ENV = "SPECLAB_TRACES"  # another folder of bundled traces (tests; a lab's own sweep directory)
 TRACE_SUFFIXES = (".jsonl", ".parquet")
+PEER_SUFFIXES = (".json", ".prom", ".txt", ".log")  # serving engines' reports (engine.interop.formats), besides .jsonl
 # Also set as server.maxUploadSize in .streamlit/config.toml; the page checks it itself too, because
 # AppTest and other launch paths do not read that file. 50 MB holds ~100k steps: a large sweep.
 MAX_UPLOAD_MB = 50
@@ -281,8 +282,9 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
     name = Path(name).name
     if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
         return None, size_message(name, len(data))
-    if not name.endswith(TRACE_SUFFIXES):
-        return None, f"{name}: expected a .jsonl or .parquet trace"
+    if not name.endswith(TRACE_SUFFIXES + PEER_SUFFIXES):
+        return None, (f"{name}: expected a .jsonl or .parquet trace, or a vLLM / llama.cpp / SGLang report "
+                      f"({', '.join(PEER_SUFFIXES)}, .jsonl)")
     digest = hashlib.sha1(data).hexdigest()[:8]
     if name.endswith(".jsonl") and schema_of(data[: 1 << 20]) == REFERENCE_SCHEMA:
         return add_reference_bytes(name, data, digest)
@@ -291,9 +293,16 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
     if label in store and store[label].info.get("digest") == digest:
         return label, None
     try:
-        # a Spec-Bench answer file is imported on the way in (engine.interop.specbench)
-        trace = (specbench.loads_answers(data, name) if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20])
-                 else loads_trace(data, name=name, progress=progress))
+        # a Spec-Bench answer file or a serving engine's report is imported on the way in (engine.interop)
+        peer = None if name.endswith(".parquet") else formats.detect(data[:1 << 20])
+        if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20]):
+            trace = specbench.loads_answers(data, name)
+        elif peer is not None:
+            trace = formats.loads_peer(data, name, peer)
+        elif name.endswith(TRACE_SUFFIXES):
+            trace = loads_trace(data, name=name, progress=progress)
+        else:
+            return None, f"{name}: not a vLLM, llama.cpp or SGLang report (see the formats listed on this page)"
     except TraceError as e:
         return None, str(e)
     except Exception as e:  # a parser bug must still not take the page down; say what and where

@@ -11,7 +11,7 @@ commands share are defined once in engine/cli/common.py.
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
     advise      which window K to use per pair and task, and the oracle's headroom cli/advise.py
-    costs, analysis, pacer, dpace, import, models, vocab                           cli/<name>.py
+    costs, analysis, pacer, dpace, import, diagnose, models, vocab                 cli/<name>.py (diagnose: cli/interop.py)
     experiment  list | show | run a recipe of experiments/ (TOML)                  cli/experiment.py
     results     render docs/results.md and the README's table from docs/results/   cli/results.py
 

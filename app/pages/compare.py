@@ -95,7 +95,7 @@ k = st.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, k
 cols = st.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
     seq = steps[side]
-    if imported.missing(e.trace, ("emitted_tokens",)):  # imported: counts, no tokens to show
+    if imported.missing(e.trace, ("draft_tokens", "emitted_tokens")):  # imported: counts, no drafts to show
         col.info(f"**{side}** · {imported.missing(e.trace, ('draft_tokens', 'emitted_tokens'))} After "
                  f"{min(k + 1, len(seq))} target calls: {sum(s['emitted'] for s in seq[: k + 1])} tokens.")
         continue

@@ -2,15 +2,16 @@
 
 import streamlit as st
 
-from app import data
+from app import data, peer_view
 
 st.title("Upload")
-st.write(f"Trace files from `python -m engine decode` (JSONL, or Parquet from `python -m engine export`), or "
-         f"reference runs for the Windows page. Limit **{data.MAX_UPLOAD_MB} MB** per file. Files stay in this "
-         f"browser session only.")
+st.write(f"Trace files from `python -m engine decode` (JSONL, or Parquet from `python -m engine export`), "
+         f"reference runs for the Windows page, or a serving engine's run (vLLM, llama.cpp, SGLang: imported on the "
+         f"way in). Limit **{data.MAX_UPLOAD_MB} MB** per file. Files stay in this browser session only.")
+peer_view.formats_help()
 
-files = st.file_uploader("Trace files", type=["jsonl", "parquet"], accept_multiple_files=True, key="upload_files",
-                         max_upload_size=data.MAX_UPLOAD_MB)
+files = st.file_uploader("Trace files", type=["jsonl", "parquet", *(s[1:] for s in data.PEER_SUFFIXES)],
+                         accept_multiple_files=True, key="upload_files", max_upload_size=data.MAX_UPLOAD_MB)
 for f in files or []:
     if f.size > data.MAX_UPLOAD_MB * 1024 * 1024:  # before reading it into the session at all
         st.error(data.size_message(f.name, f.size))
@@ -50,3 +51,5 @@ for label, (ref, _) in list(refs.items()):
     a, b = st.columns([5, 1])
     a.markdown(f"**{label}** — reference run, {len(ref.requests)} prompts, mode {ref.header.get('mode')}")
     b.button("Remove", key=f"rm-{label}", on_click=data.remove_upload, args=(label,))
+
+peer_view.diagnosis_section(data.all_traces())

@@ -51,6 +51,9 @@ class RunResult:
     dropped: int = 0  # drafted but never verified (trimming rules): wasted draft work like a rejection
     model_s: float = 0.0  # time inside the models' forward calls; wall_s − model_s = non-model overhead
     prefill_s: float = 0.0  # the prompt's prefill inside wall_s (see the module docstring)
+    # target calls per verified window {k: calls} (k = 0: autoregressive steps); {} = unknown (HF's
+    # internal prompt lookup). What engine.bench.modelled prices.
+    windows: dict[int, int] = field(default_factory=dict)
 
 
 class _Counter:
@@ -261,8 +264,13 @@ def run_hf(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, wri
     calls = max(1, tc.n) if not _hf_needs_draft(spec) else len(steps)
     drafted = sum(s.window for s in steps)
     accepted = sum(s.accepted for s in steps)
+    windows: dict[int, int] = {}
+    for s in steps:
+        windows[s.window] = windows.get(s.window, 0) + 1
+    if spec == "hf:ar":
+        windows = {0: calls}
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), wall, calls, drafted, accepted,
-                     drafted, out, 0, timer.s, first.first_s or 0.0)
+                     drafted, out, 0, timer.s, first.first_s or 0.0, windows)
 
 
 def _forward_lm(draft):

@@ -1,7 +1,12 @@
 """`python -m engine import specbench FILE [--questions Q.jsonl] --out T.jsonl [--baseline B.jsonl --tokenizer DIR]`
+`python -m engine import {vllm,vllm-prom,llamacpp,sglang} FILE -o T.jsonl`
+`python -m engine diagnose TRACE [--c C]`
 
-Writes the answer file as a trace (engine.interop.specbench) and, given the baseline's answer file,
-prints Spec-Bench's speed.py table (engine.interop.speed) for the pair.
+Import writes the answer file as a trace (engine.interop.specbench) and, given the baseline's answer
+file, prints Spec-Bench's speed.py table (engine.interop.speed) for the pair; a serving engine's report
+becomes a trace that says what it lacks (engine.interop.formats). Diagnose prints per-position
+acceptance, the fitted acceptance α, the window the cost model recommends and the accepted-length
+bound (engine.interop.diagnose).
 """
 
 from __future__ import annotations
@@ -10,23 +15,37 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="import another tool's run as a trace (Spec-Bench answer files)")
-    p.add_argument("format", choices=["specbench"], help="the source format")
-    p.add_argument("file", help="Spec-Bench answer file (data/spec_bench/model_answer/<model-id>.jsonl)")
+    p = sub.add_parser("import", help="import another tool's run as a trace (Spec-Bench answers, vLLM, llama.cpp, "
+                                      "SGLang reports)")
+    p.add_argument("format", choices=["specbench", *PEER_FORMATS], help="the source format")
+    p.add_argument("file", help="Spec-Bench answer file (data/spec_bench/model_answer/<model-id>.jsonl), or a vLLM / "
+                                "llama.cpp / SGLang report (docs/interop.md)")
     p.add_argument("--questions", default=None, help="Spec-Bench question.jsonl: prompt texts for the trace")
-    p.add_argument("--out", default=None, help="trace path (.jsonl)")
+    p.add_argument("-o", "--out", default=None, help="trace path (.jsonl)")
     p.add_argument("--baseline", default=None,
                    help="the baseline's answer file: print speed.py's per-task tok/s and speedup for the pair")
     p.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory for speed.py's baseline recount (len(input_ids) − 1 per turn); "
                         "without it the baseline's own new_tokens are used, which speed.py does not do")
     p.set_defaults(func=cmd_import)
+    d = sub.add_parser("diagnose", help="per-position acceptance, fitted α, recommended window and the "
+                                        "accepted-length bound of a trace (imported or our own)")
+    d.add_argument("trace")
+    d.add_argument("--c", type=float, default=None,
+                   help="draft ÷ target cost per token (default: from the trace's timings, else 0.05)")
+    d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    d.set_defaults(func=cmd_diagnose)
+
+
+PEER_FORMATS = ("vllm", "vllm-prom", "llamacpp", "sglang")
 
 
 def cmd_import(a) -> int:
     from engine.interop import specbench, speed
     from engine.metrics import EMITTED_PER_CALL, LABELS
 
+    if a.format in PEER_FORMATS:
+        return import_peer(a)
     if not a.out and not a.baseline:
         raise ValueError("nothing to do: give --out (write a trace) and/or --baseline (print the speedup)")
     method = specbench.read_answers(a.file)
@@ -52,4 +71,44 @@ def cmd_import(a) -> int:
             print("warning: no --tokenizer: baseline tokens are the file's new_tokens, not speed.py's recount "
                   "from text", file=sys.stderr)
         print(speed.format_table(speed.speed_table(method, base, counter)))
+    return 0
+
+
+def import_peer(a) -> int:
+    from engine.interop.formats import import_peer as run
+    from engine.metrics import ACCEPTANCE_RATE, EMITTED_PER_CALL, LABELS
+    from engine.trace.format import TraceError
+
+    if not a.out or not str(a.out).endswith(".jsonl"):
+        raise ValueError("give -o OUT.jsonl: import writes a JSONL trace")
+    if a.baseline or a.questions or a.tokenizer:
+        raise ValueError("--baseline, --questions and --tokenizer are for Spec-Bench answer files")
+    try:
+        t = run(a.format, a.file, a.out, command=" ".join(["python -m engine", *sys.argv[1:]]))
+    except TraceError as e:
+        raise ValueError(str(e)) from None
+    s, imp = t.summary, t.header["imported"]
+    rate = s[ACCEPTANCE_RATE]
+    print(f"wrote {a.out}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} tokens; "
+          f"{LABELS[EMITTED_PER_CALL]} {s[EMITTED_PER_CALL]:.3f}, acceptance rate "
+          f"{'n/a' if rate is None else f'{rate:.3f}'}")
+    print(f"  imported from {a.format}: lacks {', '.join(imp['lacks'])}")
+    print(f"  timing: {imp['timing']}")
+    for note in imp["notes"][:10]:
+        print(f"  note: {note}")
+    return 0
+
+
+def cmd_diagnose(a) -> int:
+    import json
+
+    from engine.interop.diagnose import diagnose, format_diagnosis
+    from engine.trace.format import TraceError, load_trace
+
+    try:
+        t = load_trace(a.trace)
+    except TraceError as e:
+        raise ValueError(str(e)) from None
+    d = diagnose(t, a.c)
+    print(json.dumps(d, indent=1) if a.json else format_diagnosis(d, a.trace))
     return 0

@@ -14,8 +14,8 @@ def add_parser(sub) -> None:
     v.add_argument("traces", nargs="+")
     v.add_argument("--json", action="store_true", help="also print the summary as JSON")
     v.set_defaults(func=cmd_validate)
-    e = sub.add_parser("export", help="convert a trace to Parquet (.parquet), Perfetto step timings (.json) or "
-                                      "Spec-Bench (.specbench.jsonl)")
+    e = sub.add_parser("export", help="convert a trace to Parquet (.parquet), Perfetto step timings (.json), "
+                                      "Spec-Bench (.specbench.jsonl) or Prometheus text with vLLM's names (.prom)")
     e.add_argument("src")
     e.add_argument("dst")
     e.set_defaults(func=cmd_export)
@@ -56,7 +56,8 @@ def cmd_validate(a) -> int:
 def cmd_export(a) -> int:
     """The output's suffix picks the format: .parquet (a trace again, loadable everywhere), .json
     (e.g. OUT.perfetto.json: step timings as Chrome/Perfetto trace events, engine.trace.perfetto) or
-    .specbench.jsonl (a Spec-Bench answer file that speed.py reads, engine.interop.specbench)."""
+    .specbench.jsonl (a Spec-Bench answer file that speed.py reads, engine.interop.specbench) or .prom
+    (Prometheus text exposition with vLLM's counter names, engine.interop.prometheus)."""
     from engine.trace.format import TraceError, load_trace, to_parquet
 
     try:
@@ -70,6 +71,11 @@ def cmd_export(a) -> int:
         write_answers(trace_answers(t), dst)
     elif dst.suffix == ".parquet":
         to_parquet(t, dst)
+    elif dst.suffix == ".prom":
+        from engine.interop.prometheus import to_prometheus
+        from engine.trace.jsonio import write_text_atomic
+
+        write_text_atomic(to_prometheus(t), dst)
     elif dst.suffix == ".json":
         from engine.trace.jsonio import write_json_atomic
         from engine.trace.perfetto import to_perfetto
@@ -77,7 +83,7 @@ def cmd_export(a) -> int:
         write_json_atomic(to_perfetto(t), dst, indent=None)
     else:
         raise ValueError(f"{dst.name}: export writes Parquet (.parquet), Perfetto trace events (.json, e.g. "
-                         f"OUT.perfetto.json) or a Spec-Bench answer file (OUT.specbench.jsonl); JSONL is the "
-                         f"engine's native output")
+                         f"OUT.perfetto.json) a Spec-Bench answer file (OUT.specbench.jsonl) or Prometheus text "
+                         f"(OUT.prom); JSONL is the engine's native output")
     print(f"wrote {dst} ({len(t.steps)} steps)")
     return 0

@@ -176,7 +176,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("decode",),            # the loop
     ("hindsight",),         # greedy look-ahead by running the loop: the oracle's, the references'
     ("run", "spec"),        # requests through the loop, traces written; the run specification
-    ("offline", "interop"),  # replay and cost model; other tools' files
+    ("offline",),           # replay, cost model, advice
+    ("interop",),           # other tools' files in and out; their runs diagnosed with the cost model
     ("bench",),             # timed runs, sweeps, audits
     ("train",),             # training drafters and PACER's M_B
     ("experiment", "results"),  # recipes as data and the results page rendered from their JSON

@@ -1,0 +1,90 @@
+"""Which serving-engine report a file is, and the one way in for all of them.
+
+    vllm       vLLM per-request metrics: offline records or saved OpenAI-API responses   engine.interop.vllm
+    vllm-prom  a vLLM Prometheus text scrape (vllm:spec_decode_*)                         engine.interop.prometheus
+    llamacpp   llama.cpp server responses (`timings`) or a llama-speculative-simple log   engine.interop.llamacpp
+    sglang     SGLang `meta_info` records                                                 engine.interop.sglang
+
+`detect` reads the head of a file only (the Upload page calls it on every upload; a speclab trace,
+a Spec-Bench answer file or a reference run is none of these and returns None). `loads_peer` turns
+the bytes into a validated Trace in memory; `import_peer` writes it atomically (a bad file leaves no
+trace behind). Every error is one line naming the file, record and field (PeerError, a TraceError).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.interop import llamacpp, prometheus, sglang, vllm
+from engine.interop.peer import PeerError, to_trace, write_trace
+from engine.trace.format import Trace
+
+READERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "vllm": vllm.vllm_records, "vllm-prom": prometheus.scrape_records, "llamacpp": llamacpp.llamacpp_records,
+    "sglang": sglang.sglang_records}
+DESCRIPTIONS = {
+    "vllm": "vLLM per-request spec-decode metrics: offline records (request_id, prompt_token_ids, token_ids, "
+            "spec_decode_metrics) or saved `vllm serve` responses (metrics.speculative_decoding)",
+    "vllm-prom": "a vLLM Prometheus scrape (/metrics text with vllm:spec_decode_* counters)",
+    "llamacpp": "llama.cpp server responses (timings.draft_n / draft_n_accepted) or a llama-speculative-simple log",
+    "sglang": "SGLang /generate responses (meta_info.spec_verify_ct, completion_tokens)",
+}
+# One short record of each, as the Upload page shows them.
+EXAMPLES = {
+    "vllm": '{"request_id": "0", "prompt_token_ids": [151644, 872], "token_ids": [40, 1079, 13], '
+            '"spec_decode_metrics": {"mean_acceptance_length": 2.0, "draft_acceptance_rate": 0.5, '
+            '"acceptance_histogram": [0, 1, 0], "num_spec_steps": 1, "num_accepted_draft_tokens": 1, '
+            '"num_draft_tokens": 2, "num_spec_tokens": 2, "per_step_accepted": [1], "per_step_drafted": [2]}}',
+    "vllm-prom": 'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 28.0\n'
+                 'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 112.0\n'
+                 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 19.0\n'
+                 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 12.0\n'
+                 '… one line per position',
+    "llamacpp": '{"content": "…", "stop_type": "limit", "timings": {"prompt_n": 40, "prompt_ms": 610.2, '
+                '"predicted_n": 48, "predicted_ms": 3480.5, "draft_n": 52, "draft_n_accepted": 29}}',
+    "sglang": '{"text": "…", "meta_info": {"prompt_tokens": 40, "completion_tokens": 48, "spec_verify_ct": 21, '
+              '"finish_reason": {"type": "length"}, "e2e_latency": 2.9}}',
+}
+
+
+def detect(head: bytes) -> str | None:
+    """The peer format of a file from its first bytes, or None (a trace, an answer file, anything else)."""
+    if head.lstrip()[:1] in (b"{", b"["):  # JSON: a record's keys say whose it is
+        for fmt, test in (("vllm", vllm.is_vllm), ("llamacpp", llamacpp.is_server), ("sglang", sglang.is_sglang)):
+            if test(head):
+                return fmt
+        return None
+    if prometheus.is_scrape(head):
+        return "vllm-prom"
+    if llamacpp.is_log(head):
+        return "llamacpp"
+    return None
+
+
+def records(fmt: str, data: bytes, name: str, command: str = "") -> list[dict[str, Any]]:
+    if fmt not in READERS:
+        raise PeerError(f"{name}: unknown format {fmt!r} (one of {', '.join(READERS)})")
+    return READERS[fmt](data, name, command=command)
+
+
+def loads_peer(data: bytes, name: str, fmt: str | None = None) -> Trace:
+    """A peer report's bytes → a validated Trace (the Upload page's path; nothing touches disk)."""
+    name = Path(name).name
+    fmt = fmt or detect(data[: 1 << 20])
+    if fmt is None:
+        raise PeerError(f"{name}: not a vLLM, llama.cpp or SGLang report")
+    return to_trace(records(fmt, data, name), name)
+
+
+def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, command: str = "") -> Trace:
+    """Write `src` (a `fmt` report) as a trace at `out`, or raise PeerError and write nothing."""
+    p = Path(src)
+    if not p.is_file():
+        raise PeerError(f"{p.name}: no such file")
+    data = p.read_bytes()
+    got = detect(data[: 1 << 20])
+    if got is not None and got != fmt:
+        raise PeerError(f"{p.name}: this is a {got} report, not {fmt} (python -m engine import {got} …)")
+    return write_trace(records(fmt, data, p.name, command), out)

@@ -1,0 +1,306 @@
+"""Serving engines' reports → speclab traces: the part every peer importer shares.
+
+vLLM, llama.cpp and SGLang report speculative decoding at different grains: vLLM's detailed
+per-request metrics keep every verify step's drafted and accepted counts; its Prometheus counters,
+llama.cpp's `timings` and SGLang's `meta_info` keep totals. Each importer (engine.interop.vllm,
+.prometheus, .llamacpp, .sglang) turns its records into `PeerRequest`s — one per request, each a list
+of `PeerStep`s — and `peer_records` turns those into trace records whose header's `imported.lacks`
+names every field the source never had. The loader (engine.trace.format) accepts null only there.
+
+Counting, as everywhere in the project: `accepted` excludes the bonus/correction token, `emitted`
+includes it. Every verify call emits exactly one token the draft did not supply (the correction or
+the bonus), so for an engine that reports totals only
+
+    target calls = new tokens − accepted                                      (no truncation)
+
+and a prompt's prefill call, which emits the first token and drafts nothing, is step 0 with
+window 0 — vLLM and llama.cpp do not count it among their speculative steps, and
+`engine.interop.diagnose.peer_metrics` leaves it out the way they do.
+
+When only totals are known, the per-step split is "even": each call gets ⌊A/n⌋ or ⌈A/n⌉ accepted
+and ⌊D/n⌋ or ⌈D/n⌉ drafted, larger shares first (so accepted ≤ drafted on every step whenever
+A ≤ D). Means, totals and the acceptance rate are exact; the histogram is not, which the header
+says by lacking `accepted_per_step`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from engine.trace.assemble import build_trace
+from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX, TraceError
+from engine.trace.format import Trace, summarize
+from engine.trace.jsonio import write_text_atomic
+
+# Not a step field: a peer that reports totals only has no per-step accepted counts (the steps'
+# `accepted` is then an even split of the total, see the module docstring).
+PER_STEP = "accepted_per_step"
+ALWAYS_LACKS = ["draft_tokens", "q_draft", "p_target", "accept_probs", "draft_entropy", "window_cap", "correction",
+                "bonus", "t_draft_ms", "sampling"]
+HEADER = "speclab.peer_header"  # the optional first line scripts/peers/run_vllm.py writes (versions, models)
+MAX_STEPS = 1 << 21  # steps one import may expand to (a Prometheus scrape of a long-running server can count more)
+
+
+class PeerError(TraceError):
+    """A malformed peer report; one line naming the file, record and field."""
+
+
+def fail(where: str, fld: str, msg: str):
+    raise PeerError(f"{where}: field '{fld}': {msg}")
+
+
+# ------------------------------------------------------------------ field checks
+
+
+def count(d: dict, k: str, where: str, lo: int = 0, hi: int = MAX_CONTEXT, optional: bool = False,
+          prefix: str = "") -> int | None:
+    """d[k] as a count in [lo, hi]; floats with an integral value (Prometheus writes 28.0) are taken."""
+    v = d.get(k)
+    if v is None and optional:
+        return None
+    return as_count(v, f"{prefix}{k}", where, lo, hi)
+
+
+def as_count(v: Any, name: str, where: str, lo: int = 0, hi: int = MAX_CONTEXT) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        fail(where, name, f"expected a count, got {_short(v)}")
+    if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
+        fail(where, name, f"expected a whole count, got {v}")
+    if not lo <= v <= hi:
+        fail(where, name, f"{_short(v)} outside [{lo}, {hi}]")
+    return int(v)
+
+
+def number(d: dict, k: str, where: str, lo: float = 0.0, hi: float = MAX_MS, optional: bool = True,
+           prefix: str = "") -> float | None:
+    v = d.get(k)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        fail(where, f"{prefix}{k}", f"expected a finite number in [{lo:g}, {hi:g}], got {_short(v)}")
+    return float(v)
+
+
+def counts(d: dict, k: str, where: str, hi: int = MAX_CONTEXT, prefix: str = "", max_len: int = MAX_STEPS,
+           optional: bool = False) -> list[int] | None:
+    v = d.get(k)
+    if v is None and optional:
+        return None
+    if type(v) is not list:
+        fail(where, f"{prefix}{k}", f"expected a list of counts, got {type(v).__name__}")
+    if len(v) > max_len:
+        fail(where, f"{prefix}{k}", f"{len(v)} entries exceeds the limit {max_len}")
+    return [as_count(x, f"{prefix}{k}[{i}]", where, 0, hi) for i, x in enumerate(v)]
+
+
+def token_ids(d: dict, k: str, where: str, prefix: str = "") -> list[int] | None:
+    v = d.get(k)
+    if v is None:
+        return None
+    if type(v) is not list or len(v) > MAX_CONTEXT:
+        fail(where, f"{prefix}{k}", "expected a list of token ids")
+    if v and not (set(map(type, v)) == {int} and min(v) >= 0 and max(v) < TOKEN_MAX):
+        for i, t in enumerate(v):
+            if type(t) is not int or not 0 <= t < TOKEN_MAX:
+                fail(where, f"{prefix}{k}[{i}]", f"not a token id: {_short(t)}")
+    return v
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def json_lines(data: bytes, name: str, what: str) -> list[tuple[str, dict]]:
+    """A JSONL file, or one JSON list (or object) — how saved API responses come — as (where, object)
+    pairs. NaN / Infinity are refused (a report with them cannot be trusted); a cut-off file is an error
+    here, not a warning: an import is all or nothing."""
+    text = _text(data, name)
+    body = text.strip()
+    if not body:
+        raise PeerError(f"{name}: empty file (no {what})")
+    if body[0] == "[":
+        items = _loads(body, f"{name}: line 1")
+        return [(f"{name}: record {i}", x) for i, x in enumerate(items)] if isinstance(items, list) else [
+            (f"{name}: line 1", items)]
+    out = []
+    for i, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            out.append((f"{name}: line {i}", _loads(line, f"{name}: line {i}")))
+    return out
+
+
+def _text(data: bytes, name: str) -> str:
+    if b"\0" in data[:65536]:
+        raise PeerError(f"{name}: not a text report (binary data)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PeerError(f"{name}: not UTF-8 text (byte {e.start})") from None
+
+
+def _reject_constant(c: str):
+    raise ValueError(f"{c} is not a number a report may hold")
+
+
+def _loads(s: str, where: str) -> Any:
+    try:
+        return json.loads(s, parse_constant=_reject_constant)
+    except RecursionError:
+        raise PeerError(f"{where}: nested too deeply") from None
+    except ValueError as e:
+        raise PeerError(f"{where}: invalid JSON ({getattr(e, 'msg', e)}; a cut-off file?)") from None
+
+
+def first_json(head: bytes) -> Any:
+    """The first JSON record of a file (its first line — after a peer header line — or the first element
+    of a JSON list), or None."""
+    try:
+        text = head.decode("utf-8", errors="strict").lstrip()
+    except UnicodeDecodeError:
+        return None
+    if text.startswith("["):
+        try:
+            v = json.loads(text)  # the whole head: a saved list of responses is small
+            return v[0] if isinstance(v, list) and v else None
+        except ValueError:
+            text = text[1:].lstrip()
+            dec = json.JSONDecoder()
+            try:
+                return dec.raw_decode(text)[0]
+            except ValueError:
+                return None
+    lines = text.split("\n", 2)
+    try:
+        v = json.loads(lines[0])
+        if isinstance(v, dict) and v.get("type") == HEADER and len(lines) > 1:
+            v = json.loads(lines[1])  # the run scripts' header line: the records follow it
+        return v
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------ the trace
+
+
+@dataclass
+class PeerStep:
+    """One target call: drafted (None: unknown), accepted (excl. bonus), emitted (incl. it), times."""
+
+    window: int | None
+    accepted: int
+    emitted: int
+    t_verify_ms: float = 0.0
+    t_prefill_ms: float = 0.0
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass
+class PeerRequest:
+    steps: list[PeerStep]
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+    prompt_text: str = ""
+    output_text: str = ""
+    category: str = ""
+    question_id: Any = None
+    finished: str | None = None
+    wall_ms: float | None = None
+    reported: dict = field(default_factory=dict)  # what the engine said about this request, as it said it
+    ordered: bool = True  # the steps are in the order the engine ran them (else token ids cannot be placed)
+
+
+def even_split(total: int, n: int) -> list[int]:
+    """`total` over n parts as ⌊total/n⌋ or ⌈total/n⌉, larger parts first."""
+    if n <= 0:
+        return []
+    q, r = divmod(total, n)
+    return [q + (i < r) for i in range(n)]
+
+
+def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str, draft: str | None, spec: str,
+                 lacks: list[str], timing: str, notes: list[str], source: str, command: str = "",
+                 max_new_tokens: int | None = None, sampling: dict | None = None) -> list[dict[str, Any]]:
+    """Trace records (header … footer) for the requests. Token ids go into the steps only when every
+    request has them and its steps are in order; a step's context_len only when every prompt's ids are
+    known. `lacks` is completed with what the requests turn out to lack."""
+    lacks = list(dict.fromkeys([*ALWAYS_LACKS, *lacks]))
+    with_prompts = all(r.prompt_ids for r in reqs)
+    with_tokens = all(r.output_ids is not None and r.ordered and
+                      sum(s.emitted for s in r.steps) == len(r.output_ids) for r in reqs)
+    if any(s.window is None for r in reqs for s in r.steps):
+        lacks.append("window")
+    for k, have in (("prompt_ids", with_prompts), ("context_len", with_prompts and all(r.ordered for r in reqs)),
+                    ("emitted_tokens", with_tokens), ("output_ids", with_tokens)):
+        if not have:
+            lacks.append(k)
+    lacks = list(dict.fromkeys(lacks))
+    header = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "target": {"name": target, "vocab_size": None, "dtype": None, "device": None, "reduced_vocab": None},
+              "draft": None if draft is None else {"name": draft, "vocab_size": None, "dtype": None, "device": None,
+                                                   "reduced_vocab": None},
+              "policy": {"name": fmt, "spec": spec, "params": {}}, "verifier": None, "sampling": sampling or {},
+              "max_new_tokens": max_new_tokens,
+              "prompts": [{"request_id": i, "question_id": r.question_id, "category": r.category}
+                          for i, r in enumerate(reqs)],
+              "software": {"engine": engine}, "command": command, "prompts_file": None,
+              "imported": {"format": fmt, "source": Path(source).name, "engine": engine, "lacks": lacks,
+                           "timing": timing, "notes": notes}}
+    out: list[dict[str, Any]] = [{"type": "header", "schema": "speclab.trace", "version": 1, **header}]
+    for rid, r in enumerate(reqs):
+        out.append({"type": "request", "request_id": rid, "prompt_ids": list(r.prompt_ids or []) if with_prompts
+                    else [], "prompt_text": r.prompt_text, "category": r.category, "question_id": r.question_id})
+        ctx = len(r.prompt_ids) if with_prompts and "context_len" not in lacks else None
+        pos = 0
+        for j, s in enumerate(r.steps):
+            last = j == len(r.steps) - 1
+            et = r.output_ids[pos:pos + s.emitted] if with_tokens else None
+            out.append({"type": "step", "request_id": rid, "step": j, "context_len": ctx, "window_cap": None,
+                        "window": s.window, "draft_tokens": None, "q_draft": None, "p_target": None,
+                        "accept_probs": None, "draft_entropy": None, "accepted": s.accepted, "emitted": s.emitted,
+                        "emitted_tokens": et, "correction": None, "bonus": None,
+                        "stop_reason": "none" if s.window == 0 else "unknown", "t_draft_ms": 0.0,
+                        "t_verify_ms": s.t_verify_ms, "t_prefill_ms": s.t_prefill_ms if j == 0 else 0.0,
+                        "finished": r.finished if last else None, "policy_fields": dict(s.fields),
+                        "all_drafts": None, "chosen": 0, "decisions": None})
+            pos += s.emitted
+            ctx = None if ctx is None else ctx + s.emitted
+        out.append({"type": "request_end", "request_id": rid, "output_ids": list(r.output_ids) if with_tokens else [],
+                    "output_text": r.output_text, "finished": r.finished if r.steps else None,
+                    "wall_ms": r.wall_ms, "reported": r.reported})
+    out.append({"type": "footer", "summary": summarize([x for x in out if x["type"] == "step"],
+                                                       [x for x in out if x["type"] == "request_end"])})
+    return out
+
+
+def check_finished(v: Any, where: str, fld: str, mapping: dict[str, str | None]) -> str | None:
+    """An engine's finish reason → ours (eos / max_new_tokens / None)."""
+    if v is None:
+        return None
+    if type(v) is not str or v not in mapping:
+        fail(where, fld, f"unknown finish reason {_short(v)} (expected one of {', '.join(sorted(mapping))})")
+    out = mapping[v]
+    assert out in FINISHED
+    return out
+
+
+def to_trace(records: list[dict[str, Any]], name: str) -> Trace:
+    """Validate importer records with the loader's own rules (the import is refused whole on any error)."""
+    if sum(1 for r in records if r["type"] == "step") > MAX_STEPS:
+        raise PeerError(f"{name}: more than {MAX_STEPS} steps to import")
+    return build_trace(((f"{name}: imported record {i}", r) for i, r in enumerate(records)), source=name)
+
+
+def write_trace(records: list[dict[str, Any]], out: str | os.PathLike) -> Trace:
+    """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one."""
+    t = to_trace(records, Path(out).name)
+    text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
+    write_text_atomic(text, out)
+    return t
+

@@ -1,0 +1,76 @@
+"""Serving engines' reports through the Upload page (AppTest): recognised on the way in, listed with an
+example of each format, diagnosed, rendered on every page; hostile reports are one-line errors that
+leave the session's other traces alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import data
+from tests.conftest import MAIN, TIMEOUT
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
+LLAMA = {"content": "x", "stop_type": "limit", "timings": {"prompt_n": 40, "prompt_ms": 610.2, "predicted_n": 48,
+                                                            "predicted_ms": 3480.5, "draft_n": 52, "draft_n_accepted": 29}}
+SGLANG = {"text": "y", "meta_info": {"completion_tokens": 48, "spec_verify_ct": 21, "e2e_latency": 2.9}}
+
+
+@pytest.fixture()
+def app(tmp_path, monkeypatch):
+    d = tmp_path / "traces"
+    d.mkdir()
+    monkeypatch.setenv(data.TRACES_ENV, str(d))
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/upload.py").run()
+    assert not at.exception
+    return at
+
+
+def upload(at: AppTest, *files: tuple[str, bytes]) -> AppTest:
+    at.file_uploader(key="upload_files").set_value([(n, b, "application/octet-stream") for n, b in files]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_peer_reports_load_diagnose_and_render_everywhere(app):
+    assert any("Formats this page takes" in e.label for e in app.expander)
+    files = [(p.name, p.read_bytes()) for p in (FIX / "vllm-draft-k4.jsonl", FIX / "vllm-ngram-k4.jsonl",
+                                                FIX / "vllm-draft-k2.prom")]
+    files += [("llama.json", json.dumps([LLAMA]).encode()), ("sglang.jsonl", json.dumps(SGLANG).encode())]
+    at = upload(app, *files)
+    assert not at.error, [e.value for e in at.error]
+    assert len([s for s in at.success if "Loaded" in s.value]) == 5
+    assert "Diagnose a run" in [h.value for h in at.subheader]
+    assert any("mean acceptance length" in m.label for m in at.metric)
+    for label in ("uploaded: vllm-draft-k4.jsonl", "uploaded: llama.json", "uploaded: vllm-draft-k2.prom"):
+        at.selectbox(key="peer_diag_trace").set_value(label).run()
+        assert not at.exception, (label, [e.value for e in at.exception])
+    for page in ("overview", "compare", "windows", "sweeps", "audit"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+    at.switch_page("pages/replay.py").run()
+    for name in ("vllm-draft-k4.jsonl", "llama.json", "sglang.jsonl"):
+        at.session_state["replay_trace"] = f"uploaded: {name}"
+        at.run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+
+
+def test_hostile_reports_are_one_line_and_the_session_survives(app):
+    good = (FIX / "vllm-draft-k2.jsonl").read_bytes()
+    at = upload(app, ("good.jsonl", good))
+    bad = [("cut.jsonl", good[: len(good) // 2]),
+           ("nan.json", json.dumps(LLAMA).replace("610.2", "NaN").encode()),
+           ("wrong.prom", b"vllm:spec_decode_num_drafts_total 3.0\n"),
+           ("huge.json", json.dumps({**SGLANG, "meta_info": {"completion_tokens": 10 ** 30,
+                                                            "spec_verify_ct": 2}}).encode()),
+           ("notes.txt", b"nothing to see\n")]
+    at = upload(app, ("good.jsonl", good), *bad)
+    msgs = [e.value for e in at.error]
+    assert len(msgs) == len(bad), msgs
+    for (name, _), m in zip(bad, msgs):
+        assert m.startswith(f"{name}: ") and "\n" not in m, m
+    assert list(at.session_state[data.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
