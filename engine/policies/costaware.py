@@ -31,7 +31,8 @@ tokens − λ·time. Then
                 Σ_{j=i+1..k} ŝ_j > λ·(T(k) − T(i)) (ŝ_j = s_i Π ā); else stop, and drop token i
                 unverified when s_i < λ·(t_v(i) − t_v(i−1)) (verifying it costs more than it returns)
     re-probe    after `probe` consecutive AR steps draft k = 1 once (interval doubling up to 64 while
-                AR stays best), so measurements and calibration can switch the policy back
+                AR stays best), so measurements and calibration can switch the policy back; and time an
+                AR step ("baseline") once early and then every BASELINE drafting steps, as T(0) is the bar
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -63,6 +64,7 @@ PRIOR_SHRINK = 0.7  # prior a ≈ 0.7·m: drafts are over-confident (SmolLM2: 0.
 REF_N = 8.0  # a reference run's rates are measured on the same pair: trust them more than the identity prior
 PI_N = 0.25  # pseudo-count per bin of the confidence distribution π(i, ·)
 REFIT = 8  # new timing samples between refits of the cost table
+BASELINE = 64  # steps of drafting between timed AR steps (the first one as soon as anything was timed)
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
 
 
@@ -261,6 +263,7 @@ class CostAware(WindowPolicy):
         self.clock = clock or time.perf_counter
         self.costs = StepCosts(self.c0, self.v0)
         self.gated = True  # the drafter consults keep(); False once a step drafted without asking
+        self._since_ar = 0  # steps since the last AR step (costs, and this, persist across requests)
         self.reset()
 
     @property
@@ -317,7 +320,9 @@ class CostAware(WindowPolicy):
             self._memo_key, self._memo = key, self._evaluate(kmax, lam, total)
         self._abar, util, k_plan, value, cap = self._memo
         decision = "draft" if cap else "ar"
-        if cap:
+        if cap and self.measure and self.costs.measured and self._since_ar >= (BASELINE if 0 in self.costs.tv else 1):
+            cap, decision = 0, "baseline"  # time an AR step: T(0) is the bar, a prior guess of it would bias every U
+        elif cap:
             self._streak, self._every = 0, self.probe
         else:
             self._streak += 1
@@ -396,22 +401,16 @@ class CostAware(WindowPolicy):
         for i in range(1, min(drafted, n + 1) + 1):  # a draft never shown to keep() (block drafter): no bin
             self.cal.add(i, self._bins[i - 1] if i <= len(self._bins) else NONE, i <= n)
         self._recent.append((n + 1, drafted, self._drop))
+        self._since_ar = 0 if not drafted else self._since_ar + 1
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]
             self._fields["stop"] = self._stop or "cap"
 
 
-def drafter_limit(drafter: Any) -> int | None:
-    """Most tokens a drafter proposes per step (block: B − 1; lookup / suffix: n); None = only the cap."""
-    if getattr(drafter, "block_size", None):
-        return int(drafter.block_size) - 1
-    n = getattr(drafter, "max_tokens", None)
-    return int(n) if n else None
-
-
 def check_drafter(policy: Any, drafter: Any) -> None:
-    """Refuse before decoding a costaware window the drafter can never fill (its plan would price it)."""
-    limit = drafter_limit(drafter)
+    """Refuse before decoding a costaware window the drafter can never fill (its plan would price it):
+    the drafter's limit is B − 1 for a block drafter, n for lookup / suffix (none for draft models)."""
+    limit = int(drafter.block_size) - 1 if getattr(drafter, "block_size", None) else getattr(drafter, "max_tokens", None)
     if isinstance(policy, CostAware) and limit is not None and policy.max_window > limit:
         name = getattr(drafter, "name", type(drafter).__name__)
         raise ValueError(f"costaware:max={policy.max_window} is beyond the {name} drafter's limit of {limit} "
