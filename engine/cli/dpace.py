@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     from engine.train.dpace.targets import SmolDataConfig
     from engine.train.dpace.tiny_target import TinyConfig
     from engine.train.blockdata.extract import ExtractConfig
+    from engine.train.blockdata.train import QwenTrainConfig
 
     import argparse
 
@@ -93,6 +94,9 @@ def add_parser(sub) -> None:
     xq = s.add_parser("extract-qwen", help="Qwen2.5-Coder-1.5B layer features in resumable shards")
     add_dataclass_args(xq, ExtractConfig)
     xq.set_defaults(func=cmd_extract_qwen)
+    tq = s.add_parser("train-qwen", help="a block drafter for Qwen2.5-Coder-1.5B from the feature shards")
+    add_dataclass_args(tq, QwenTrainConfig)
+    tq.set_defaults(func=cmd_train_qwen)
     ex = s.add_parser("export", help="copy the best run's drafter + the tiny target into a model dir")
     ex.add_argument("--data-dir", default="")
     ex.add_argument("--runs-dir", default="")
@@ -221,6 +225,16 @@ def cmd_extract_qwen(a) -> int:
     from engine.train.blockdata.extract import ExtractConfig, extract
 
     print(json.dumps(extract(dataclass_from_args(ExtractConfig, a)), indent=1))
+    return 0
+
+
+def cmd_train_qwen(a) -> int:
+    import json
+
+    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.train.blockdata.train import QwenTrainConfig, train_qwen
+
+    print(json.dumps(train_qwen(dataclass_from_args(QwenTrainConfig, a)), indent=1))
     return 0
 
 
