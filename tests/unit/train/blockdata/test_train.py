@@ -123,3 +123,44 @@ def test_data_budget_takes_a_prefix_of_the_shards(toy_data):
     # target labels: the target's argmax for each answer position; data labels: the answer itself
     assert not torch.equal(s.labels[s.plen:], s.ids[s.plen:])
     assert torch.equal(ShardData(d / "data", spec, labels="data").train[0].labels, s.ids)
+
+
+def test_trained_drafter_decodes_exactly_through_the_factory(toy_data):
+    """A drafter trained from shards, loaded by `block:PATH` against its (tiny random, fp32) target:
+    greedy output identical to the target's autoregressive decoding."""
+    from engine.core.lm import HFModel
+    from engine.decode import DecodeConfig, decode
+    from engine.drafters import make_drafter
+    from engine.policies.simple import Fixed
+
+    d, tdir = toy_data
+    cfg = _cfg(d, tdir, objective="uniform", runs_dir=str(d / "runs-dec"))
+    train_qwen(cfg, progress=False)
+    lm = HFModel(tiny_target(), name="toy")
+    tgt, drafter = make_drafter(f"block:{d / 'runs-dec' / cfg.tag / 'drafter'}", lm)
+    prompt = ByteChatTokenizer().apply_chat_template([{"content": "question 3: delta?"}])
+    dc = DecodeConfig(max_new_tokens=30)
+    ar = [x for r in decode(lm, None, prompt, None, dc) for x in r.emitted_tokens]
+    for window in (1, 3):
+        recs = list(decode(tgt, drafter, prompt, Fixed(window), dc))
+        assert [x for r in recs for x in r.emitted_tokens] == ar
+
+
+def test_drafter_for_another_target_is_refused_in_one_line(toy_data):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from engine.core.lm import HFModel
+    from engine.drafters import make_drafter
+
+    d, tdir = toy_data
+    cfg = _cfg(d, tdir, objective="uniform", runs_dir=str(d / "runs-dec"))
+    train_qwen(cfg, progress=False)
+    path = d / "runs-dec" / cfg.tag / "drafter"
+    wide = Qwen2ForCausalLM(Qwen2Config(vocab_size=272, hidden_size=48, intermediate_size=64, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2)).eval()
+    with pytest.raises(ValueError, match=r"trained for a target with hidden size 32 and 272 tokens; wide has 48"):
+        make_drafter(f"block:{path}", HFModel(wide, name="wide"))
+    shallow = Qwen2ForCausalLM(Qwen2Config(vocab_size=272, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2)).eval()
+    with pytest.raises(ValueError, match=r"reads target layers \[0, 2\]; shallow has only 2 layers"):
+        make_drafter(f"block:{path}", HFModel(shallow, name="shallow"))
