@@ -107,28 +107,66 @@ def expected_spec(cfg: QwenTrainConfig, tcfg: dict) -> FeatureSpec:
                        layers=tuple(cfg.target_layers))
 
 
-def block_step(lm, obj, ids, lab, feats, plen, ln, anchors, B):
-    """(loss, ce, valid, weights) of one batch: all anchors of a row in one block-masked forward."""
-    from engine.drafters.block_model import block_logits
+def _block_hidden(lm, ids: torch.Tensor, feats: torch.Tensor, anchors: torch.Tensor):
+    """Final hidden states [b, N, B, D] of every anchor's block (one block-masked forward per batch),
+    block positions [b, N, B] and in_range (engine.drafters.block_model.block_logits without the head)."""
+    from engine.drafters.block_model import block_attention_mask, block_inputs
 
-    logits, _, in_range = block_logits(lm, ids, feats, anchors)
-    pos = anchors[..., None] + torch.arange(B)
+    c = lm.config
+    b, S = ids.shape
+    N, B = anchors.shape[1], c.block_size
+    blk, pos, _, in_range = block_inputs(ids, anchors, B, c.mask_token_id)
+    ctx_kv = lm.model.context_kv(feats, torch.arange(S)[None].expand(b, S))
+    h = lm.model(lm.embed(blk.flatten(1)), pos.flatten(1), ctx_kv, block_attention_mask(anchors, S, B))
+    return h.view(b, N, B, -1), pos, in_range
+
+
+def sub_logits(lm, h: torch.Tensor) -> torch.Tensor:
+    """Logits over the reduced head only ([…, V']): scattering them into the full 151,936-token
+    vocabulary (as decoding does) would cost 0.6 GB per 1k query positions and dominate a step."""
+    return h @ lm._sub_head.T.to(h.dtype)
+
+
+def block_step(lm, obj, ids, lab, feats, plen, ln, anchors, B, lut: torch.Tensor):
+    """(loss, ce, valid, weights) of one batch. lut maps a token id to its reduced-head index (every
+    training label is in the head: it was built from them)."""
+    h, pos, in_range = _block_hidden(lm, ids, feats, anchors)
+    logits = sub_logits(lm, h)
     labels = lab.gather(1, pos.clamp(max=ids.shape[1] - 1).flatten(1)).view_as(pos)
     valid = in_range & (pos >= plen[:, None, None]) & (pos < ln[:, None, None])
     valid[..., 0] = False
-    ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten(), reduction="none").view(labels.shape)
-    ce = torch.where(valid, ce, torch.zeros_like(ce))  # labels outside a reduced head: inf·0 kept out
+    idx = lut[labels]
+    ce = F.cross_entropy(logits.flatten(0, 2).float(), idx.clamp_min(0).flatten(), reduction="none").view(idx.shape)
+    ce = torch.where(valid, ce, torch.zeros_like(ce))
     loss, w = obj.loss(ce, valid, ids.shape[0])
     return loss, ce, valid, w
 
 
+@torch.no_grad()
 def heldout_tau(lm, data, m: int, stride: int) -> dict:
-    from engine.train.blockdata.dataset import pad_batch
-    from engine.train.dpace.features import offline_tau
+    """Offline τ (incl. the bonus token) on the first m held-out greedy answers: at every stride-th
+    anchor whose block fits, accepted = length of the prefix of argmax drafts equal to the target's
+    tokens (engine.train.dpace.features.offline_tau, with the argmax taken over the reduced head)."""
+    from engine.train.dpace.features import eval_anchors
 
-    seqs = data.held[:m]
-    ids, _, feats, plen, ln = pad_batch(seqs, data.spec.feat_dim)
-    return offline_tau(lm, ids, feats, plen, lengths=ln, stride=stride)
+    B = lm.config.block_size
+    sub = lm.vocab_subset
+    accs = []
+    for s in data.held[:m]:
+        anc = eval_anchors(len(s), s.plen, B)[::stride]
+        if len(anc) == 0:
+            continue
+        ids = s.ids[None]
+        h, pos, _ = _block_hidden(lm, ids, s.feats[None].float(), anc[None])
+        pred = sub[sub_logits(lm, h).argmax(-1)] if sub is not None else (h @ lm.head_weight.T.to(h.dtype)).argmax(-1)
+        ok = pred[..., 1:] == ids.gather(1, pos.flatten(1)).view_as(pos)[..., 1:]
+        accs.append(torch.cumprod(ok.int(), -1).sum(-1).flatten())
+    acc = torch.cat(accs)
+    reach = [(acc >= k).sum().item() for k in range(B)]
+    by_pos = [reach[k + 1] / reach[k] if reach[k] else 0.0 for k in range(B - 1)]
+    return {"tau_offline": 1.0 + float(acc.double().mean()), "accept_by_pos": [round(x, 5) for x in by_pos],
+            "hist": torch.bincount(acc, minlength=B)[:B].tolist(), "n_anchors": int(acc.numel()),
+            "tau_se": float(acc.double().std() / math.sqrt(acc.numel())) if acc.numel() > 1 else 0.0}
 
 
 def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
@@ -164,6 +202,8 @@ def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
     model = BlockDrafterModel(dc)
     subset = data.vocab_subset()
     lm = BlockLM(model, embed, head, subset)
+    lut = torch.full((spec.vocab_size,), -1, dtype=torch.long)
+    lut[subset] = torch.arange(subset.numel())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     run.mkdir(parents=True, exist_ok=True)
     st = load_checkpoint(run, asdict(cfg), model, opt)
@@ -208,7 +248,7 @@ def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # the same anchors for every objective
         anchors = sample_anchors(ln, plen, len(rows), cfg.anchors, gen, B)
         with amp():
-            loss, ce, valid, w = block_step(lm, obj, ids, lab, feats, plen, ln, anchors, B)
+            loss, ce, valid, w = block_step(lm, obj, ids, lab, feats, plen, ln, anchors, B, lut)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)

@@ -164,3 +164,27 @@ def test_drafter_for_another_target_is_refused_in_one_line(toy_data):
                                            num_attention_heads=4, num_key_value_heads=2)).eval()
     with pytest.raises(ValueError, match=r"reads target layers \[0, 2\]; shallow has only 2 layers"):
         make_drafter(f"block:{path}", HFModel(shallow, name="shallow"))
+
+
+def test_reduced_head_tau_equals_the_reference_offline_tau(toy_data):
+    """heldout_tau (argmax over the reduced head, no scatter) = features.offline_tau (full-vocabulary
+    logits with −inf outside the head) on the same drafter and held-out answers."""
+    from engine.drafters.block import BlockLM, load_block_drafter, load_block_vocab
+    from engine.train.blockdata.dataset import ShardData, load_embed_head, pad_batch
+    from engine.train.blockdata.shards import dataset_spec
+    from engine.train.blockdata.train import heldout_tau
+    from engine.train.dpace.features import offline_tau
+
+    d, tdir = toy_data
+    cfg = _cfg(d, tdir, objective="uniform", runs_dir=str(d / "runs-dec"))
+    train_qwen(cfg, progress=False)
+    p = d / "runs-dec" / cfg.tag / "drafter"
+    emb, head, _ = load_embed_head(tdir)
+    lm = BlockLM(load_block_drafter(p), emb, head, load_block_vocab(p))
+    data = ShardData(d / "data", dataset_spec(d / "data"))
+    ids, _, feats, plen, ln = pad_batch(data.held, data.spec.feat_dim)
+    for stride in (1, 2):
+        a = heldout_tau(lm, data, len(data.held), stride)
+        b = offline_tau(lm, ids, feats, plen, lengths=ln, stride=stride)
+        assert a["hist"] == b["hist"] and a["accept_by_pos"] == b["accept_by_pos"]
+        assert a["tau_offline"] == pytest.approx(b["tau_offline"])
