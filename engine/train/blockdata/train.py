@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -276,7 +277,8 @@ def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
             acc = {k: (v.zero_() if torch.is_tensor(v) else 0) for k, v in acc.items()}
         if step % cfg.eval_every == 0 and step < cfg.steps:
             ev = evaluate(step)
-            bar.write(f"step {step}: offline τ {ev['tau_offline']:.3f} (held-out, stride {cfg.eval_stride})")
+            bar.write(f"step {step}: offline τ {ev['tau_offline']:.3f} (held-out, stride {cfg.eval_stride})",
+                      file=sys.stderr)  # stdout carries the final JSON record only
         if step < cfg.steps and (time.perf_counter() - last_ck >= cfg.ckpt_minutes * 60):
             save_checkpoint(run, model, opt, {"step": step, "wall_s": time.perf_counter() - t0,
                                               "trace_offset": tw.offset, "config": asdict(cfg)})
