@@ -95,3 +95,48 @@ def load_checkpoint(run: Path, config: dict, model: torch.nn.Module, opt: torch.
         state.setdefault(int(i), {})[name] = torch.tensor(v)
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     return st
+
+
+class RunLock:
+    """<run>/lock (O_EXCL, holding the pid): a second process on the same run directory would truncate
+    the first one's trace and race its checkpoints, so it is refused in one line. A lock left by a
+    killed process (its pid gone) is taken over."""
+
+    def __init__(self, run: Path) -> None:
+        self.path = Path(run) / "lock"
+
+    def __enter__(self) -> "RunLock":
+        import os
+
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _alive(pid):
+                    raise CheckpointError(f"{self.path}: process {pid} is training this run; wait for it or "
+                                          "stop it first") from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return self
+        raise CheckpointError(f"{self.path}: could not take the run lock")
+
+    def __exit__(self, *exc) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -171,21 +171,24 @@ def heldout_tau(lm, data, m: int, stride: int) -> dict:
 
 
 def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
-    """One resumable run (module doc); returns final.json (skips a finished run)."""
-    from tqdm import tqdm
+    """One resumable run (module doc); returns final.json (skips a finished run). One process per run
+    directory (checkpoint.RunLock)."""
+    from engine.train.blockdata.checkpoint import RunLock
 
-    from engine.core.load import native_bf16
-    from engine.drafters.block import BlockDrafterConfig, BlockDrafterModel, BlockLM, save_block_drafter
-    from engine.train.blockdata.checkpoint import load_checkpoint, save_checkpoint
-    from engine.train.blockdata.dataset import ShardData, load_embed_head, pad_batch
-    from engine.train.blockdata.shards import check_dataset
-    from engine.train.dpace.features import sample_anchors
-    from engine.train.dpace.training_trace import TrainingTraceWriter
-
-    obj = make_objective(cfg.objective, cfg.alpha, cfg.gamma, cfg.block_size)
     run = qwen_runs_dir(cfg) / cfg.tag
     if (run / "final.json").is_file():
         return json.loads((run / "final.json").read_text())
+    return _train(cfg, data, progress, RunLock)
+
+
+def _train(cfg: QwenTrainConfig, data, progress: bool, RunLock) -> dict:
+    """Data, target embedding/head and a fresh drafter, then the step loop under the run lock."""
+    from engine.drafters.block import BlockDrafterConfig, BlockDrafterModel, BlockLM
+    from engine.train.blockdata.dataset import ShardData, load_embed_head
+    from engine.train.blockdata.shards import check_dataset
+
+    obj = make_objective(cfg.objective, cfg.alpha, cfg.gamma, cfg.block_size)
+    run = qwen_runs_dir(cfg) / cfg.tag
     torch.set_num_threads(cfg.threads)
     root = Path(cfg.data_dir) if cfg.data_dir else default_dir()
     embed, head, tcfg = load_embed_head(_target_dir(cfg))
@@ -207,6 +210,21 @@ def train_qwen(cfg: QwenTrainConfig, data=None, progress: bool = True) -> dict:
     lut[subset] = torch.arange(subset.numel())
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     run.mkdir(parents=True, exist_ok=True)
+    with RunLock(run):
+        return _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut)
+
+
+def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut) -> dict:
+    """Resume from the checkpoint if any, train to cfg.steps, evaluate, export the drafter."""
+    from tqdm import tqdm
+
+    from engine.core.load import native_bf16
+    from engine.drafters.block import save_block_drafter
+    from engine.train.blockdata.checkpoint import load_checkpoint, save_checkpoint
+    from engine.train.blockdata.dataset import pad_batch
+    from engine.train.dpace.features import sample_anchors
+    from engine.train.dpace.training_trace import TrainingTraceWriter
+
     st = load_checkpoint(run, asdict(cfg), model, opt)
     step, wall, offset = (st["step"], st["wall_s"], st["trace_offset"]) if st else (0, 0.0, None)
     header = {"objective": obj.name, "alpha": obj.alpha, "gamma": obj.gamma, "reduction": obj.reduction,

@@ -41,3 +41,20 @@ def test_another_config_or_a_lost_tensor_file_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="its tensor file ckpt-0000002.safetensors is missing"):
         load_checkpoint(tmp_path, {"lr": 0.01}, m, o)
     assert load_checkpoint(tmp_path / "none", {}, m, o) is None
+
+
+def test_run_lock_refuses_a_second_live_process_and_takes_over_a_stale_one(tmp_path):
+    import os
+
+    from engine.train.blockdata.checkpoint import RunLock
+
+    with RunLock(tmp_path):
+        assert (tmp_path / "lock").read_text().strip() == str(os.getpid())
+    assert not (tmp_path / "lock").exists()
+    other = os.getppid()  # a live process that is not this one
+    (tmp_path / "lock").write_text(str(other))
+    with pytest.raises(CheckpointError, match=rf"lock: process {other} is training this run"):
+        RunLock(tmp_path).__enter__()
+    (tmp_path / "lock").write_text("999999999")  # no such process: a stale lock is taken over
+    with RunLock(tmp_path):
+        pass
