@@ -88,7 +88,6 @@ def prefill_features(model, seqs: list[tuple[list[int], int]], layers, batch_tok
     nxt: list[torch.Tensor | None] = [None] * len(seqs)
     i = 0
     while i < len(order):
-        L = len(seqs[order[i]][0])
         j = i + 1
         while j < len(order) and (j - i + 1) * len(seqs[order[j]][0]) <= batch_tokens:
             j += 1
@@ -125,7 +124,8 @@ def greedy_answers(model, prompts: list[list[int]], max_new: int, eos: list[int]
 
 
 def build_shard(model, tok, exs: list[Example], cfg: ExtractConfig, greedy: bool, max_answer: int):
-    """(tensors, manifest fields) of one shard of examples, or None when none of them fits."""
+    """(tensors, manifest fields) of one shard of examples. A shard none of whose examples fits is
+    written empty (zero sequences): a gap in the numbering would read as a missing shard."""
     eos = eos_ids(tok)
     pad = int(tok.pad_token_id if tok.pad_token_id is not None else eos[0])
     enc = [(e, encode(tok, e, cfg.max_prompt_tokens, max_answer, eos[0])) for e in exs]
@@ -136,11 +136,13 @@ def build_shard(model, tok, exs: list[Example], cfg: ExtractConfig, greedy: bool
         enc = [(e, (p, a)) for (e, (p, _)), a in zip(enc, ans)]
     gen_s, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
     enc = [(e, (p, a)) for e, (p, a) in enc if len(a) >= cfg.min_answer_tokens]
-    if not enc:
-        return None
     seqs = [(p + a, len(p)) for _, (p, a) in enc]
     t1 = time.perf_counter()
-    feats, nxt = prefill_features(model, seqs, cfg.layers, cfg.batch_tokens, pad)
+    if seqs:
+        feats, nxt = prefill_features(model, seqs, cfg.layers, cfg.batch_tokens, pad)
+    else:
+        feats = torch.zeros(0, len(cfg.layers) * int(model.config.hidden_size), dtype=torch.bfloat16)
+        nxt = torch.zeros(0, dtype=torch.int32)
     pre_s, pre_cpu = time.perf_counter() - t1, time.process_time() - c0 - gen_cpu
     ids = torch.tensor([t for s, _ in seqs for t in s], dtype=torch.int32)
     off = torch.tensor([0] + [len(s) for s, _ in seqs], dtype=torch.int64).cumsum(0)
@@ -216,10 +218,7 @@ def extract(cfg: ExtractConfig, model=None, tok=None, streams=None, progress: bo
         if shutil.disk_usage(root).free < cfg.min_free_gb * 2**30:
             stop = f"less than {cfg.min_free_gb:g} GB free on {root}"
             break
-        r = build_shard(model, tok, exs, cfg, greedy, max_answer)
-        if r is None:
-            continue
-        arrays, man = r
+        arrays, man = build_shard(model, tok, exs, cfg, greedy, max_answer)
         man.update(spec.to_dict())
         man.update({"cpu": cpu, "threads": cfg.threads, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         write_shard(root, kind, i, arrays, man)

@@ -79,3 +79,19 @@ def test_greedy_answers_mode_stores_the_targets_own_tokens(tmp_path):
     assert json.loads((tmp_path / "data" / "train-00000.json").read_text())["answers"] == "greedy"
     for s, e, p in sequences(d):
         assert d["target_next"][s + p - 1:e - 1].tolist() == d["ids"][s + p:e].tolist()
+
+
+def test_a_shard_of_examples_that_all_miss_the_caps_is_written_empty(tmp_path):
+    from engine.train.blockdata.shards import list_shards
+    from engine.train.blockdata.sources import Example
+
+    m, tok = tiny_target(), ByteChatTokenizer()
+    s = toy_streams()
+    s["sharegpt"] = s["sharegpt"][:8]  # after these run out, every example is too long
+    s["stdlib"] = [Example("stdlib", f"long{i}", "x" * 200, "y" * 50) for i in range(12)]
+    extract(_cfg(tmp_path, max_shards=4, code_share=0.5), m, tok, s, progress=False)
+    spec = spec_of(m, "toy", LAYERS)
+    shards = list_shards(tmp_path / "data", "train")
+    assert len(shards) == 4  # no gap in the numbering
+    n = [len(sequences(load_shard(p, spec))) for p in shards]
+    assert 0 in n and sum(n) > 0  # the empty shard loads like any other
