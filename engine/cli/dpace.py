@@ -12,6 +12,8 @@ Two targets (`--target`): `tiny` (a byte-level model trained here, the default) 
     speed     interleaved CPU wall-clock speedup vs autoregressive (AR and block decoding alternate)
     report    summary table + copy of the training traces into a results directory
     export    the best run's drafter + the tiny target, with a model card (models/block-drafter-tiny)
+    extract-qwen   Qwen2.5-Coder-1.5B features in shards (resumable; engine/train/blockdata/extract.py)
+    train-qwen     a block drafter for it from the shards (checkpointed, resumable; blockdata/train.py)
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def add_parser(sub) -> None:
     from engine.train.dpace.fit import BlockTrainConfig
     from engine.train.dpace.targets import SmolDataConfig
     from engine.train.dpace.tiny_target import TinyConfig
+    from engine.train.blockdata.extract import ExtractConfig
+    from engine.train.blockdata.train import QwenTrainConfig
 
     import argparse
 
@@ -87,6 +91,12 @@ def add_parser(sub) -> None:
     rp.add_argument("--block-size", type=int, default=8)
     rp.add_argument("--out", default="docs/results/dpace")
     rp.set_defaults(func=cmd_report)
+    xq = s.add_parser("extract-qwen", help="Qwen2.5-Coder-1.5B layer features in resumable shards")
+    add_dataclass_args(xq, ExtractConfig)
+    xq.set_defaults(func=cmd_extract_qwen)
+    tq = s.add_parser("train-qwen", help="a block drafter for Qwen2.5-Coder-1.5B from the feature shards")
+    add_dataclass_args(tq, QwenTrainConfig)
+    tq.set_defaults(func=cmd_train_qwen)
     ex = s.add_parser("export", help="copy the best run's drafter + the tiny target into a model dir")
     ex.add_argument("--data-dir", default="")
     ex.add_argument("--runs-dir", default="")
@@ -205,6 +215,26 @@ def cmd_export(a) -> int:
     cmd = ("`python -m engine dpace prepare`, then the sweep in docs/dpace.md §6, then `python -m engine "
            + " ".join(sys.argv[1:]) + "`")
     print(export_best(_runs(a), root, Path(a.out or "models/block-drafter-tiny"), a.block_size, cmd))
+    return 0
+
+
+def cmd_extract_qwen(a) -> int:
+    import json
+
+    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.train.blockdata.extract import ExtractConfig, extract
+
+    print(json.dumps(extract(dataclass_from_args(ExtractConfig, a)), indent=1))
+    return 0
+
+
+def cmd_train_qwen(a) -> int:
+    import json
+
+    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.train.blockdata.train import QwenTrainConfig, train_qwen
+
+    print(json.dumps(train_qwen(dataclass_from_args(QwenTrainConfig, a)), indent=1))
     return 0
 
 

@@ -230,6 +230,10 @@ def check_block(path: str | Path, target_lm) -> BlockDrafterConfig:
     hf = getattr(target_lm, "model", None)
     if hf is None or not hasattr(target_lm, "run_decoder"):
         raise ValueError(f"block:{path} drafts from a transformers target's hidden states; this target has none")
+    depth = int(getattr(hf.config, "num_hidden_layers", 1 << 30))
+    if max(c.target_layer_ids) >= depth:
+        raise ValueError(f"block:{path} reads target layers {list(c.target_layer_ids)}; {target_lm.name} has "
+                         f"only {depth} layers")
     if int(hf.config.hidden_size) != c.hidden_size or target_lm.vocab_size != c.vocab_size:
         raise ValueError(f"block:{path} was trained for a target with hidden size {c.hidden_size} and "
                          f"{c.vocab_size} tokens; {target_lm.name} has {hf.config.hidden_size} and "

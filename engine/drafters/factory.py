@@ -8,6 +8,8 @@
     suffix[:n=,depth=,p=,corpus=]          suffix-trie drafting (model-free)        the target
     phrase:model=DRAFT[,n=,k=,…]           draft model + phrase pool                the target (k > 1: TreeTarget)
     block:PATH                             DFlash-style block drafter saved at PATH FeatureLM (target + layer features)
+    block:TARGET                           the committed block drafter of a target  FeatureLM
+                                           (BLOCK_DRAFTERS: qwen2.5-coder-1.5b, smollm2-135m)
 
 Returns (target LM to decode with, drafter or None). A plain draft model comes back as its LM:
 `decode` wraps it in an AutoregressiveDrafter, and the trace header and the hindsight oracle read
@@ -26,6 +28,11 @@ BLOCK = "block"
 MULTI_VERIFIERS = "rrs, kseq, rbv, kbv, spectr-gbv-published"
 
 
+# Block drafters by the target they draft for: `--draft block:qwen2.5-coder-1.5b`.
+BLOCK_DRAFTERS = {"qwen2.5-coder-1.5b": "models/block-drafter-qwen2.5-coder-1.5b",
+                  "smollm2-135m": "models/block-drafter-smollm2"}
+
+
 def is_block(spec: str | None) -> bool:
     return bool(spec) and spec.strip().partition(":")[0] == BLOCK
 
@@ -36,7 +43,14 @@ def block_path(spec: str) -> Path:
     name, _, path = spec.strip().partition(":")
     if name != BLOCK or not path.strip():
         raise ValueError(f"bad draft spec {spec!r}: block needs a path, block:PATH (a saved block drafter)")
-    p = Path(path.strip()).expanduser()
+    name = path.strip()
+    if name in BLOCK_DRAFTERS and not Path(name).exists():
+        p = REPO_ROOT / BLOCK_DRAFTERS[name]
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"block:{name}: no committed block drafter at {p} (train one: "
+                                    "`python -m engine dpace train-qwen`, then pass block:<run>/drafter)")
+        return p
+    p = Path(name).expanduser()
     if not p.exists() and not p.is_absolute() and (REPO_ROOT / p).exists():
         return REPO_ROOT / p
     return p

@@ -1,0 +1,25 @@
+"""`--draft block:TARGET` names a target's committed block drafter (engine.drafters.factory)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.drafters.factory import BLOCK_DRAFTERS, block_path
+from engine.paths import REPO_ROOT
+
+
+def test_known_target_names_resolve_to_the_committed_directory():
+    assert block_path("block:smollm2-135m") == REPO_ROOT / BLOCK_DRAFTERS["smollm2-135m"]
+
+
+def test_a_name_without_committed_weights_is_one_line(monkeypatch, tmp_path):
+    import engine.drafters.factory as f
+
+    monkeypatch.setattr(f, "REPO_ROOT", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"block:qwen2.5-coder-1.5b: no committed block drafter at .*"
+                                                r"train-qwen"):
+        block_path("block:qwen2.5-coder-1.5b")
+
+
+def test_paths_still_work(tmp_path):
+    assert block_path(f"block:{tmp_path}") == tmp_path
