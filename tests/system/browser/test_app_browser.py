@@ -20,18 +20,31 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, TIMEOUT_MS, browser_missing, nav, new_session, settle
+SHOTS_ENV = "SPECLAB_SCREENSHOTS"  # where screenshots go; unset: a pytest temp folder (the tree stays clean)
 SHOTS = Path()  # set by the `_shots` fixture
 MAX_SHOT_BYTES = 200_000
 
 if browser_missing():
     pytest.skip(browser_missing(), allow_module_level=True)
 from playwright.sync_api import expect  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shots(tmp_path_factory):
+    """Screenshots go to $SPECLAB_SCREENSHOTS or a temp folder: a test run never rewrites tracked files."""
+    global SHOTS
+    SHOTS = Path(os.environ.get(SHOTS_ENV) or tmp_path_factory.mktemp("screenshots"))
+    if SHOTS.resolve().is_relative_to(REPO.resolve()):  # e.g. docs/screenshots: tracked files
+        pytest.fail(f"${SHOTS_ENV}={SHOTS} is inside the repository: a test run must not rewrite tracked "
+                    f"files (`make screenshots` takes a temp folder and copies)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
 
 
 @pytest.fixture(scope="module")
