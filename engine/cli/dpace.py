@@ -221,7 +221,7 @@ def cmd_export(a) -> int:
 def cmd_extract_qwen(a) -> int:
     import json
 
-    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.config import dataclass_from_args
     from engine.train.blockdata.extract import ExtractConfig, extract
 
     print(json.dumps(extract(dataclass_from_args(ExtractConfig, a)), indent=1))
@@ -231,7 +231,7 @@ def cmd_extract_qwen(a) -> int:
 def cmd_train_qwen(a) -> int:
     import json
 
-    from engine.cli.dataclass_args import dataclass_from_args
+    from engine.config import dataclass_from_args
     from engine.train.blockdata.train import QwenTrainConfig, train_qwen
 
     print(json.dumps(train_qwen(dataclass_from_args(QwenTrainConfig, a)), indent=1))
