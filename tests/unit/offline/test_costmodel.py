@@ -18,52 +18,7 @@ from engine.offline.reference import ReferenceConfig, build_reference
 from engine.trace.reference_file import Reference
 from tests.conftest import noisy_copy
 
-PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]
-CATS = ["writing", "summarization", "math_reasoning", "qa", "translation"]
-N_NEW = 40
-
-
-@pytest.fixture(scope="module")
-def sharp_draft(tiny_target):
-    """Noisy copy of the target (α ≈ 0.2–0.97 by prompt) with a sharpened head: same argmax,
-    confidences spread over (0, 1) so confidence/entropy thresholds bite."""
-    d = noisy_copy(tiny_target, 1, scale=0.3)
-    with torch.no_grad():
-        d.lm_head.weight.mul_(30.0)
-    return d
-
-
-@pytest.fixture(scope="module")
-def models(tiny_target, sharp_draft):
-    return HFModel(tiny_target, "tiny-target"), HFModel(sharp_draft, "tiny-draft")
-
-
-@pytest.fixture(scope="module")
-def ref_path(models, tmp_path_factory):
-    target, draft = models
-    path = tmp_path_factory.mktemp("ref") / "ref.jsonl"
-    prompts = [{"prompt_ids": p, "category": c} for p, c in zip(PROMPTS, CATS)]
-    cfg = ReferenceConfig(max_new_tokens=N_NEW, timing_repeats=2)
-    build_reference(target, draft, prompts, cfg, path, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ref(ref_path):
-    return load_reference(ref_path)
-
-
-def synthetic(matches: list[list[int]], budget: int | None = None, tasks=None) -> Reference:
-    """A greedy Reference from match patterns (for fixed/oracle replay; no tails needed)."""
-    reqs = []
-    for i, m in enumerate(matches):
-        n = len(m)
-        reqs.append({"request_id": i, "task": (tasks or ["t"] * len(matches))[i], "category": "",
-                     "output_ids": [1] * n, "draft_argmax": [1 if x else 2 for x in m], "accept_run": accept_runs(m),
-                     "q_top": [0.5] * n, "q_target": [0.5] * n, "entropy": [1.0] * n, "tails_by_pos": {}})
-    header = {"mode": "greedy", "max_new_tokens": budget or max(len(m) for m in matches), "max_window": 16,
-              "timings": None}
-    return Reference(header, reqs, True, "synthetic")
+from tests.conftest import REF_CATS as CATS, REF_N_NEW as N_NEW, REF_PROMPTS as PROMPTS, synthetic
 
 
 def test_iid_simulation_matches_closed_form():

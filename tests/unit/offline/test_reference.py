@@ -10,39 +10,7 @@ from engine.offline.reference import ReferenceConfig, build_reference
 from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference, noisy_copy
 
-PROMPTS = [[1, 5, 9, 3], [7], [2, 2, 2, 2, 11, 40], [3, 8, 1, 60, 22], [9, 9, 1]]
-CATS = ["writing", "summarization", "math_reasoning", "qa", "translation"]
-N_NEW = 40
-
-
-@pytest.fixture(scope="module")
-def sharp_draft(tiny_target):
-    """Noisy copy of the target (α ≈ 0.2–0.97 by prompt) with a sharpened head: same argmax,
-    confidences spread over (0, 1) so confidence/entropy thresholds bite."""
-    d = noisy_copy(tiny_target, 1, scale=0.3)
-    with torch.no_grad():
-        d.lm_head.weight.mul_(30.0)
-    return d
-
-
-@pytest.fixture(scope="module")
-def models(tiny_target, sharp_draft):
-    return HFModel(tiny_target, "tiny-target"), HFModel(sharp_draft, "tiny-draft")
-
-
-@pytest.fixture(scope="module")
-def ref_path(models, tmp_path_factory):
-    target, draft = models
-    path = tmp_path_factory.mktemp("ref") / "ref.jsonl"
-    prompts = [{"prompt_ids": p, "category": c} for p, c in zip(PROMPTS, CATS)]
-    cfg = ReferenceConfig(max_new_tokens=N_NEW, timing_repeats=2)
-    build_reference(target, draft, prompts, cfg, path, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ref(ref_path):
-    return load_reference(ref_path)
+from tests.conftest import REF_CATS as CATS, REF_N_NEW as N_NEW, REF_PROMPTS as PROMPTS
 
 
 def test_reference_records_target_greedy_output_and_runs(ref, tiny_target):
