@@ -13,30 +13,7 @@ from streamlit.testing.v1 import AppTest
 from app import data
 from engine.trace.format import load_trace
 from tests.conftest import MAIN, TIMEOUT
-
-
-@pytest.fixture(scope="module")
-def trace_dir(tmp_path_factory):
-    from app.make_demo_traces import main
-
-    d = tmp_path_factory.mktemp("traces")
-    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
-    return d
-
-
-@pytest.fixture()
-def app(trace_dir, monkeypatch):
-    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
-    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
-    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    assert not at.exception
-    return at
-
-
-def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+from tests.system.app.conftest import goto
 
 
 def test_compare_page(app, trace_dir):

@@ -17,24 +17,6 @@ from app import audit_view, data, plots, tokens
 from tests.conftest import MAIN, REPO, TIMEOUT
 
 
-@pytest.fixture(scope="module")
-def trace_dir(tmp_path_factory):
-    from app.make_demo_traces import main
-
-    d = tmp_path_factory.mktemp("traces")
-    assert main(["--out", str(d), "--max-new-tokens", "16", "--prompt-bytes", "12"]) == 0
-    return d
-
-
-@pytest.fixture()
-def app(trace_dir, monkeypatch):
-    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
-    monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
-    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    assert not at.exception
-    return at
-
-
 def test_draft_fates_and_step_pieces():
     assert data.draft_fates(2, 4) == ["accepted", "accepted", "rejected", "pending"]
     assert data.draft_fates(3, 3) == ["accepted"] * 3
