@@ -326,3 +326,42 @@ def synthetic(matches: list[list[int]], budget: int | None = None, tasks=None) -
     header = {"mode": "greedy", "max_new_tokens": budget or max(len(m) for m in matches), "max_window": 16,
               "timings": None}
     return Reference(header, reqs, True, "synthetic")
+
+
+# ------------------------------------------------------------------ PACER on the tiny pair
+# The recorded shards (train/pacer data, the offline step replay, the pacer CLI) and an M_B stub with a
+# driver for its block rule (the policy and the replay of its steps), defined once.
+from engine.policies.base import DraftInfo  # noqa: E402
+from engine.policies.pacer import PreVerifier, PreVerifierConfig  # noqa: E402
+
+H = 32  # tiny_llama hidden size
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_target, tiny_draft, tmp_path_factory):
+    """Shards + manifest recorded from the tiny pair through the real decode loop."""
+    root = tmp_path_factory.mktemp("pacer-data")
+    reqs = record_pacer_shards(HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True), root)
+    (root / "manifest.json").write_text(json.dumps({"target": "t", "draft": "d", "config": {"window": 6},
+                                                    "costs": {"t_verify_ms": [10.0 + k for k in range(7)]}}))
+    return root, reqs
+
+
+class FixedScores(PreVerifier):
+    """M_B stub: token i gets scores[i-1]."""
+
+    def __init__(self, scores):
+        super().__init__(PreVerifierConfig(hidden_size=H, d_model=8, heads=2, ff=8, layers=1))
+        self.scores = torch.tensor(scores)
+
+    def score_step(self, hidden, q, ent):
+        return self.scores[: hidden.shape[0]]
+
+
+def run_blocks(policy, n):
+    policy.reset()
+    policy.propose()
+    for i in range(1, n + 1):
+        if not policy.keep_drafting(DraftInfo(i, 0, 0.9, 0.1, torch.zeros(H))):
+            return i, policy.step_fields()
+    return n, policy.step_fields()

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from engine.trace.jsonio import write_json_atomic
 from engine.train.blockdata.extract import QWEN, QWEN_LAYERS, default_dir
 from engine.train.blockdata.shards import FeatureSpec, dataset_spec
-from engine.train.dpace.objectives import make_objective, surrogate
+from engine.train.dpace.objectives import StepStats, make_objective
 
 MASK_TOKEN = "<|fim_pad|>"  # a FIM control token: never in chat text; its row exists in the frozen embedding
 
@@ -251,7 +251,7 @@ def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut
     model.train()
     if step == 0:
         evaluate(0)
-    acc = {"q": torch.zeros(B), "nq": torch.zeros(B), "w": torch.zeros(B), "S": 0.0, "nS": 0, "loss": 0.0, "n": 0}
+    acc = StepStats(B)
     bar = tqdm(total=cfg.steps, initial=step, desc=cfg.tag, unit="step", disable=not progress, mininterval=10,
                dynamic_ncols=True)
     t0 = time.perf_counter() - wall
@@ -273,26 +273,12 @@ def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         step += 1
-        with torch.no_grad():
-            q = torch.exp(-ce.detach()) * valid
-            acc["q"] += q.sum((0, 1))
-            acc["nq"] += valid.sum((0, 1))
-            acc["w"] += w.float().sum((0, 1))
-            has = valid[..., 1]
-            acc["S"] += float(surrogate(torch.exp(-ce.detach()), valid)[has].sum())
-            acc["nS"] += int(has.sum())
-            acc["loss"] += float(loss)
-            acc["n"] += 1
+        acc.add(ce, valid, w, loss)
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            qm = (acc["q"] / acc["nq"].clamp_min(1))[1:]
-            ws = acc["w"][1:] / acc["w"][1:].sum().clamp_min(1e-30)
-            tw.write({"type": "log", "step": step, "loss": round(acc["loss"] / acc["n"], 6), "lr": round(lr, 8),
-                      "q": [round(float(x), 5) for x in qm], "weight_share": [round(float(x), 5) for x in ws],
-                      "surrogate": round(acc["S"] / max(1, acc["nS"]), 5),
-                      "wall_s": round(time.perf_counter() - t0, 2)})
-            bar.set_postfix(loss=f"{acc['loss'] / acc['n']:.3f}", q1=f"{float(qm[0]):.2f}")
-            acc = {k: (v.zero_() if torch.is_tensor(v) else 0) for k, v in acc.items()}
+            rec = acc.record(step, lr, time.perf_counter() - t0)
+            tw.write(rec)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", q1=f"{rec['q'][0]:.2f}")
         if step % cfg.eval_every == 0 and step < cfg.steps:
             ev = evaluate(step)
             bar.write(f"step {step}: offline τ {ev['tau_offline']:.3f} (held-out, stride {cfg.eval_stride})",

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from engine.trace.jsonio import atomic_path, write_json_atomic
 from engine.train.dpace.features import FeatureData, offline_tau, sample_anchors
-from engine.train.dpace.objectives import make_objective, surrogate
+from engine.train.dpace.objectives import StepStats, make_objective
 from engine.train.dpace.training_trace import TrainingTraceWriter
 
 # ------------------------------------------------------------------ config
@@ -191,7 +191,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     model.train()
     if step == 0:
         evaluate(0)
-    acc = {"q": torch.zeros(B), "nq": torch.zeros(B), "w": torch.zeros(B), "S": 0.0, "nS": 0, "loss": 0.0, "n": 0}
+    acc = StepStats(B)
     bar = tqdm(total=cfg.steps, initial=step, desc=cfg.tag, unit="step", disable=not progress, mininterval=5,
                dynamic_ncols=True)
     t0 = time.perf_counter() - wall
@@ -224,26 +224,12 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         step += 1
-        with torch.no_grad():
-            q = torch.exp(-ce.detach()) * valid
-            acc["q"] += q.sum((0, 1))
-            acc["nq"] += valid.sum((0, 1))
-            acc["w"] += w.sum((0, 1))
-            has = valid[..., 1]
-            acc["S"] += float(surrogate(torch.exp(-ce.detach()), valid)[has].sum())
-            acc["nS"] += int(has.sum())
-            acc["loss"] += float(loss)
-            acc["n"] += 1
+        acc.add(ce, valid, w, loss)
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            qm = (acc["q"] / acc["nq"].clamp_min(1))[1:]
-            ws = acc["w"][1:] / acc["w"][1:].sum().clamp_min(1e-30)
-            tw.write({"type": "log", "step": step, "loss": round(acc["loss"] / acc["n"], 6), "lr": round(lr, 8),
-                      "q": [round(float(x), 5) for x in qm], "weight_share": [round(float(x), 5) for x in ws],
-                      "surrogate": round(acc["S"] / max(1, acc["nS"]), 5),
-                      "wall_s": round(time.perf_counter() - t0, 2)})
-            bar.set_postfix(loss=f"{acc['loss'] / acc['n']:.3f}", S=f"{acc['S'] / max(1, acc['nS']):.2f}")
-            acc = {k: (v.zero_() if torch.is_tensor(v) else 0) for k, v in acc.items()}
+            rec = acc.record(step, lr, time.perf_counter() - t0)
+            tw.write(rec)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", S=f"{rec['surrogate']:.2f}")
         if step % cfg.eval_every == 0 and step < cfg.steps:
             evaluate(step)
         if step % cfg.ckpt_every == 0 and step < cfg.steps:

@@ -124,3 +124,35 @@ def make_objective(name: str, alpha: float = 0.5, gamma: float = 0.0, block_size
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         return Objective(name, alpha=alpha)
     return Objective(name)
+
+
+class StepStats:
+    """Running means between two training-trace `log` records (engine.train.dpace.training_trace): per
+    block position the mean q_k = exp(−CE_k) and the objective's weight share, the surrogate S, the loss.
+    Shared by the tiny/SmolLM2 trainer (train/dpace/fit.py) and the Qwen one (train/blockdata/train.py)."""
+
+    def __init__(self, block: int) -> None:
+        self.q, self.nq, self.w = torch.zeros(block), torch.zeros(block), torch.zeros(block)
+        self.S, self.nS, self.loss, self.n = 0.0, 0, 0.0, 0
+
+    @torch.no_grad()
+    def add(self, ce: torch.Tensor, valid: torch.Tensor, w: torch.Tensor, loss: torch.Tensor) -> None:
+        q = torch.exp(-ce.detach())
+        self.q += (q * valid).sum((0, 1))
+        self.nq += valid.sum((0, 1))
+        self.w += w.float().sum((0, 1))
+        has = valid[..., 1]
+        self.S += float(surrogate(q, valid)[has].sum())
+        self.nS += int(has.sum())
+        self.loss += float(loss)
+        self.n += 1
+
+    def record(self, step: int, lr: float, wall_s: float) -> dict:
+        """The `log` record of the steps added since the last one; then starts over."""
+        qm = (self.q / self.nq.clamp_min(1))[1:]
+        ws = self.w[1:] / self.w[1:].sum().clamp_min(1e-30)
+        rec = {"type": "log", "step": step, "loss": round(self.loss / self.n, 6), "lr": round(lr, 8),
+               "q": [round(float(x), 5) for x in qm], "weight_share": [round(float(x), 5) for x in ws],
+               "surrogate": round(self.S / max(1, self.nS), 5), "wall_s": round(wall_s, 2)}
+        self.__init__(len(self.q))
+        return rec

@@ -19,16 +19,6 @@ def tiny_mb(seed=0, **kw) -> PreVerifier:
     return PreVerifier(PreVerifierConfig(hidden_size=H, d_model=16, heads=2, ff=32, **kw)).eval()
 
 
-@pytest.fixture(scope="module")
-def recorded(tiny_target, tiny_draft, tmp_path_factory):
-    """Shards + manifest recorded from the tiny pair through the real decode loop."""
-    root = tmp_path_factory.mktemp("pacer-data")
-    reqs = record_pacer_shards(HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True), root)
-    (root / "manifest.json").write_text(json.dumps({"target": "t", "draft": "d", "config": {"window": 6},
-                                                    "costs": {"t_verify_ms": [10.0 + k for k in range(7)]}}))
-    return root, reqs
-
-
 def test_train_then_decode_and_sweep(recorded, tiny_target, tiny_draft, tmp_path, capsys):
     from engine.__main__ import main
 

@@ -11,6 +11,7 @@ from engine.policies.pacer import Pacer, PreVerifier, PreVerifierConfig, block_d
 from engine.policies.base import DraftInfo, parse_policy
 from engine.core.sampling import SamplingConfig
 from tests.conftest import greedy_reference
+from tests.conftest import FixedScores, run_blocks
 
 H = 32  # tiny_llama hidden size
 
@@ -18,26 +19,6 @@ H = 32  # tiny_llama hidden size
 def tiny_mb(seed=0, **kw) -> PreVerifier:
     torch.manual_seed(seed)
     return PreVerifier(PreVerifierConfig(hidden_size=H, d_model=16, heads=2, ff=32, **kw)).eval()
-
-
-class FixedScores(PreVerifier):
-    """M_B stub: token i gets scores[i-1]."""
-
-    def __init__(self, scores):
-        super().__init__(PreVerifierConfig(hidden_size=H, d_model=8, heads=2, ff=8, layers=1))
-        self.scores = torch.tensor(scores)
-
-    def score_step(self, hidden, q, ent):
-        return self.scores[: hidden.shape[0]]
-
-
-def run_blocks(policy, n):
-    policy.reset()
-    policy.propose()
-    for i in range(1, n + 1):
-        if not policy.keep_drafting(DraftInfo(i, 0, 0.9, 0.1, torch.zeros(H))):
-            return i, policy.step_fields()
-    return n, policy.step_fields()
 
 
 @pytest.mark.parametrize("block,t,rho", [(1, 0.5, 1.0), (2, 0.45, 1.1), (4, 0.5, 1.2)])

@@ -11,16 +11,6 @@ from tests.conftest import record_pacer_shards
 H = 32  # tiny_llama hidden size
 
 
-@pytest.fixture(scope="module")
-def recorded(tiny_target, tiny_draft, tmp_path_factory):
-    """Shards + manifest recorded from the tiny pair through the real decode loop."""
-    root = tmp_path_factory.mktemp("pacer-data")
-    reqs = record_pacer_shards(HFModel(tiny_target, "t"), HFModel(tiny_draft, "d", want_hidden=True), root)
-    (root / "manifest.json").write_text(json.dumps({"target": "t", "draft": "d", "config": {"window": 6},
-                                                    "costs": {"t_verify_ms": [10.0 + k for k in range(7)]}}))
-    return root, reqs
-
-
 def test_recording_labels(recorded):
     root, reqs = recorded
     for _, _, d in reqs:
