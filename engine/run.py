@@ -42,9 +42,12 @@ class Request:
 def model_info(lm, source: str = "") -> dict[str, Any] | None:
     if lm is None:
         return None
-    return {"name": source or lm.name, "vocab_size": lm.vocab_size, "dtype": str(lm.dtype).replace("torch.", ""),
+    info = {"name": source or lm.name, "vocab_size": lm.vocab_size, "dtype": str(lm.dtype).replace("torch.", ""),
             "device": str(lm.device),
             "reduced_vocab": int(lm.vocab_subset.numel()) if getattr(lm, "vocab_subset", None) is not None else None}
+    if getattr(lm, "weights", "dense") != "dense":  # the quantized fast path (engine.core.quant)
+        info["weights"] = lm.weights
+    return info
 
 
 def make_header(target, draft, policy: WindowPolicy | None, cfg: DecodeConfig, requests: list[Request],

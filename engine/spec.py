@@ -7,6 +7,7 @@ loads, in one line each — every reason it cannot run.
                                            DecodeConfig (engine.drafters.make_drafter loads the draft)
 
 The rules, in the order `check` states them:
+    weights    a path of engine.core.quant.WEIGHTS (dense, quantized, int8, int4)
     numbers    max_new_tokens ∈ [1, 100000], temperature ∈ [0, 100], top_k ≥ 0, top_p ∈ (0, 1],
                k ∈ [1, 16] (MultiDraftConfig's ceiling), seed ∈ [0, 2⁶³)
     verifier   a name of engine.verify.VERIFIERS; shadow verifiers "NAME:k" (engine.verify.shadow)
@@ -39,7 +40,7 @@ MAX_K = 16  # drafts per step: engine.drafters.multi.MultiDraftConfig's own ceil
 MAX_NEW_TOKENS = 100_000  # DecodeConfig's ceiling
 FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
          "top_p": "--top-p", "k": "--k", "seed": "--seed", "draft": "--draft", "policy": "--policy",
-         "verifier": "--verifier"}  # `python -m engine decode`'s names for the fields
+         "verifier": "--verifier", "weights": "--weights"}  # `python -m engine decode`'s names for the fields
 
 
 def range_error(name: str, v: Any, lo: float, hi: float, lo_open: bool = False, integer: bool = False) -> str | None:
@@ -87,6 +88,7 @@ class RunSpec:
     device: str = "auto"
     shadow: tuple[str, ...] = ()  # paired verification ("VERIFIER:k"), see engine.verify.shadow
     draft_hidden_size: int | None = None  # the draft's hidden size when known (a loaded pair)
+    weights: str = "dense"  # the weights path of both models (engine.core.quant): dense is the exactness reference
 
     @property
     def greedy(self) -> bool:
@@ -122,9 +124,12 @@ class RunSpec:
             range_error(lab("top_p"), self.top_p, 0, 1, lo_open=True),
             range_error(lab("k"), self.k, 1, MAX_K, integer=True),
             range_error(lab("seed"), self.seed, 0, 2**63 - 1, integer=True)) if e]
+        from engine.core.quant import check_weights
         from engine.verify import MULTI_DRAFT, VERIFIERS
         from engine.verify.shadow import parse_shadow
 
+        if check_weights(self.weights):
+            errors.append(check_weights(self.weights))
         if self.verifier not in VERIFIERS:
             errors.append(f"unknown verifier {self.verifier!r}; choose from {', '.join(VERIFIERS)}")
         for name in self.shadow:

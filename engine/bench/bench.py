@@ -23,6 +23,7 @@ with warm KV caches, and t(k)/t(1) for the target's verify cost. The CLI is engi
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -74,37 +75,45 @@ def aggregate(results: list[RunResult], costs: dict[str, Any] | None = None) -> 
     rows = []
     keys = sorted({(r.temperature, r.config) for r in results}, key=lambda k: (k[0], DEFAULT_CONFIGS.index(k[1])
                                                                                 if k[1] in DEFAULT_CONFIGS else 99))
+    paths = list(dict.fromkeys(r.weights for r in results))
     tasks = sorted({r.task for r in results}) + ["overall"]
-    for temp in sorted({r.temperature for r in results}):
-        for task in tasks:
-            sel = [r for r in results if r.temperature == temp and (task == "overall" or r.task == task)]
-            base = [r for r in sel if r.config == "ar"]
-            base_tps = statistics.mean(r.new_tokens / r.wall_s for r in base) if base else float("nan")
-            base_dec = statistics.mean(_decode_tps(r) for r in base) if base else float("nan")
-            for t, conf in keys:
-                if t != temp:
-                    continue
-                rs = [r for r in sel if r.config == conf]
-                if not rs:
-                    continue
-                tps = statistics.mean(r.new_tokens / r.wall_s for r in rs)
-                tok = sum(r.new_tokens for r in rs)
-                calls = sum(r.target_calls for r in rs)
-                drafted = sum(r.drafted for r in rs)
-                wasted = drafted - sum(r.accepted for r in rs) + sum(r.dropped for r in rs)
-                dec = statistics.mean(_decode_tps(r) for r in rs)
-                rows.append({"temperature": temp, "task": task, "config": conf, "prompts": len(rs),
-                             "tokens_per_s": tps, "speedup_vs_ar": tps / base_tps,
-                             MODELLED_SPEEDUP: modelled_speedup(rs, base, costs),
-                             "decode_tokens_per_s": dec, "decode_speedup_vs_ar": dec / base_dec,
-                             **rates(tok, calls, sum(r.accepted for r in rs), drafted or None),
-                             "target_calls": calls, "new_tokens": tok,
-                             # rejected + dropped drafts (HF runs: unknown, their drafts are not counted)
-                             "wasted_drafts": None if conf.startswith("hf:") else wasted,
-                             # wall time outside the models' forward calls: sampling, verification,
-                             # cache bookkeeping, Python — per target call and as a share of wall time
-                             "non_model_ms_per_call": 1e3 * sum(r.wall_s - r.model_s for r in rs) / calls,
-                             "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs)})
+    for temp, task, w in itertools.product(sorted({r.temperature for r in results}), tasks, paths):
+        sel = [r for r in results if r.temperature == temp and r.weights == w and (task == "overall" or r.task == task)]
+        base = [r for r in sel if r.config == "ar"]
+        base_tps = statistics.mean(r.new_tokens / r.wall_s for r in base) if base else float("nan")
+        base_dec = statistics.mean(_decode_tps(r) for r in base) if base else float("nan")
+        # with several weights paths, every row is also priced against the dense path's AR
+        dense = [r for r in results if r.temperature == temp and r.weights == "dense" and r.config == "ar"
+                 and (task == "overall" or r.task == task)]
+        dense_tps = statistics.mean(r.new_tokens / r.wall_s for r in dense) if dense and len(paths) > 1 else None
+        for t, conf in keys:
+            if t != temp:
+                continue
+            rs = [r for r in sel if r.config == conf]
+            if not rs:
+                continue
+            tps = statistics.mean(r.new_tokens / r.wall_s for r in rs)
+            tok = sum(r.new_tokens for r in rs)
+            calls = sum(r.target_calls for r in rs)
+            drafted = sum(r.drafted for r in rs)
+            wasted = drafted - sum(r.accepted for r in rs) + sum(r.dropped for r in rs)
+            dec = statistics.mean(_decode_tps(r) for r in rs)
+            extra = {} if len(paths) == 1 and w == "dense" else {"weights": w}
+            if dense_tps is not None:
+                extra["speedup_vs_dense_ar"] = tps / dense_tps
+            path_costs = (costs or {}).get("by_weights", {}).get(w, costs) if costs else costs
+            rows.append({"temperature": temp, "task": task, "config": conf, "prompts": len(rs), **extra,
+                         "tokens_per_s": tps, "speedup_vs_ar": tps / base_tps,
+                         MODELLED_SPEEDUP: modelled_speedup(rs, base, path_costs),
+                         "decode_tokens_per_s": dec, "decode_speedup_vs_ar": dec / base_dec,
+                         **rates(tok, calls, sum(r.accepted for r in rs), drafted or None),
+                         "target_calls": calls, "new_tokens": tok,
+                         # rejected + dropped drafts (HF runs: unknown, their drafts are not counted)
+                         "wasted_drafts": None if conf.startswith("hf:") else wasted,
+                         # wall time outside the models' forward calls: sampling, verification,
+                         # cache bookkeeping, Python — per target call and as a share of wall time
+                         "non_model_ms_per_call": 1e3 * sum(r.wall_s - r.model_s for r in rs) / calls,
+                         "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs)})
     return rows
 
 
@@ -189,28 +198,46 @@ def check_configs(cfg: BenchConfig, draft: str | None = "model") -> None:
 
 
 def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), progress=True,
-              trace_dir=None, header_extra: dict | None = None, checkpoint=None) -> dict[str, Any]:
+              trace_dir=None, header_extra: dict | None = None, checkpoint=None,
+              more_paths: tuple = ()) -> dict[str, Any]:
     """Every configuration on every prompt, interleaved; optional traces (one file per config and
-    temperature, `trace_dir`) and a partial result written after each prompt (`checkpoint(result)`)."""
+    temperature, `trace_dir`) and a partial result written after each prompt (`checkpoint(result)`).
+
+    `more_paths`: (target, draft) pairs of the same models on other weights paths (`--weights
+    dense,quantized`): every configuration also runs on each, in the same rotation per prompt, with
+    its speedup against that path's own AR (and the dense path's, `speedup_vs_dense_ar`)."""
     check_configs(cfg)  # refuse what the decoder would refuse mid-run, before any timing
     from engine.drafters import make_drafter
-
-    own = {s: make_drafter(split_config(s)[1], target)[1] for s in cfg.configs if "@" in s}
     from engine.policies.costaware import check_drafter
 
-    for s in cfg.configs:  # a costaware window past its drafter's limit: refused before any timing
-        if policy_specs([s]) and own.get(s, draft) is not None:
-            check_drafter(parse_policy(split_config(s)[0]), own.get(s, draft))
+    paths = {getattr(target, "weights", "dense"): (target, draft)}
+    for t, d in more_paths:
+        w = getattr(t, "weights", "dense")
+        if w in paths:
+            raise ValueError(f"--weights lists the {w} path twice")
+        paths[w] = (t, d)
+    own = {(w, s): make_drafter(split_config(s)[1], t)[1] for w, (t, _) in paths.items() for s in cfg.configs if "@" in s}
+    for w, (_, d) in paths.items():
+        for s in cfg.configs:  # a costaware window past its drafter's limit: refused before any timing
+            if policy_specs([s]) and own.get((w, s), d) is not None:
+                check_drafter(parse_policy(split_config(s)[0]), own.get((w, s), d))
     prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
     missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
     if missing:  # a misspelt task would otherwise shrink the run silently
         raise ValueError(f"--tasks: no prompts of task(s) {', '.join(sorted(missing))} in {Path(prompts_file).name}")
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
-    costs = measure_costs(target, draft, encoded[0][1])
+    by_path = {w: measure_costs(t, d, encoded[0][1]) for w, (t, d) in paths.items()}
+    costs = dict(next(iter(by_path.values())))
+    if len(paths) > 1:
+        costs["by_weights"] = by_path
     results: list[RunResult] = []
     mismatches: list[str] = []
-    traces = _Traces(trace_dir, target, draft, encoded, cfg, header_extra or {})
-    traces.drafts = own
+    multi = len(paths) > 1
+    traces = {}
+    for w, (t, d) in paths.items():  # several paths: one trace folder per path
+        traces[w] = _Traces(Path(trace_dir) / w if (trace_dir and multi) else trace_dir, t, d, encoded, cfg,
+                            {**(header_extra or {}), "weights": w})
+        traces[w].drafts = {s: dr for (pw, s), dr in own.items() if pw == w}
     decode_text = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else None
 
     def result() -> dict[str, Any]:
@@ -218,39 +245,45 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
             "configs": list(cfg.configs), "temperatures": list(cfg.temperatures), "max_new_tokens": cfg.max_new_tokens,
             "per_category": cfg.per_category, "prompts": len(encoded)},
             "target": target.name, "draft": draft.name, "dtype": str(target.dtype).replace("torch.", ""),
-            "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results, costs),
+            "weights": list(paths), "costs": costs, "greedy_mismatches": mismatches, "rows": aggregate(results, costs),
             "complete": False, "runs": [{k: v for k, v in r.__dict__.items() if k != "output"} for r in results]}
 
-    n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded)
+    n_runs = sum(applies(s, t) for s in cfg.configs for t in cfg.temperatures) * len(encoded) * len(paths)
     bar = tqdm(total=n_runs, disable=not progress, unit="run", desc="bench")
     finished = False
+    names = list(paths)
     try:
         for temp in cfg.temperatures:
             specs = tuple(s for s in cfg.configs if applies(s, temp))
             for w in range(cfg.warmup):
-                for spec in specs:
-                    run_config(spec, target, own.get(spec, draft), encoded[0][1], temp, cfg.seed, eos, 8)
+                for pw, (t, d) in paths.items():
+                    for spec in specs:
+                        run_config(spec, t, own.get((pw, spec), d), encoded[0][1], temp, cfg.seed, eos, 8)
             for i, (p, ids) in enumerate(encoded):
-                order = list(specs[i % len(specs):] + specs[: i % len(specs)])
+                order = [(pw, s) for s in specs[i % len(specs):] + specs[: i % len(specs)]
+                         for pw in names[i % len(names):] + names[: i % len(names)]]
                 meta = {"prompt_text": p.text, "category": p.category, "question_id": p.question_id}
-                for spec in order:
-                    bar.set_postfix_str(f"T={temp:g} q{p.question_id} {spec}")
-                    r = run_config(spec, target, own.get(spec, draft), ids, temp, cfg.seed, eos, cfg.max_new_tokens,
-                                   traces.get(spec, temp), i, meta, decode_text)
-                    r.task, r.question_id = task_of(p.category), p.question_id
+                for pw, spec in order:
+                    t, d = paths[pw]
+                    bar.set_postfix_str(f"T={temp:g} q{p.question_id} {spec}" + (f" [{pw}]" if multi else ""))
+                    r = run_config(spec, t, own.get((pw, spec), d), ids, temp, cfg.seed, eos, cfg.max_new_tokens,
+                                   traces[pw].get(spec, temp), i, meta, decode_text)
+                    r.task, r.question_id, r.weights = task_of(p.category), p.question_id, pw
                     results.append(r)
                     bar.update(1)
                 if temp == 0.0 and "ar" in cfg.configs:
-                    outs = {r.config: r.output for r in results
-                            if r.question_id == p.question_id and r.temperature == 0.0}
-                    for conf, o in outs.items():
-                        if not conf.startswith("hf:") and o != outs["ar"]:
-                            mismatches.append(f"{conf} q{p.question_id}")
+                    for pw in names:  # greedy is exact against the same path's own AR output
+                        outs = {r.config: r.output for r in results
+                                if r.question_id == p.question_id and r.temperature == 0.0 and r.weights == pw}
+                        for conf, o in outs.items():
+                            if not conf.startswith("hf:") and o != outs["ar"]:
+                                mismatches.append(f"{conf} q{p.question_id}" + (f" [{pw}]" if multi else ""))
                 if checkpoint is not None:
                     checkpoint(result())
         finished = True
     finally:
-        traces.close(interrupted=not finished)
+        for tr in traces.values():
+            tr.close(interrupted=not finished)
         bar.close()
     out = result()
     out["complete"] = True
@@ -268,20 +301,24 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
         lines.append("| task | config | tok/s | speedup vs AR | speedup excl. prefill | modelled speedup "
                      "| emitted/call (incl. bonus) | acceptance rate | target calls | wasted drafts | non-model share |")
         lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        multi = len(result.get("weights", [])) > 1
         for r in rows:
             acc = "–" if r.get(ACCEPTANCE_RATE) is None else f"{r[ACCEPTANCE_RATE]:.3f}"
             wasted = r.get("wasted_drafts")
             dsp = f"{r['decode_speedup_vs_ar']:.2f}×" if "decode_speedup_vs_ar" in r else "–"
             share = f"{100 * r['non_model_share']:.1f} %" if "non_model_share" in r else "–"
             mod = f"{r[MODELLED_SPEEDUP]:.2f}×" if r.get(MODELLED_SPEEDUP) is not None else "–"
-            lines.append(f"| {r['task']} | {r['config']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f}× | {dsp} | "
+            conf = r["config"] + (f" [{r['weights']}]" if multi else "")
+            vs = f"{r['speedup_vs_ar']:.2f}×" + (f" ({r['speedup_vs_dense_ar']:.2f}× dense AR)"
+                                                  if r.get('speedup_vs_dense_ar') is not None else "")
+            lines.append(f"| {r['task']} | {conf} | {r['tokens_per_s']:.1f} | {vs} | {dsp} | "
                          f"{mod} | {r[EMITTED_PER_CALL]:.2f} | {acc} | {r['target_calls']} | "
                          f"{'–' if wasted is None else wasted} | {share} |")
-    c = result["costs"]
-    growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
-    t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON
-    lines.append(f"\nCost ratio c = draft {c['t_draft_ms']:.2f} ms / target {t1:.2f} ms = "
-                 f"{c['c']:.3f}; verify cost {growth}")
+    for w, c in result["costs"].get("by_weights", {"": result["costs"]}).items():
+        growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
+        t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON
+        lines.append(f"\nCost ratio{f' ({w})' if w else ''} c = draft {c['t_draft_ms']:.2f} ms / target {t1:.2f} ms = "
+                     f"{c['c']:.3f}; verify cost {growth}")
     if result["greedy_mismatches"]:
         lines.append(f"\nGreedy outputs differing from autoregressive: {', '.join(result['greedy_mismatches'])}")
     else:

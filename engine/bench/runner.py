@@ -54,6 +54,7 @@ class RunResult:
     # target calls per verified window {k: calls} (k = 0: autoregressive steps); {} = unknown (HF's
     # internal prompt lookup). What engine.bench.modelled prices.
     windows: dict[int, int] = field(default_factory=dict)
+    weights: str = "dense"  # the weights path the pair ran on (engine.core.quant.WEIGHTS)
 
 
 class _Counter:

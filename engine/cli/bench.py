@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
                         "(a drafter of its own for that config), hf:MODE:VAL (MODE constant|heuristic|confidence|"
                         "lookup), 'oracle' (greedy)")
     common.add_device(p)
+    common.add_weights(p, several=True)
     p.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed runs per config on the first prompt")
     common.add_out(p, "JSON result path (rewritten after every prompt: a kill keeps the prompts done)")
     p.add_argument("--markdown", default=None, help="append a dated table to this file (e.g. docs/benchmarks.md)")
@@ -54,15 +55,20 @@ def cmd_bench(a) -> int:
     if "ar" not in cfg.configs:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
     check_configs(cfg, a.draft)  # every configuration × temperature: engine.spec.RunSpec.check, before any load
+    paths = common.weights_list(a.weights)
     hidden = any(parse_policy(s).needs().hidden for s in policy_specs(cfg.configs))
-    target = load_model(a.target, a.dtype, a.device, role="target")
+    target = load_model(a.target, a.dtype, a.device, role="target", weights=paths[0])
     draft_lm = load_draft(a.draft, target, a.dtype, a.device, want_hidden=hidden)
+    more = []
+    for w in paths[1:]:  # the same pair on each further path (the draft follows its target's path)
+        t = load_model(a.target, a.dtype, a.device, role="target", weights=w)
+        more.append((t.lm, load_draft(a.draft, t, a.dtype, a.device, want_hidden=hidden)))
     command = common.command_line()
     machine = a.machine or machine_description()
     extra = {"command": command, "machine": machine, "prompts_file": str(a.prompts)}
     checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None  # a kill keeps the prompts done
     result = run_bench(target.lm, draft_lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
-                       trace_dir=a.trace_dir, header_extra=extra, checkpoint=checkpoint)
+                       trace_dir=a.trace_dir, header_extra=extra, checkpoint=checkpoint, more_paths=tuple(more))
     result.update(extra)
     print(format_table(result))
     if a.out:

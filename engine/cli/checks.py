@@ -12,7 +12,9 @@ from typing import Any
 
 from engine.spec import FLAGS, MAX_K, MAX_NEW_TOKENS, RunSpec, range_error  # noqa: F401 (re-exported)
 
-MAX_THREADS = 1024
+import os
+
+MAX_THREADS = os.cpu_count() or 1  # more threads than cores only adds spin-wait
 
 
 def _num(name: str, v: Any, lo: float, hi: float, lo_open: bool = False, integer: bool = False) -> None:
@@ -40,7 +42,8 @@ def decode_spec(a) -> RunSpec:
     """The run `python -m engine decode` asks for (engine.spec.RunSpec)."""
     return RunSpec(target=a.target, draft=a.draft or None, policy=a.policy, verifier=a.verifier, k=a.k,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
-                   max_new_tokens=a.max_new_tokens, dtype=a.dtype, device=a.device)
+                   max_new_tokens=a.max_new_tokens, dtype=a.dtype, device=a.device,
+                   weights=getattr(a, "weights", "dense"))
 
 
 def check_decode_args(a) -> RunSpec:

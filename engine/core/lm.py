@@ -98,6 +98,9 @@ class HFModel(TargetBase):
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        from engine.core.quant import weights_of
+
+        self.weights = weights_of(model)  # 'dense' or a quantized path (engine.core.quant)
         self._cache_cls = DynamicCache
         self.cache = DynamicCache()
         self.length = 0
@@ -108,14 +111,14 @@ class HFModel(TargetBase):
 
         params = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if self.device.type == "cpu" and self.dtype == torch.float32:
+        if self.device.type == "cpu" and self.dtype == torch.float32 and self.weights == "dense":
             use_skinny_linears(self.model)
         self.vocab_subset = None
         self.base_subset = None
         self.subset_adds_prompt = subset_adds_prompt
         if vocab_subset is not None:
             self.base_subset = self.vocab_subset = vocab_subset.to(self.device)
-            self.sub_head = _SubsetHead(model.get_output_embeddings().weight[self.vocab_subset].detach())
+            self.sub_head = self._subset_head(self.vocab_subset)
 
     def add_request_tokens(self, ids: list[int]) -> None:
         """With `subset_adds_prompt`, score V′ ∪ {the request's prompt tokens} for this request.
@@ -130,7 +133,17 @@ class HFModel(TargetBase):
         sub = torch.unique(torch.cat([self.base_subset, extra]))  # sorted, as the head expects
         if sub.numel() != self.vocab_subset.numel() or not torch.equal(sub, self.vocab_subset):
             self.vocab_subset = sub
-            self.sub_head = _SubsetHead(self.model.get_output_embeddings().weight[sub].detach())
+            self.sub_head = self._subset_head(sub)
+
+    def _subset_head(self, ids: torch.Tensor) -> torch.nn.Module:
+        """The reduced head's rows W[V′], dense or in the format of the quantized head it is cut from."""
+        head = self.model.get_output_embeddings()
+        rows = head.weight[ids].detach()
+        from engine.core.quant import quantized_linear
+
+        if self.weights == "dense" or isinstance(head, torch.nn.Linear):
+            return _SubsetHead(rows)
+        return quantized_linear(rows, None, head.fmt, head.act_dtype)
 
     def reset(self) -> None:
         self.cache = self._cache_cls()

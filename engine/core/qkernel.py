@@ -1,0 +1,166 @@
+"""Our own weight-only quantized matmul (engine/core/qgemm.c) for x86 CPUs with AVX-512 VNNI: built
+once with the system C compiler into the user cache, called through ctypes on tensors' raw memory.
+
+    available() -> str | None         None when the kernel can run here, else why not (one line)
+    VnniLinear(weight, bias, bits)    4- or 8-bit weights per group of 32 inputs, asymmetric:
+                                      Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
+
+Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
+stream ~8 GB/s of packed int4 on a 2-core EPYC, a third of what llama.cpp reaches on the same GGUF.
+This kernel does what llama.cpp does for Q4_K × Q8_K: activations quantized to int8 per group, integer
+dot products with VNNI (vpdpbusd), one scale per group (docs/log/2026-12-04-quantized-path.md).
+It also makes the logits batch-invariant (see qgemm.c): a k-token verify equals k one-token steps
+bit for bit, so greedy speculative decoding on this path reproduces its autoregressive output exactly.
+
+Worked example (4-bit): a group spanning [−0.3, 1.2] has s = 0.1, mn = −0.3; a weight of 0.52 is stored
+as q = round(8.2) = 8 and read back as 0.1·8 − 0.3 = 0.5.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("qgemm.c")
+FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma")
+GROUP = 32
+_lib = None
+_why: str | None = None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "kernels"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in open("/proc/cpuinfo", encoding="ascii", errors="ignore"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _build() -> Path:
+    """The shared library for this source (compiled once; a half-written build is never loaded)."""
+    src = SOURCE.read_bytes()
+    tag = hashlib.sha256(src).hexdigest()[:16]
+    out = cache_dir() / f"qgemm-{tag}.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw",
+           "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma", "-o", str(tmp), str(SOURCE), "-lm"]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise OSError("no C compiler (cc) found") from None
+    except subprocess.CalledProcessError as e:
+        raise OSError(f"compiling qgemm.c failed: {(e.stderr or '').strip().splitlines()[:1]}") from None
+    os.replace(tmp, out)
+    return out
+
+
+def available() -> str | None:
+    """None when the kernel runs on this machine; else the reason (missing CPU flags, no compiler)."""
+    global _lib, _why
+    if _lib is not None or _why is not None:
+        return _why
+    if os.environ.get("SPECLAB_NO_VNNI"):
+        _why = "disabled by SPECLAB_NO_VNNI"
+        return _why
+    missing = [f for f in FLAGS if f not in cpu_flags()]
+    if missing:
+        _why = f"this CPU lacks {', '.join(missing)}"
+        return _why
+    try:
+        lib = ctypes.CDLL(str(_build()))
+    except OSError as e:
+        _why = str(e).splitlines()[0]
+        return _why
+    f = lib.speclab_qgemm
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
+    _lib = lib
+    return None
+
+
+def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q packed uint8, s fp16 [N, G], mn fp16 [N, G]) of weight [N, K] (K % 32 = 0): round to nearest
+    on the group's own grid between its min and max."""
+    w = weight.detach().float()
+    n, k = w.shape
+    g = w.reshape(n, k // GROUP, GROUP)
+    lo, hi = g.amin(dim=2), g.amax(dim=2)
+    levels = (1 << bits) - 1
+    s = ((hi - lo) / levels).to(torch.float16)
+    mn = lo.to(torch.float16)
+    sf = s.float().clamp(min=1e-12)  # the stored (rounded) scale, so q is chosen for what is read back
+    q = torch.round((g - mn.float()[..., None]) / sf[..., None]).clamp(0, levels).to(torch.uint8)
+    if bits == 4:
+        q = (q[..., :16] | (q[..., 16:] << 4)).reshape(n, k // 2)
+    else:
+        q = q.reshape(n, k)
+    return q.contiguous(), s.contiguous(), mn.contiguous()
+
+
+def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] (float32) as the kernel reads it."""
+    n, G = s.shape
+    if bits == 4:
+        b = q.reshape(n, G, 16)
+        qq = torch.cat([b & 0x0F, b >> 4], dim=2).float()
+    else:
+        qq = q.reshape(n, G, GROUP).float()
+    return (qq * s.float()[..., None] + mn.float()[..., None]).reshape(n, G * GROUP)
+
+
+def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 on the kernel (call `available()` first)."""
+    x = x.contiguous()
+    m, k = x.shape
+    n = s.shape[0]
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    rc = _lib.speclab_qgemm(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(),
+                            torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"qgemm refused shape M={m} N={n} K={k}")
+    return y
+
+
+class VnniLinear(torch.nn.Module):
+    """y = x Ŵᵀ + b on the VNNI kernel (activations in bf16, quantized to int8 per group inside)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int) -> None:
+        super().__init__()
+        q, s, mn = pack(weight, bits)
+        self.register_buffer("q", q)
+        self.register_buffer("s", s)
+        self.register_buffer("mn", mn)
+        self.bits = bits
+        self.fmt = "int4" if bits == 4 else "int8"
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.out_features, self.in_features = weight.shape
+        self.act_dtype = torch.bfloat16
+
+    @staticmethod
+    def fits(weight: torch.Tensor) -> bool:
+        return weight.shape[1] % GROUP == 0
+
+    def dequantized(self) -> torch.Tensor:
+        return unpack(self.q, self.s, self.mn, self.bits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape, dt = x.shape, x.dtype
+        with torch.inference_mode():
+            y = qgemm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.q, self.s, self.mn, self.bits)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features).to(dt)

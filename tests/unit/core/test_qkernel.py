@@ -1,0 +1,66 @@
+"""Our VNNI kernel: packing round trip, the product against its own dequantized weights, batch
+invariance (what makes greedy speculative decoding exact on this path), and the refusals."""
+
+import pytest
+import torch
+
+from engine.core import qkernel
+from engine.core.qkernel import GROUP, VnniLinear, pack, unpack
+
+needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"VNNI kernel: {qkernel.available()}")
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_pack_reads_back_within_half_a_step_of_each_group(bits):
+    w = torch.randn(16, 3 * GROUP)
+    q, s, mn = pack(w, bits)
+    back = unpack(q, s, mn, bits)
+    step = s.float().repeat_interleave(GROUP, dim=1)
+    assert (back - w).abs().le(step / 2 + 1e-3 * w.abs().max()).all()
+    assert q.dtype == torch.uint8 and q.shape == (16, 3 * GROUP * bits // 8)
+
+
+def test_a_group_already_on_a_sixteen_level_grid_is_kept():
+    levels = torch.arange(16.0).repeat(2)[torch.randperm(32)]
+    w = (0.125 * levels - 0.5)[None].repeat(16, 1)  # fp16-exact scale and minimum
+    q, s, mn = pack(w, 4)
+    assert torch.equal(unpack(q, s, mn, 4), w)
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("k", [GROUP, 28 * GROUP, 29 * GROUP])  # odd group counts take the tail loop
+def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
+    torch.manual_seed(bits + k)
+    w = torch.randn(40, k)
+    lin = VnniLinear(w, torch.randn(40), bits)
+    x = torch.randn(11, k, dtype=torch.bfloat16)  # 11 rows: a chunk of 8 and one of 3
+    ref = x.float() @ lin.dequantized().T + lin.bias.float()
+    err = (lin(x).float() - ref).abs().max() / ref.abs().max()
+    assert err < 0.02  # int8 activations per group of 32 + bf16 output
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+def test_rows_are_bit_identical_whatever_the_batch(bits):
+    w = torch.randn(64, 4 * GROUP)
+    lin = VnniLinear(w, None, bits)
+    x = torch.randn(13, 4 * GROUP, dtype=torch.bfloat16)
+    one_by_one = torch.cat([lin(x[i:i + 1]) for i in range(13)])
+    assert torch.equal(one_by_one, lin(x))
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(lin(x), one_by_one)  # and whatever the thread count
+    finally:
+        torch.set_num_threads(2 if torch.get_num_threads() < 2 else torch.get_num_threads())
+
+
+def test_shapes_the_kernel_cannot_take():
+    assert not VnniLinear.fits(torch.zeros(8, 40)) and VnniLinear.fits(torch.zeros(8, 64))
+
+
+def test_without_the_cpu_flags_it_says_why(monkeypatch):
+    monkeypatch.setattr(qkernel, "_lib", None)
+    monkeypatch.setattr(qkernel, "_why", None)
+    monkeypatch.setattr(qkernel, "cpu_flags", lambda: {"avx2", "fma"})
+    assert qkernel.available().startswith("this CPU lacks avx512f")
