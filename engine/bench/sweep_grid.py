@@ -14,7 +14,8 @@ Grid format (docs/examples/sweep-tiny.toml is a runnable one):
     policies = ["autoregressive", "fixed:4", {name = "confidence", params = {threshold = 0.4, max = 12}}]
     drafters = ["model", "lookup:n=10,ngram=2", {name = "suffix", params = {n = 16}}]   # default ["model"]
     seed = 0, top_k = 0, top_p = 1.0, chat = true, device = "auto", threads = 1 (torch threads per worker)
-    [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name
+    [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name,
+                  weights (dense | quantized | int8 | int4: engine.core.quant; default dense)
     [[prompts]]   file = "...", per_task = 2 (or per_category), limit = 12, categories = ["qa"], name = "label"
 
 Relative model and prompt paths are resolved against the grid file's folder (then the current
@@ -59,7 +60,7 @@ class Task:
 
     @functools.cached_property
     def pair_key(self) -> tuple:
-        return (json.dumps(self.models, sort_keys=True), self.config["dtype"])
+        return (json.dumps(self.models, sort_keys=True), self.config["dtype"], self.config.get("weights", "dense"))
 
     @property
     def token_budget(self) -> int:
@@ -179,7 +180,7 @@ def _shards(prompts, size: int) -> list[tuple[str, int, list]]:
     return out
 
 
-PAIR_KEYS = {"name", "target", "draft", "dtype"}
+PAIR_KEYS = {"name", "target", "draft", "dtype", "weights"}
 PROMPTS_KEYS = {"file", "name", "limit", "per_task", "per_category", "categories"}  # per_category: old spelling
 
 
@@ -263,6 +264,11 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
         dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
         if dtype is None:
             raise ValueError(f"grid: unknown dtype {pair.get('dtype')!r}; choose from fp32, bf16, fp16, auto")
+        from engine.core.quant import check_weights
+
+        weights = str(pair.get("weights", "dense"))
+        if check_weights(weights):
+            raise ValueError(f"grid: pair {pair.get('name') or pair['target']!r}: {check_weights(weights)}")
         target, draft = str(pair["target"]), (str(pair["draft"]) if pair.get("draft") else None)
         label = pair.get("name") or (f"{Path(target).name}+{Path(draft).name}" if draft else Path(target).name)
         models = {"target": _model_ref(target, base), "draft": _model_ref(draft, base) if draft else None}
@@ -279,6 +285,8 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
                       "top_k": top_k, "top_p": top_p, "seed": seed, "max_new_tokens": budget, "chat": chat}
             if free:  # only here: the ids of draft-model and baseline tasks are those of older sweeps
                 config["drafter"] = drafter
+            if weights != "dense":  # likewise: a dense pair's task ids are unchanged
+                config["weights"] = weights
             for task_name, shard_index, ps in shards:
                 shard = tuple({"text": p.text, "category": p.category, "question_id": p.question_id} for p in ps)
                 tid = make_task_id(config, shard)

@@ -80,7 +80,8 @@ class SweepWorker:
         while len(self._pairs) >= self.cache_pairs:
             self._pairs.pop(next(iter(self._pairs)))
         dtype = task.config["dtype"]
-        target = load_model(_resolve_ref(task.models["target"]), dtype, self.device, role="target")
+        target = load_model(_resolve_ref(task.models["target"]), dtype, self.device, role="target",
+                            weights=task.config.get("weights", "dense"))
         draft = None
         if task.models["draft"] is not None:
             draft = load_model(_resolve_ref(task.models["draft"]), dtype, self.device, role="draft", target=target,

@@ -24,7 +24,9 @@ PROMPT = ("Explain, step by step, how a small draft model can speed up text gene
 
 
 def run_costs(target, draft, tokenizer, threads: list[int], max_window: int, repeats: int,
-              gammas: list[int], speedups: list[float]) -> dict:
+              gammas: list[int], speedups: list[float], more_paths: tuple = ()) -> dict:
+    """Per thread count (and per weights path: `more_paths` = further (target, draft) pairs, measured
+    after the first path at each thread count) the timings, c and the acceptance table."""
     import torch
 
     from engine.offline.costmodel import CostModel, requirements
@@ -37,11 +39,12 @@ def run_costs(target, draft, tokenizer, threads: list[int], max_window: int, rep
            "by_threads": []}
     for n in threads:
         torch.set_num_threads(n)
-        t = measure_timings(target, draft, ids, max_tokens=max_window + 1, repeats=repeats)
-        cm = CostModel.from_timings(t)
-        table = requirements(cm, gammas, speedups)
-        out["by_threads"].append({"threads": n, "timings": t, "c": cm.c,
-                                  "rows": json.loads(table.to_json(orient="records"))})
+        for t_lm, d_lm in ((target, draft), *more_paths):
+            t = measure_timings(t_lm, d_lm, ids, max_tokens=max_window + 1, repeats=repeats)
+            cm = CostModel.from_timings(t)
+            table = requirements(cm, gammas, speedups)
+            out["by_threads"].append({"threads": n, "weights": getattr(t_lm, "weights", "dense"), "timings": t,
+                                      "c": cm.c, "rows": json.loads(table.to_json(orient="records"))})
     return out
 
 
@@ -51,7 +54,7 @@ def format_costs(result: dict) -> str:
         t = block["timings"]
         rows = block["rows"]
         keys = [k for k in rows[0] if k.startswith("alpha_for_")]
-        lines += [f"\n{block['threads']} thread(s): target forward {t['target_ms_by_tokens'][0]:.1f} ms (1 token), "
+        lines += [f"\n{block['threads']} thread(s), {block.get('weights', 'dense')} weights: target forward {t['target_ms_by_tokens'][0]:.1f} ms (1 token), "
                   f"draft {t['draft_ms_per_token']:.1f} ms/token, c = {block['c']:.3f}\n",
                   "| γ | v(γ) = t(γ+1)/t(1) | cost(γ) = γc + v | ceiling (γ+1)/cost | "
                   + " | ".join(f"α for {k[len('alpha_for_'):]}" for k in keys) + " |",
@@ -69,6 +72,7 @@ def add_parser(sub) -> None:
     common.add_target(p)
     common.add_draft(p)
     common.add_device(p, threads_flag=False)
+    common.add_weights(p, several=True)
     p.add_argument("--threads", default="1", help="comma-separated thread counts, measured one after another")
     p.add_argument("--max-window", type=int, default=8)
     p.add_argument("--repeats", type=int, default=7)
@@ -95,11 +99,21 @@ def cmd_costs(a) -> int:
         raise ValueError(f"--max-window must be in [1, 64], got {a.max_window}")
     if any(s <= 0 for s in speedups):
         raise ValueError(f"--speedups must be positive, got {a.speedups!r}")
-    target = load_model(a.target, a.dtype, a.device, role="target")
-    draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
-    check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+    import os
+
+    if max(threads) > (os.cpu_count() or 1):
+        raise ValueError(f"--threads {max(threads)} is more than this machine's {os.cpu_count()} cores")
+    paths = common.weights_list(a.weights)
+    pairs, tokenizer = [], None
+    for w in paths:  # the draft follows its target's weights path
+        target = load_model(a.target, a.dtype, a.device, role="target", weights=w)
+        draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
+        check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
+        pairs.append((target.lm, draft.lm))
+        tokenizer = tokenizer or target.tokenizer
     gammas = [g for g in (1, 2, 3, 4, 6, 8, 12, 16) if g <= a.max_window]
-    result = run_costs(target.lm, draft.lm, target.tokenizer, threads, a.max_window, a.repeats, gammas, speedups)
+    (t0, d0), more = pairs[0], tuple(pairs[1:])
+    result = run_costs(t0, d0, tokenizer, threads, a.max_window, a.repeats, gammas, speedups, more)
     result["command"] = common.command_line()
     text = format_costs(result)
     print(text)

@@ -129,3 +129,11 @@ def test_build_gives_the_run_for_a_loaded_target():
     assert run.target is t and run.draft.spec.startswith("lookup") and run.policy.spec == "fixed:3"
     assert run.cfg.max_new_tokens == 5 and run.cfg.sampling.temperature == 0.5 and run.cfg.sampling.seed == 3
     assert RunSpec(draft=None).build(t).draft is None
+
+
+def test_weights_path_is_checked_before_anything_loads():
+    from engine.spec import FLAGS, RunSpec
+
+    assert RunSpec(weights="quantized").check() == []
+    assert RunSpec(weights="int3").check(labels=FLAGS) == [
+        "unknown weights path 'int3'; choose from dense, quantized, int8, int4"]

@@ -53,10 +53,23 @@ def decode_cli(tmp_path, capsys, *extra: str) -> str:
     (("--limit", "-3"), "--limit must be an integer in [1, 1e+07], got -3"),  # silently decoded 1 prompt before
     (("--per-task", "0"), "--per-task must be an integer"),
     (("--threads", "0"), "--threads must be an integer"),
+    (("--threads", "4096"), "--threads must be an integer in [1, "),  # more threads than this machine's cores
+    (("--weights", "int3"), "unknown weights path 'int3'; choose from dense, quantized, int8, int4"),
 ])
 def test_out_of_range_parameters_fail_first_in_one_line(tmp_path, capsys, flags, expect):
     err = decode_cli(tmp_path, capsys, *flags)
     assert expect in err, err
+
+
+@pytest.mark.parametrize("command,flags,expect", [
+    ("bench", ("--weights", "dense,dense"), "--weights 'dense,dense': name each path once"),
+    ("bench", ("--weights", "dense,fast"), "--weights: unknown weights path 'fast'"),
+    ("costs", ("--weights", "int4", "--threads", "4096"), "--threads 4096 is more than this machine's"),
+])
+def test_weights_and_threads_refused_before_any_load(tmp_path, capsys, command, flags, expect):
+    rc = main([command, "--target", str(tmp_path / "no-model"), *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and expect in err and "\n" not in err, err
 
 
 def test_wrong_model_path_is_one_line(tmp_path, capsys):

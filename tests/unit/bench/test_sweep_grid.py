@@ -44,10 +44,23 @@ def test_task_ids_are_stable_hashes(root):
     ('drafters = ["lookup:x=1"]\n' + grid_text(["fixed:2"]), "no parameter 'x'"),
     ('drafters = ["suffix:n=0"]\n' + grid_text(["fixed:2"]), r"max draft tokens must be an integer in \[1, 64\]"),
     ('drafters = [{ name = "lookup", size = 3 }]\n' + grid_text(["fixed:2"]), "drafter entry has unknown keys"),
+    (grid_text(["fixed:2"]).replace('dtype = "fp32"', 'dtype = "fp32"\nweights = "int3"'), "unknown weights path 'int3'"),
 ])
 def test_bad_grid_one_line_error(root, text, msg):
     with pytest.raises(ValueError, match=msg):
         sweep.expand_grid(sweep.load_grid(write_grid(root, "bad.toml", text)))
+
+
+def test_weights_are_a_pair_key_and_dense_ids_stay(root):
+    dense = sweep.expand_grid(sweep.load_grid(write_grid(root, "w0.toml", grid_text(["fixed:3"]))))
+    quant = sweep.expand_grid(sweep.load_grid(write_grid(root, "w1.toml", grid_text(["fixed:3"]).replace(
+        'dtype = "fp32"', 'dtype = "fp32"\nweights = "int8"'))))
+    explicit = sweep.expand_grid(sweep.load_grid(write_grid(root, "w2.toml", grid_text(["fixed:3"]).replace(
+        'dtype = "fp32"', 'dtype = "fp32"\nweights = "dense"'))))
+    assert {t.task_id for t in explicit} == {t.task_id for t in dense}
+    assert not {t.task_id for t in quant} & {t.task_id for t in dense}
+    assert {t.config["weights"] for t in quant} == {"int8"} and {t.pair_key for t in quant}.isdisjoint(
+        {t.pair_key for t in dense})
 
 
 DRAFTERS = 'drafters = ["model", "lookup:n=4", { name = "suffix", params = { n = 8 } }]\n'
