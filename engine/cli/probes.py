@@ -5,6 +5,8 @@
     python -m engine gpu-check --out gpu-check.json    exactness on the device in fp32 and the pair's
                                                        cost curves (engine.bench.gpu_check; CUDA or CPU)
     python -m engine loadbench --steps 10000,200000    trace loading speed (engine.trace.loadbench)
+    python -m engine overhead --weights dense,quantized  Python and framework share of a decode step
+                                                       (engine.bench.overhead)
 """
 
 from __future__ import annotations
@@ -37,10 +39,44 @@ def add_parser(sub) -> None:
     common.add_out(g, "write the result as JSON")
     g.set_defaults(func=cmd_gpu_check)
 
+    o = sub.add_parser("overhead", help="the share of a one-token decode step spent outside kernels, per weights path")
+    common.add_target(o, default="qwen2.5-coder-1.5b")
+    common.add_device(o, dtype="bf16", device="cpu", threads=2)
+    common.add_weights(o, several=True)
+    o.add_argument("--steps", type=int, default=8)
+    o.add_argument("--repeats", type=int, default=3)
+    o.add_argument("--context", type=int, default=256, help="tokens of context in the cache")
+    common.add_out(o, "write the result as JSON")
+    o.set_defaults(func=cmd_overhead)
+
     lb = sub.add_parser("loadbench", help="trace loading speed on synthetic JSONL and Parquet traces")
     lb.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
     lb.add_argument("--repeat", type=int, default=3, help="loads per file; the best is reported")
     lb.set_defaults(func=cmd_loadbench)
+
+
+def cmd_overhead(a) -> int:
+    from engine.bench.overhead import format_overhead, measure
+    from engine.core.load import load_model, machine_description, software_versions
+    from engine.trace.jsonio import write_json_atomic
+    from engine.trace.prompts import encode
+
+    if a.steps < 1 or a.repeats < 1 or a.context < 8:
+        raise ValueError("--steps and --repeats must be ≥ 1 and --context ≥ 8")
+    common.set_threads(a.threads)
+    paths = common.weights_list(a.weights)
+    rows = []
+    for w in paths:
+        t = load_model(a.target, a.dtype, a.device, role="target", weights=w)
+        ids = encode(t.tokenizer, measure.__doc__ * 40, chat=False)[: a.context]
+        rows.append(measure(t.lm, ids, a.steps, a.repeats))
+        del t
+    print(format_overhead(rows))
+    if a.out:
+        write_json_atomic({"target": a.target, "dtype": a.dtype, "threads": a.threads, "rows": rows,
+                           "machine": machine_description(), "software": software_versions(),
+                           "command": common.command_line()}, a.out)
+    return 0
 
 
 def cmd_step_probe(a) -> int:
