@@ -1,0 +1,43 @@
+"""A view in the URL: the page's trace / request / step as query parameters, so a copied link opens the
+same view, and a link naming something that is not loaded opens the default view with one line saying so.
+
+    adopt(param, key, options, what, parse)   before the widget is drawn: point session key `key` at
+                                              the URL's value when it names an option; returns a note
+                                              (one line) when it names nothing loaded, else None
+    publish(**params)                         after the widgets: the URL shows the current view
+
+Only the first run of a page in a session adopts the URL (a later widget change must not be undone by the
+URL it already rewrote); switching pages drops the parameters, as Streamlit's navigation does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import streamlit as st
+
+ADOPTED = "share_adopted"  # session_state: the (page, param) pairs already taken from the URL
+
+
+def adopt(param: str, key: str, options: list, what: str, parse: Callable[[str], Any] = str,
+          page: str = "") -> str | None:
+    raw = st.query_params.get(param)
+    done = st.session_state.setdefault(ADOPTED, set())
+    first = (page, param) not in done
+    done.add((page, param))
+    if raw is None or not first:
+        return None
+    try:
+        value = parse(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value in options:
+        st.session_state[key] = value
+        return None
+    return f"The link names {what} `{raw}`, which is not loaded here: showing the default view."
+
+
+def publish(**params: Any) -> None:
+    want = {k: str(v) for k, v in params.items() if v is not None}
+    if {k: st.query_params.get(k) for k in want} != want:
+        st.query_params.update(want)
