@@ -326,15 +326,18 @@ def remove_upload(label: str) -> None:
     """Forget an upload in this session and delete its kept copy (app.persist)."""
     from app import persist
 
-    uploads().pop(label, None)
-    st.session_state.setdefault(REF_UPLOADS, {}).pop(label, None)
+    gone = uploads().pop(label, None)
+    ref = st.session_state.setdefault(REF_UPLOADS, {}).pop(label, None)
+    digest = gone.info.get("digest") if gone is not None else ref[1] if ref is not None else None
     if label.startswith("uploaded: "):
+        st.session_state.setdefault(REMOVED, {})[label.split(": ", 1)[1]] = digest
         name = label.split(": ", 1)[1]
         persist.remove(name)
         st.session_state.setdefault(KEPT, {}).pop(name, None)
         st.session_state.setdefault(SEEN, {}).pop(name, None)
 
 
+REMOVED = "uploads_removed"  # session_state: file name -> digest removed (the uploader widget still holds it)
 KEPT = "uploads_kept"  # session_state: file name -> digest of the bytes last saved to the uploads folder
 SEEN = "uploads_seen"  # session_state: file name -> ((size, mtime), error) as app.persist.restore last read it
 RESTORE_ERRORS = "uploads_restore_errors"
@@ -370,6 +373,11 @@ def restore_uploads() -> dict[str, str]:
 
 # ---------------------------------------------------------------- reference runs (Windows page)
 # engine.trace.reference_file (the reader: plain JSON, no torch) is imported lazily, by the Windows page only.
+
+
+def was_removed(name: str, data: bytes) -> bool:
+    """These exact bytes were removed in this session: the uploader widget still holds them, so skip them."""
+    return st.session_state.get(REMOVED, {}).get(Path(name).name) == hashlib.sha1(data).hexdigest()[:8]
 
 
 def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None, str | None]:

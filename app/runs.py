@@ -199,3 +199,30 @@ def trace_conclusion(df: pd.DataFrame, label: str) -> str:
     if x >= 1:
         return head + f", **{x:.2f}× AR** on the same machine and dtype."
     return head + f", yet runs at **{x:.2f}× AR**: slower than decoding without a draft, because {why_slower(r)}."
+
+
+def compare_conclusion(df: pd.DataFrame, a: str, b: str, calls: tuple[int, int], ms: tuple[float, float],
+                       shared: int, same_run: bool, mismatch: list[str]) -> str:
+    """One or two sentences for Compare: B against A over the shared prompts — target calls (hardware-free)
+    and decode time (only when both were timed in the same run), each side's ×AR where known."""
+    ra, rb = (df[df["label"] == k].iloc[0] for k in (a, b))
+    if not shared:
+        return (f"A ({ra['Policy']}) and B ({rb['Policy']}) share no prompts, so only their totals compare"
+                + (f" — and they differ in more than the policy ({'; '.join(mismatch)})." if mismatch else "."))
+    d_calls = (calls[1] - calls[0]) / calls[0] if calls[0] else 0.0
+    out = (f"Over {shared} shared prompts, B (**{rb['Policy']}**, {rb['Drafter']}) needs "
+           f"**{abs(d_calls):.0%} {'fewer' if d_calls < 0 else 'more'} target calls** than A (**{ra['Policy']}**)")
+    if same_run and ms[0]:
+        d_ms = (ms[1] - ms[0]) / ms[0]
+        out += f" and takes **{abs(d_ms):.0%} {'less' if d_ms < 0 else 'more'} decode time** on the same machine"
+        if (d_calls < 0) != (d_ms < 0):
+            out += (" — fewer calls, yet slower: B's drafting costs more than the calls it saves" if d_calls < 0
+                    else " — more calls, yet faster: B's calls are cheaper")
+    else:
+        out += " (timed in different runs: compare the calls, not the clock)"
+    xs = [f"{side} {r['×AR']:.2f}×" for side, r in (("A", ra), ("B", rb))
+          if r["×AR"] is not None and not pd.isna(r["×AR"]) and r["speculative"]]
+    out += "." + (f" Against their runs' AR: {', '.join(xs)}." if xs else "")
+    if mismatch:
+        out += f" Not like for like: {'; '.join(mismatch)}."
+    return out
