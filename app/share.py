@@ -2,8 +2,9 @@
 same view, and a link naming something that is not loaded opens the default view with one line saying so.
 
     adopt(param, key, options, what, parse)   before the widget is drawn: point session key `key` at
-                                              the URL's value when it names an option; returns a note
-                                              (one line) when it names nothing loaded, else None
+                                              the URL's value when it names an option; returns what it
+                                              names when that is nothing loaded (for note), else None
+    note(missing)                             one line for all of them
     publish(**params)                         after the widgets: the URL shows the current view
 
 Only the first run of a page in a session adopts the URL (a later widget change must not be undone by the
@@ -34,7 +35,16 @@ def adopt(param: str, key: str, options: list, what: str, parse: Callable[[str],
     if value in options:
         st.session_state[key] = value
         return None
-    return f"The link names {what} `{raw}`, which is not loaded here: showing the default view."
+    return f"{what} `{raw}`"
+
+
+def note(missing: list[str | None]) -> str | None:
+    """One line for every part of a link that names nothing loaded (adopt's returns), or None."""
+    gone = [m for m in missing if m]
+    if not gone:
+        return None
+    return (f"The link names {' and '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not loaded here: "
+            "showing the default view.")
 
 
 def publish(**params: Any) -> None:

@@ -44,7 +44,7 @@ if mismatch:
                "the policy with those.")
 
 sa, sb = A.info["summary"], B.info["summary"]
-overview, by_prompt, by_step, by_pos = st.tabs(["Totals", "Per prompt", "Step by step", "Acceptance by position"])
+overview, by_pos, by_prompt, by_step = st.tabs(["Totals", "Acceptance by position", "Per prompt", "Step by step"])
 overview.markdown("**Hardware-free** — the same on any machine")
 m = overview.columns(4)
 m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], sb["target_calls"] - sa["target_calls"],
@@ -77,7 +77,7 @@ rb = data.requests_frame(B.trace, B.steps)
 pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.prompt_keys(rb)), on="key",
                                                      suffixes=("_a", "_b"))
 share.publish(a=la, b=lb)
-for note in filter(None, notes):
+if note := share.note(notes):
     head.caption(f":orange[{note}]")
 head.info(runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["target_calls_a"].sum()), int(pairs["target_calls_b"].sum())),
                                   (float(pairs["decode_ms_a"].sum()), float(pairs["decode_ms_b"].sum())), len(pairs),
@@ -118,7 +118,7 @@ steps = {"A": [s for s in A.trace.steps if s["request_id"] == ida],
 n = max(len(v) for v in steps.values())
 k = by_step.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
 share.publish(request=row)
-for note in filter(None, notes):
+if note := share.note(notes):
     head.caption(f":orange[{note}]")
 cols = by_step.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):

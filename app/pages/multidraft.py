@@ -13,9 +13,12 @@ st.title("Multi-draft")
 REPO = Path(__file__).resolve().parents[2]
 conclusion = st.container()
 md_default = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or "docs/results/multibench-qwen-paired-bf16.json"
+with st.expander("Result file"):
+    md_path = st.text_input("Paired multi-draft result", md_default, key="md_json",
+                            help="written by `python -m engine multibench --paired --out …` (python -m engine "
+                                 "experiment run multibench-qwen-paired-bf16); a relative path starts at the repository")
 try:
-    md_rows, md_real, md_head = multidraft_view.load_paired(
-        md_default if Path(md_default).is_absolute() else REPO / md_default)
+    md_rows, md_real, md_head = multidraft_view.load_paired(md_path if Path(md_path).is_absolute() else REPO / md_path)
 except ValueError as e:
     conclusion.info(str(e))
     md_rows = None

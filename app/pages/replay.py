@@ -36,7 +36,7 @@ steps = e.steps[e.steps["request_id"] == rid]
 pos = e.positions[e.positions["request_id"] == rid]
 n = len(raw)
 notes.append(share.adopt("step", "replay_step", list(range(n)), "step", int, page="replay"))
-for note in filter(None, notes):
+if note := share.note(notes):
     head.caption(f":orange[{note}]")
 head.info(runs.trace_conclusion(runs.runs_frame(entries), label)
           + (f" This prompt: {n} target calls for {int(steps['emitted'].sum())} tokens." if n else ""),

@@ -22,8 +22,8 @@ def test_overview_cards(app):
     labels = [m.label for m in app.metric]
     n = len(data.bundled_paths(kind="trace"))
     assert n >= 7 and labels.count("tokens/s") == n and labels.count("emitted / call") == n
-    assert any("traces loaded" in m.value for m in app.markdown)
-    assert any("tiny-model demo" in i.value for i in app.info)
+    assert any("traces loaded" in h.value for h in app.subheader)
+    assert any("say nothing about real models" in c.value for c in app.caption)
     # Every number on a card is the engine's own summary of that trace.
     e = data.all_traces()["demo-tiny-fixed4.jsonl"]
     assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
