@@ -8,14 +8,14 @@ import streamlit as st
 from app import data, imported
 
 # (page file, title, icon, what it answers): the navigation the first screen shows.
-PAGES = [("pages/replay.py", "Replay", ":material/play_circle:", "one trace, one verify call at a time"),
-         ("pages/windows.py", "Windows", ":material/query_stats:", "which window size, and what an oracle would buy"),
-         ("pages/compare.py", "Compare", ":material/compare_arrows:", "two traces over the same prompts, step-aligned"),
-         ("pages/multidraft.py", "Multi-draft", ":material/account_tree:", "K drafts per step: block efficiency and wall clock"),
-         ("pages/live.py", "Live", ":material/bolt:", "decode a prompt now, side by side with AR"),
-         ("pages/upload.py", "Upload", ":material/upload_file:", "add your traces or a vLLM / llama.cpp report"),
-         ("pages/sweeps.py", "Sweeps", ":material/grid_on:", "a grid of drafters × policies × tasks"),
-         ("pages/dpace.py", "D-PACE", ":material/model_training:", "training a block drafter: position weights and τ"),
+PAGES = [("pages/replay.py", "Replay", ":material/play_circle:", "a trace, call by call"),
+         ("pages/windows.py", "Windows", ":material/query_stats:", "which window, and the oracle"),
+         ("pages/compare.py", "Compare", ":material/compare_arrows:", "two traces, same prompts"),
+         ("pages/multidraft.py", "Multi-draft", ":material/account_tree:", "K drafts per step"),
+         ("pages/live.py", "Live", ":material/bolt:", "decode a prompt now"),
+         ("pages/upload.py", "Upload", ":material/upload_file:", "your traces, vLLM, llama.cpp"),
+         ("pages/sweeps.py", "Sweeps", ":material/grid_on:", "drafters × policies × tasks"),
+         ("pages/dpace.py", "D-PACE", ":material/model_training:", "training a block drafter"),
          ("pages/audit.py", "Audit", ":material/verified:", "is each verifier lossless?")]
 
 

@@ -30,8 +30,9 @@ st.caption(f"{len(entries) - n_up} bundled from `traces/`, {n_up} uploaded or re
               "say nothing about real models." if df["demo"].any() else ""))
 if not entries:
     st.stop()
-show = df.assign(Run=df["label"].map(data.unique_titles(entries)),
-                 Demo=df["demo"].map({True: "demo", False: ""}))[["Run", *runs.COLUMNS, "Demo"]]
+order = df.assign(_x=df["×AR"].fillna(-1)).sort_values(["demo", "target", "_x"], ascending=[True, True, False],
+                                                       kind="stable")
+show = order.assign(Run=order["label"], Demo=order["demo"].map({True: "demo", False: ""}))[["Run", *runs.COLUMNS, "Demo"]]
 downloads.table(show, "runs", "ov_runs", height=min(36 * (len(show) + 1) + 2, 420), column_config={
     "Emitted / call": st.column_config.NumberColumn(format="%.2f", help="incl. the bonus token: hardware-free"),
     "Acceptance": st.column_config.NumberColumn(format="percent", help="accepted drafts ÷ drafted, excl. bonus"),
@@ -56,5 +57,6 @@ if len(pos):
 else:
     st.caption("Pick speculative runs to overlay their per-position acceptance.")
 
-with st.expander(f"Cards: one per trace ({len(entries)})"):
+if st.toggle(f"Cards: one per trace ({len(entries)})", key="ov_cards",
+             help="the engine's own summary of each trace, grouped by target and run"):
     overview_view.cards(entries)
