@@ -47,6 +47,11 @@ def note(missing: list[str | None]) -> str | None:
             "showing the default view.")
 
 
+def drop(page: str, *params: str) -> None:
+    """Ignore these parameters of the link (e.g. the step of a trace the link names but that is not loaded)."""
+    st.session_state.setdefault(ADOPTED, set()).update((page, p) for p in params)
+
+
 def publish(**params: Any) -> None:
     want = {k: str(v) for k, v in params.items() if v is not None}
     if {k: st.query_params.get(k) for k in want} != want:

@@ -329,5 +329,5 @@ if res:
                 for side in live.SIDES if side in traces and traces[side].steps]
         if said:
             live_head.info(f"Last run, on this machine: {', '.join(said)} (tokens/s over the autoregressive baseline "
-                           "of the same prompt" + (", stopped early" if res["state"] == "stopped" else "") + ").",
+                           "of the same prompt" + ("; the run was interrupted" if res["state"] == "stopped" else "") + ").",
                            icon=":material/lightbulb:")

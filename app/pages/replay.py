@@ -22,6 +22,8 @@ def _reset() -> None:
 c1, c2 = st.columns([2, 3])
 names = list(entries)
 notes = [share.adopt("trace", "replay_trace", names, "trace", page="replay")]
+if notes[0]:  # the linked trace is not here: its prompt and step mean nothing for the default one
+    share.drop("replay", "request", "step")
 data.pick("replay_trace", names, data.default_label(entries, readable=True))
 titles = data.unique_titles(entries)
 label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset, format_func=lambda k: f"{titles[k]} · {k}")

@@ -126,14 +126,16 @@ def test_replay_downloads_read_back(page, tmp_path):
 
 def test_windows(page):
     nav(page, "Windows")
-    expect(page.get_by_text("oracle ÷ best fixed").first).to_be_visible()
+    expect(page.get_by_test_id("stMetricLabel").filter(has_text="oracle ÷ best fixed")).to_be_visible()
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
     shot(page, "windows")
 
 
 def test_compare(page):
     nav(page, "Compare")
-    expect(page.get_by_text("shared prompts")).to_be_visible()
+    expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("shared prompts")
+    page.get_by_role("tab", name="Per prompt").click()
+    expect(page.get_by_text("shared prompts").last).to_be_visible()
     shot(page, "compare")
 
 
