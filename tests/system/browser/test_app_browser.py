@@ -127,7 +127,7 @@ def test_replay_downloads_read_back(page, tmp_path):
 def test_windows(page):
     nav(page, "Windows")
     expect(page.get_by_test_id("stMetricLabel").filter(has_text="oracle ÷ best fixed")).to_be_visible()
-    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    expect(page.locator(".js-plotly-plot >> visible=true").first).to_be_visible()
     shot(page, "windows")
 
 
