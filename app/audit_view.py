@@ -76,3 +76,15 @@ def verdicts(df: pd.DataFrame, tol: float = TOL) -> pd.DataFrame:
                      "max_mass_error": float(g["mass_error"].max()), "min_deficit": float(g["min_deficit"].min()),
                      "max_fallback_mass": float(g["fallback_mass"].max())})
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def conclusion(table: pd.DataFrame) -> str:
+    """One sentence: how many verifiers are lossless, and which are not (and on what)."""
+    bad = table[table["verdict"] != "lossless"]
+    n = len(table)
+    if bad.empty:
+        return f"All {n} verifiers are lossless: on every toy case the emitted tokens follow the target exactly."
+    names = ", ".join(f"**{v}**" for v in bad["verifier"])
+    return (f"{n - len(bad)} of {n} verifiers are lossless; {names} {'is' if len(bad) == 1 else 'are'} not "
+            f"(worst lossless error {bad['max_lossless_error'].max():.1e}): use a lossless rule when the output "
+            "must follow the target.")

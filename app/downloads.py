@@ -81,9 +81,13 @@ def csv_button(df: pd.DataFrame, name: str, key: str, where=st) -> None:
                           key=f"csv_{key}", on_click="ignore", help="this table as CSV")
 
 
+MISSING = "—"  # what an empty cell shows (never a raw None / nan)
+
+
 def table(df: pd.DataFrame, name: str, key: str, where=st, **kwargs) -> None:
-    """st.dataframe plus its CSV button: every table in the app goes through here."""
-    where.dataframe(df, **{"hide_index": True, "width": "stretch", **kwargs})
+    """st.dataframe plus its CSV button: every table in the app goes through here. Empty cells read
+    as MISSING."""
+    where.dataframe(df, **{"hide_index": True, "width": "stretch", "placeholder": MISSING, **kwargs})
     csv_button(df, name, key, where)
 
 

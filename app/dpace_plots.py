@@ -143,5 +143,59 @@ def objectives_bar(summary: dict) -> go.Figure:
                     marker_color=colors[1],
                     error_y=dict(type="data", array=[r.get("tau_online_std") or 0 for r in rows]))
     fig.update_layout(barmode="group")
-    return layout(fig, "τ per objective (mean ± sd over seeds)", "objective",
+    fig.update_yaxes(range=tau_range(rows))
+    return layout(fig, "τ per objective (mean ± sd over seeds; the axis starts near the lowest τ)", "objective",
                   "τ = emitted per call (incl. bonus)", height=380)
+
+
+def tau_range(rows: list[dict]) -> list[float]:
+    """A τ axis that starts where the data does: 1.10 vs 1.26 must not look equal on a 0-based axis."""
+    lo = [r["tau_offline_mean"] - (r.get("tau_offline_std") or 0) for r in rows]
+    lo += [r["tau_online_mean"] - (r.get("tau_online_std") or 0) for r in rows if r.get("tau_online_mean") is not None]
+    hi = [r["tau_offline_mean"] + (r.get("tau_offline_std") or 0) for r in rows]
+    hi += [r["tau_online_mean"] + (r.get("tau_online_std") or 0) for r in rows if r.get("tau_online_mean") is not None]
+    if not lo:
+        return [0, 1]
+    pad = max(0.02, 0.15 * (max(hi) - min(lo)))
+    return [max(0.0, min(lo) - pad), max(hi) + pad]
+
+
+def chosen(summary: dict) -> dict | None:
+    """D-PACE's chosen run: the α that was also evaluated online (the one carried forward), else α = 0.5,
+    else the best offline τ among D-PACE runs."""
+    runs = [r for r in summary.get("summary", []) if r["objective"] == "dpace"]
+    if not runs:
+        return None
+    online = [r for r in runs if r.get("tau_online_mean") is not None]
+    half = [r for r in runs if r.get("alpha") == 0.5]
+    return (online or half or [max(runs, key=lambda r: r["tau_offline_mean"])])[0]
+
+
+def _ci(d: dict, pct: bool = True) -> str:
+    lo, hi = d.get("t_lo"), d.get("t_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return f"{d.get('n', 0)} seed{'s' if d.get('n') != 1 else ''}, no interval"
+    unit = "%" if pct else ""
+    return f"95% CI {lo:+.1f}{unit} to {hi:+.1f}{unit}, {d['n']} seeds"
+
+
+def conclusion(summary: dict) -> str:
+    """One sentence from summary.json: the chosen D-PACE run against DFlash, offline and online, with
+    its CPU speedup where measured."""
+    c = chosen(summary)
+    ref = next((r for r in summary.get("summary", []) if r["objective"] == "dflash"
+                and (r.get("diff_vs_dflash_offline") or {}).get("mean") == 0), None)
+    if c is None or ref is None:
+        return "No D-PACE and DFlash rows in this summary to compare."
+    rel = c.get("rel_pct_vs_dflash_offline") or {}
+    out = (f"**{c['label']}** reaches τ = {c['tau_offline_mean']:.3f} offline against {ref['label']}'s "
+           f"{ref['tau_offline_mean']:.3f}: **{rel.get('mean', float('nan')):+.1f}%** ({_ci(rel)})")
+    on = c.get("rel_pct_vs_dflash_online") or {}
+    if c.get("tau_online_mean") is not None and on.get("n"):
+        out += f"; online {c['tau_online_mean']:.3f} vs {ref['tau_online_mean']:.3f}, {on['mean']:+.1f}% ({_ci(on)})"
+    if c.get("speedup_cpu_mean") is not None:
+        x = c["speedup_cpu_mean"]
+        out += (f". On this CPU it decodes at {x:.2f}× AR" + (": τ this close to 1 does not pay for the drafter's "
+                                                           "forward — the gain is in acceptance, not yet in time"
+                                                           if x < 1 else ""))
+    return out + "."

@@ -71,7 +71,7 @@ def replay_fallback(entry, rid: int) -> bool:
             f"per verify call (Spec-Bench's accept length) and each call's share of its turn's wall time.")
     s = entry.steps[entry.steps["request_id"] == rid]
     turn = [(x.get("policy_fields") or {}).get("turn") for x in entry.trace.steps if x["request_id"] == rid]
-    st.dataframe(pd.DataFrame({"step": s["step"].to_numpy(), "turn": turn, "emitted": s["emitted"].to_numpy(),
+    st.dataframe(placeholder="—", data=pd.DataFrame({"step": s["step"].to_numpy(), "turn": turn, "emitted": s["emitted"].to_numpy(),
                                "accepted (excl. bonus)": s["accepted"].to_numpy(),
                                "ms (share of the turn)": s["t_ms"].round(3).to_numpy()}),
                  hide_index=True, width="stretch")

@@ -97,15 +97,53 @@ def pair_options() -> tuple[list[str], str]:
                          "(downloads ~1.6 GB once) to offer it here.")
 
 
-@st.cache_resource(show_spinner="Loading the models…")
+# While a pair loads: (stage, fraction done) for the page's progress bar, and how long loading took
+# last time on this machine (LOAD_TIMES_FILE), so the bar can say about how long is left.
+LOAD_STAGE: dict[str, tuple[str, float]] = {}
+LOAD_TIMES_FILE = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "live-load-seconds.json"
+LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "tiny": 5.0}  # first load ever: a 2-core CPU's order
+
+
+def _stage(which: str, text: str, frac: float) -> None:
+    LOAD_STAGE[which] = (text, frac)
+
+
+def load_estimate(which: str) -> tuple[float, bool]:
+    """(seconds a load of `which` takes here, measured?) — the last recorded load, else LOAD_GUESS_S."""
+    import json
+
+    try:
+        took = json.loads(LOAD_TIMES_FILE.read_text()).get(which)
+        if isinstance(took, (int, float)) and took > 0:
+            return float(took), True
+    except (OSError, ValueError, AttributeError):
+        pass
+    return LOAD_GUESS_S.get(which, 30.0), False
+
+
+def record_load(which: str, seconds: float) -> None:
+    import json
+
+    try:
+        old = json.loads(LOAD_TIMES_FILE.read_text()) if LOAD_TIMES_FILE.is_file() else {}
+        LOAD_TIMES_FILE.parent.mkdir(parents=True, exist_ok=True)
+        LOAD_TIMES_FILE.write_text(json.dumps({**(old if isinstance(old, dict) else {}), which: round(seconds, 1)}))
+    except (OSError, ValueError):
+        pass  # an estimate is a courtesy: never fail the page for it
+
+
+@st.cache_resource(show_spinner=False)  # the Live page draws its own progress bar (LOAD_STAGE)
 def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
     engine.core.provision.ModelNotInstalled, naming `make models`, when it is not)."""
+    _stage(which, "importing torch and transformers", 0.05)
     if which == "qwen2.5-coder":
         from engine.core.load import eos_token_ids, load_model
 
+        _stage(which, f"loading the target {QWEN_TARGET}", 0.3)
         t = load_model(QWEN_TARGET, role="target")
+        _stage(which, f"loading the draft {QWEN_DRAFT}", 0.75)
         d = load_model(QWEN_DRAFT, role="draft", target=t)
         return DemoPair(f"{QWEN_TARGET} ← {QWEN_DRAFT}", True, "", QWEN_TARGET, QWEN_DRAFT,
                         _sides(t.lm, d.lm, QWEN_TARGET, QWEN_DRAFT), t.tokenizer, eos_token_ids(t))
@@ -114,7 +152,9 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
         try:
             from engine.core.load import eos_token_ids, load_model
 
+            _stage(which, f"loading the target {DEMO_TARGET}", 0.3)
             t = load_model(DEMO_TARGET, role="target")
+            _stage(which, f"loading the draft {DEMO_DRAFT}", 0.75)
             d = load_model(DEMO_DRAFT, role="draft", target=t)
             return DemoPair(f"{DEMO_TARGET} ← {DEMO_DRAFT}", True, "", DEMO_TARGET, DEMO_DRAFT,
                             _sides(t.lm, d.lm, DEMO_TARGET, DEMO_DRAFT), t.tokenizer, eos_token_ids(t))
@@ -133,6 +173,48 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
 
 def get_pair(which: str = "smollm2") -> DemoPair:
     return demo_pair(os.environ.get(MODELS_ENV, "auto"), which)
+
+
+LOADED: set[str] = set()  # pairs this server process has loaded (demo_pair's cache holds them)
+
+
+def get_pair_with_progress(which: str, show: Callable[[float, str], None]) -> DemoPair:
+    """get_pair, loading in a worker thread on first use while `show(fraction, text)` reports the stage,
+    the seconds elapsed and about how many are left (from the last load on this machine). Errors of the
+    load are raised here, in the page's thread."""
+    import threading
+
+    if which in LOADED:
+        return get_pair(which)
+    key = "tiny" if os.environ.get(MODELS_ENV) == "tiny" else which
+    est, measured = load_estimate(key)
+    box: dict[str, Any] = {}
+    t0 = time.monotonic()
+
+    def work() -> None:
+        try:
+            box["pair"] = get_pair(which)
+        except BaseException as e:  # noqa: BLE001  re-raised in the page's thread
+            box["error"] = e
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    while th.is_alive():
+        th.join(0.25)
+        took = time.monotonic() - t0
+        stage, frac = LOAD_STAGE.get(which, ("starting", 0.0))
+        left = max(0.0, est - took)
+        show(min(0.97, max(frac, took / est if est else 0.0)),
+             f"Loading the models: {stage} · {took:.0f} s so far, "
+             + (f"about {left:.0f} s left" if left else "almost done")
+             + ("" if measured else " (a first estimate: later loads on this machine are timed)"))
+    if "error" in box:
+        raise box["error"]
+    took = time.monotonic() - t0
+    if took > 1.0:  # a real load, not a cache hit
+        record_load(key, took)
+    LOADED.add(which)
+    return box["pair"]
 
 
 # ---------------------------------------------------------------- the queue

@@ -10,6 +10,7 @@ PAGES = [
     st.Page("pages/replay.py", title="Replay", icon=":material/play_circle:"),
     st.Page("pages/windows.py", title="Windows", icon=":material/query_stats:"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("pages/multidraft.py", title="Multi-draft", icon=":material/account_tree:"),
     st.Page("pages/live.py", title="Live", icon=":material/bolt:"),
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
     st.Page("pages/sweeps.py", title="Sweeps", icon=":material/grid_on:"),

@@ -1,4 +1,4 @@
-"""The multi-draft grid as the Audit page shows it: rows of a paired-grid result
+"""The multi-draft grid as the Multi-draft page shows it: rows of a paired-grid result
 (`python -m engine multibench --paired`, engine.bench.paired) → a tidy frame and one sentence per
 temperature. Pure pandas, no torch: the bench stores its rows in the JSON.
 
@@ -76,3 +76,31 @@ def headline(rows: pd.DataFrame, temperature: float) -> str:
     return (f"At T = {temperature:g} the best lossless multi-draft rule gains {top['gain']:+.0%} block efficiency "
             f"over SD ({top['best']} at L = {int(top['L'])}: {top['best_be']:.2f} vs {top['sd_be']:.2f} tokens "
             f"per target call); per L: {span}.")
+
+
+DEFINITIONS = ("**K** = drafts per step: K independent draft blocks are proposed and the verifier may follow "
+               "any one of them (K = 1 is ordinary speculative decoding). **L** = block length: tokens in "
+               "each draft block. **BE** (block efficiency) = tokens emitted per target call, bonus included: "
+               "hardware-free. **×AR** = the wall-clock speedup over autoregressive decoding, modelled from "
+               "per-call costs measured in the same run (engine.bench.paired).")
+
+
+def wall_clock(rows: pd.DataFrame, temperature: float) -> str:
+    """One sentence: the best modelled wall-clock speedup at this T (any rule, any K, L) against SD's best,
+    and whether the extra drafts pay for themselves on the clock."""
+    d = rows[(rows["temperature"] == temperature)]
+    if "sr_model" not in d or d["sr_model"].isna().all():
+        return "This result has no measured costs, so no wall-clock figure stands beside BE."
+    d = d[d["sr_model"].notna() & (d["method"].isin(LOSSLESS_MULTI + ("token",)))]
+    best = d.loc[d["sr_model"].idxmax()]
+    sd = d[(d["method"] == "token") & (d["k"] == 1)]
+    sd_best = sd.loc[sd["sr_model"].idxmax()] if len(sd) else None
+    out = (f"On the wall clock the fastest lossless cell is {LABELS[best['method']]}, K = {int(best['k'])}, "
+           f"L = {int(best['L'])} at {best['sr_model']:.2f}× AR (BE {best['be']:.2f})")
+    if sd_best is not None and best["method"] != "token":
+        out += f", against SD's best {sd_best['sr_model']:.2f}× at L = {int(sd_best['L'])}"
+        if best["sr_model"] < sd_best["sr_model"] * 1.02:
+            out += ": the extra drafts buy tokens per call but not time"
+    elif sd_best is not None:
+        out += ": SD itself, so more drafts per step cost more time than they save here"
+    return out + "."

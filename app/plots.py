@@ -102,26 +102,32 @@ def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
     return layout(fig, "Tokens per verify call", "step (verify call)", "tokens per call")
 
 
-def position_heatmap(positions: pd.DataFrame, cursor: int | None = None) -> go.Figure:
+def position_heatmap(positions: pd.DataFrame, cursor: int | None = None, steps: pd.DataFrame | None = None) -> go.Figure:
     """Accept probability h_i = min(1, p/q) of each verified draft token: rows are steps, columns are
-    the token's position in the drafted block. Blank cells were not drafted, or came after the
-    rejection (pending: the verifier computed h there, but it decided nothing). One request."""
+    the token's position in the drafted block. Grey: drafted after the rejection (pending: the verifier
+    computed h there, but it decided nothing) or, given `steps` (the request's steps frame), a whole row
+    for a step that drafted nothing, so no neighbour's colour spreads over it. One request."""
     checked = positions.assign(accept_prob=positions["accept_prob"].where(positions["fate"] != "pending"))
     grid = checked.pivot_table(index="step", columns="pos", values="accept_prob", aggfunc="first", dropna=False)
     fates = positions.pivot_table(index="step", columns="pos", values="fate", aggfunc="first")
+    if steps is not None and len(steps):
+        grid = grid.reindex(sorted(set(steps["step"]) | set(grid.index)))
+        fates = fates.reindex(grid.index)
+        empty = [st for st in grid.index if st not in set(positions["step"])]
+        fates.loc[empty] = "nothing drafted"
     fig = go.Figure(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
                                colorscale=[[0, COLORS["rejected"]], [0.5, "#f2f2f2"], [1, COLORS["accepted"]]],
                                customdata=fates.reindex_like(grid).values,
                                colorbar=colorbar("accept probability h = min(1, p/q)"),
                                hovertemplate="step %{y}, position %{x}<br>accept prob %{z:.3f}<br>%{customdata}"
                                              "<extra></extra>"))
-    pend = positions.assign(one=1.0).pivot_table(index="step", columns="pos", values="one", aggfunc="first")
-    pend = pend.where(fates.eq("pending")).reindex_like(grid)
-    if pend.notna().any().any():  # never-checked drafts: grey cells, as in the token strips
-        fig.add_heatmap(z=pend.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1, showscale=False,
-                        colorscale=[[0, COLORS["pending"]], [1, COLORS["pending"]]], name="pending",
-                        hovertemplate="step %{y}, position %{x}<br>pending: drafted after the rejection, "
-                                      "never checked<extra></extra>")
+    pend = fates.reindex_like(grid)
+    grey = pend.isin(["pending", "nothing drafted"]).astype(float).where(pend.isin(["pending", "nothing drafted"]))
+    if grey.notna().any().any():  # never-checked drafts and steps with no draft: grey cells, as in the strips
+        fig.add_heatmap(z=grey.values, x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1, showscale=False,
+                        colorscale=[[0, COLORS["pending"]], [1, COLORS["pending"]]], name="not checked",
+                        customdata=pend.values,
+                        hovertemplate="step %{y}, position %{x}<br>%{customdata}: no accept decision<extra></extra>")
     if cursor is not None:
         fig.add_hline(y=cursor, line_color="#222222", line_width=1.5, opacity=0.7)
     fig.update_yaxes(autorange="reversed")
@@ -387,10 +393,15 @@ def audit_errors(verdicts: pd.DataFrame, tol: float) -> go.Figure:
 # ---------------------------------------------------------------- multi-draft
 
 
-def multidraft_be(rows: pd.DataFrame, temperature: float) -> go.Figure:
-    """Block efficiency (emitted per target call) against K, one panel per block length L and one line
-    per verifier, at one temperature (rows of app.multidraft_view.load_paired). SD, a K = 1 rule, is the
-    dashed level every multi-draft line has to clear."""
+MD_Y = {"be": ("Block efficiency", "tokens per target call (BE)", "BE %{y:.2f}"),
+        "sr_model": ("Wall clock: modelled speedup over AR", "× autoregressive (measured costs)", "%{y:.2f}× AR")}
+
+
+def multidraft_be(rows: pd.DataFrame, temperature: float, y: str = "be") -> go.Figure:
+    """Block efficiency (emitted per target call; or `y="sr_model"`, the speedup modelled from measured
+    per-call costs) against K, one panel per block length L and one line per verifier, at one temperature
+    (rows of app.multidraft_view.load_paired). SD, a K = 1 rule, is the dashed level every multi-draft
+    line has to clear."""
     from plotly.subplots import make_subplots
 
     d = rows[rows["temperature"] == temperature]
@@ -404,14 +415,15 @@ def multidraft_be(rows: pd.DataFrame, temperature: float) -> go.Figure:
             s = g[g["label"] == label].sort_values("k")
             if s.empty:
                 continue
-            if s["method"].iloc[0] == "token":
-                fig.add_hline(y=float(s["be"].iloc[0]), line_dash="dash", line_color=colors[label], row=1, col=i)
-            fig.add_scatter(x=s["k"], y=s["be"], mode="lines+markers", name=label, legendgroup=label,
+            if s["method"].iloc[0] == "token" and s[y].notna().any():
+                fig.add_hline(y=float(s[y].iloc[0]), line_dash="dash", line_color=colors[label], row=1, col=i)
+            fig.add_scatter(x=s["k"], y=s[y], mode="lines+markers", name=label, legendgroup=label,
                             showlegend=i == 1, line=dict(color=colors[label], width=2),
-                            hovertemplate=f"{label}<br>K = %{{x}}<br>BE %{{y:.2f}}<extra></extra>", row=1, col=i)
+                            hovertemplate=f"{label}<br>K = %{{x}}<br>{MD_Y[y][2]}<extra></extra>", row=1, col=i)
         fig.update_xaxes(dtick=1, title_text="drafts per step K", row=1, col=i)
-    layout(fig, f"Block efficiency by drafts per step, T = {temperature:g}", "drafts per step K",
-           "tokens per target call (BE)", height=380)
+    if y == "sr_model":
+        fig.add_hline(y=1.0, line_dash="dot", line_color="#222222", annotation_text="AR", annotation_position="bottom right")
+    layout(fig, f"{MD_Y[y][0]} by drafts per step, T = {temperature:g}", "drafts per step K", MD_Y[y][1], height=380)
     for i in range(2, len(ls) + 1):
         fig.update_yaxes(title_text="", row=1, col=i)  # shared axis: one title is enough
     return fig

@@ -83,3 +83,27 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
     fig.update_yaxes(autorange="reversed")
     ylabel = "drafter · policy" if (~df["drafter"].isin([NO_DRAFTER, MODEL_DRAFTER])).any() else "policy"
     return layout(fig, title, "task", ylabel, height=max(300, 90 + 45 * max(1, len(m.index))), legend=False)
+
+
+def conclusion(view: pd.DataFrame, tasks_table: pd.DataFrame | None = None) -> str:
+    """One or two sentences: the best drafter × policy pooled over tasks and its speedup, the tasks where
+    it does best and worst; where no setting beats autoregressive, say so."""
+    settings = setting_table(view)
+    spec = settings[settings["policy"] != AUTOREGRESSIVE] if "policy" in settings else settings
+    spec = spec[spec["speedup"].notna()] if len(spec) else spec
+    if spec.empty:
+        return "This slice has no speculative setting with an autoregressive baseline on the same prompts."
+    best = spec.iloc[0]
+    name = f"**{best['drafter']} × {best['policy']}**"
+    per = policy_task_table(view)
+    per = per[(per["drafter"] == best["drafter"]) & (per["policy"] == best["policy"]) & per["speedup"].notna()]
+    span = ""
+    if len(per) > 1:
+        lo, hi = per.loc[per["speedup"].idxmin()], per.loc[per["speedup"].idxmax()]
+        span = f", from {lo['speedup']:.2f}× on {lo['task']} to {hi['speedup']:.2f}× on {hi['task']}"
+    n_tasks = view["task"].nunique()
+    if best["speedup"] >= 1:
+        return f"Best setting: {name} at **{best['speedup']:.2f}×** autoregressive over {n_tasks} tasks{span}."
+    return (f"No setting beats autoregressive decoding in this slice: the best, {name}, runs at "
+            f"**{best['speedup']:.2f}×** over {n_tasks} tasks{span} — the draft's forwards cost more than the "
+            "tokens they save; compare model-free drafters (no draft forward) or shorter windows.")

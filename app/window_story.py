@@ -354,3 +354,24 @@ def cost_sentence(c: float, measured: bool, timed: bool, demo: bool, in_run: int
     if demo:
         return f"{flat}, because the tiny demo's timings (draft ≈ target) say nothing about a trained pair."
     return f"{flat}, as picked above; the references' measured timings are the default."
+
+
+# ---------------------------------------------------------------- tables and defaults
+
+RATIO_HEADERS = {"task": "task", "cost": "cost model", "alpha": "α (per-token acceptance)",
+                 "best_gamma": "best fixed γ*", "s_best_fixed": "speedup at γ*", "s_oracle_a": "oracle (a) speedup",
+                 "s_oracle_b": "oracle (b) speedup", "ratio_a": "oracle (a) ÷ best fixed",
+                 "ratio_b": "oracle (b) ÷ best fixed", "iid_ratio_a": "i.i.d. (a) ÷ best fixed",
+                 "iid_ratio_b": "i.i.d. (b) ÷ best fixed", "value": "values"}
+
+
+def default_traces(entries: Mapping[str, Any], target: str, draft: str, limit: int = 5) -> list[str]:
+    """A handful of decode traces of the page's pair (same target and draft; real before demo), so the
+    tokens-per-call chart opens readable; the first few of any pair when none matches."""
+    from app.runs import model_name
+
+    same = [k for k, e in entries.items() if model_name(e.info["target"]) == model_name(target)
+            and e.info["draft"] == draft]
+    same.sort(key=lambda k: bool(entries[k].info["demo"]))
+    pick = same or [k for k, e in entries.items() if not e.info["demo"]] or list(entries)
+    return pick[:limit]

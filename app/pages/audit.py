@@ -1,15 +1,16 @@
 """Audit: is each verifier lossless? The exact-enumeration table of `python -m engine audit`, one
-verdict per verifier computed from the CSV (app.audit_view.verdicts); then what each rule buys, the
-multi-draft block efficiency of the paired grid on the realistic pair (app.multidraft_view)."""
+verdict per verifier computed from the CSV (app.audit_view.verdicts). What each rule buys per target
+call is the Multi-draft page's."""
 
 import os
 from pathlib import Path
 
 import streamlit as st
 
-from app import audit_view, downloads, multidraft_view, plots
+from app import audit_view, downloads, plots
 
 st.title("Losslessness audit")
+head = st.container()
 st.caption("One iteration of every verifier enumerated exactly (float64) on toy draft/target pairs: every K-tuple "
            "of draft blocks and every accept/reject branch of the real verifier function (`engine/bench/audit.py`, "
            "docs/audit.md). Lossless means the emitted tokens follow the target exactly.")
@@ -24,6 +25,7 @@ except ValueError as e:
     st.error(str(e))
     st.stop()
 table = audit_view.verdicts(rows)
+head.info(audit_view.conclusion(table), icon=":material/lightbulb:")
 bad = table[table["verdict"] != "lossless"]
 m = st.columns(3)
 m[0].metric("verifiers", len(table))
@@ -46,29 +48,5 @@ with st.expander(f"Every row ({len(rows)})"):
     view = rows if pick == "all" else rows[rows["verifier"] == pick]
     downloads.table(view, f"audit-rows-{pick}", "audit_rows")
 
-# Lossless is half the story: how many tokens each rule buys per target call on the realistic pair.
-st.header("Multi-draft block efficiency on the realistic pair")
-md_default = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or "docs/results/multibench-qwen-paired-bf16.json"
-md_path = st.text_input("Paired multi-draft result", md_default, key="md_json",
-                        help="written by `python -m engine multibench --paired --out …` (python -m engine experiment run multibench-qwen-paired-bf16)")
-try:
-    md_rows, md_real, md_head = multidraft_view.load_paired(md_path if Path(md_path).is_absolute() else REPO / md_path)
-except ValueError as e:
-    st.info(str(e))
-else:
-    st.caption(f"{md_head['target']} ← {md_head['draft']} ({md_head['dtype']}), {md_head['prompts']} Spec-Bench dev "
-               "prompts. Every (verifier, K) is judged on the same steps' drafts (paired verification: one real run "
-               "drafting K = max blocks per step, driven by a lossless rule); BE = tokens emitted per target call, "
-               "bonus included. The published SpecTr-GBV code is drawn but not lossless for K ≥ 2.")
-    temps = sorted(md_rows["temperature"].unique())
-    md_t = st.radio("Temperature", temps, index=len(temps) - 1, horizontal=True, key="md_temp",
-                    format_func=lambda t: f"T = {t:g}")
-    st.markdown(multidraft_view.headline(md_rows, md_t))
-    st.plotly_chart(plots.multidraft_be(md_rows, md_t), theme=None, width="stretch", key="md_plot")
-    with st.expander("Every cell (BE, modelled speedup) and the check against real runs"):
-        cols = [c for c in ("temperature", "L", "label", "k", "be", "sr_model", "rule_ms_per_call") if c in md_rows]
-        downloads.table(md_rows[md_rows["temperature"] == md_t][cols], f"multidraft-T{md_t:g}", "md_rows")
-        if not md_real.empty:
-            st.caption("Real runs of the same prompts (the driver and SD): BE and speedup vs autoregressive, prefill "
-                       "excluded — the paired BE and the modelled speedup above should sit close to these.")
-            downloads.table(md_real, "multidraft-real", "md_real")
+st.page_link("pages/multidraft.py", label="What each lossless rule buys per target call: the Multi-draft page",
+             icon=":material/account_tree:")

@@ -1,18 +1,22 @@
-"""Compare: two traces over the same prompts, step-aligned — target calls and time saved or lost."""
+"""Compare: two traces over the same prompts, step-aligned — target calls and time saved or lost, and
+per-position acceptance of both. A and B (and the prompt) live in the URL (app.share)."""
 
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, imported, plots, tokens
+from app import acceptance, data, downloads, imported, plots, runs, share, tokens
 
 st.title("Compare")
 entries = data.all_traces()
 if len(entries) < 2:
     st.info("Comparing needs two traces: bundled ones in `traces/`, uploads, or Live runs.")
     st.stop()
+head = st.container()
 names = list(entries)
 titles = data.unique_titles(entries)
 a_label = data.default_label(entries)
+notes = [share.adopt("a", "cmp_a", names, "trace", page="compare"),
+         share.adopt("b", "cmp_b", names, "trace", page="compare")]
 data.pick("cmp_a", names, a_label)
 c1, c2 = st.columns(2)
 la = c1.selectbox("Trace A", names, key="cmp_a", format_func=titles.get)
@@ -26,6 +30,8 @@ if only and not fits:
 # B defaults to another policy on the same pair with the same sampling and prompts.
 b_default = next((k for k in fits if entries[k].info["policy"] != base["policy"] and entries[k].info["draft"]),
                  fits[0] if fits else b_names[0])
+if st.session_state.get("cmp_b") in names and st.session_state.get("cmp_b") not in b_names:
+    b_names = [st.session_state["cmp_b"], *b_names]  # a linked B outside the filter stays pickable
 data.pick("cmp_b", b_names, b_default)
 lb = c2.selectbox("Trace B", b_names, key="cmp_b", format_func=titles.get)
 A, B = entries[la], entries[lb]
@@ -38,8 +44,9 @@ if mismatch:
                "the policy with those.")
 
 sa, sb = A.info["summary"], B.info["summary"]
-st.markdown("**Hardware-free** — the same on any machine")
-m = st.columns(4)
+overview, by_pos, by_prompt, by_step = st.tabs(["Totals", "Acceptance by position", "Per prompt", "Step by step"])
+overview.markdown("**Hardware-free** — the same on any machine")
+m = overview.columns(4)
 m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], sb["target_calls"] - sa["target_calls"],
             delta_color="inverse", help=f"delta vs A ({A.info['policy']}): {sa['target_calls']} calls")
 m[1].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}",
@@ -52,25 +59,42 @@ m[3].metric("tokens · B", sb["new_tokens"], sb["new_tokens"] - sa["new_tokens"]
             help=f"A: {sa['new_tokens']}")
 same_machine = A.info["context"].split(" · ", 1)[-1] == B.info["context"].split(" · ", 1)[-1]
 same_run = same_machine and A.info["created"][:10] == B.info["created"][:10]
-st.markdown("**Wall clock** — depends on the machine and its load at the time")
-m = st.columns(4)
+overview.markdown("**Wall clock** — depends on the machine and its load at the time")
+m = overview.columns(4)
 m[0].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
             delta_color="inverse" if same_run else "off",
             help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
 m[1].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
             delta_color="normal" if same_run else "off", help=f"A: {sa['tokens_per_s']:.1f}")
-st.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"
+overview.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"
            + ("" if same_run else " · **recorded on different days or machine settings: the wall-clock difference "
               "mixes hardware and load with the policy; trust the target calls above**"))
-st.caption(f"A = {la} ({A.info['pair']}, {A.info['sampling']}) · B = {lb} ({B.info['pair']}, {B.info['sampling']}) · "
+overview.caption(f"A = {la} ({A.info['pair']}, {A.info['sampling']}) · B = {lb} ({B.info['pair']}, {B.info['sampling']}) · "
            "deltas are B − A")
 
 ra = data.requests_frame(A.trace, A.steps)
 rb = data.requests_frame(B.trace, B.steps)
 pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.prompt_keys(rb)), on="key",
                                                      suffixes=("_a", "_b"))
+share.publish(a=la, b=lb)
+if note := share.note(notes):
+    head.caption(f":orange[{note}]")
+head.info(runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["target_calls_a"].sum()), int(pairs["target_calls_b"].sum())),
+                                  (float(pairs["decode_ms_a"].sum()), float(pairs["decode_ms_b"].sum())), len(pairs),
+                                  same_run, mismatch), icon=":material/lightbulb:")
+with by_pos:
+    pos = acceptance.frame(entries, [la, lb], {la: f"A · {A.info['policy']}", lb: f"B · {B.info['policy']}"})
+    if len(pos):
+        left, right = st.columns([3, 2])
+        left.plotly_chart(acceptance.overlay(pos), theme=None, width="stretch", key="cmp_pos_chart")
+        with right:
+            downloads.table(acceptance.summary(pos), "compare-acceptance", "cmp_pos_table", column_config={
+                "mean acceptance length": st.column_config.NumberColumn(format="%.2f"),
+                "acceptance rate": st.column_config.NumberColumn(format="percent")})
+    else:
+        st.caption("Neither trace drafted anything: no per-position acceptance to show.")
 if pairs.empty:
-    st.warning("The two traces share no prompts (identical prompt token ids), so only the totals above compare.")
+    by_prompt.warning("The two traces share no prompts (identical prompt token ids), so only the totals compare.")
     st.stop()
 same = [imported.same_output(A.trace, B.trace, x, y) for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
 table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
@@ -78,21 +102,25 @@ table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "Δ calls": pairs["target_calls_b"] - pairs["target_calls_a"],
                       "ms A": pairs["decode_ms_a"], "ms B": pairs["decode_ms_b"],
                       "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
-st.subheader(f"{len(pairs)} shared prompts")
-downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table",
+by_prompt.subheader(f"{len(pairs)} shared prompts")
+downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table", where=by_prompt,
                 column_config={k: st.column_config.NumberColumn(format="%.1f") for k in ("ms A", "ms B", "Δ ms")})
 if not all(same):
-    st.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
+    by_prompt.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
 
-row = st.selectbox("Prompt, step by step", range(len(pairs)), key="cmp_prompt",
+notes = [share.adopt("request", "cmp_prompt", list(range(len(pairs))), "prompt", int, page="compare")]
+row = by_step.selectbox("Prompt, step by step", range(len(pairs)), key="cmp_prompt",
                    format_func=lambda i: f"#{pairs['request_id_a'].iat[i]} · {pairs['task_a'].iat[i]} · "
                                          f"{str(pairs['prompt_text_a'].iat[i])[:80]}")
 ida, idb = int(pairs["request_id_a"].iat[row]), int(pairs["request_id_b"].iat[row])
 steps = {"A": [s for s in A.trace.steps if s["request_id"] == ida],
          "B": [s for s in B.trace.steps if s["request_id"] == idb]}
 n = max(len(v) for v in steps.values())
-k = st.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
-cols = st.columns(2)
+k = by_step.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
+share.publish(request=row)
+if note := share.note(notes):
+    head.caption(f":orange[{note}]")
+cols = by_step.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
     seq = steps[side]
     if imported.missing(e.trace, ("draft_tokens", "emitted_tokens")):  # imported: counts, no drafts to show
@@ -113,9 +141,9 @@ for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
         else:
             st.markdown(tokens.strip([p for s in seq for p in tokens.emitted_pieces(s, texts)]), unsafe_allow_html=True)
             st.caption(f"finished after {len(seq)} target calls")
-st.markdown(tokens.legend(), unsafe_allow_html=True)
+by_step.markdown(tokens.legend(), unsafe_allow_html=True)
 curves = {f"A · {A.info['policy']}": A.steps[A.steps["request_id"] == ida],
           f"B · {B.info['policy']}": B.steps[B.steps["request_id"] == idb]}
-left, right = st.columns(2)
+left, right = by_step.columns(2)
 left.plotly_chart(plots.cumulative_compare(curves, cursor=k), theme=None, width="stretch", key="cmp_cum")
 right.plotly_chart(plots.time_compare(curves), theme=None, width="stretch", key="cmp_time")

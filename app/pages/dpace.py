@@ -10,6 +10,7 @@ from app import downloads
 from app import dpace_plots as dp
 
 st.title("D-PACE training")
+head = st.container()
 st.caption("A DFlash-style block drafter trained with different position weightings: uniform CE, DFlash's "
            "exponential decay, D-PACE (adaptive, detached weights) and its ablations, under the same data, "
            "steps and seeds. Every number comes from the training traces and summary in the results directory.")
@@ -34,29 +35,32 @@ if not traces:
 
 logs, evals = dp.logs_frame(traces), dp.evals_frame(traces)
 labels = list(dict.fromkeys(logs["label"]))
+pick = dp.chosen(summary)
+head.info(dp.conclusion(summary) if summary.get("summary") else "No summary.json in this directory: the training "
+          "curves below, without the seed-pooled comparison.", icon=":material/lightbulb:")
+tab_sum, tab_w, tab_tau, tab_alpha = st.tabs(["τ per objective", "Position weights", "τ during training", "α sweep"])
 if summary.get("summary"):
-    st.plotly_chart(dp.objectives_bar(summary), theme=None, width="stretch")
+    tab_sum.plotly_chart(dp.objectives_bar(summary), theme=None, width="stretch")
     rows = [{"objective": r["label"], "seeds": len(r["seeds"]), "τ offline": r["tau_offline_mean"],
              "sd": r["tau_offline_std"], "Δ vs DFlash": r["diff_vs_dflash_offline"]["mean"],
              "95% CI lo": r["diff_vs_dflash_offline"]["t_lo"], "95% CI hi": r["diff_vs_dflash_offline"]["t_hi"],
              "Δ% vs DFlash": (r.get("rel_pct_vs_dflash_offline") or {}).get("mean"),
              "τ online": r["tau_online_mean"], "Δ online": r["diff_vs_dflash_online"]["mean"],
              "CPU speedup": r.get("speedup_cpu_mean")} for r in summary["summary"]]
-    downloads.table(pd.DataFrame(rows).round(3), "dpace-summary", "dpace_summary")
+    downloads.table(pd.DataFrame(rows).round(3), "dpace-summary", "dpace_summary", where=tab_sum)
+    tab_sum.caption("— = not measured (one seed has no interval; only the chosen run was decoded online and timed).")
+    tab_alpha.plotly_chart(dp.alpha_sweep(summary), theme=None, width="stretch")
+else:
+    tab_alpha.caption("No summary.json: no α sweep.")
 
-st.subheader("Position weights over training")
-c1, c2 = st.columns([3, 1])
-default = next((lab for lab in labels if lab.startswith("dpace(")), labels[0])
+c1, c2 = tab_w.columns([3, 1])
+default = pick["label"] if pick and pick["label"] in labels else next(
+    (lab for lab in labels if lab.startswith("dpace(")), labels[0])
 label = c1.selectbox("Objective", labels, index=labels.index(default), key="dpace_label")
 value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True)
-st.plotly_chart(dp.weight_heatmap(logs, label, value), theme=None, width="stretch")
-st.plotly_chart(dp.share_profiles(logs, label), theme=None, width="stretch")
+tab_w.plotly_chart(dp.weight_heatmap(logs, label, value), theme=None, width="stretch")
+tab_w.plotly_chart(dp.share_profiles(logs, label), theme=None, width="stretch")
 
-st.subheader("τ during training")
-chosen = st.multiselect("Objectives", labels, default=[x for x in labels if "α=0.5" in x or not x.startswith("dpace")],
-                        key="dpace_curves")
-st.plotly_chart(dp.tau_curves(evals, chosen or labels), theme=None, width="stretch")
-
-if summary.get("summary"):
-    st.subheader("α sweep")
-    st.plotly_chart(dp.alpha_sweep(summary), theme=None, width="stretch")
+chosen = tab_tau.multiselect("Objectives", labels, key="dpace_curves",
+                             default=[x for x in labels if x == (pick or {}).get("label") or not x.startswith("dpace")])
+tab_tau.plotly_chart(dp.tau_curves(evals, chosen or labels), theme=None, width="stretch")

@@ -11,6 +11,10 @@ from app import data, downloads, live, tokens
 from engine.trace.format import TraceError, load_trace, summarize
 
 st.title("Live")
+live_head = st.empty()  # the last run's conclusion, or what this page does
+live_head.info("Type a prompt and press **Decode**: two speculative settings and the autoregressive baseline decode "
+               "it side by side on this machine, and each side's speedup over the baseline is measured as you watch.",
+               icon=":material/lightbulb:")
 ss = st.session_state
 REDRAW_S = 0.2
 queue = live.model_queue()
@@ -24,8 +28,10 @@ which = st.selectbox("Model pair", pairs, key="live_pair", format_func=PAIR_LABE
                      help="SmolLM2 is bundled; the Qwen2.5-Coder pair appears once `make models` installed it")
 if hint:
     st.caption(hint)
+loading = st.empty()
 try:
-    pair = live.get_pair(which)
+    pair = live.get_pair_with_progress(which, lambda f, t: loading.progress(f, text=t))
+    loading.empty()
 except Exception as e:  # noqa: BLE001  (e.g. engine.core.provision.ModelNotInstalled: the message names the fix)
     st.error(f"Could not load {PAIR_LABELS[which]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     st.stop()
@@ -317,3 +323,11 @@ if res:
     st.caption(f"Timed on this machine at {data.run_date(next(iter(traces.values())).header) if traces else '?'} UTC, "
                "the sides taking turns one target call at a time: compare them with each other (and the speedup), "
                "not with traces recorded elsewhere.")
+    if base_sum and base_sum["tokens_per_s"]:
+        said = [f"{side} ({(traces[side].header.get('policy') or {}).get('spec', '?')}) "
+                f"{summarize(traces[side].steps)['tokens_per_s'] / base_sum['tokens_per_s']:.2f}× AR"
+                for side in live.SIDES if side in traces and traces[side].steps]
+        if said:
+            live_head.info(f"Last run, on this machine: {', '.join(said)} (tokens/s over the autoregressive baseline "
+                           "of the same prompt" + ("; the run was interrupted" if res["state"] == "stopped" else "") + ").",
+                           icon=":material/lightbulb:")

@@ -1,77 +1,62 @@
-"""Overview: what is loaded, grouped by target model and run, one card per trace with the engine's own
-summary, and where to go next."""
+"""Overview: the answer first (best method against AR, or why speculation loses here), the pages, then
+every loaded trace as one sortable table of runs, per-position acceptance across runs, and the cards."""
 
 import streamlit as st
 
-from app import costaware_view, data, imported
+from app import acceptance, costaware_view, data, downloads, overview_view, runs
 
 st.title("speclab")
-st.caption("Speculative decoding, one verify call at a time: replay traces, compare window policies, "
-           "run the demo pair live.")
-
 entries = data.all_traces()
+df = runs.runs_frame(entries)
+st.info(runs.conclusion(df), icon=":material/lightbulb:")
 pair, advised = costaware_view.pick_pair(entries)
 if advised:  # the one answer per pair (engine.offline.advise; `python -m engine advise TRACE...`)
     st.markdown(f"**Which window?** {pair}: {costaware_view.advice_line(advised)}",
                 help="From this pair's loaded decode traces: per-position acceptance × the traces' own costs. "
                      "The Windows page answers from a reference run, against the cost-optimal hindsight schedule.")
+overview_view.directory()
+
 _, broken = data.bundled()
-n_up = sum(e.origin != "bundled" for e in entries.values())
-st.write(f"**{len(entries)} traces loaded** — {len(entries) - n_up} bundled from `traces/`, "
-         f"{n_up} uploaded or recorded in this session.")
 for name, err in broken.items():
     st.error(f"Bundled trace skipped: {err}")
-if any(e.info["demo"] for e in entries.values()):
-    st.info("Traces marked **tiny-model demo** come from random 64-token Llama models "
-            "(`python -m app.make_demo_traces`). They exercise every view; their numbers say nothing about "
-            "real models. Real traces written by `python -m engine decode` into `traces/` appear here too.")
+for name, err in st.session_state.get(data.RESTORE_ERRORS, {}).items():
+    st.warning(err)
+n_up = sum(e.origin != "bundled" for e in entries.values())
+st.subheader(f"{len(entries)} traces loaded")
+st.caption(f"{len(entries) - n_up} bundled from `traces/`, {n_up} uploaded or recorded live. ×AR = tokens/s ÷ "
+           "the autoregressive trace of the same run (same day, machine, dtype and prompts); empty where that run "
+           "has no AR trace. Target calls and emitted per call are hardware-free. Click a header to sort."
+           + (" Runs marked demo come from random tiny models (`python -m app.make_demo_traces`): their numbers "
+              "say nothing about real models." if df["demo"].any() else ""))
 if not entries:
-    st.warning("No traces yet: add some to `traces/`, upload one, or record one on the Live page.")
-else:
-    st.caption("Grouped by target model, then by run (same day, machine settings and prompts). Target calls and "
-               "emitted per call do not depend on the hardware; tokens/s does, so it compares only within a run.")
+    st.stop()
+order = df.assign(_x=df["×AR"].fillna(-1)).sort_values(["demo", "target", "_x"], ascending=[True, True, False],
+                                                       kind="stable")
+show = order.assign(Run=order["label"], Demo=order["demo"].map({True: "demo", False: ""}))[["Run", *runs.COLUMNS, "Demo"]]
+downloads.table(show, "runs", "ov_runs", height=min(36 * (len(show) + 1) + 2, 420), column_config={
+    "Emitted / call": st.column_config.NumberColumn(format="%.2f", help="incl. the bonus token: hardware-free"),
+    "Acceptance": st.column_config.NumberColumn(format="percent", help="accepted drafts ÷ drafted, excl. bonus"),
+    "Tokens/s": st.column_config.NumberColumn(format="%.1f", help="wall clock: compares only within one run"),
+    "×AR": st.column_config.NumberColumn(format="%.2f×", help="tokens/s ÷ the same run's autoregressive tokens/s"),
+    "Target calls": st.column_config.NumberColumn(help="verify forwards of the target: hardware-free")})
 
+st.subheader("Per-position acceptance across runs")
 titles = data.unique_titles(entries)
-groups = data.run_groups(entries)
-COLS = 3
-for target, runs in groups.items():
-    st.subheader(f"Target {target}")
-    for run, labels in runs.items():
-        first = entries[labels[0]].info
-        machine = first["context"].split(" · ", 1)[-1]
-        st.markdown(f"**Run · {first['created'][:10] or 'date not recorded'} · {machine}** · "
-                    f"{len(first['prompts_key'])} prompts "
-                    f"({', '.join(first['tasks']) or '—'})")
-        for row in range(0, len(labels), COLS):
-            for col, label in zip(st.columns(COLS), labels[row:row + COLS]):
-                e = entries[label]
-                s, info = e.info["summary"], e.info
-                with col.container(border=True):
-                    st.markdown(f"##### {titles[label]}")
-                    tags = [":violet-badge[tiny-model demo]" if info["demo"] else "",
-                            f":gray-badge[{e.origin}]", "" if info["complete"] else ":orange-badge[interrupted]",
-                            f":blue-badge[imported: {imported.source_format(e.trace)}]" if imported.lacks(e.trace) else ""]
-                    st.markdown(" ".join(t for t in tags if t))
-                    st.caption(f"{e.label}")
-                    a, b = st.columns(2)
-                    a.metric("target calls", s["target_calls"], help="verify forwards of the target: hardware-free")
-                    b.metric("emitted / call", f"{s['mean_emitted_per_call_incl_bonus']:.2f}",
-                             help="incl. bonus token: hardware-free")
-                    a.metric("acceptance", imported.pct(s["draft_acceptance_rate"] if info["draft"] else None),
-                             help="accepted drafts ÷ drafted, excl. bonus"
-                                  + (f" · {imported.missing(e.trace, ('window',))}" if imported.lacks(e.trace) else ""))
-                    b.metric("tokens/s", f"{s['tokens_per_s']:.1f}",
-                             help=f"wall clock on {info['context']}: compare only within one run")
-                    st.caption(f"{s['requests']} prompts · {s['new_tokens']} tokens · tokens/s measured "
-                               f"{info['context']}")
+spec = [k for k in entries if entries[k].info["draft"]]
+chosen = st.multiselect("Runs", spec, default=runs.pair_traces(df, runs.headline_label(df)), key="ov_pos_runs",
+                        format_func=titles.get, help="by default the headline run and others of its pair and run")
+pos = acceptance.frame(entries, chosen, titles)
+if len(pos):
+    left, right = st.columns([3, 2])
+    left.plotly_chart(acceptance.overlay(pos), theme=None, width="stretch", key="ov_pos_chart")
+    with right:
+        downloads.table(acceptance.summary(pos), "acceptance", "ov_pos_table", column_config={
+            "mean acceptance length": st.column_config.NumberColumn(format="%.2f", help="1 + accepted ÷ drafting "
+                                                                    "steps, bonus included (vLLM)"),
+            "acceptance rate": st.column_config.NumberColumn(format="percent", help="accepted ÷ drafted")})
+else:
+    st.caption("Pick speculative runs to overlay their per-position acceptance.")
 
-st.subheader("Where next")
-LINKS = [("pages/replay.py", "Replay a trace", ":material/play_circle:"),
-         ("pages/windows.py", "Window analysis", ":material/query_stats:"),
-         ("pages/compare.py", "Compare two traces", ":material/compare_arrows:"),
-         ("pages/live.py", "Decode live", ":material/bolt:"),
-         ("pages/upload.py", "Upload traces", ":material/upload_file:"),
-         ("pages/audit.py", "Lossless verifiers", ":material/verified:")]
-for row in range(0, len(LINKS), 3):
-    for col, (page, label, icon) in zip(st.columns(3), LINKS[row:row + 3]):
-        col.page_link(page, label=label, icon=icon)
+if st.toggle(f"Cards: one per trace ({len(entries)})", key="ov_cards",
+             help="the engine's own summary of each trace, grouped by target and run"):
+    overview_view.cards(entries)

@@ -1,9 +1,10 @@
-"""Replay: one trace, one prompt, one verify call at a time — slider, prev/next and play/pause."""
+"""Replay: one trace, one prompt, one verify call at a time — slider, prev/next and play/pause. The
+trace, prompt and step live in the URL (app.share), so a copied link opens this same step."""
 
 import pandas as pd
 import streamlit as st
 
-from app import costaware_view, data, downloads, imported, plots, tokens
+from app import costaware_view, data, downloads, imported, plots, runs, share, tokens
 
 st.title("Replay")
 ss = st.session_state
@@ -11,6 +12,7 @@ entries = data.all_traces()
 if not entries:
     st.warning("No traces loaded: add files to `traces/` or use the Upload page.")
     st.stop()
+head = st.container()
 
 
 def _reset() -> None:
@@ -19,21 +21,31 @@ def _reset() -> None:
 
 c1, c2 = st.columns([2, 3])
 names = list(entries)
-data.pick("replay_trace", names, data.default_label(entries))
+notes = [share.adopt("trace", "replay_trace", names, "trace", page="replay")]
+if notes[0]:  # the linked trace is not here: its prompt and step mean nothing for the default one
+    share.drop("replay", "request", "step")
+data.pick("replay_trace", names, data.default_label(entries, readable=True))
 titles = data.unique_titles(entries)
 label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset, format_func=lambda k: f"{titles[k]} · {k}")
 e = entries[label]
 reqs = data.requests_frame(e.trace, e.steps).set_index("request_id")
+notes.append(share.adopt("request", "replay_req", list(reqs.index), "prompt", int, page="replay"))
 data.pick("replay_req", list(reqs.index), reqs.index[0])
 rid = c2.selectbox("Prompt", list(reqs.index), key="replay_req", on_change=_reset,
                    format_func=lambda r: f"#{r} · {reqs.at[r, 'task']} · {str(reqs.at[r, 'prompt_text'])[:80]}")
 raw = [s for s in e.trace.steps if s["request_id"] == rid]
 steps = e.steps[e.steps["request_id"] == rid]
 pos = e.positions[e.positions["request_id"] == rid]
+n = len(raw)
+notes.append(share.adopt("step", "replay_step", list(range(n)), "step", int, page="replay"))
+if note := share.note(notes):
+    head.caption(f":orange[{note}]")
+head.info(runs.trace_conclusion(runs.runs_frame(entries), label)
+          + (f" This prompt: {n} target calls for {int(steps['emitted'].sum())} tokens." if n else ""),
+          icon=":material/lightbulb:")
 if not raw:
     st.warning("This prompt has no verify steps in the trace.")
     st.stop()
-n = len(raw)
 info = e.info
 n_drafts = max(len(s.get("all_drafts") or [()]) for s in raw)  # K > 1: a multi-draft trace
 st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['verifier']} · "
@@ -49,7 +61,8 @@ ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_toke
     t for s in raw for block in s.get("all_drafts") or [] for t in block}
 texts = dict(zip(ids, data.token_texts(tok, list(ids))))
 if tok is None:
-    st.caption(f"No tokenizer for target `{info['target']}` on this machine: tokens shown as ⟨id⟩.")
+    st.caption(f"No tokenizer for target `{info['target']}` on this machine (`make models` installs it): tokens "
+               "shown as ⟨id⟩.")
 with st.expander("Prompt and final output (from the trace)"):
     st.text(reqs.at[rid, "prompt_text"] or " ".join(map(str, reqs.at[rid, "prompt_ids"])))
     st.text((e.trace.ends.get(rid) or {}).get("output_text") or "(no output_text recorded)")
@@ -76,6 +89,30 @@ b[2].button("Pause" if ss["replay_playing"] else "Play", on_click=_toggle_play, 
 speed = b[3].select_slider("Speed (steps per second)", options=[0.5, 1, 2, 4, 8], value=2, key="replay_speed")
 
 
+def stop_reason(s: dict) -> str:
+    stop = (s.get("policy_fields") or {}).get("stop")
+    return s["stop_reason"] + (f" · {stop}" if stop else "")
+
+
+def policy_fields(s: dict, k: int) -> None:
+    fields = s.get("policy_fields") or {}
+    fig = plots.policy_scores(fields, s["window"])
+    if fig is not None and sum(len(t.x) for t in fig.data if t.mode != "lines" or len(t.x) > 2) > 1:
+        st.plotly_chart(fig, theme=None, width="stretch", key="replay_scores")
+    if (ufig := costaware_view.utilities_figure(fields, s["window"])) is not None:  # costaware's U(k)
+        st.plotly_chart(ufig, theme=None, width="stretch", key="replay_utilities")
+        st.markdown(costaware_view.caption(fields))
+    records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
+    for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
+        st.caption(f"`{name}`")
+        downloads.table(pd.DataFrame(v), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
+    if rest := {f: v for f, v in fields.items() if f not in records}:
+        st.dataframe(pd.DataFrame({"field": list(rest), "value": [str(v) for v in rest.values()]}),
+                     hide_index=True, width="stretch", placeholder=downloads.MISSING)
+    if not fields:
+        st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
+
+
 @st.fragment(run_every=1.0 / speed if ss["replay_playing"] else None)
 def step_view() -> None:
     if ss["replay_playing"]:
@@ -87,6 +124,7 @@ def step_view() -> None:
         k = st.slider("Step", 0, n - 1, key="replay_step")
     else:
         k = 0
+    share.publish(trace=label, request=rid, step=k)
     s = raw[k]
     earlier = [p for prev in raw[:k] for p in tokens.emitted_pieces(prev, texts)]
     st.markdown(f"**Step {k} of {n - 1}** — generated text so far; the outlined block is this step",
@@ -107,47 +145,38 @@ def step_view() -> None:
                          "coin (block verification emits up to the last successful coin)")
         st.markdown(tokens.multi_draft_html(s, texts), unsafe_allow_html=True)
 
-    m = st.columns(6)
+    m = st.columns(5)
     m[0].metric("window (drafted)", s["window"])
     m[1].metric("accepted", s["accepted"], help="excl. bonus")
     m[2].metric("emitted", s["emitted"], help="incl. correction/bonus")
-    m[3].metric("stop reason", s["stop_reason"] + (f" · {s['policy_fields']['stop']}" if "stop" in s["policy_fields"]
-                                                   else ""))
-    m[4].metric("draft ms", f"{s['t_draft_ms']:.2f}")
-    m[5].metric("verify ms", f"{s['t_verify_ms']:.2f}")
+    m[3].metric("draft ms", f"{s['t_draft_ms']:.2f}")
+    m[4].metric("verify ms", f"{s['t_verify_ms']:.2f}")
+    st.markdown(f"**Stop reason:** {stop_reason(s)}", help="why the drafter stopped drafting at this step")
     block = pos[pos["step"] == k].assign(text=lambda d: d["token"].map(texts))
-    left, right = st.columns([3, 2])
-    with left:
-        st.markdown("**Drafted block**")
+    tabs = st.tabs(["Tokens per call", "Accept probability", "Drafted block", "Policy fields"])
+    with tabs[0]:
+        st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, width="stretch", key="replay_timeline")
+    with tabs[1]:
+        if len(pos):
+            st.plotly_chart(plots.position_heatmap(pos, cursor=k, steps=steps), theme=None, width="stretch",
+                            key="replay_heatmap")
+        else:
+            st.caption("Nothing was drafted for this prompt.")
+    with tabs[2]:
         if len(block):
-            downloads.table(block[["pos", "text", "token", "fate", "q_draft", "p_target", "accept_prob",
-                                   "draft_entropy"]], f"{downloads.stem(label)}-req{rid}-step{k}-block", "replay_block",
-                            column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                           for c in ("q_draft", "p_target", "accept_prob", "draft_entropy")})
+            names = {"pos": "position", "text": "token text", "token": "token id", "fate": "fate",
+                     "q_draft": "draft prob q", "p_target": "target prob p", "accept_prob": "accept prob min(1, p/q)",
+                     "draft_entropy": "draft entropy"}
+            downloads.table(block[list(names)].rename(columns=names), f"{downloads.stem(label)}-req{rid}-step{k}-block",
+                            "replay_block", column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                                           for c in list(names.values())[4:]})
         else:
             st.caption("Nothing drafted: an autoregressive target call.")
-    with right:
-        st.markdown("**Policy fields this step**")
-        fields = s.get("policy_fields") or {}
-        fig = plots.policy_scores(fields, s["window"])
-        if fig is not None:
-            st.plotly_chart(fig, theme=None, width="stretch", key="replay_scores")
-        if (ufig := costaware_view.utilities_figure(fields, s["window"])) is not None:  # costaware's U(k)
-            st.plotly_chart(ufig, theme=None, width="stretch", key="replay_utilities")
-            st.markdown(costaware_view.caption(fields))
-        records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
-        for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
-            st.caption(f"`{name}`")
-            downloads.table(pd.DataFrame(v), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
-        if rest := {f: v for f, v in fields.items() if f not in records}:
-            st.json(rest, expanded=True)
-        if not fields:
-            st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
-    st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, width="stretch", key="replay_timeline")
-    if len(pos):
-        st.plotly_chart(plots.position_heatmap(pos, cursor=k), theme=None, width="stretch", key="replay_heatmap")
+    with tabs[3]:
+        policy_fields(s, k)
 
 
 step_view()
 if len(e.positions):
-    st.plotly_chart(plots.position_rate(e.positions), theme=None, width="stretch", key="replay_rate")
+    with st.expander("Acceptance rate by block position, whole trace"):
+        st.plotly_chart(plots.position_rate(e.positions), theme=None, width="stretch", key="replay_rate")

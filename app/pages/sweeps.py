@@ -1,5 +1,6 @@
 """Sweeps: the per-task table of a `python -m engine sweep` folder, a setting (drafter × policy) × task speedup
-heatmap and the settings pooled over tasks."""
+heatmap and the settings pooled over tasks. With no sweep of your own it opens on the bundled example
+(app/example_sweep: the real sweep code over the tiny untrained pair)."""
 
 import os
 from datetime import datetime, timezone
@@ -13,16 +14,21 @@ from engine.bench.sweep_summary import load_sweep_summary, with_settings
 from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL, LABELS
 
 st.title("Sweeps")
+head = st.container()
 st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
            "one trace per task and `summary.parquet`, one row per task.")
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = str(REPO / "app" / "example_sweep")
 found = sorted(str(p.parent) for p in (REPO / "runs").glob(f"**/{SUMMARY_NAME}")) if (REPO / "runs").is_dir() else []
+if (Path(EXAMPLE) / SUMMARY_NAME).is_file():
+    found.append(EXAMPLE)
 default = os.environ.get("SPECLAB_SWEEP_DIR") or (found[0] if found else "")
 if default and default not in found:
     found.insert(0, default)
 folder = st.selectbox("Sweep folder", found, index=found.index(default) if default else None,
-                      accept_new_options=True, placeholder="path to a sweep folder")
+                      accept_new_options=True, placeholder="path to a sweep folder",
+                      format_func=lambda f: "bundled example (tiny untrained pair)" if f == EXAMPLE else f)
 if not folder:
     st.info("No sweep folder yet. Try: `.venv/bin/python -m engine sweep-bench --make-tiny` then "
             "`.venv/bin/python -m engine sweep docs/examples/sweep-tiny.toml --out runs/sweep-tiny/out`.")
@@ -58,6 +64,9 @@ if facets:
         pick = col.selectbox(name, values, key=f"sweep_{name}")
         view = view[view[name] == pick]
 
+head.info(sweep_plots.conclusion(view) + (" *The bundled example's pair is random: run your own grid "
+                                         "(docs/sweeps.md) for numbers that mean something.*" if folder == EXAMPLE else ""),
+          icon=":material/lightbulb:")
 st.plotly_chart(sweep_plots.speedup_heatmap(view), theme=None, width="stretch")
 dtypes = ", ".join(map(str, sorted(view["dtype"].unique()))) if "dtype" in view else "?"
 when = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if stamp else "date unknown"

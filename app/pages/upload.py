@@ -1,18 +1,26 @@
-"""Upload: add JSONL or Parquet traces (or reference runs) to this session; every page then sees them."""
+"""Upload: add JSONL or Parquet traces (or reference runs); every page then sees them, and they are kept
+on disk (app.persist) so a reload or a later visit finds them again."""
 
 import streamlit as st
 
-from app import data, peer_view
+from app import data, peer_view, persist
 
 st.title("Upload")
-st.write(f"Trace files from `python -m engine decode` (JSONL, or Parquet from `python -m engine export`), "
-         f"reference runs for the Windows page, or a serving engine's run (vLLM, llama.cpp, SGLang: imported on the "
-         f"way in). Limit **{data.MAX_UPLOAD_MB} MB** per file. Files stay in this browser session only.")
+restored = data.restore_uploads()
+head = st.empty()  # filled once this run's files are in
+st.write(f"Takes **.jsonl** or **.parquet** traces (`python -m engine decode`, `python -m engine export`), "
+         f"reference runs (.jsonl) for the Windows page, Spec-Bench answer files (.jsonl), and serving engines' "
+         f"reports — vLLM, llama.cpp, SGLang as {', '.join(data.PEER_SUFFIXES)} — imported on the way in. Limit "
+         f"**{data.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why.")
+for err in restored.values():
+    st.warning(err)
 peer_view.formats_help()
 
 files = st.file_uploader("Trace files", type=["jsonl", "parquet", *(s[1:] for s in data.PEER_SUFFIXES)],
                          accept_multiple_files=True, key="upload_files", max_upload_size=data.MAX_UPLOAD_MB)
 for f in files or []:
+    if data.was_removed(f.name, f.getvalue()):
+        continue
     if f.size > data.MAX_UPLOAD_MB * 1024 * 1024:  # before reading it into the session at all
         st.error(data.size_message(f.name, f.size))
         continue
@@ -34,10 +42,16 @@ for f in files or []:
                    + " ".join(f"{w[0].upper()}{w[1:]}." for w in e.info["warnings"] if not w.startswith("no footer")))
     else:
         st.success(f"Loaded **{f.name}** — open it in Replay, Compare or Windows.")
+    if not err:
+        data.keep_upload(f.name, f.getvalue())
 
 ups = data.uploads()
 refs = st.session_state.get(data.REF_UPLOADS, {})
-st.subheader(f"In this session: {len(ups)} traces, {len(refs)} reference runs")
+head.info(f"**{len(ups)} uploaded traces and {len(refs)} reference runs** are loaded; uploads are kept in "
+          f"`{persist.folder()}` (set `{persist.ENV}` to move it) and come back after a reload until you remove "
+          "them below.", icon=":material/lightbulb:")
+st.subheader(f"Kept uploads: {len(ups)} traces, {len(refs)} reference runs")
+st.caption(f"Stored in `{persist.folder()}`; Remove deletes the kept copy too.")
 for label, e in list(ups.items()):
     s = e.info["summary"]
     a, b = st.columns([5, 1])

@@ -1,6 +1,7 @@
 """Shared by the AppTest files of this folder: small tiny-model traces generated once per module by
 `app.make_demo_traces` into a temporary folder (SPECLAB_TRACES), the app opened on them with the tiny random
-Live pair, and `goto` (switch page, no exception). A file that needs another variant defines its own."""
+Live pair, and `goto` (switch page, no exception). A file that needs another variant defines its own.
+Every test keeps its uploads in its own temporary folder (SPECLAB_UPLOADS), never in ~/.cache."""
 
 from __future__ import annotations
 
@@ -9,6 +10,15 @@ from streamlit.testing.v1 import AppTest
 
 from app import data
 from tests.conftest import MAIN, TIMEOUT
+
+
+@pytest.fixture(autouse=True)
+def uploads_dir(tmp_path, monkeypatch):
+    from app import persist
+
+    d = tmp_path / "kept-uploads"
+    monkeypatch.setenv(persist.ENV, str(d))
+    return d
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ def test_compare_page(app, trace_dir):
     at = goto(app, "compare")
     assert at.selectbox(key="cmp_a").value != at.selectbox(key="cmp_b").value
     assert any("target calls" in m.label for m in at.metric)
-    table = at.dataframe[0].value
+    table = next(d.value for d in at.dataframe if "Δ calls" in d.value.columns)  # the per-prompt table
     # Every demo trace decodes the same prompts (one per Spec-Bench task, or the built-in fallback lines).
     n_prompts = len(load_trace(trace_dir / "demo-tiny-fixed4.jsonl").requests)
     assert len(table) == n_prompts and {"Δ calls", "Δ ms"} <= set(table.columns)

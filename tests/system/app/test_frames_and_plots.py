@@ -79,7 +79,7 @@ def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
     step = ar.trace.steps[0]
     assert [f for _, f, _ in tokens.step_pieces(step, {t: "x" for t in step["emitted_tokens"]})] == ["autoregressive"]
     heat = plots.position_heatmap(e.positions).to_dict()
-    grey = [d for d in heat["data"] if d.get("name") == "pending"]
+    grey = [d for d in heat["data"] if d.get("name") == "not checked"]
     assert grey and grey[0]["colorscale"][0][1] == plots.COLORS["pending"]
 
 

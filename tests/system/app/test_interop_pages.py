@@ -34,6 +34,7 @@ def goto(at, page):
 
 def test_overview_marks_imported_and_unknown_acceptance(at):
     goto(at, "overview")
+    at.toggle(key="ov_cards").set_value(True).run()  # cards on demand
     assert any("imported: specbench" in m.value for m in at.markdown)
     acceptance = [m for m in at.metric if m.label == "acceptance"]
     assert acceptance and all(m.value == "—" for m in acceptance)

@@ -19,11 +19,13 @@ from tests.system.app.conftest import goto
 
 
 def test_overview_cards(app):
+    assert not app.metric  # cards on demand: the first screen is the conclusion, the pages and the runs table
+    app.toggle(key="ov_cards").set_value(True).run()
     labels = [m.label for m in app.metric]
     n = len(data.bundled_paths(kind="trace"))
     assert n >= 7 and labels.count("tokens/s") == n and labels.count("emitted / call") == n
-    assert any("traces loaded" in m.value for m in app.markdown)
-    assert any("tiny-model demo" in i.value for i in app.info)
+    assert any("traces loaded" in h.value for h in app.subheader)
+    assert any("say nothing about real models" in c.value for c in app.caption)
     # Every number on a card is the engine's own summary of that trace.
     e = data.all_traces()["demo-tiny-fixed4.jsonl"]
     assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
@@ -39,6 +41,7 @@ def test_overview_titles_are_unique_and_group_by_run(app, trace_dir):
     """One title per trace that tells it apart (pair · policy · sampling · date), also when the same
     run is loaded twice; cards sit under their target and run."""
     n = len(data.bundled_paths(kind="trace"))
+    app.toggle(key="ov_cards").set_value(True).run()
     titles = card_titles(app)
     assert len(titles) == n and len(set(titles)) == n, titles
     fixed4 = data.all_traces()["demo-tiny-fixed4.jsonl"].info
@@ -50,5 +53,6 @@ def test_overview_titles_are_unique_and_group_by_run(app, trace_dir):
     raw = (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes()
     at.file_uploader(key="upload_files").set_value(("again.jsonl", raw, "application/json")).run()
     at = goto(at, "overview")
+    at.toggle(key="ov_cards").set_value(True).run()
     titles = card_titles(at)
     assert len(titles) == n + 1 and len(set(titles)) == n + 1, titles

@@ -67,7 +67,7 @@ def test_replay_renders_pacer_style_policy_fields(app, trace_dir):
     at = goto(at, "replay")
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert "Policy scores this step" in titles
-    assert any(m.label == "stop reason" and "pre_verify" in m.value for m in at.metric)
+    assert any(m.value.startswith("**Stop reason:**") and "pre_verify" in m.value for m in at.markdown)
     assert any("decision" in d.value.columns for d in at.dataframe)
 
 

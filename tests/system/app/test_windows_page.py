@@ -54,8 +54,10 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     assert not any("blend" in w.value for w in at.warning)
     text = [m.value for m in at.markdown]
     said = "\n".join(text)
-    assert "At a glance: qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b" in [h.value for h in at.subheader]
-    gain = next(t for t in text if t.startswith("**Oracle gain.** Oracle (a) ÷ best fixed window: **"))
+    head = at.info[0].value  # the page opens with its conclusion
+    assert head.startswith("**qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b: which window?** ")
+    gain = head.split("**Oracle gain.** ", 1)[1]
+    assert gain.startswith("Oracle (a) ÷ best fixed window: **")
     assert "per task — paper: up to 1.4×; this " in gain and gain.endswith(" the paper's figure.")
     assert any(t.startswith("**Gap closed.** ") and ("(0 = best fixed" in t or "to the oracle (1)" in t) for t in text)
     sweep = data.pacer_sweep_for("qwen2.5-coder-0.5b")  # this draft's own pre-verifier and its sweep
@@ -102,7 +104,7 @@ def test_windows_page_shows_pacer_ceiling(app):
     from app import data
 
     at = goto(app, "windows")
-    glance = next(h.value for h in at.subheader if h.value.startswith("At a glance: "))
+    glance = at.info[0].value.split(": which window?**", 1)[0]
     draft = glance.rsplit(" ← ", 1)[-1]
     PACER_SWEEP = Path(data.pacer_sweep_for(draft))  # the sweep of the pair the page opened on
     titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
@@ -112,7 +114,7 @@ def test_windows_page_shows_pacer_ceiling(app):
     want = next(c for c in json.loads(PACER_SWEEP.read_text())["splits"]["greedy"]["ceiling"]
                 if c["draft_cost_factor"] == 1.0)
     table = next(d.value for d in at.dataframe if "perfect pre-verifier" in d.value.columns)
-    row = table[table["f"] == 1.0].iloc[0]
+    row = table[table["draft cost factor f"] == 1.0].iloc[0]
     assert row["perfect pre-verifier"] == pytest.approx(want["perfect_over_oracle"])
     assert row["best PACER"] == pytest.approx(want["pacer_over_oracle"]) and row["oracle"] == pytest.approx(1.0)
 

@@ -88,7 +88,7 @@ def download_button(pg, label: str, nth: int = 0):
 def test_overview(page):
     settle(page)
     expect(page.get_by_text(re.compile(r"\d+ traces loaded"))).to_be_visible()
-    expect(page.get_by_text("tiny-model demo").first).to_be_visible()
+    expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("× AR")
     shot(page, "overview")
 
 
@@ -126,14 +126,16 @@ def test_replay_downloads_read_back(page, tmp_path):
 
 def test_windows(page):
     nav(page, "Windows")
-    expect(page.get_by_text("oracle ÷ best fixed").first).to_be_visible()
-    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    expect(page.get_by_test_id("stMetricLabel").filter(has_text="oracle ÷ best fixed")).to_be_visible()
+    expect(page.locator(".js-plotly-plot >> visible=true").first).to_be_visible()
     shot(page, "windows")
 
 
 def test_compare(page):
     nav(page, "Compare")
-    expect(page.get_by_text("shared prompts")).to_be_visible()
+    expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("shared prompts")
+    page.get_by_role("tab", name="Per prompt").click()
+    expect(page.get_by_text("shared prompts").last).to_be_visible()
     shot(page, "compare")
 
 
@@ -163,6 +165,8 @@ def test_malformed_upload_shows_one_line_error_and_good_upload_reaches_replay(pa
         files=[{"name": "mine.jsonl", "mimeType": "application/json", "buffer": b"\n".join(lines)}])
     expect(page.get_by_text("Loaded mine.jsonl")).to_be_visible()
     nav(page, "Overview")
+    page.get_by_text("Cards: one per trace").click()  # cards on demand
+    settle(page)
     expect(page.get_by_text("uploaded: mine.jsonl", exact=True)).to_be_visible()  # the card's caption
     nav(page, "Replay")
     page.get_by_test_id("stSelectbox").first.click()

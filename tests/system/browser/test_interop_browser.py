@@ -24,6 +24,7 @@ def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path
         expect(pg.get_by_text("Loaded vicuna-sps.jsonl")).to_be_visible()
         expect(pg.get_by_test_id("stAlertContentError")).to_have_count(0)
         nav(pg, "Overview")
+        pg.get_by_text("Cards: one per trace").click()  # cards on demand
         expect(pg.get_by_text("imported: specbench").first).to_be_visible()
         nav(pg, "Windows")
         expect(pg.get_by_text("Imported runs: what accepted lengths alone support")).to_be_visible()

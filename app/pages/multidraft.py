@@ -1,0 +1,58 @@
+"""Multi-draft: K draft blocks per step, one verifier that may follow any of them — block efficiency
+per (verifier, K, L) from the paired grid on the realistic pair, with the wall-clock speedup beside it
+(app.multidraft_view)."""
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from app import downloads, multidraft_view, plots
+
+st.title("Multi-draft")
+REPO = Path(__file__).resolve().parents[2]
+conclusion = st.container()
+md_default = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or "docs/results/multibench-qwen-paired-bf16.json"
+with st.expander("Result file"):
+    md_path = st.text_input("Paired multi-draft result", md_default, key="md_json",
+                            help="written by `python -m engine multibench --paired --out …` (python -m engine "
+                                 "experiment run multibench-qwen-paired-bf16); a relative path starts at the repository")
+try:
+    md_rows, md_real, md_head = multidraft_view.load_paired(md_path if Path(md_path).is_absolute() else REPO / md_path)
+except ValueError as e:
+    conclusion.info(str(e))
+    md_rows = None
+if md_rows is not None:
+    temps = sorted(md_rows["temperature"].unique())
+    md_t = st.radio("Temperature", temps, index=len(temps) - 1, horizontal=True, key="md_temp",
+                    format_func=lambda t: f"T = {t:g}")
+    conclusion.info(f"{multidraft_view.headline(md_rows, md_t)} {multidraft_view.wall_clock(md_rows, md_t)}",
+                    icon=":material/lightbulb:")
+    st.caption(multidraft_view.DEFINITIONS)
+    st.caption(f"{md_head['target']} ← {md_head['draft']} ({md_head['dtype']}), {md_head['prompts']} Spec-Bench dev "
+               "prompts. Every (verifier, K) is judged on the same steps' drafts (paired verification: one real run "
+               "drafting K = max blocks per step, driven by a lossless rule). The published SpecTr-GBV code is "
+               "drawn but not lossless for K ≥ 2 (see the Audit page).")
+    be_tab, clock_tab, cells_tab = st.tabs(["Block efficiency", "Wall clock", "Every cell"])
+    with be_tab:
+        st.plotly_chart(plots.multidraft_be(md_rows, md_t), theme=None, width="stretch", key="md_plot")
+    with clock_tab:
+        st.plotly_chart(plots.multidraft_be(md_rows, md_t, y="sr_model"), theme=None, width="stretch",
+                        key="md_clock")
+        st.caption("Modelled: BE × t_AR ÷ (t_draft + t_verify + t_rule + t_loop), every cost measured in the same "
+                   "process; at K = 1 and K = max the costs are the real runs' own.")
+    with cells_tab:
+        cols = [c for c in ("temperature", "L", "label", "k", "be", "sr_model", "rule_ms_per_call") if c in md_rows]
+        names = {"temperature": "T", "label": "verifier", "k": "K", "be": "BE (tokens per call)",
+                 "sr_model": "×AR (modelled)", "rule_ms_per_call": "rule ms per call"}
+        downloads.table(md_rows[md_rows["temperature"] == md_t][cols].rename(columns=names), f"multidraft-T{md_t:g}",
+                        "md_rows", column_config={"BE (tokens per call)": st.column_config.NumberColumn(format="%.2f"),
+                                                  "×AR (modelled)": st.column_config.NumberColumn(format="%.2f×"),
+                                                  "rule ms per call": st.column_config.NumberColumn(format="%.3f")})
+        if not md_real.empty:
+            st.caption("Real runs of the same prompts (the driver and SD): BE and measured speedup vs autoregressive, "
+                       "prefill excluded — the paired BE and the modelled speedup above should sit close to these.")
+            real = md_real.rename(columns={"temperature": "T", "config": "run", "method": "verifier", "k": "K",
+                                           "be": "BE (tokens per call)", "sr": "×AR (measured)"})
+            downloads.table(real, "multidraft-real", "md_real",
+                            column_config={"×AR (measured)": st.column_config.NumberColumn(format="%.2f×")})
