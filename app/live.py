@@ -41,7 +41,10 @@ from app.data import REPO
 
 DEMO_TARGET, DEMO_DRAFT = "smollm2-135m", "smollm2-draft"
 QWEN_TARGET, QWEN_DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
-PAIRS = {"smollm2": (DEMO_TARGET, DEMO_DRAFT), "qwen2.5-coder": (QWEN_TARGET, QWEN_DRAFT)}
+PAIRS = {"smollm2": (DEMO_TARGET, DEMO_DRAFT), "qwen2.5-coder": (QWEN_TARGET, QWEN_DRAFT),
+         "qwen2.5-coder-quantized": (QWEN_TARGET, QWEN_DRAFT)}
+# the weights path (engine.core.quant) of each pair: the Qwen pair also runs on the quantized fast path
+PAIR_WEIGHTS = {"qwen2.5-coder-quantized": "quantized"}
 INSTALL_HINT = "run `make models`"
 MODELS_ENV = "SPECLAB_LIVE_MODELS"  # "tiny" forces the tiny random pair (tests; machines without weights)
 DEV_QUESTIONS = REPO.parent / "shared" / "spec_bench" / "questions_dev.jsonl"
@@ -101,7 +104,7 @@ def pair_options() -> tuple[list[str], str]:
 # last time on this machine (LOAD_TIMES_FILE), so the bar can say about how long is left.
 LOAD_STAGE: dict[str, tuple[str, float]] = {}
 LOAD_TIMES_FILE = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "live-load-seconds.json"
-LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "tiny": 5.0}  # first load ever: a 2-core CPU's order
+LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "qwen2.5-coder-quantized": 120.0, "tiny": 5.0}  # first load ever: a 2-core CPU's order
 
 
 def _stage(which: str, text: str, frac: float) -> None:
@@ -138,14 +141,16 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
     engine.core.provision.ModelNotInstalled, naming `make models`, when it is not)."""
     _stage(which, "importing torch and transformers", 0.05)
-    if which == "qwen2.5-coder":
+    if which.startswith("qwen2.5-coder"):
         from engine.core.load import eos_token_ids, load_model
 
-        _stage(which, f"loading the target {QWEN_TARGET}", 0.3)
-        t = load_model(QWEN_TARGET, role="target")
+        w = PAIR_WEIGHTS.get(which, "dense")
+        _stage(which, f"loading the target {QWEN_TARGET}" + (" and packing its weights" if w != "dense" else ""), 0.3)
+        t = load_model(QWEN_TARGET, role="target", weights=w)
         _stage(which, f"loading the draft {QWEN_DRAFT}", 0.75)
         d = load_model(QWEN_DRAFT, role="draft", target=t)
-        return DemoPair(f"{QWEN_TARGET} ← {QWEN_DRAFT}", True, "", QWEN_TARGET, QWEN_DRAFT,
+        label = f"{QWEN_TARGET} ← {QWEN_DRAFT}" + (f" ({w} weights)" if w != "dense" else "")
+        return DemoPair(label, True, "", QWEN_TARGET, QWEN_DRAFT,
                         _sides(t.lm, d.lm, QWEN_TARGET, QWEN_DRAFT), t.tokenizer, eos_token_ids(t))
     note = "forced by SPECLAB_LIVE_MODELS=tiny" if kind == "tiny" else ""
     if kind != "tiny":

@@ -22,7 +22,8 @@ queue = live.model_queue()
 # ---------------------------------------------------------------- inputs
 
 pairs, hint = live.pair_options()
-PAIR_LABELS = {k: f"{t} ← {d}" for k, (t, d) in live.PAIRS.items()}
+PAIR_LABELS = {k: f"{t} ← {d}" + (f" · {live.PAIR_WEIGHTS[k]} weights (CPU fast path)" if k in live.PAIR_WEIGHTS else "")
+               for k, (t, d) in live.PAIRS.items()}
 data.pick("live_pair", pairs, pairs[0])
 which = st.selectbox("Model pair", pairs, key="live_pair", format_func=PAIR_LABELS.get,
                      help="SmolLM2 is bundled; the Qwen2.5-Coder pair appears once `make models` installed it")

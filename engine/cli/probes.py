@@ -7,6 +7,8 @@
     python -m engine loadbench --steps 10000,200000    trace loading speed (engine.trace.loadbench)
     python -m engine overhead --weights dense,quantized  Python and framework share of a decode step
                                                        (engine.bench.overhead)
+    python -m engine kernels                           the weight-only matmul kernels side by side
+                                                       (engine.bench.kernels)
 """
 
 from __future__ import annotations
@@ -49,10 +51,37 @@ def add_parser(sub) -> None:
     common.add_out(o, "write the result as JSON")
     o.set_defaults(func=cmd_overhead)
 
+    kp = sub.add_parser("kernels", help="bf16, torch int4/int8 and our VNNI kernels on the Qwen shapes, interleaved")
+    kp.add_argument("--ms", default="1,2,4,8,16", help="rows per call (1 = AR step, k+1 = verify of k drafts)")
+    kp.add_argument("--repeats", type=int, default=20)
+    kp.add_argument("--threads", type=int, default=2)
+    common.add_out(kp, "write the result as JSON")
+    kp.set_defaults(func=cmd_kernels)
+
     lb = sub.add_parser("loadbench", help="trace loading speed on synthetic JSONL and Parquet traces")
     lb.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
     lb.add_argument("--repeat", type=int, default=3, help="loads per file; the best is reported")
     lb.set_defaults(func=cmd_loadbench)
+
+
+def cmd_kernels(a) -> int:
+    from engine.bench.kernels import compare, format_kernels
+    from engine.core import qkernel
+    from engine.core.load import machine_description, software_versions
+    from engine.trace.jsonio import write_json_atomic
+
+    ms = tuple(common.ints(a.ms, "--ms"))
+    if a.repeats < 1 or min(ms) < 1 or max(ms) > 64:
+        raise ValueError("--repeats must be ≥ 1 and every M in 1..64")
+    common.set_threads(a.threads)
+    rows = compare(ms=ms, repeats=a.repeats)
+    print(format_kernels(rows))
+    if qkernel.available() is not None:
+        print(f"(no VNNI kernel here: {qkernel.available()})")
+    if a.out:
+        write_json_atomic({"rows": rows, "threads": a.threads, "machine": machine_description(),
+                           "software": software_versions(), "command": common.command_line()}, a.out)
+    return 0
 
 
 def cmd_overhead(a) -> int:

@@ -170,6 +170,7 @@ def test_live_offers_installed_pairs_only(app, monkeypatch):
     monkeypatch.setattr(live, "qwen_installed", lambda: True)  # offered, not loaded (the tests never load it)
     at = goto(at, "live")
     assert at.selectbox(key="live_pair").options[1] == f"{live.QWEN_TARGET} ← {live.QWEN_DRAFT}"
+    assert at.selectbox(key="live_pair").options[2].endswith("quantized weights (CPU fast path)")
     assert not any("make models" in c.value for c in at.caption)
 
 
