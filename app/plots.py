@@ -282,6 +282,23 @@ def cost_curve(df: pd.DataFrame, x: str = "gamma") -> go.Figure:
                   "cost (single-token target forwards)", height=340)
 
 
+def verify_curves(df: pd.DataFrame) -> go.Figure:
+    """t(k)/t(1) by forward width k, one line per weights path (app.cost_paths.curve_frame), with the
+    diagonal t(k) = k·t(1) that k separate one-token forwards would cost."""
+    fig = go.Figure()
+    paths = list(dict.fromkeys(df["path"]))
+    for (path, c) in zip(paths, palette(len(paths))):
+        g = df[df["path"] == path]
+        fig.add_scatter(x=g["k"], y=g["t(k)/t(1)"], mode="lines+markers", line=dict(color=c),
+                        name=f"{path} (c = {g['c'].iloc[0]:.2f}, t(1) = {g['t(1) ms'].iloc[0]:.0f} ms)")
+    if len(df):
+        k = sorted(set(df["k"]))
+        fig.add_scatter(x=k, y=k, mode="lines", name="k one-token forwards", line=dict(color="#999", dash="dot"))
+    fig.update_xaxes(dtick=1)
+    return layout(fig, "Verify cost by weights path", "tokens in one target forward (k = drafts + 1)",
+                  "t(k) / t(1)", height=340)
+
+
 def accepted_distribution(df: pd.DataFrame, x: str = "emitted", color: str = "policy", ecdf: bool = False) -> go.Figure:
     """Distribution of tokens per verify call by series: grouped histogram (discrete, dtick 1) or ECDF.
     One distinct colour per series; the legend (right of the plot) sets the figure's height."""

@@ -50,15 +50,23 @@ key = tuple(refs_all[k][1] for k in chosen)
 timed = analysis.has_timings(refs)
 demo = all(r.header.get("demo") for r in refs)  # tiny demo timings (draft ≈ target) make a poor default
 in_run, n_in_run = data.in_run_cost(refs, key)  # what real decoding of this pair paid, when traces exist
-modes = (["in-run"] if in_run is not None else []) + (["measured"] if timed else []) + ["flat ratio c"]
+from app import cost_paths  # noqa: E402  (the pair's per-weights-path costs, if measured)
+
+pair_names = (refs[0].header.get("target", {}) or {}), (refs[0].header.get("draft", {}) or {})
+path_costs = cost_paths.path_timings(pair_names[0].get("name", ""), pair_names[1].get("name", ""))
+path_models = cost_paths.cost_models(path_costs)
+modes = ((["in-run"] if in_run is not None else []) + (["measured"] if timed else [])
+         + [f"{w} weights path" for w in path_models] + ["flat ratio c"])
 mode = c2.radio("Cost model", modes, key="win_mode", index=len(modes) - 1 if demo else 0,
                 help="in-run: per-step costs fitted from this pair's decode traces (what real runs paid); "
-                     "measured: the timing block recorded in the reference; flat: Leviathan's model, verify "
-                     "costs one target forward whatever the window")
+                     "measured: the timing block recorded in the reference; WEIGHTS path: c and the verify "
+                     "curve measured on that weights path (python -m engine costs --weights dense,quantized); "
+                     "flat: Leviathan's model, verify costs one target forward whatever the window")
 c_default = analysis.CostModel().c
 c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, c_default, 0.01, key="win_c",
               disabled=mode != "flat ratio c", help="cost of drafting one token relative to one target forward")
-cost = in_run if mode == "in-run" else "measured" if mode == "measured" else float(c)
+cost = (in_run if mode == "in-run" else "measured" if mode == "measured"
+        else path_models[mode.removesuffix(" weights path")] if mode.endswith(" weights path") else float(c))
 if demo:
     st.caption(":violet-badge[tiny-model demo] the demo reference comes from random tiny models: the shapes are "
                "real, the numbers say nothing about trained pairs.")
@@ -137,6 +145,12 @@ gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
 tab_cost.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
+if path_costs:
+    tab_cost.plotly_chart(plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
+                          key="win_paths")
+    tab_cost.caption("Measured per weights path by `python -m engine costs --weights dense,quantized` "
+                     "(docs/results/costs-*.json); pick a path as the cost model above to replay this pair's windows "
+                     "at its costs.")
 
 with tab_dist:
     spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}

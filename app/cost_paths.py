@@ -1,0 +1,60 @@
+"""The verify curve and draft cost of each weights path (dense, quantized), as `python -m engine costs
+--weights dense,quantized` measured them: for the Windows page's cost model and its Cost tab.
+
+    path_timings(target, draft) -> {weights: timings}   the latest costs-*.json of that pair that
+                                                        recorded per-path blocks (most threads measured)
+    curve_frame(timings_by_path) -> DataFrame           k, path, t(k)/t(1) (monotone fit), c
+
+Why it matters: on the quantized path a forward of k tokens costs nearly k times one (its kernels are
+compute-bound), where the dense path's is nearly flat to k = 8 — so the same acceptance buys a
+different window, and speculation can lose on one path and win on the other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from app.data import RESULTS
+
+
+def path_timings(target: str, draft: str, results: Path = RESULTS) -> dict[str, dict]:
+    """{weights: timings} of the newest costs result for this pair with per-path blocks ({} if none)."""
+    best: tuple[str, dict[str, dict]] | None = None
+    for p in sorted(Path(results).glob("costs-*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(d, dict) or d.get("target") != target or d.get("draft") != draft:
+            continue
+        blocks = [b for b in d.get("by_threads", []) if isinstance(b, dict) and "weights" in b and b.get("timings")]
+        if not blocks:
+            continue
+        most = max(b["threads"] for b in blocks)
+        found = {b["weights"]: b["timings"] for b in blocks if b["threads"] == most}
+        if best is None or str(d.get("created", "")) > best[0]:
+            best = (str(d.get("created", "")), found)
+    return best[1] if best else {}
+
+
+def curve_frame(timings_by_path: dict[str, dict]) -> pd.DataFrame:
+    """One row per (path, k): the verify cost t(k)/t(1) as the cost model prices it, and c."""
+    from engine.offline.costmodel import CostModel
+
+    rows = []
+    for w, t in timings_by_path.items():
+        cm = CostModel.from_timings(t)
+        for k in range(1, len(t["target_ms_by_tokens"]) + 1):
+            rows.append({"path": w, "k": k, "t(k)/t(1)": cm.v(k - 1), "c": cm.c,
+                         "t(1) ms": float(t["target_ms_by_tokens"][0])})
+    return pd.DataFrame(rows, columns=["path", "k", "t(k)/t(1)", "c", "t(1) ms"])
+
+
+def cost_models(timings_by_path: dict[str, dict]) -> dict[str, object]:
+    """{weights: CostModel} for the Windows page's cost-model choice."""
+    from engine.offline.costmodel import CostModel
+
+    return {w: CostModel.from_timings(t) for w, t in timings_by_path.items()}
