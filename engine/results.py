@@ -116,13 +116,15 @@ def _tasks(labels: set) -> str:
     return "all tasks" if len(labels) >= ALL_TASKS or not labels else ", ".join(sorted(labels))
 
 
-def _regime(d: dict, tasks: str) -> str:
+def _regime(d: dict, tasks: str, weights: str = "dense") -> str:
     dtype = DTYPES.get(d.get("dtype"), d.get("dtype") or "dtype ?")
-    return f"{dtype} · {machine_summary(d.get('machine'))} · {tasks}"
+    path = "" if weights == "dense" else f" · {weights} weights"  # the quantized fast path is its own regime
+    return f"{dtype}{path} · {machine_summary(d.get('machine'))} · {tasks}"
 
 
-def read_run(path: Path) -> Run | str:
-    """The file as a Run, or the one-line reason it is not tabulated."""
+def read_run(path: Path) -> Run | list[Run] | str:
+    """The file as a Run (a list of Runs, one per weights path, for a bench run on several), or the
+    one-line reason it is not tabulated."""
     name = path.name
     for prefix, why in UNTABULATED.items():
         if name.startswith(prefix):
@@ -141,6 +143,16 @@ def read_run(path: Path) -> Run | str:
     raw = [canonical_row(r) for r in d["rows"]]
     if not raw:
         return "no speedup rows (a draft-mode comparison)" if "modes" in d else "no rows"
+    if "task" in raw[0] and any("weights" in r for r in raw):  # one bench, several weights paths
+        tasks = _tasks({r["task"] for r in raw})
+        out = []
+        for w in dict.fromkeys(r.get("weights", "dense") for r in raw):
+            over = [r for r in raw if r["task"] == "overall" and r.get("weights", "dense") == w]
+            rows = tuple(Row(r["config"], bench_method(r["config"], d.get("draft", "")), r["temperature"],
+                             r["speedup_vs_ar"], r.get(EMITTED_PER_CALL), r.get(ACCEPTANCE_RATE)) for r in over)
+            out.append(Run(regime=_regime(d, tasks, w), prompts=max((r["prompts"] for r in over), default=0),
+                           rows=rows, **common))
+        return out
     if "task" in raw[0]:  # bench / pacer bench: the overall row of each (temperature, config)
         tasks = _tasks({r["task"] for r in raw})
         over = [r for r in raw if r["task"] == "overall"]
@@ -161,6 +173,8 @@ def read_all(results_dir: Path = RESULTS_DIR) -> tuple[list[Run], dict[str, str]
         r = read_run(path)
         if isinstance(r, Run):
             runs.append(r)
+        elif isinstance(r, list):
+            runs.extend(r)
         else:
             skipped[f"results/{path.name}"] = r
     return runs, skipped

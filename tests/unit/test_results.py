@@ -141,3 +141,18 @@ def test_rendered_files_and_stale(tmp_path, rdir):
     assert rs.stale_files(rs.rendered_files(rdir, page, readme)) == []
     page.write_text(page.read_text().replace("1.25×", "1.26×"))
     assert rs.stale_files(rs.rendered_files(rdir, page, readme)) == [page]
+
+
+def test_a_bench_on_two_weights_paths_is_two_regimes(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    rows = [{**bench_row(c, 0.0, s), "weights": w} for w, c, s in [
+        ("dense", "ar", 1.0), ("dense", "fixed:2", 1.4), ("quantized", "ar", 1.0), ("quantized", "fixed:2", 0.9)]]
+    rows += [{**bench_row("fixed:2", 0.0, 9.9, task=t), "weights": "quantized"} for t in TASKS]
+    write(d, "bench-q.json", {"target": "qwen2.5-coder-1.5b", "draft": "qwen2.5-coder-0.5b", "dtype": "bfloat16",
+                              "machine": MACHINE, "config": {"max_new_tokens": 64}, "rows": rows,
+                              "weights": ["dense", "quantized"], "experiment": "experiments/q.toml"})
+    runs, _ = rs.read_all(d)
+    assert [r.regime for r in runs] == ["bf16 · AMD EPYC, avx512_bf16 · all tasks",
+                                        "bf16 · quantized weights · AMD EPYC, avx512_bf16 · all tasks"]
+    assert {r.config: r.speedup for r in runs[1].rows} == {"ar": 1.0, "fixed:2": 0.9}
