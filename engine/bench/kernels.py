@@ -8,8 +8,8 @@ is kept (the minimum is what a loaded 2-core machine lets through least disturbe
     bf16      the dense path's torch.nn.functional.linear
     torch4    aten._weight_int4pack_mm_for_cpu (int4, groups of 32)
     torch8    aten._weight_int8pack_mm (int8 per row)
-    vnni4     our kernel, 4-bit groups of 32 (engine.core.qkernel), where the CPU runs it
-    vnni8     our kernel, 8-bit groups of 32
+    qgemm4     our kernel, 4-bit groups of 32 (engine.core.qkernel), where the CPU runs it
+    qgemm8     our kernel, 8-bit groups of 32
 
 Reported: ms per call, GB/s of weight bytes read, and each kernel's time relative to bf16.
 """
@@ -36,8 +36,8 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
     out = {"bf16": (lin, 2.0 * n * k), "torch4": (Int4Linear(weight, None, torch.bfloat16), 0.5 * n * k + 8.0 * n * k / 32),
            "torch8": (Int8Linear(weight, None, torch.bfloat16), 1.0 * n * k)}
     if qkernel.available() is None:
-        out["vnni4"] = (qkernel.VnniLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
-        out["vnni8"] = (qkernel.VnniLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)
+        out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
+        out["qgemm8"] = (qkernel.QGemmLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)
     return out
 
 

@@ -3,9 +3,9 @@
 One-token steps (`lm.extend([t])`, the autoregressive step every path makes) on a warm cache, timed
 twice, interleaved per repeat: plainly (wall) and under torch's profiler, which adds up the time the
 operators themselves ran (their self CPU time; a foreign kernel called through ctypes counts as the
-Python around it, so for our VNNI kernel its own time is clocked separately with `perf_counter`):
+Python around it, so for our qgemm kernel its own time is clocked separately with `perf_counter`):
 
-    kernel share     Σ operator (and VNNI kernel) time / profiled wall
+    kernel share     Σ operator (and qgemm kernel) time / profiled wall
     overhead share   1 − kernel share: module dispatch, cache bookkeeping, masks, argument handling
     top operators    where the kernel time goes (matmul kernels, attention, cache concatenation)
 
@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 
-def _vnni_clock(model: torch.nn.Module) -> tuple[list[float], list]:
-    """Wrap each VnniLinear's forward to accumulate its wall time (seconds) into a one-cell list."""
-    from engine.core.qkernel import VnniLinear
+def _qgemm_clock(model: torch.nn.Module) -> tuple[list[float], list]:
+    """Wrap each QGemmLinear's forward to accumulate its wall time (seconds) into a one-cell list."""
+    from engine.core.qkernel import QGemmLinear
 
     spent, restore = [0.0], []
     for m in model.modules():
-        if isinstance(m, VnniLinear):
+        if isinstance(m, QGemmLinear):
             fwd = m.forward
 
             def timed(x, _f=fwd):
@@ -56,7 +56,7 @@ def measure(lm, context: list[int], steps: int = 8, repeats: int = 3) -> dict[st
             lm.extend([context[-1]])
         walls.append((time.perf_counter() - t) / steps)
         lm.crop(base)
-        spent, wrapped = _vnni_clock(lm.model)
+        spent, wrapped = _qgemm_clock(lm.model)
         try:
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 t = time.perf_counter()
@@ -71,7 +71,7 @@ def measure(lm, context: list[int], steps: int = 8, repeats: int = 3) -> dict[st
         for e in prof.key_averages():
             tops[e.key] = tops.get(e.key, 0.0) + e.self_cpu_time_total / 1e3 / steps / repeats
         if spent[0]:
-            tops["VNNI qgemm (ctypes)"] = tops.get("VNNI qgemm (ctypes)", 0.0) + 1e3 * spent[0] / steps / repeats
+            tops["qgemm (ctypes)"] = tops.get("qgemm (ctypes)", 0.0) + 1e3 * spent[0] / steps / repeats
     lm.crop(base)
     share = statistics.median(kernel_shares)
     top = sorted(tops.items(), key=lambda kv: -kv[1])[:6]

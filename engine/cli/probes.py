@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
     common.add_out(o, "write the result as JSON")
     o.set_defaults(func=cmd_overhead)
 
-    kp = sub.add_parser("kernels", help="bf16, torch int4/int8 and our VNNI kernels on the Qwen shapes, interleaved")
+    kp = sub.add_parser("kernels", help="bf16, torch int4/int8 and our qgemm kernels on the Qwen shapes, interleaved")
     kp.add_argument("--ms", default="1,2,4,8,16", help="rows per call (1 = AR step, k+1 = verify of k drafts)")
     kp.add_argument("--repeats", type=int, default=20)
     kp.add_argument("--threads", type=int, default=2)
@@ -77,7 +77,7 @@ def cmd_kernels(a) -> int:
     rows = compare(ms=ms, repeats=a.repeats)
     print(format_kernels(rows))
     if qkernel.available() is not None:
-        print(f"(no VNNI kernel here: {qkernel.available()})")
+        print(f"(no qgemm kernel here: {qkernel.available()})")
     if a.out:
         write_json_atomic({"rows": rows, "threads": a.threads, "machine": machine_description(),
                            "software": software_versions(), "command": common.command_line()}, a.out)

@@ -1,4 +1,6 @@
-/* Weight-only quantized matmul for x86 CPUs with AVX-512 VNNI: y[M,N] = x[M,K] · Ŵ[N,K]ᵀ.
+/* Weight-only quantized matmul for x86 CPUs: y[M,N] = x[M,K] · Ŵ[N,K]ᵀ. Two builds of this file:
+ * with AVX-512 VNNI (integer dot products by vpdpbusd, two groups per 512-bit step) and with AVX2 only
+ * (vpmaddubsw + vpmaddwd; an 8-bit weight is split into its two nibbles so no 16-bit sum saturates).
  *
  * Weights, per output row n and group g of 32 inputs: Ŵ = s[n,g]·q + mn[n,g], q unsigned
  * (4-bit: 0…15, two per byte; 8-bit: 0…255), s and mn in fp16. Packing of a 4-bit group (16 bytes):
@@ -34,6 +36,21 @@ static inline uint16_t f32_to_bf16(float f) {
     if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
     u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
     return (uint16_t)(u >> 16);
+}
+
+/* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
+static inline __m256i dot32(__m256i q, __m256i x, int bits) {
+#if defined(__AVX512VNNI__)
+    (void)bits;
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (bits == 4) return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low4), x), ones);
+    __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), x), ones);
+    return _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4));
+#endif
 }
 
 static inline float hsum256(__m256 v) {
@@ -100,6 +117,7 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
             float sv = _cvtsh_ss(sr[e]);
             for (int m = 0; m < MC; m++) sd[m][e] = sv * d[(size_t)m * G + e];
         }
+#if defined(__AVX512VNNI__)
         /* two groups per 512-bit step: lanes 0–7 hold group g, lanes 8–15 group g + 1 */
         const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         __m512 acc[MCHUNK];
@@ -128,7 +146,10 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++)
             acc0[m] = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
-        for (; g < G; g++) {  /* an odd group count (e.g. K = 896: 28 … fine; 27 would land here) */
+#else
+        int g = 0;
+#endif
+        for (; g < G; g++) {  /* AVX2: every group; AVX-512: an odd last group */
             __m256i q0;
             if (bits == 4) {
                 __m128i p = _mm_loadu_si128((const __m128i *)(wr + (size_t)g * 16));
@@ -138,8 +159,8 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
             }
 #pragma GCC unroll 8
             for (int m = 0; m < MC; m++) {
-                __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0,
-                                                 _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)g * GROUP)));
+                __m256i d0 = dot32(q0, _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)g * GROUP)),
+                                   bits);
                 acc0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_broadcast_ss(&sd[m][g]), acc0[m]);
             }
         }

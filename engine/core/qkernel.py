@@ -1,8 +1,10 @@
-"""Our own weight-only quantized matmul (engine/core/qgemm.c) for x86 CPUs with AVX-512 VNNI: built
-once with the system C compiler into the user cache, called through ctypes on tensors' raw memory.
+"""Our own weight-only quantized matmul (engine/core/qgemm.c) for x86 CPUs: built once with the system C
+compiler into the user cache (an AVX-512 VNNI build where the CPU has it, else an AVX2 build), called
+through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
-    VnniLinear(weight, bias, bits)    4- or 8-bit weights per group of 32 inputs, asymmetric:
+    variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
+    QGemmLinear(weight, bias, bits)   4- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
 
 Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
@@ -27,7 +29,11 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("qgemm.c")
-FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma")
+VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins
+    "avx512vnni": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"),
+                   ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma")),
+    "avx2": (("avx2", "f16c", "fma"), ("-mavx2", "-mf16c", "-mfma")),
+}
 GROUP = 32
 _lib = None
 _why: str | None = None
@@ -47,17 +53,27 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _build() -> Path:
-    """The shared library for this source (compiled once; a half-written build is never loaded)."""
+def variant() -> str | None:
+    """The build this CPU runs (None: neither AVX-512 VNNI nor AVX2 + F16C + FMA)."""
+    flags = cpu_flags()
+    forced = os.environ.get("SPECLAB_QGEMM")
+    for name, (need, _) in VARIANTS.items():
+        if (forced in (None, "", name)) and all(f in flags for f in need):
+            return name
+    return None
+
+
+def _build(name: str) -> Path:
+    """The shared library for this source and build (compiled once; a half-written one is never loaded)."""
     src = SOURCE.read_bytes()
     tag = hashlib.sha256(src).hexdigest()[:16]
-    out = cache_dir() / f"qgemm-{tag}.so"
+    out = cache_dir() / f"qgemm-{name}-{tag}.so"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw",
-           "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma", "-o", str(tmp), str(SOURCE), "-lm"]
+    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", *VARIANTS[name][1], "-o", str(tmp),
+           str(SOURCE), "-lm"]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except FileNotFoundError:
@@ -73,15 +89,16 @@ def available() -> str | None:
     global _lib, _why
     if _lib is not None or _why is not None:
         return _why
-    if os.environ.get("SPECLAB_NO_VNNI"):
-        _why = "disabled by SPECLAB_NO_VNNI"
+    if os.environ.get("SPECLAB_NO_QGEMM"):
+        _why = "disabled by SPECLAB_NO_QGEMM"
         return _why
-    missing = [f for f in FLAGS if f not in cpu_flags()]
-    if missing:
-        _why = f"this CPU lacks {', '.join(missing)}"
+    name = variant()
+    if name is None:
+        missing = [f for f in VARIANTS["avx2"][0] if f not in cpu_flags()]
+        _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_QGEMM'))}"
         return _why
     try:
-        lib = ctypes.CDLL(str(_build()))
+        lib = ctypes.CDLL(str(_build(name)))
     except OSError as e:
         _why = str(e).splitlines()[0]
         return _why
@@ -135,8 +152,8 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
     return y
 
 
-class VnniLinear(torch.nn.Module):
-    """y = x Ŵᵀ + b on the VNNI kernel (activations in bf16, quantized to int8 per group inside)."""
+class QGemmLinear(torch.nn.Module):
+    """y = x Ŵᵀ + b on the qgemm kernel (activations in bf16, quantized to int8 per group inside)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int) -> None:
         super().__init__()

@@ -117,13 +117,13 @@ class Int4Linear(torch.nn.Module):
 
 def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str,
                      act_dtype: torch.dtype = torch.bfloat16, kernel: str = "auto") -> torch.nn.Module:
-    """The layer for `fmt` ('int8' | 'int4'). kernel 'auto': our VNNI kernel (engine.core.qkernel: 4 / 8
+    """The layer for `fmt` ('int8' | 'int4'). kernel 'auto': our qgemm kernel (engine.core.qkernel: 4 / 8
     bits per group of 32) where this CPU runs it and K % 32 = 0, else torch's ('torch' forces those);
     a torch int4 layer whose shape its kernel cannot tile is int8."""
     from engine.core import qkernel
 
-    if kernel == "auto" and qkernel.VnniLinear.fits(weight) and qkernel.available() is None:
-        return qkernel.VnniLinear(weight, bias, 4 if fmt == "int4" else 8)
+    if kernel == "auto" and qkernel.QGemmLinear.fits(weight) and qkernel.available() is None:
+        return qkernel.QGemmLinear(weight, bias, 4 if fmt == "int4" else 8)
     if fmt == "int4" and Int4Linear.fits(weight):
         return Int4Linear(weight, bias, act_dtype)
     return Int8Linear(weight, bias, act_dtype)

@@ -1,13 +1,13 @@
-"""Our VNNI kernel: packing round trip, the product against its own dequantized weights, batch
+"""Our qgemm kernel (AVX-512 VNNI or AVX2 build): packing round trip, the product against its own dequantized weights, batch
 invariance (what makes greedy speculative decoding exact on this path), and the refusals."""
 
 import pytest
 import torch
 
 from engine.core import qkernel
-from engine.core.qkernel import GROUP, VnniLinear, pack, unpack
+from engine.core.qkernel import GROUP, QGemmLinear, pack, unpack
 
-needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"VNNI kernel: {qkernel.available()}")
+needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}")
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -33,7 +33,7 @@ def test_a_group_already_on_a_sixteen_level_grid_is_kept():
 def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
     torch.manual_seed(bits + k)
     w = torch.randn(40, k)
-    lin = VnniLinear(w, torch.randn(40), bits)
+    lin = QGemmLinear(w, torch.randn(40), bits)
     x = torch.randn(11, k, dtype=torch.bfloat16)  # 11 rows: a chunk of 8 and one of 3
     ref = x.float() @ lin.dequantized().T + lin.bias.float()
     err = (lin(x).float() - ref).abs().max() / ref.abs().max()
@@ -44,7 +44,7 @@ def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
 @pytest.mark.parametrize("bits", [4, 8])
 def test_rows_are_bit_identical_whatever_the_batch(bits):
     w = torch.randn(64, 4 * GROUP)
-    lin = VnniLinear(w, None, bits)
+    lin = QGemmLinear(w, None, bits)
     x = torch.randn(13, 4 * GROUP, dtype=torch.bfloat16)
     one_by_one = torch.cat([lin(x[i:i + 1]) for i in range(13)])
     assert torch.equal(one_by_one, lin(x))
@@ -56,11 +56,39 @@ def test_rows_are_bit_identical_whatever_the_batch(bits):
 
 
 def test_shapes_the_kernel_cannot_take():
-    assert not VnniLinear.fits(torch.zeros(8, 40)) and VnniLinear.fits(torch.zeros(8, 64))
+    assert not QGemmLinear.fits(torch.zeros(8, 40)) and QGemmLinear.fits(torch.zeros(8, 64))
 
 
 def test_without_the_cpu_flags_it_says_why(monkeypatch):
     monkeypatch.setattr(qkernel, "_lib", None)
     monkeypatch.setattr(qkernel, "_why", None)
     monkeypatch.setattr(qkernel, "cpu_flags", lambda: {"avx2", "fma"})
-    assert qkernel.available().startswith("this CPU lacks avx512f")
+    assert qkernel.available() == "this CPU lacks f16c"
+
+
+def test_the_avx2_build_computes_the_same_products(tmp_path):
+    """The AVX2 build (what a CPU without AVX-512 VNNI runs), in a fresh process forced by SPECLAB_QGEMM:
+    the same products as the dequantized weights, rows batch-invariant, 8-bit weights without saturation."""
+    import os
+    import subprocess
+    import sys
+
+    if "avx2" not in qkernel.cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    code = (
+        "import torch\n"
+        "from engine.core import qkernel\n"
+        "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
+        "torch.manual_seed(0)\n"
+        "for bits in (4, 8):\n"
+        "    w = torch.randn(48, 96) * 3\n"
+        "    lin = qkernel.QGemmLinear(w, None, bits)\n"
+        "    x = (torch.randn(9, 96) * 4).to(torch.bfloat16)\n"
+        "    ref = x.float() @ lin.dequantized().T\n"
+        "    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02, bits\n"
+        "    assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))\n"
+        "print('ok')\n")
+    env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=str(qkernel.SOURCE.parents[2]))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

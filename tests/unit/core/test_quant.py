@@ -29,7 +29,7 @@ def quantized_pair(weights="int4", vocab=64, seed=0, sharpen=1.0, kernel="auto")
 
 
 KERNELS = ["torch", pytest.param("auto", marks=pytest.mark.skipif(
-    qkernel.available() is not None, reason=f"VNNI kernel: {qkernel.available()}"))]
+    qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}"))]
 
 
 def test_int8_rows_round_to_within_half_a_step():
