@@ -9,7 +9,9 @@ figure that depends only on what the run did and on one cost curve measured at i
     modelled_speedup_vs_ar = (Σ tokens / Σ T_model) ÷ (Σ tokens_AR / Σ T_model,AR)   over a row's prompts
 
 n_k = target calls that verified k drafts (k = 0: an autoregressive step), t_target(m) = a forward
-of m tokens (interpolated linearly between the measured 1, 2, 4, 8, 16; extrapolated past 16),
+of m tokens (interpolated linearly between the measured 1, 2, 4, 8, 16; extrapolated past 16), fitted
+non-decreasing first (pool adjacent violators: a wider forward is not cheaper, and one noisy probe
+of t(1) above t(2) — 0.69× once on a loaded machine — priced every AR step dearer than a verify),
 d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = one draft token's
 forward — 0 for a drafter without a draft model (lookup, suffix, `POLICY@DRAFTER` configs), whose
 scan is bookkeeping. Prefill is excluded on both sides. What it leaves out, by design: the
@@ -25,7 +27,10 @@ from typing import Any, Iterable, Mapping
 
 def target_ms(costs: Mapping[str, Any], tokens: int) -> float:
     """t_target(tokens) from the run's measured curve (keys 1, 2, 4, …; str keys after JSON)."""
-    curve = sorted((int(k), float(v)) for k, v in costs["t_target_ms"].items())
+    from engine.offline.costmodel import isotonic
+
+    raw = sorted((int(k), float(v)) for k, v in costs["t_target_ms"].items())
+    curve = list(zip([k for k, _ in raw], isotonic([v for _, v in raw])))
     for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
         if tokens <= k1:
             return v0 + (v1 - v0) * (max(tokens, k0) - k0) / (k1 - k0)

@@ -33,3 +33,10 @@ def test_model_free_drafts_cost_nothing_and_unknown_windows_give_none():
     assert run_model_ms(copy, COSTS) == 5 * target_ms(COSTS, 5)
     lookup = RunResult("hf:lookup:10", 0.0, "qa", 1, 10, 1.0, 4)
     assert modelled_speedup([lookup], [ar], COSTS) is None
+
+
+def test_a_noisy_probe_is_fitted_non_decreasing_before_pricing():
+    """t(1) probed above t(2) (a loaded machine) must not make an AR step dearer than a 2-token verify."""
+    costs = {"t_target_ms": {"1": 100.0, "2": 69.0, "4": 120.0}, "t_draft_ms": 10.0}
+    assert target_ms(costs, 1) == target_ms(costs, 2) == 84.5  # the two pooled to their mean
+    assert target_ms(costs, 4) == 120.0
