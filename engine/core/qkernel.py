@@ -163,6 +163,7 @@ class QGemmLinear(torch.nn.Module):
         self.register_buffer("mn", mn)
         self.bits = bits
         self.fmt = "int4" if bits == 4 else "int8"
+        self.batch_invariant = True  # each output row is computed the same way whatever M is (qgemm.c)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.out_features, self.in_features = weight.shape
         self.act_dtype = torch.bfloat16

@@ -115,6 +115,12 @@ class Int4Linear(torch.nn.Module):
         return y.reshape(*shape[:-1], self.out_features).to(dt)
 
 
+def _quant_layers():
+    from engine.core.qkernel import QGemmLinear
+
+    return (Int8Linear, Int4Linear, QGemmLinear)
+
+
 def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str,
                      act_dtype: torch.dtype = torch.bfloat16, kernel: str = "auto") -> torch.nn.Module:
     """The layer for `fmt` ('int8' | 'int4'). kernel 'auto': our qgemm kernel (engine.core.qkernel: 4 / 8
@@ -214,6 +220,10 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
         dense_b += lin.weight.numel() * lin.weight.element_size()
         quant_b += _layer_bytes(q)
         setattr(parent, attr, q)
+    if all(getattr(m, "batch_invariant", False) for m in model.modules() if isinstance(m, _quant_layers())):
+        from engine.core.rowwise_attention import use_rowwise
+
+        use_rowwise(model)  # with every linear batch-invariant, attention is what is left (its module doc)
     return QuantReport(weights, counts, dense_b, quant_b)
 
 
