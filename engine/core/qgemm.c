@@ -225,3 +225,25 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     free(a); free(d); free(c);
     return 0;
 }
+
+/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
+int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
+                    int nthreads) {
+    if ((bits != 4 && bits != 8) || K % GROUP || N < 1) return -1;
+    const int G = K / GROUP;
+    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int n = 0; n < N; n++) {
+        const uint8_t *wr = w + (size_t)n * row_bytes;
+        uint16_t *o = out + (size_t)n * K;
+        for (int g = 0; g < G; g++) {
+            float sg = _cvtsh_ss(s[(size_t)n * G + g]), mg = _cvtsh_ss(mn[(size_t)n * G + g]);
+            for (int j = 0; j < GROUP; j++) {
+                int q = bits == 4 ? (j < 16 ? wr[(size_t)g * 16 + j] & 0x0f : wr[(size_t)g * 16 + j - 16] >> 4)
+                                  : wr[(size_t)g * GROUP + j];
+                o[(size_t)g * GROUP + j] = f32_to_bf16(sg * (float)q + mg);
+            }
+        }
+    }
+    return 0;
+}

@@ -105,6 +105,9 @@ def available() -> str | None:
     f = lib.speclab_qgemm
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
+    g = lib.speclab_dequant
+    g.restype = ctypes.c_int
+    g.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]
     _lib = lib
     return None
 
@@ -152,6 +155,19 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
     return y
 
 
+def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it)."""
+    n, G = s.shape
+    out = torch.empty(n, G * GROUP, dtype=torch.bfloat16)
+    if _lib.speclab_dequant(bits, n, G * GROUP, q.data_ptr(), s.data_ptr(), mn.data_ptr(), out.data_ptr(),
+                            torch.get_num_threads()) != 0:
+        raise RuntimeError(f"dequant refused shape N={n} K={G * GROUP}")
+    return out
+
+
+DENSE_ROWS = 64  # a forward of more rows (a prefill) de-quantises and runs torch's bf16 GEMM: compute-bound
+
+
 class QGemmLinear(torch.nn.Module):
     """y = x Ŵᵀ + b on the qgemm kernel (activations in bf16, quantized to int8 per group inside)."""
 
@@ -177,8 +193,12 @@ class QGemmLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, dt = x.shape, x.dtype
+        x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
         with torch.inference_mode():
-            y = qgemm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.q, self.s, self.mn, self.bits)
+            if x2.shape[0] > DENSE_ROWS:  # shared by every run of a prompt: batch invariance is not at stake
+                y = torch.nn.functional.linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
+            else:
+                y = qgemm(x2, self.q, self.s, self.mn, self.bits)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features).to(dt)

@@ -92,3 +92,14 @@ def test_the_avx2_build_computes_the_same_products(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                        cwd=str(qkernel.SOURCE.parents[2]))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_long_forward_runs_dense_on_the_same_weights(bits):
+    w = torch.randn(32, 2 * GROUP)
+    lin = QGemmLinear(w, None, bits)
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, bits), lin.dequantized().to(torch.bfloat16))
+    x = torch.randn(qkernel.DENSE_ROWS + 5, 2 * GROUP, dtype=torch.bfloat16)
+    ref = x.float() @ lin.dequantized().T
+    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
