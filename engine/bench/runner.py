@@ -54,6 +54,8 @@ class RunResult:
     # target calls per verified window {k: calls} (k = 0: autoregressive steps); {} = unknown (HF's
     # internal prompt lookup). What engine.bench.modelled prices.
     windows: dict[int, int] = field(default_factory=dict)
+    # drafting calls (window ≥ 1) per accepted count {a: calls}: per-position acceptance ({} = unknown)
+    accepted_counts: dict[int, int] = field(default_factory=dict)
 
 
 class _Counter:
@@ -186,11 +188,14 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
                      defer_writes=True)
     calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
     windows: dict[int, int] = {}
+    acc_counts: dict[int, int] = {}
     try:
         for rec in run:
             calls += 1
             drafted += rec.window
             windows[rec.window] = windows.get(rec.window, 0) + 1
+            if rec.window:
+                acc_counts[rec.accepted] = acc_counts.get(rec.accepted, 0) + 1
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
             prefill_ms += rec.t_prefill_ms
@@ -198,7 +203,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
         timer.close()
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, acc_counts)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
