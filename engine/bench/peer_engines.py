@@ -94,6 +94,12 @@ class SpeclabEngine:
         self.target = self.draft = None
 
 
+def peer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A peer's environment: ours less OMP_WAIT_POLICY (the project's experiments set PASSIVE for its own
+    two-model loop; each peer runs with its own OpenMP defaults), plus `extra`."""
+    return {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | (extra or {})
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +117,7 @@ class VllmWorker:
             cmd += ["--draft", str(draft)]
         self.log = open(log, "w", encoding="utf-8")
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                  env=os.environ | env, bufsize=1)
+                                  env=peer_env(env), bufsize=1)
 
     def reply(self, timeout_s: float = 900.0) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -237,7 +243,7 @@ class LlamaServer:
 
     def start(self, timeout_s: float = 600.0) -> float:
         t0 = time.perf_counter()
-        self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=peer_env())
         while time.perf_counter() - t0 < timeout_s:
             if self.p.poll() is not None:
                 raise RuntimeError(f"llama-server exited with {self.p.returncode}: {' '.join(self.cmd)}")

@@ -71,6 +71,8 @@ def build_engines(a) -> list:
     base = a.draft.removesuffix("-full").removesuffix("-reduced")
     if _configs(a.vllm):
         py = a.vllm_python or str(_peers_dir() / "vllm" / "bin" / "python")
+        if not Path(py).is_file():  # before model_dir: the missing install is the first thing to fix
+            VllmEngine(py, Path(), Path(), _configs(a.vllm))
         engines.append(VllmEngine(py, model_dir(a.target), model_dir(base), _configs(a.vllm),
                                   {"bf16": "bfloat16", "fp32": "float32"}.get(a.dtype, a.dtype), a.threads,
                                   Path(a.log_dir), a.vllm_memory))
