@@ -53,13 +53,17 @@ class SpeclabEngine:
     """Our engine, as `python -m engine bench` runs it (engine.bench.runner.run_config)."""
 
     def __init__(self, target: str, draft: str, configs: tuple[str, ...], dtype: str = "bf16",
-                 device: str = "cpu", threads: int | None = 2, name: str = "speclab", weights: str | None = None):
+                 device: str = "cpu", threads: int | None = 2, name: str = "speclab", weights: str | None = None,
+                 load_kwargs: dict[str, Any] | None = None):
+        """`load_kwargs` go to the target's load_model (another weights path of the same model: one more
+        entry named e.g. "speclab-quantized", with `weights` saying what it runs)."""
         from engine.bench.runner import split_config
 
         for c in configs:
             split_config(c)
         self.name, self.configs, self.weights = name, tuple(configs), weights or dtype
         self.target_name, self.draft_name, self.dtype, self.device, self.threads = target, draft, dtype, device, threads
+        self.load_kwargs = dict(load_kwargs or {})
 
     def start(self) -> dict[str, Any]:
         import torch
@@ -71,7 +75,7 @@ class SpeclabEngine:
             torch.set_num_threads(self.threads)
         check_configs(BenchConfig(configs=self.configs, temperatures=(0.0,)))
         t0 = time.perf_counter()
-        self.target = load_model(self.target_name, self.dtype, self.device, role="target")
+        self.target = load_model(self.target_name, self.dtype, self.device, role="target", **self.load_kwargs)
         spec = [c for c in self.configs if c != "ar"]
         self.draft = load_draft(self.draft_name, self.target, self.dtype, self.device, want_hidden=False) if spec else None
         self.eos = eos_token_ids(self.target)
@@ -236,8 +240,9 @@ class LlamaServer:
                     "--host", "127.0.0.1", "--port", str(self.port), "--metrics", "--no-webui", "--cache-ram", "0",
                     "--seed", "0"]
         if draft is not None:
-            self.cmd += ["-md", str(draft), "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
-                         "-td", str(threads), "-tbd", str(threads), "-cd", str(ctx)]
+            # --spec-type names the method: with -md alone this version loads the draft and speculates not
+            self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                         "-td", str(threads), "-tbd", str(threads)]
         self.log = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
         self.p: subprocess.Popen | None = None
 
