@@ -50,12 +50,20 @@ def _configs(text: str) -> tuple[str, ...]:
 
 
 def gguf_weights(path: Path) -> str:
-    """The GGUF's file type (general.file_type: Q4_K_M, Q8_0, …) where the gguf package reads it."""
+    """The GGUF's file type and its two largest tensor types by bytes, e.g. "Q4_K_M (Q4_K, Q6_K)"
+    (a small model's "Q4_K_M" file is mostly Q5_0 / Q8_0: its rows are not multiples of 256)."""
     try:
+        from collections import Counter
+
         from gguf import GGUFReader, LlamaFileType
 
-        f = GGUFReader(str(path)).fields.get("general.file_type")
-        return LlamaFileType(int(f.parts[f.data[0]][0])).name.replace("MOSTLY_", "")
+        r = GGUFReader(str(path))
+        f = r.fields.get("general.file_type")
+        name = LlamaFileType(int(f.parts[f.data[0]][0])).name.replace("MOSTLY_", "")
+        size: Counter = Counter()
+        for t in r.tensors:
+            size[t.tensor_type.name] += int(t.n_bytes)
+        return f"{name} ({', '.join(k for k, _ in size.most_common(2))})"
     except Exception:
         return "GGUF"
 
