@@ -57,6 +57,7 @@ models: $(STAMP)
 peers: models
 	scripts/peers/install.sh
 	scripts/peers/run_vllm_fixtures.sh
+	PYTHONPATH=. $(BIN)/python scripts/peers/run_llamacpp.py
 	scripts/peers/collect_fixtures.sh
 
 # Every experiment is a TOML file under experiments/ (`python -m engine experiment list`); run one with

@@ -82,3 +82,78 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
                  f"(counts that hit the run's window are censored: the true oracle may be higher).")
     else:
         st.write(f"Accepted-length bound: {d['bound_note']}.")
+
+
+# ---------------------------------------------------------------- the peers benchmark (Compare page)
+
+PEERS_ENV = "SPECLAB_PEERS_RESULTS"  # a folder of peers-*.json (default docs/results; tests point it elsewhere)
+COLUMNS = {"engine": "engine", "weights": "weights", "config": "config", "tokens_per_s": "tokens/s",
+           "speedup_vs_own_ar": "speedup vs own AR", "mean_acceptance_length": "mean acceptance length",
+           "draft_acceptance_rate": "acceptance rate", "per_position_acceptance": "accepted per position",
+           "same_output_as_ar": "same output as AR", "prompts": "runs"}
+
+
+def peers_results(directory: str | None = None) -> dict[str, dict]:
+    """peers-*.json in the folder: file name → result (unreadable files skipped, said by the caller)."""
+    import json
+    import os
+    from pathlib import Path
+
+    d = Path(directory or os.environ.get(PEERS_ENV) or Path(__file__).resolve().parents[1] / "docs" / "results")
+    out = {}
+    for p in sorted(d.glob("peers-*.json")):
+        try:
+            r = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(r, dict) and isinstance(r.get("rows"), list):
+            out[p.name] = r
+    return out
+
+
+def peers_frame(result: dict) -> pd.DataFrame:
+    """The result's rows in the table's words; per-position acceptance as one string ("0.78 0.61")."""
+    df = pd.DataFrame(result["rows"])
+    df = df[[k for k in COLUMNS if k in df]].rename(columns=COLUMNS)
+    if "accepted per position" in df:
+        df["accepted per position"] = [" ".join(f"{x:.2f}" for x in v) if isinstance(v, list) else "–"
+                                       for v in df["accepted per position"]]
+    return df
+
+
+def target_line(result: dict) -> str:
+    """One line per peer: speclab's best ÷ the peer's best speculative tokens/s."""
+    out = []
+    for peer, t in (result.get("target_check") or {}).items():
+        if t:
+            out.append(f"{t['ours']} {t['ours_tokens_per_s']:.2f} tokens/s = **{t['ratio']:.2f}×** {t['peer']} "
+                       f"({t['peer_tokens_per_s']:.2f})")
+    return " · ".join(out)
+
+
+def peers_section(directory: str | None = None) -> None:
+    """The newest peers result: table, speedup bars and the target line; nothing when there is none."""
+    from app import downloads
+    from app.peer_plots import speedup_bars
+
+    results = peers_results(directory)
+    if not results:
+        return
+    st.subheader("Peers: speclab beside vLLM and llama.cpp")
+    name = st.selectbox("Peers result", list(results)[::-1], key="peers_result") if len(results) > 1 else next(
+        iter(results))
+    r = results[name]
+    cfg = r.get("config", {})
+    st.caption(f"{name} · {r.get('created', '?')[:10]} · {r.get('machine', '?')} · {cfg.get('prompts', '?')} prompts × "
+               f"{cfg.get('max_new_tokens', '?')} tokens, greedy, interleaved per prompt · each engine's speedup is "
+               f"over its own AR; the engines' weights differ where the weights column says so")
+    df = peers_frame(r)
+    downloads.table(df, downloads.stem(name), "peers_table",
+                    column_config={"tokens/s": st.column_config.NumberColumn(format="%.2f"),
+                                   "speedup vs own AR": st.column_config.NumberColumn(format="%.2f×"),
+                                   "mean acceptance length": st.column_config.NumberColumn(format="%.3f"),
+                                   "acceptance rate": st.column_config.NumberColumn(format="%.3f")})
+    st.plotly_chart(speedup_bars(df), theme=None, width="stretch", key="peers_bars")
+    line = target_line(r)
+    if line:
+        st.markdown(line)

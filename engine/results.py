@@ -43,7 +43,8 @@ UNTABULATED = {"pacer-sweep": "offline replay of recorded steps (PACER rule swee
                "step-probe": "one step timed by part (a probe), not a decoding run",
                "costs": "cost curves c and v(γ), not a decoding run",
                "qwen-draft-vocab": "draft-head agreement and cost, not a decoding run",
-               "gpu-check": "exactness and cost curves on a GPU, not a decoding run"}
+               "gpu-check": "exactness and cost curves on a GPU, not a decoding run",
+               "peers": "engines side by side (speclab, vLLM, llama.cpp), each over its own AR: the peers log entry"}
 
 
 @dataclass(frozen=True)

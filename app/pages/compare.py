@@ -147,3 +147,7 @@ curves = {f"A · {A.info['policy']}": A.steps[A.steps["request_id"] == ida],
 left, right = by_step.columns(2)
 left.plotly_chart(plots.cumulative_compare(curves, cursor=k), theme=None, width="stretch", key="cmp_cum")
 right.plotly_chart(plots.time_compare(curves), theme=None, width="stretch", key="cmp_time")
+
+from app import peer_view  # noqa: E402  the peers benchmark (python -m engine peers), after the two traces
+
+peer_view.peers_section()

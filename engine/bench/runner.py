@@ -55,6 +55,8 @@ class RunResult:
     # internal prompt lookup). What engine.bench.modelled prices.
     windows: dict[int, int] = field(default_factory=dict)
     weights: str = "dense"  # the weights path the pair ran on (engine.core.quant.WEIGHTS)
+    # drafting calls (window ≥ 1) per accepted count {a: calls}: per-position acceptance ({} = unknown)
+    accepted_counts: dict[int, int] = field(default_factory=dict)
 
 
 class _Counter:
@@ -187,11 +189,14 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
                      defer_writes=True)
     calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
     windows: dict[int, int] = {}
+    acc_counts: dict[int, int] = {}
     try:
         for rec in run:
             calls += 1
             drafted += rec.window
             windows[rec.window] = windows.get(rec.window, 0) + 1
+            if rec.window:
+                acc_counts[rec.accepted] = acc_counts.get(rec.accepted, 0) + 1
             accepted += rec.accepted
             dropped += int(rec.policy_fields.get("dropped", 0))
             prefill_ms += rec.t_prefill_ms
@@ -199,7 +204,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
         timer.close()
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, acc_counts)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:

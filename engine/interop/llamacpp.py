@@ -20,6 +20,16 @@ means, totals and the acceptance rate are exact and the histogram is not (`accep
 
 Times: the prompt's time (prompt_ms / "encoded … S seconds") is step 0's t_prefill_ms; the decode time
 (predicted_ms / "decoded … S seconds") is split evenly over the calls that follow (the example: all).
+
+The totals alone miscount the verify steps by one where a request ends inside a step (the drafts
+accepted past an EOS or the token budget are counted, not emitted) or a call drafted nothing. A
+server record may also carry `speclab_counters` (scripts/peers/run_llamacpp.py writes it): the change
+of the server's own /metrics counters over that request — `spec_decode_num_drafts_total` (its verify
+steps), `…_num_draft_tokens_total`, `…_num_accepted_tokens_total` and `accepted_per_pos`, the
+accepted tokens per draft position. Then the steps are exact as a histogram (steps that accepted ≥ j
+= position j's count), in no known order (ascending, so a cut falls on the step that accepted most),
+the mean acceptance length is llama.cpp's own (1 + accepted ÷ verify steps), calls that drafted
+nothing are appended (window 0), and a cut at the end shortens the last step's emitted tokens.
 """
 
 from __future__ import annotations
@@ -28,8 +38,8 @@ import math
 import re
 from typing import Any
 
-from engine.interop.peer import (PER_STEP, PeerError, PeerRequest, PeerStep, check_finished, count, even_split, fail,
-                                 first_json, json_lines, number, peer_records)
+from engine.interop.peer import (PER_STEP, PeerError, PeerRequest, PeerStep, as_count, check_finished, count, even_split,
+                                 fail, first_json, json_lines, number, peer_records)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "llamacpp"
@@ -62,6 +72,12 @@ def _split(n_calls: int, drafted: int, accepted: int, first_undrafted: bool, pro
     wins, accs = even_split(drafted, verify), even_split(accepted, verify)
     steps = ([PeerStep(0, 0, 1, fields={"prefill": True})] if first_undrafted else []) + [
         PeerStep(w, a, a + 1) for w, a in zip(wins, accs)]
+    _time(steps, prompt_ms, decode_ms, first_undrafted)
+    return steps
+
+
+def _time(steps: list[PeerStep], prompt_ms: float | None, decode_ms: float | None, first_undrafted: bool = True) -> None:
+    """The prompt's time on step 0, the decode time split evenly over the calls after it."""
     if prompt_ms is not None:
         steps[0].t_prefill_ms = prompt_ms
     timed = steps[1:] if first_undrafted else steps
@@ -69,7 +85,6 @@ def _split(n_calls: int, drafted: int, accepted: int, first_undrafted: bool, pro
         share = round(decode_ms / len(timed), 6)
         for i, s in enumerate(timed):
             s.t_verify_ms = max(0.0, decode_ms - share * i) if i == len(timed) - 1 else share
-    return steps
 
 
 def _check_totals(N: int, D: int, A: int, K: int | None, first_undrafted: bool, where: str, names: dict) -> int:
@@ -88,6 +103,68 @@ def _check_totals(N: int, D: int, A: int, K: int | None, first_undrafted: bool, 
     return calls
 
 
+COUNTERS = "speclab_counters"
+C_STEPS, C_DRAFTED, C_ACCEPTED = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                                  "spec_decode_num_accepted_tokens_total")
+
+
+def _counter_steps(c: Any, N: int, D: int, A: int, where: str) -> tuple[list[PeerStep], bool, str]:
+    """The steps of a request from the server's per-request counters (module docstring); whether they
+    are in order, and a note."""
+    pre = COUNTERS + "."
+    if not isinstance(c, dict):
+        fail(where, COUNTERS, f"expected an object, got {type(c).__name__}")
+    S = count(c, C_STEPS, where, prefix=pre)
+    for k, want, name in ((C_DRAFTED, D, "timings.draft_n"), (C_ACCEPTED, A, "timings.draft_n_accepted")):
+        if count(c, k, where, prefix=pre) != want:
+            fail(where, pre + k, f"{c[k]} but {name} says {want}")
+    pos = c.get("accepted_per_pos")
+    if not isinstance(pos, list):
+        fail(where, pre + "accepted_per_pos", "missing: a list of accepted tokens per draft position")
+    p = [as_count(x, f"{pre}accepted_per_pos[{i}]", where) for i, x in enumerate(pos)]
+    if len(p) > MAX_WINDOW or sum(p) != A or any(b > a for a, b in zip([S, *p], p)):
+        fail(where, pre + "accepted_per_pos", f"{p} is not a non-increasing split of {A} accepted over {S} steps")
+    if D and not S:
+        fail(where, pre + C_STEPS, f"0 verify steps for {D} drafted tokens")
+    K = len(p)
+    hist = [S - (p[0] if p else 0)] + [p[j] - (p[j + 1] if j + 1 < K else 0) for j in range(K)]
+    acc = [j for j in range(K + 1) for _ in range(hist[j])]
+    spec = [PeerStep(w, a, a + 1) for w, a in zip(_windows(acc, D, K, where), acc)]
+    steps = [PeerStep(0, 0, 1, fields={"prefill": True})] + spec
+    extra = N - sum(x.emitted for x in steps)
+    note = ""
+    if extra > 0:
+        steps += [PeerStep(0, 0, 1, fields={"undrafted": True}) for _ in range(extra)]
+        note = "calls that drafted nothing (appended: the server does not say where they ran)" if S else ""
+    elif extra < 0:
+        last = steps[-1]
+        if -extra > last.accepted:
+            fail(where, pre + C_STEPS, f"{N} predicted tokens, but the verify steps emit {N - extra} "
+                                       f"(more than the last step's cut can explain)")
+        last.emitted += extra
+        note = "a last step cut short (drafts accepted past the end of the output)"
+    return steps, not spec, note
+
+
+def _windows(acc: list[int], D: int, K: int, where: str) -> list[int]:
+    """Drafted tokens per step adding up to D, each at least the step's accepted count and at most K:
+    one more than accepted where a step accepted fewer than K (it saw a rejection), the rest spread
+    over the steps below K. Exact when D = steps · K; otherwise one consistent split."""
+    w = list(acc)
+    left = D - sum(acc)
+    for i, a in enumerate(acc):
+        if left and a < K:
+            w[i], left = a + 1, left - 1
+    while left:
+        room = [i for i, x in enumerate(w) if x < K]
+        if not room:
+            fail(where, COUNTERS + "." + C_DRAFTED, f"{D} drafted > {K} positions × {len(acc)} verify steps")
+        for i in room[:left]:
+            w[i] += 1
+        left -= min(left, len(room))
+    return w
+
+
 def server_request(d: Any, where: str) -> PeerRequest:
     if not isinstance(d, dict) or not isinstance(d.get("timings"), dict):
         fail(where, "timings", "missing: not a llama.cpp server response")
@@ -99,12 +176,20 @@ def server_request(d: Any, where: str) -> PeerRequest:
         fail(where, "timings.draft_n_accepted" if "draft_n" in t else "timings.draft_n",
              "missing while the other draft count is there")
     names = {"A": "timings.draft_n_accepted", "D": "timings.draft_n"}
-    calls = _check_totals(N, D, A, None, True, where, names)
     prompt_ms = number(t, "prompt_ms", where, prefix="timings.")
     decode_ms = number(t, "predicted_ms", where, hi=MAX_REQUEST_MS, prefix="timings.")
+    ordered, note = True, ""
+    if COUNTERS in d:
+        if A > D:
+            fail(where, names["A"], f"{A} accepted > {D} drafted ({names['D']})")
+        steps, ordered, note = _counter_steps(d[COUNTERS], N, D, A, where)
+        _time(steps, prompt_ms, decode_ms)
+        calls = len(steps)
+    else:
+        calls = _check_totals(N, D, A, None, True, where, names)
+        steps = _split(calls, D, A, True, prompt_ms, decode_ms)
     if decode_ms is not None and calls > 1 and decode_ms / (calls - 1) > 3_600_000.0:
         fail(where, "timings.predicted_ms", f"{decode_ms} ms makes a step longer than an hour")
-    steps = _split(calls, D, A, True, prompt_ms, decode_ms)
     choice = d["choices"][0] if isinstance(d.get("choices"), list) and d["choices"] and isinstance(
         d["choices"][0], dict) else {}
     msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
@@ -118,7 +203,9 @@ def server_request(d: Any, where: str) -> PeerRequest:
     return PeerRequest(steps, prompt_text=prompt, output_text=text or "", category=str(d.get("category") or ""),
                        question_id=qid if type(qid) in (int, str) else None,
                        finished=check_finished(fin, where, "stop_type", FINISH), wall_ms=wall,
-                       reported={"timings": dict(t), "model": d.get("model")}, ordered=True)
+                       reported={"timings": dict(t), "model": d.get("model"),
+                                 **({COUNTERS: d[COUNTERS]} if COUNTERS in d else {}), **({"note": note} if note else {})},
+                       ordered=ordered)
 
 
 def log_requests(data: bytes, name: str) -> list[PeerRequest]:
@@ -199,10 +286,21 @@ def llamacpp_records(data: bytes, name: str, command: str = "", meta: dict | Non
         timing = "step 0's t_prefill_ms = the 'encoded' time; the 'decoded' time split evenly over the calls"
         K = reqs[0].reported.get("n_draft")
     drafted = any(s.window for r in reqs for s in r.steps)
-    notes = ["per-step accepted and drafted counts are even shares of each request's totals (llama.cpp reports "
-             "totals only); means, totals and the acceptance rate are exact"]
+    counted = all(COUNTERS in r.reported for r in reqs)
+    lacks = list(LACKS)
+    if counted:
+        lacks.remove(PER_STEP)
+        lacks += ["step order"] if not all(r.ordered for r in reqs) else []
+        notes = ["per-step accepted counts from the server's own counters over each request (accepted per draft "
+                 "position): the histogram, the mean acceptance length and the rate are exact; the order of the "
+                 "steps, and how many tokens each step drafted where a step drafted fewer than K, are not"]
+    else:
+        notes = ["per-step accepted and drafted counts are even shares of each request's totals (llama.cpp reports "
+                 "totals only); means, totals and the acceptance rate are exact"]
+    kinds = [r.reported["note"] for r in reqs if r.reported.get("note")]
+    notes += [f"{kinds.count(k)} of {len(reqs)} requests: {k}" for k in sorted(set(kinds))]
     return peer_records(FORMAT, reqs, engine={"name": "llama.cpp", "kind": kind, "version": meta.get("version")},
                         target=str(meta.get("target") or "(llama.cpp model)"),
                         draft=str(meta.get("draft") or "(llama.cpp draft)") if drafted else None,
-                        spec=f"llamacpp:{kind}" + (f":K={K}" if K is not None else ""), lacks=LACKS, timing=timing,
+                        spec=f"llamacpp:{kind}" + (f":K={K}" if K is not None else ""), lacks=lacks, timing=timing,
                         notes=notes, source=name, command=command)

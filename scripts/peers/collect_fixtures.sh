@@ -10,6 +10,7 @@ cache="${SPECLAB_CACHE:-$HOME/.cache/speclab}"
 mkdir -p "$dst"
 keep='vllm:(spec_decode_[a-z_]+|generation_tokens|prompt_tokens|request_success)(_total|_created)?[{ ]'
 for f in "$runs"/vllm-*.jsonl; do
+  [ -f "$f" ] || continue
   # model paths of this machine become bare model names (the folder names `make models` uses)
   sed "s#$cache/##g" "$f" > "$dst/$(basename "$f")"
   b="${f%.jsonl}"
@@ -18,5 +19,8 @@ for f in "$runs"/vllm-*.jsonl; do
       > "$dst/$(basename "$p")" || true
   done
 done
-for f in "$runs"/llamacpp-*; do [ -f "$f" ] && cp "$f" "$dst/"; done
+# llama.cpp: the response files and the llama-speculative-simple log (not the servers' own logs)
+for f in "$runs"/llamacpp-*.jsonl "$runs"/llamacpp-speculative-simple-*.log; do
+  [ -f "$f" ] && sed "s#$cache/##g" "$f" > "$dst/$(basename "$f")"
+done
 ls -la "$dst"

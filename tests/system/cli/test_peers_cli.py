@@ -44,3 +44,17 @@ def test_bad_reports_are_one_line_and_write_nothing(tmp_path, capsys, fmt, body,
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: bad.txt") and msg in err and "\n" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--speclab", "", "--vllm", "", "--llamacpp", ""], "no engine to run"),
+    (["--speclab", "", "--llamacpp", "", "--vllm-python", "/nonexistent/python"], "scripts/peers/install.sh vllm"),
+    (["--speclab", "", "--vllm", "", "--gguf-target", "/nonexistent/t.gguf"], "--keep-gguf"),
+    (["--speclab", "", "--llamacpp", "", "--vllm", "eagle:2"], "expected ar or draft:K | ngram:K"),
+    (["--speclab", "fixed:2@qwen", "--vllm", "", "--llamacpp", ""], "'@' takes a window policy"),
+])
+def test_peers_refuses_in_one_line_before_any_engine_starts(capsys, args, msg):
+    """`python -m engine peers` checks every entry (configs, installs, GGUFs) before it loads anything."""
+    assert main(["peers", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and msg in err and "\n" not in err, err

@@ -1,0 +1,214 @@
+"""`python -m engine peers`: speclab beside other serving engines on the same prompts and models, interleaved.
+
+Every engine is one entry of a list (engine.bench.peer_engines builds them): an object with a `name`, a
+`weights` description, its `configs` and three methods
+
+    start() -> dict                      load / launch (vLLM's engine, llama-server); returns its versions
+    run(config, prompt, max_new_tokens) -> PeerRun     one greedy request, timed by the engine's driver
+    stop()
+
+so another engine path (speclab on other weights, SGLang, …) is one more entry. `run_peers` starts every
+entry once and keeps it up, warms every (engine, config) on the first prompt untimed, then runs each
+prompt through every (engine, config) back to back, the order rotated by one slot per prompt (so load
+drift hits every engine alike), and stops them all. An entry that can hold only one config at a time
+(`one_at_a_time` and `activate(config)`: vLLM, each of whose engines takes 6–8 GiB) makes rounds, one
+per config of it: in each round the other entries run all their configs beside that one, so each of
+its configs runs interleaved with everything else, and theirs run once per round. Its rows have one
+schema whatever the engine:
+
+    tokens_per_s              mean over prompts of new tokens ÷ the request's wall time (prefill included)
+    speedup_vs_own_ar         tokens_per_s ÷ the same engine's `ar` row (each engine against its own AR)
+    mean_acceptance_length    1 + accepted ÷ verify steps that checked drafts (vLLM's definition, bonus incl.)
+    draft_acceptance_rate     accepted ÷ drafted
+    per_position_acceptance   accepted at draft position j ÷ those verify steps (vLLM's Prometheus counters
+                              per position ÷ its drafts), j = 1…K; None where the engine reports totals only
+    same_output_as_ar         prompts whose greedy output is token for token the engine's own AR output
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class PeerPrompt:
+    question_id: Any
+    task: str
+    text: str
+    ids: tuple[int, ...]  # the prompt's token ids (chat template applied): every engine gets these very ids
+
+
+@dataclass
+class PeerRun:
+    """One configuration of one engine on one prompt."""
+    engine: str
+    config: str
+    question_id: Any
+    task: str
+    new_tokens: int
+    wall_s: float
+    spec_steps: int = 0  # verify calls that checked at least one draft token
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] | None = None  # [accepted at draft position 1, 2, …]; None: not reported
+    output: list[int] | None = None  # the new token ids, where the engine returns them
+    reported: dict[str, Any] = field(default_factory=dict)  # the engine's own figures for the request
+
+
+class PeerEngine(Protocol):
+    name: str
+    weights: str
+    configs: tuple[str, ...]
+
+    def start(self) -> dict[str, Any]: ...
+
+    def run(self, config: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerRun: ...
+
+    def stop(self) -> None: ...
+
+
+def check_run(r: PeerRun) -> PeerRun:
+    """A driver's run, refused in one line when its counts cannot be."""
+    where = f"{r.engine} {r.config} q{r.question_id}"
+    if r.new_tokens < 1 or not r.wall_s > 0:
+        raise ValueError(f"{where}: {r.new_tokens} tokens in {r.wall_s} s")
+    if r.accepted > r.drafted or (r.drafted and r.spec_steps < 1):
+        raise ValueError(f"{where}: {r.accepted} accepted of {r.drafted} drafted over {r.spec_steps} verify steps")
+    if r.accepted_per_pos is not None and sum(r.accepted_per_pos) != r.accepted:
+        raise ValueError(f"{where}: accepted per position {r.accepted_per_pos} do not add up to {r.accepted}")
+    return r
+
+
+def rounds(engines: list[PeerEngine]) -> list[list[tuple[PeerEngine, str]]]:
+    """The (engine, config) slots of each round. An engine that can hold one config at a time
+    (`one_at_a_time`: vLLM, whose engines do not fit in RAM together) runs its configs one per round, in
+    order; every other engine runs all its configs in every round."""
+    single = [e for e in engines if getattr(e, "one_at_a_time", False)]
+    n = max((len(e.configs) for e in single), default=1)
+    return [[(e, c) for e in engines
+             for c in ((e.configs[r % len(e.configs)],) if getattr(e, "one_at_a_time", False) else e.configs)]
+            for r in range(n)]
+
+
+def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_tokens: int, warmup_tokens: int = 8,
+              checkpoint: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every (engine, config) on every prompt, interleaved, round by round (`rounds`); within a round
+    the slots are rotated by one per prompt; `checkpoint(result)` after each prompt."""
+    if not prompts:
+        raise ValueError("no prompts")
+    names = [e.name for e in engines]
+    if len(set(names)) != len(names):
+        raise ValueError(f"engine names must differ: {names}")
+    for e in engines:
+        if "ar" not in e.configs:
+            raise ValueError(f"{e.name}: its configs {list(e.configs)} lack 'ar' (each engine's speedup is over its own AR)")
+    plan = rounds(engines)
+    infos: dict[str, Any] = {}
+    runs: list[PeerRun] = []
+
+    def result(complete: bool) -> dict[str, Any]:
+        return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "complete": complete,
+                "config": {"max_new_tokens": max_new_tokens, "prompts": len(prompts), "warmup_tokens": warmup_tokens,
+                           "rounds": [[f"{e.name} {c}" for e, c in slots] for slots in plan],
+                           "order": "per round, each prompt through every slot, the slots rotated by one per prompt",
+                           "question_ids": [p.question_id for p in prompts]},
+                "engines": {e.name: {"weights": e.weights, "configs": list(e.configs), **infos.get(e.name, {})}
+                            for e in engines},
+                "rows": aggregate(runs, {e.name: e.weights for e in engines}),
+                "runs": [r.__dict__ for r in runs]}
+
+    try:
+        for e in engines:
+            say(f"starting {e.name} ({', '.join(e.configs)})")
+            infos[e.name] = e.start()
+        for rnd, slots in enumerate(plan):
+            for e, c in slots:
+                if getattr(e, "one_at_a_time", False):
+                    say(f"round {rnd + 1}: {e.name} {c}")
+                    e.activate(c)
+            for e, c in slots:  # untimed: the first requests of a config are slow
+                if warmup_tokens and (rnd == 0 or getattr(e, "one_at_a_time", False)):
+                    e.run(c, prompts[0], warmup_tokens)
+            for i, p in enumerate(prompts):
+                k = i % len(slots)
+                for e, c in slots[k:] + slots[:k]:
+                    r = check_run(e.run(c, p, max_new_tokens))
+                    r.reported["round"] = rnd + 1
+                    runs.append(r)
+                    say(f"q{p.question_id} {e.name} {c}: {r.new_tokens} tokens, {r.new_tokens / r.wall_s:.2f} tokens/s"
+                        + (f", mean acceptance length {1 + r.accepted / r.spec_steps:.2f}" if r.spec_steps else ""))
+                if checkpoint is not None:
+                    checkpoint(result(False))
+    finally:
+        for e in engines:
+            try:
+                e.stop()
+            except Exception as err:  # one engine's shutdown must not hide the others' or the run's error
+                say(f"stopping {e.name}: {err}")
+    return result(True)
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.mean(xs) if xs else float("nan")
+
+
+def aggregate(runs: list[PeerRun], weights: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per (engine, config), in the order they first ran."""
+    keys = list(dict.fromkeys((r.engine, r.config) for r in runs))
+    ar_out = {(r.engine, r.question_id): r.output for r in runs if r.config == "ar"}
+    rows = []
+    for eng, conf in keys:
+        rs = [r for r in runs if (r.engine, r.config) == (eng, conf)]
+        base = [r for r in runs if (r.engine, r.config) == (eng, "ar")]
+        tps = _mean([r.new_tokens / r.wall_s for r in rs])
+        steps, drafted, acc = (sum(getattr(r, k) for r in rs) for k in ("spec_steps", "drafted", "accepted"))
+        per_pos = None
+        if drafted and all(r.accepted_per_pos is not None for r in rs):
+            n = max(len(r.accepted_per_pos) for r in rs)
+            per_pos = [sum((r.accepted_per_pos + [0] * n)[j] for r in rs) / steps for j in range(n)]
+        same = [r.output == ar_out.get((eng, r.question_id)) for r in rs
+                if r.output is not None and ar_out.get((eng, r.question_id)) is not None]
+        rows.append({"engine": eng, "config": conf, "weights": (weights or {}).get(eng, ""), "prompts": len(rs),
+                     "new_tokens": sum(r.new_tokens for r in rs), "wall_s": sum(r.wall_s for r in rs),
+                     "tokens_per_s": tps, "speedup_vs_own_ar": tps / _mean([r.new_tokens / r.wall_s for r in base])
+                     if base else None,
+                     "spec_steps": steps, "drafted": drafted, "accepted": acc,
+                     "mean_acceptance_length": 1 + acc / steps if steps else None,
+                     "draft_acceptance_rate": acc / drafted if drafted else None,
+                     "per_position_acceptance": per_pos,
+                     "same_output_as_ar": f"{sum(same)}/{len(same)}" if same else None})
+    return rows
+
+
+def best(rows: list[dict[str, Any]], engine: str, speculative: bool = True) -> dict[str, Any] | None:
+    """The engine's fastest row (speculative rows only, or any)."""
+    rs = [r for r in rows if r["engine"] == engine and (r["config"] != "ar" or not speculative)]
+    return max(rs, key=lambda r: r["tokens_per_s"], default=None)
+
+
+def target_check(rows: list[dict[str, Any]], ours: str = "speclab", peer: str = "vllm") -> dict[str, Any] | None:
+    """speclab's best row ÷ the peer's best speculative row, in tokens/s (the issue's target: ≥ 1.0)."""
+    a, b = best(rows, ours, speculative=False), best(rows, peer)
+    if a is None or b is None:
+        return None
+    return {"ours": f"{ours} {a['config']}", "ours_tokens_per_s": a["tokens_per_s"], "peer": f"{peer} {b['config']}",
+            "peer_tokens_per_s": b["tokens_per_s"], "ratio": a["tokens_per_s"] / b["tokens_per_s"]}
+
+
+def _f(v, fmt: str) -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The peers table as Markdown."""
+    out = ["| engine | weights | config | tokens/s | speedup vs own AR | mean acceptance length | acceptance rate | "
+           "accepted per position | same output as AR |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pos = "–" if not r["per_position_acceptance"] else " ".join(f"{x:.2f}" for x in r["per_position_acceptance"])
+        out.append(f"| {r['engine']} | {r['weights']} | `{r['config']}` | {r['tokens_per_s']:.2f} | "
+                   f"{_f(r['speedup_vs_own_ar'], '.2f')}× | {_f(r['mean_acceptance_length'], '.3f')} | "
+                   f"{_f(r['draft_acceptance_rate'], '.3f')} | {pos} | {r['same_output_as_ar'] or '–'} |")
+    return "\n".join(out)

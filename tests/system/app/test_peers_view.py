@@ -1,0 +1,53 @@
+"""The peers result on the Compare page (app.peer_view.peers_section, app.peer_plots.speedup_bars), on a
+committed small result: tests/fixtures/peers/peers-qwen-small.json (docs/results/peers-qwen.json without
+its per-run records)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app import peer_view
+from app.peer_plots import speedup_bars
+from tests.system.app.conftest import goto
+
+SMALL = Path(__file__).resolve().parents[2] / "fixtures" / "peers" / "peers-qwen-small.json"
+
+
+@pytest.fixture()
+def result():
+    return json.loads(SMALL.read_text(encoding="utf-8"))
+
+
+def test_frame_and_bars_carry_the_rows(result):
+    df = peer_view.peers_frame(result)
+    assert len(df) == len(result["rows"]) and {"engine", "tokens/s", "speedup vs own AR"} <= set(df.columns)
+    assert list(df["tokens/s"]) == [r["tokens_per_s"] for r in result["rows"]]
+    i = next(i for i, r in enumerate(result["rows"]) if r["per_position_acceptance"])
+    assert df["accepted per position"].iat[i] == " ".join(f"{x:.2f}" for x in result["rows"][i]["per_position_acceptance"])
+    assert df["accepted per position"].iat[0] == "–"  # the AR row
+    fig = speedup_bars(df)
+    engines = list(dict.fromkeys(r["engine"] for r in result["rows"]))
+    assert [t.name for t in fig.data] == engines
+    for t in fig.data:
+        want = [r["speedup_vs_own_ar"] for r in result["rows"] if r["engine"] == t.name]
+        assert list(t.y) == want and all(s.endswith("tok/s") for s in t.text)
+    assert "×" in peer_view.target_line(result) and "\n" not in peer_view.target_line(result)
+
+
+def test_compare_page_shows_the_peers_table_and_bars(app, tmp_path, monkeypatch, result):
+    shutil.copy(SMALL, tmp_path / "peers-qwen.json")
+    monkeypatch.setenv(peer_view.PEERS_ENV, str(tmp_path))
+    at = goto(app, "compare")
+    assert any(s.value.startswith("Peers") for s in at.subheader)
+    table = next(d.value for d in at.dataframe if "speedup vs own AR" in d.value.columns)
+    assert list(table["speedup vs own AR"]) == [r["speedup_vs_own_ar"] for r in result["rows"]]
+    assert any("×" in m.value and "tokens/s" in m.value for m in at.markdown)
+
+
+def test_compare_page_without_a_peers_result_draws_no_section(app, tmp_path, monkeypatch):
+    (tmp_path / "peers-broken.json").write_text("{not json")
+    monkeypatch.setenv(peer_view.PEERS_ENV, str(tmp_path))
+    at = goto(app, "compare")
+    assert not any(s.value.startswith("Peers") for s in at.subheader)
