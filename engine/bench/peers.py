@@ -198,6 +198,17 @@ def target_check(rows: list[dict[str, Any]], ours: str = "speclab", peer: str = 
             "peer_tokens_per_s": b["tokens_per_s"], "ratio": a["tokens_per_s"] / b["tokens_per_s"]}
 
 
+def ar_ratio(rows: list[dict[str, Any]], ours: str, peer: str) -> dict[str, Any] | None:
+    """`ours`'s autoregressive tokens/s ÷ `peer`'s, same prompts and models (the quantized path's target:
+    ≥ 0.5× llama.cpp on the same GGUF and threads)."""
+    a = next((r for r in rows if r["engine"] == ours and r["config"] == "ar"), None)
+    b = next((r for r in rows if r["engine"] == peer and r["config"] == "ar"), None)
+    if a is None or b is None or not b["tokens_per_s"]:
+        return None
+    return {"ours": f"{ours} ar", "ours_tokens_per_s": a["tokens_per_s"], "peer": f"{peer} ar",
+            "peer_tokens_per_s": b["tokens_per_s"], "ratio": a["tokens_per_s"] / b["tokens_per_s"]}
+
+
 def _f(v, fmt: str) -> str:
     return "–" if v is None else format(v, fmt)
 

@@ -204,7 +204,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
         timer.close()
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, acc_counts)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, accepted_counts=acc_counts)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:

@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     common.add_max_new_tokens(p, 48)
     common.add_device(p, dtype="bf16", device="cpu", threads=2)
     p.add_argument("--speclab", default="ar,fixed:2,costaware", help="speclab's configs: ar and window policies ('' : none)")
+    p.add_argument("--speclab-quantized", default="",
+                   help="speclab's configs on the quantized fast path (--weights quantized: the GGUF's own "
+                        "precision per tensor), a second speclab entry 'speclab-quantized' ('' : none)")
     p.add_argument("--vllm", default="ar,draft:2,ngram:4", help="vLLM's configs: ar, draft:K, ngram:K ('': leave vLLM out)")
     p.add_argument("--llamacpp", default="ar,draft:2,draft:4", help="llama.cpp's configs: ar, draft:K ('': leave it out)")
     p.add_argument("--vllm-python", default=None, help="the vLLM venv's python (default: <cache>/peers/vllm/bin/python)")
@@ -76,6 +79,10 @@ def build_engines(a) -> list:
     engines = []
     if _configs(a.speclab):
         engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab), a.dtype, a.device, a.threads))
+    if _configs(a.speclab_quantized):
+        engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab_quantized), a.dtype, a.device, a.threads,
+                                     name="speclab-quantized", weights=f"{a.dtype}, quantized linears",
+                                     load_kwargs={"weights": "quantized"}))
     base = a.draft.removesuffix("-full").removesuffix("-reduced")
     if _configs(a.vllm):
         py = a.vllm_python or str(_peers_dir() / "vllm" / "bin" / "python")
@@ -113,8 +120,12 @@ def cmd_peers(a) -> int:
              "prompts_file": str(a.prompts), "target": a.target, "draft": a.draft}
     checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None
     result = run_peers(engines, prompts, a.max_new_tokens, a.warmup_tokens, checkpoint) | extra
+    from engine.bench.peers import ar_ratio
+
     result["target_check"] = {"vllm": target_check(result["rows"], peer="vllm"),
-                              "llama.cpp": target_check(result["rows"], peer="llama.cpp")}
+                              "llama.cpp": target_check(result["rows"], peer="llama.cpp"),
+                              "quantized AR vs llama.cpp AR": ar_ratio(result["rows"], "speclab-quantized", "llama.cpp"),
+                              "quantized AR vs dense AR": ar_ratio(result["rows"], "speclab-quantized", "speclab")}
     print(format_table(result["rows"]))
     for peer, t in result["target_check"].items():
         if t:

@@ -112,3 +112,14 @@ def test_per_position_is_none_when_any_prompt_lacks_it():
     row = aggregate(runs)[1]
     assert row["per_position_acceptance"] is None and row["mean_acceptance_length"] == pytest.approx(2.0)
     assert row["same_output_as_ar"] is None  # no outputs to compare
+
+
+def test_ar_ratio_of_two_engines():
+    from engine.bench.peers import ar_ratio
+
+    rows = [{"engine": "speclab-quantized", "config": "ar", "tokens_per_s": 6.0},
+            {"engine": "llama.cpp", "config": "ar", "tokens_per_s": 20.0},
+            {"engine": "llama.cpp", "config": "draft:2", "tokens_per_s": 12.0}]
+    r = ar_ratio(rows, "speclab-quantized", "llama.cpp")
+    assert r["ratio"] == 0.3 and r["peer"] == "llama.cpp ar"
+    assert ar_ratio(rows, "speclab", "llama.cpp") is None
