@@ -44,6 +44,8 @@ UNTABULATED = {"pacer-sweep": "offline replay of recorded steps (PACER rule swee
                "costs": "cost curves c and v(γ), not a decoding run",
                "qwen-draft-vocab": "draft-head agreement and cost, not a decoding run",
                "gpu-check": "exactness and cost curves on a GPU, not a decoding run",
+               "overhead": "the kernel and framework shares of one decode step (a probe), not a decoding run",
+               "kernels": "matmul kernels side by side (a probe), not a decoding run",
                "peers": "engines side by side (speclab, vLLM, llama.cpp), each over its own AR: the peers log entry"}
 
 
