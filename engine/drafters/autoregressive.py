@@ -2,7 +2,11 @@
 
 Per step, with S = len(seq) and the draft cache holding a prefix x[:len] of the sequence:
 
-    forward 1     feeds x[len:] (the tokens verified since the last step), drafts d_1 ~ q_1
+    forward 1     feeds x[len:] (the tokens verified since the last step — the whole prompt on a request's
+                  first drafting step: the prefill is lazy, so a request whose policy never drafts (the
+                  cost-aware window at K = 0) never pays the draft's prefill), drafts d_1 ~ q_1; all but
+                  the last of those tokens go through `prefill` (no logits: a catch-up of n tokens would
+                  otherwise pay the head n times)
     forward i>1   feeds d_{i−1}, drafts d_i ~ q_i
     after d_i     keep(DraftInfo(i, d_i, q_shown, H, hidden, q_max)) — False stops; the policy may then
                   drop the last `keep.dropped` drafts unverified (they stay in the draft cache until
@@ -34,8 +38,6 @@ class AutoregressiveDrafter(DrafterBase):
         self.lm.reset()
         if hasattr(self.lm, "add_request_tokens"):
             self.lm.add_request_tokens(prompt_ids)
-        if len(prompt_ids) > 1:
-            prefill(self.lm, prompt_ids[:-1])
 
     def draft(self, seq: list[int], cap: int, keep: Keep, sc: SamplingConfig, gen: torch.Generator) -> Proposal:
         drafts: list[int] = []
@@ -44,7 +46,13 @@ class AutoregressiveDrafter(DrafterBase):
         ents: list[float] = []
         stop = "cap"
         while len(drafts) < cap:
-            logits = self.lm.extend(seq[self.lm.length:] if not drafts else [drafts[-1]])
+            if not drafts:
+                behind = seq[self.lm.length:]
+                if len(behind) > 1:
+                    prefill(self.lm, behind[:-1])
+                logits = self.lm.extend(behind[-1:])
+            else:
+                logits = self.lm.extend([drafts[-1]])
             d = draw_token(logits[-1], sc, gen)
             drafts.append(d.token)
             q_rows.append(d.q)
