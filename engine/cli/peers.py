@@ -42,6 +42,8 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup-tokens", type=int, default=8, help="untimed run of every config on the first prompt")
     p.add_argument("--log-dir", default="build/peers", help="the peers' own logs")
     common.add_out(p, "JSON result path (rewritten after every prompt)")
+    p.add_argument("--markdown", default=None,
+                   help="also write a log entry's measured part here (setup, table, target check): docs/log/DATE-peers.md")
     p.set_defaults(func=cmd_peers)
 
 
@@ -122,6 +124,12 @@ def cmd_peers(a) -> int:
                   f"{t['ratio']:.2f}×")
     if a.out:
         write_json_atomic(result, a.out)
+    if a.markdown:
+        from engine.bench.peers import log_entry
+        from engine.trace.jsonio import write_text_atomic
+
+        write_text_atomic(log_entry(result), a.markdown)
+        print(f"wrote {a.markdown}: add the question, the answer and the reading")
     return 0
 
 
