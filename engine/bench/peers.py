@@ -156,8 +156,9 @@ def _mean(xs: list[float]) -> float:
 
 
 def aggregate(runs: list[PeerRun], weights: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """One row per (engine, config), in the order they first ran."""
-    keys = list(dict.fromkeys((r.engine, r.config) for r in runs))
+    """One row per (engine, config): engines in the order they first ran, each engine's configs likewise."""
+    engines = list(dict.fromkeys(r.engine for r in runs))
+    keys = sorted(dict.fromkeys((r.engine, r.config) for r in runs), key=lambda k: engines.index(k[0]))
     ar_out = {(r.engine, r.question_id): r.output for r in runs if r.config == "ar"}
     rows = []
     for eng, conf in keys:
