@@ -162,7 +162,8 @@ class VllmEngine:
         if not Path(python).is_file():
             raise ValueError(f"vLLM: no Python at {python}: `scripts/peers/install.sh vllm` installs it "
                              "(or leave vLLM out with --vllm '')")
-        self.name, self.configs, self.weights = name, tuple(configs), {"bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
+        self.name, self.configs = name, tuple(configs)
+        self.weights = {"bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
         self.python, self.target, self.draft, self.dtype, self.threads = python, target, draft, dtype, threads
         self.log_dir, self.memory, self.workers = Path(log_dir), memory, {}
 
@@ -242,7 +243,8 @@ class LlamaServer:
                     "--seed", "0"]
         if draft is not None:
             # --spec-type names the method: with -md alone this version loads the draft and speculates not
-            self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+            self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
+                         "--spec-draft-n-min", "0",
                          "-td", str(threads), "-tbd", str(threads)]
         self.log = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
         self.p: subprocess.Popen | None = None

@@ -104,7 +104,8 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
         raise ValueError(f"engine names must differ: {names}")
     for e in engines:
         if "ar" not in e.configs:
-            raise ValueError(f"{e.name}: its configs {list(e.configs)} lack 'ar' (each engine's speedup is over its own AR)")
+            raise ValueError(f"{e.name}: its configs {list(e.configs)} lack 'ar' "
+                             "(each engine's speedup is over its own AR)")
     plan = rounds(engines)
     infos: dict[str, Any] = {}
     runs: list[PeerRun] = []
