@@ -153,7 +153,8 @@ class VllmWorker:
 
 
 class VllmEngine:
-    """vLLM's CPU build: every config an engine of its own, started once (60–80 s each) and kept up."""
+    """vLLM's CPU build: every config an engine of its own (60–80 s to start), one up at a time, each for
+    its round (engine.bench.peers.rounds)."""
 
     def __init__(self, python: str, target: Path, draft: Path, configs: tuple[str, ...], dtype: str = "bfloat16",
                  threads: int = 2, log_dir: Path = Path("build/peers"), memory: float = 0.2, name: str = "vllm"):
@@ -161,7 +162,8 @@ class VllmEngine:
         if not Path(python).is_file():
             raise ValueError(f"vLLM: no Python at {python}: `scripts/peers/install.sh vllm` installs it "
                              "(or leave vLLM out with --vllm '')")
-        self.name, self.configs, self.weights = name, tuple(configs), dtype.replace("bfloat16", "bf16")
+        self.name, self.configs = name, tuple(configs)
+        self.weights = {"bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
         self.python, self.target, self.draft, self.dtype, self.threads = python, target, draft, dtype, threads
         self.log_dir, self.memory, self.workers = Path(log_dir), memory, {}
 
@@ -179,7 +181,7 @@ class VllmEngine:
         self.stop()
         m, k = self.parsed[config]
         # both cores for the model (vLLM's auto binding keeps one for its scheduler), and a KV cache of
-        # 1 GiB (ample for one 2048-token sequence) so that every config's engine fits in RAM at once
+        # 1 GiB (ample for one 2048-token sequence): the engine is its weights + 1 GiB + vLLM's own
         env = {"OMP_NUM_THREADS": str(self.threads), "VLLM_CPU_OMP_THREADS_BIND": f"0-{self.threads - 1}",
                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
         t0 = time.perf_counter()
@@ -241,7 +243,8 @@ class LlamaServer:
                     "--seed", "0"]
         if draft is not None:
             # --spec-type names the method: with -md alone this version loads the draft and speculates not
-            self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+            self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
+                         "--spec-draft-n-min", "0",
                          "-td", str(threads), "-tbd", str(threads)]
         self.log = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
         self.p: subprocess.Popen | None = None

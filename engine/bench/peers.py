@@ -104,7 +104,8 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
         raise ValueError(f"engine names must differ: {names}")
     for e in engines:
         if "ar" not in e.configs:
-            raise ValueError(f"{e.name}: its configs {list(e.configs)} lack 'ar' (each engine's speedup is over its own AR)")
+            raise ValueError(f"{e.name}: its configs {list(e.configs)} lack 'ar' "
+                             "(each engine's speedup is over its own AR)")
     plan = rounds(engines)
     infos: dict[str, Any] = {}
     runs: list[PeerRun] = []
@@ -156,8 +157,9 @@ def _mean(xs: list[float]) -> float:
 
 
 def aggregate(runs: list[PeerRun], weights: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """One row per (engine, config), in the order they first ran."""
-    keys = list(dict.fromkeys((r.engine, r.config) for r in runs))
+    """One row per (engine, config): engines in the order they first ran, each engine's configs likewise."""
+    engines = list(dict.fromkeys(r.engine for r in runs))
+    keys = sorted(dict.fromkeys((r.engine, r.config) for r in runs), key=lambda k: engines.index(k[0]))
     ar_out = {(r.engine, r.question_id): r.output for r in runs if r.config == "ar"}
     rows = []
     for eng, conf in keys:
@@ -223,3 +225,44 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                    f"{_f(r['speedup_vs_own_ar'], '.2f')}× | {_f(r['mean_acceptance_length'], '.3f')} | "
                    f"{_f(r['draft_acceptance_rate'], '.3f')} | {pos} | {r['same_output_as_ar'] or '–'} |")
     return "\n".join(out)
+
+
+def log_entry(result: dict[str, Any], title: str = "speclab beside vLLM and llama.cpp on the Qwen pair") -> str:
+    """A dated docs/log entry's measured part, from a peers result: setup (machine, flags, versions,
+    command, date), the table, the target check and the per-round AR tokens/s (the load drift the
+    rounds saw). The question, the answer and the reading are the author's."""
+    cfg, eng = result.get("config", {}), result.get("engines", {})
+    date = str(result.get("created", ""))[:10]
+    flags = (result.get("lscpu") or {}).get("Flags", "")
+    keep = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags.split()]
+    lines = [f"# {date} — {title}", "", "**Question.** …", "", "**Answer.** …", "", "## Setup", "",
+             f"- Machine: {result.get('machine', '?')}; lscpu: {(result.get('lscpu') or {}).get('Model name', '?')}, "
+             f"{(result.get('lscpu') or {}).get('CPU(s)', '?')} CPUs, flags include {' '.join(keep) or '—'}.",
+             f"- Prompts: {cfg.get('prompts')} (question ids {cfg.get('question_ids')}), greedy, "
+             f"{cfg.get('max_new_tokens')} new tokens, every engine fed the same prompt token ids; "
+             f"{cfg.get('warmup_tokens')}-token warm-up per config, untimed.",
+             f"- Order: {cfg.get('order')}; rounds: " + "; ".join(", ".join(r) for r in cfg.get("rounds", [])) + "."]
+    for name, e in eng.items():
+        info = {k: v for k, v in e.items() if k not in ("configs", "command")}
+        lines.append(f"- {name}: {json_short(info)}")
+    lines += ["", "Command:", "", "```", str(result.get("command", "")), "```", "", "## The table", "",
+              format_table(result.get("rows", [])), ""]
+    for peer, t in (result.get("target_check") or {}).items():
+        if t:
+            lines.append(f"- speclab's best ÷ {peer}'s best speculative: {t['ours']} {t['ours_tokens_per_s']:.2f} "
+                         f"tokens/s ÷ {t['peer']} {t['peer_tokens_per_s']:.2f} = **{t['ratio']:.2f}×**")
+    drift = {}
+    for r in result.get("runs", []):
+        if r["config"] == "ar":
+            drift.setdefault(r["engine"], {}).setdefault(r["reported"].get("round", 1), []).append(
+                r["new_tokens"] / r["wall_s"])
+    if drift:
+        lines += ["", "AR tokens/s per round (mean over prompts; the drift the rounds saw): " + "; ".join(
+            f"{e} " + " / ".join(f"{_mean(v):.2f}" for _, v in sorted(rs.items())) for e, rs in drift.items())]
+    return "\n".join(lines) + "\n"
+
+
+def json_short(d: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(d, sort_keys=True, default=str)[:600]

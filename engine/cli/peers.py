@@ -45,6 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup-tokens", type=int, default=8, help="untimed run of every config on the first prompt")
     p.add_argument("--log-dir", default="build/peers", help="the peers' own logs")
     common.add_out(p, "JSON result path (rewritten after every prompt)")
+    p.add_argument("--markdown", default=None,
+                   help="also write a log entry's measured part here (setup, table, target check): docs/log/DATE-peers.md")
     p.set_defaults(func=cmd_peers)
 
 
@@ -71,10 +73,18 @@ def gguf_weights(path: Path) -> str:
         return "GGUF"
 
 
+def model_path(name: str) -> Path:
+    """A model's folder: a local directory as given, else the converted folder `make models` wrote."""
+    from engine.core.provision import model_dir
+
+    p = Path(name).expanduser()
+    return p if (p / "config.json").is_file() else model_dir(name)
+
+
 def build_engines(a) -> list:
     """The run's engine entries, in the order they start; each checks its install before anything loads."""
     from engine.bench.peer_engines import LlamaCppEngine, SpeclabEngine, VllmEngine
-    from engine.core.provision import cache_root, model_dir
+    from engine.core.provision import cache_root
 
     engines = []
     if _configs(a.speclab):
@@ -88,12 +98,12 @@ def build_engines(a) -> list:
         py = a.vllm_python or str(_peers_dir() / "vllm" / "bin" / "python")
         if not Path(py).is_file():  # before model_dir: the missing install is the first thing to fix
             VllmEngine(py, Path(), Path(), _configs(a.vllm))
-        engines.append(VllmEngine(py, model_dir(a.target), model_dir(base), _configs(a.vllm),
+        engines.append(VllmEngine(py, model_path(a.target), model_path(base), _configs(a.vllm),
                                   {"bf16": "bfloat16", "fp32": "float32"}.get(a.dtype, a.dtype), a.threads,
                                   Path(a.log_dir), a.vllm_memory))
     if _configs(a.llamacpp):
-        gt = Path(a.gguf_target or cache_root() / "gguf" / f"{a.target}.gguf")
-        gd = Path(a.gguf_draft or cache_root() / "gguf" / f"{base}.gguf")
+        gt = Path(a.gguf_target or cache_root() / "gguf" / f"{Path(a.target).name}.gguf")
+        gd = Path(a.gguf_draft or cache_root() / "gguf" / f"{Path(base).name}.gguf")
         bin_dir = Path(a.llama_bin or _peers_dir() / "llama.cpp" / "build" / "bin")
         eng = LlamaCppEngine(bin_dir, gt, gd, _configs(a.llamacpp), a.threads, Path(a.log_dir))
         eng.weights = f"{gguf_weights(gt)} ← {gguf_weights(gd)}"
@@ -106,14 +116,13 @@ def build_engines(a) -> list:
 def cmd_peers(a) -> int:
     from engine.bench.peers import PeerPrompt, format_table, run_peers, target_check
     from engine.core.load import machine_description
-    from engine.core.provision import model_dir
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode, load_prompts, task_of
 
     engines = build_engines(a)
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir(a.target), local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(model_path(a.target), local_files_only=True)
     prompts = [PeerPrompt(p.question_id, task_of(p.category), p.text, tuple(encode(tok, p.text)))
                for p in load_prompts(a.prompts, per_category=a.per_task)]
     extra = {"command": common.command_line(), "machine": machine_description(), "lscpu": lscpu(),
@@ -133,6 +142,12 @@ def cmd_peers(a) -> int:
                   f"{t['ratio']:.2f}×")
     if a.out:
         write_json_atomic(result, a.out)
+    if a.markdown:
+        from engine.bench.peers import log_entry
+        from engine.trace.jsonio import write_text_atomic
+
+        write_text_atomic(log_entry(result), a.markdown)
+        print(f"wrote {a.markdown}: add the question, the answer and the reading")
     return 0
 
 

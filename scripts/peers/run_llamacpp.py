@@ -94,7 +94,8 @@ def main() -> int:
         with open(log, "w", encoding="utf-8") as f:
             for text in texts:
                 r = subprocess.run([str(Path(a.bin) / "llama-speculative-simple"), "-m", a.target, "-md", a.draft,
-                                    "--spec-type", "draft-simple", "-p", text, "-n", str(a.max_tokens), "--temp", "0", "-t", str(a.threads),
+                                    "--spec-type", "draft-simple", "-p", text, "-n", str(a.max_tokens), "--temp", "0",
+                                    "-t", str(a.threads),
                                     "-td", str(a.threads), "--spec-draft-n-max", str(k), "-c", "2048",
                                     "--seed", "0"], capture_output=True, text=True, timeout=1800)
                 f.write(r.stderr)

@@ -1,6 +1,7 @@
 """The peers result on the Compare page (app.peer_view.peers_section, app.peer_plots.speedup_bars), on a
-committed small result: tests/fixtures/peers/peers-qwen-small.json (docs/results/peers-qwen.json without
-its per-run records)."""
+committed small result in the schema `python -m engine peers` writes: tests/fixtures/peers/peers-synthetic.json
+(three fake engines of tests/unit/bench/test_peers.py through engine.bench.peers.run_peers, the per-run
+records left out; its numbers are made up)."""
 
 import json
 import shutil
@@ -12,7 +13,7 @@ from app import peer_view
 from app.peer_plots import speedup_bars
 from tests.system.app.conftest import goto
 
-SMALL = Path(__file__).resolve().parents[2] / "fixtures" / "peers" / "peers-qwen-small.json"
+SMALL = Path(__file__).resolve().parents[2] / "fixtures" / "peers" / "peers-synthetic.json"
 
 
 @pytest.fixture()

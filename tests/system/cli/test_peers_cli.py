@@ -58,3 +58,111 @@ def test_peers_refuses_in_one_line_before_any_engine_starts(capsys, args, msg):
     assert main(["peers", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and msg in err and "\n" not in err, err
+
+
+# ------------------------------------------------------------------ the whole run, with stand-in peers
+
+FAKE_VLLM = r'''
+import json, sys
+a = sys.argv[1:]
+method, k = a[a.index("--method") + 1], int(a[a.index("--k") + 1])
+print("INFO a line of vLLM's own log", flush=True)
+say = lambda d: print("@@speclab " + json.dumps(d), flush=True)
+say({"ready": True, "vllm_version": "stand-in"})
+for line in sys.stdin:
+    n = json.loads(line)["max_tokens"]
+    rec = {"token_ids": list(range(100, 100 + n)), "wall_ms": 40.0 * n, "metrics": {}}
+    if method != "ar":  # every step accepts one draft of k: two tokens per verify call
+        s = n // 2
+        rec["wall_ms"] = 50.0 * s
+        rec["spec_decode_metrics"] = {"num_spec_steps": s, "num_draft_tokens": s * k, "num_accepted_draft_tokens": s,
+                                      "num_spec_tokens": k, "per_step_accepted": [1] * s, "mean_acceptance_length": 2.0}
+    say(rec)
+'''
+
+FAKE_LLAMA = r'''
+import json, os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+a = sys.argv[1:]
+port, k = int(a[a.index("--port") + 1]), int(a[a.index("--spec-draft-n-max") + 1]) if "-md" in a else 0
+open(os.environ["PIDS"] + f"/{os.getpid()}", "w").close()
+c = {"steps": 0, "drafted": 0, "accepted": 0, "pos": [0] * k}
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *x): pass
+    def reply(self, body, kind="application/json"):
+        self.send_response(200); self.send_header("Content-Type", kind); self.end_headers(); self.wfile.write(body.encode())
+    def do_GET(self):
+        if self.path == "/health":
+            return self.reply("{}")
+        text = "".join(f"llamacpp:{n} {c[v]}\n" for n, v in (("spec_decode_num_drafts_total", "steps"),
+                       ("spec_decode_num_draft_tokens_total", "drafted"), ("spec_decode_num_accepted_tokens_total", "accepted")))
+        text += "".join(f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {p}\n' for i, p in enumerate(c["pos"]))
+        self.reply(text, "text/plain")
+    def do_POST(self):
+        q = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = q["n_predict"]
+        t = {"prompt_n": len(q["prompt"]), "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 5.0 * n}
+        if k:  # one prefill token, then calls that accept k - 1 of k drafts
+            s = (n - 1) // k
+            t.update(draft_n=s * k, draft_n_accepted=s * (k - 1), predicted_ms=8.0 * s)
+            c["steps"] += s; c["drafted"] += s * k; c["accepted"] += s * (k - 1)
+            c["pos"] = [p + (s if i < k - 1 else 0) for i, p in enumerate(c["pos"])]
+        time.sleep(t["predicted_ms"] / 1e3)
+        self.reply(json.dumps({"content": "x", "tokens": list(range(7, 7 + n)), "stop_type": "limit", "timings": t}))
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def _wrapper(path, script):
+    import sys
+
+    (path.parent / f"{path.name}.py").write_text(script)
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} {path.parent / (path.name + ".py")} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_peers_run_end_to_end_with_stand_in_peers(model_dirs, tmp_path, monkeypatch, capsys):
+    """The whole command on the tiny pair with stand-ins that speak vLLM's worker protocol and llama-server's
+    HTTP API: two rounds (vLLM's two configs), every speclab and llama.cpp config in both, one row per
+    (engine, config) in one schema, the log entry's measured part, and no peer process left behind."""
+    import os
+
+    target, draft, prompts = model_dirs
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "pids").mkdir()
+    monkeypatch.setenv("PIDS", str(tmp_path / "pids"))
+    py = _wrapper(tmp_path / "bin" / "python", FAKE_VLLM)
+    _wrapper(tmp_path / "bin" / "llama-server", FAKE_LLAMA)
+    for g in ("t.gguf", "d.gguf"):
+        (tmp_path / g).write_bytes(b"")
+    out, md = tmp_path / "peers.json", tmp_path / "peers.md"
+    assert main(["peers", "--target", str(target), "--draft", str(draft), "--dtype", "fp32", "--threads", "1",
+                 "--prompts", str(prompts), "--max-new-tokens", "9", "--warmup-tokens", "3",
+                 "--speclab", "ar,fixed:2", "--vllm", "ar,draft:2", "--vllm-python", str(py),
+                 "--llamacpp", "ar,draft:3", "--llama-bin", str(tmp_path / "bin"), "--gguf-target", str(tmp_path / "t.gguf"),
+                 "--gguf-draft", str(tmp_path / "d.gguf"), "--log-dir", str(tmp_path / "logs"),
+                 "--out", str(out), "--markdown", str(md)]) == 0
+    r = json.loads(out.read_text())
+    rows = {(x["engine"], x["config"]): x for x in r["rows"]}
+    assert [x["engine"] for x in r["rows"]] == ["speclab"] * 2 + ["vllm"] * 2 + ["llama.cpp"] * 2  # grouped
+    assert set(rows) == {("speclab", "ar"), ("speclab", "fixed:2"), ("vllm", "ar"), ("vllm", "draft:2"),
+                         ("llama.cpp", "ar"), ("llama.cpp", "draft:3")} and r["complete"]
+    assert len(r["config"]["rounds"]) == 2 and rows[("vllm", "draft:2")]["prompts"] == 2
+    assert rows[("speclab", "ar")]["prompts"] == rows[("llama.cpp", "draft:3")]["prompts"] == 4  # both rounds
+    v = rows[("vllm", "draft:2")]
+    assert v["mean_acceptance_length"] == 2.0 and v["per_position_acceptance"] == [1.0, 0.0]
+    assert v["speedup_vs_own_ar"] == pytest.approx((9 / (50e-3 * 4)) / (9 / (40e-3 * 9)))
+    ll = rows[("llama.cpp", "draft:3")]
+    assert ll["mean_acceptance_length"] == 3.0 and ll["per_position_acceptance"] == [1.0, 1.0, 0.0]
+    assert ll["draft_acceptance_rate"] == pytest.approx(2 / 3) and ll["same_output_as_ar"] == "4/4"
+    s = rows[("speclab", "fixed:2")]
+    assert s["same_output_as_ar"] == "4/4" and s["mean_acceptance_length"] >= 1.0 and s["weights"] == "fp32"
+    assert r["target_check"]["vllm"]["peer"] == "vllm draft:2" and r["engines"]["vllm"]["vllm_version"] == "stand-in"
+    assert r["engines"]["llama.cpp"]["weights"] == "GGUF ← GGUF"  # empty stand-in files: no file type to read
+    text = md.read_text()
+    assert "| vllm | fp32 | `draft:2` |" in text and "speclab's best ÷ vllm's best speculative" in text
+    assert "speedup vs own AR" in capsys.readouterr().out
+    for pid in (int(p.name) for p in (tmp_path / "pids").iterdir()):  # every llama-server stopped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

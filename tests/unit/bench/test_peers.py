@@ -123,3 +123,18 @@ def test_ar_ratio_of_two_engines():
     r = ar_ratio(rows, "speclab-quantized", "llama.cpp")
     assert r["ratio"] == 0.3 and r["peer"] == "llama.cpp ar"
     assert ar_ratio(rows, "speclab", "llama.cpp") is None
+
+
+def test_log_entry_has_setup_table_target_check_and_drift():
+    from engine.bench.peers import log_entry
+
+    res = run_peers([Fake("speclab", ["ar", "fixed:2"]), Fake("vllm", ["ar", "draft:2"], True, 0.5)], PROMPTS, 12,
+                    say=lambda s: None)
+    res |= {"command": "python -m engine peers --max-new-tokens 12", "machine": "AMD EPYC, 2 cores",
+            "lscpu": {"Model name": "AMD EPYC", "CPU(s)": "2", "Flags": "fpu avx2 avx512f avx512_bf16"},
+            "target_check": {"vllm": target_check(res["rows"])}}
+    text = log_entry(res)
+    assert text.startswith(f"# {res['created'][:10]} — ") and "python -m engine peers --max-new-tokens 12" in text
+    assert "flags include avx2 avx512f avx512_bf16." in text and format_table(res["rows"]) in text
+    assert "speclab fixed:2 30.00 tokens/s ÷ vllm draft:2 15.00 = **2.00×**" in text
+    assert "speclab 10.00 / 10.00; vllm 5.00" in text  # speclab's AR ran in both rounds, vLLM's in the first
