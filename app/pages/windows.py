@@ -85,21 +85,25 @@ alpha = float((pos if task == "all" else pos[pos["task"] == task])["beta"].mean(
 cm = analysis.cost_for(refs[0], cost)
 theory = analysis.iid_theory(min(alpha, 1 - 1e-9), cm.c, [int(x) for x in fixed["gamma"]])
 
-tab_speed, tab_cost, tab_dist, tab_ratio, tab_pacer = st.tabs(
-    ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling"])
-m = tab_speed.columns(5)
-m[0].metric("best fixed γ*", int(best["gamma"]))
-m[1].metric("speedup at γ*", f"{best['speedup']:.2f}×")
-m[2].metric("oracle (a) speedup", f"{oracle_a:.2f}×",
-            help=f"the {oracles.REPLAY_ORACLE}: window = accepted run A(j), nothing wasted (engine.offline.oracles)")
-m[3].metric("oracle ÷ best fixed", f"{oracle_a / best['speedup']:.2f}×",
-            help=f"oracle (b), window = run + 1: {oracle_b / best['speedup']:.2f}×")
-m[4].metric("α (per-token acceptance)", f"{alpha:.2f}")
-tab_speed.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
-                                              theory=theory), theme=None, width="stretch", key="win_speedup")
-tab_speed.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
-           f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
-           + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
+# One section per run (st.tabs would build every chart of every tab on each run: 4.5 s first loads here).
+SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling"]
+shown = st.segmented_control("Section", SECTIONS, default=SECTIONS[0], key="win_section") or SECTIONS[0]
+body = st.container()  # the chosen section sits here, above the glance below
+if shown == SECTIONS[0]:
+    with body:
+        m = st.columns(5)
+        m[0].metric("best fixed γ*", int(best["gamma"]))
+        m[1].metric("speedup at γ*", f"{best['speedup']:.2f}×")
+        m[2].metric("oracle (a) speedup", f"{oracle_a:.2f}×",
+                    help=f"the {oracles.REPLAY_ORACLE}: window = accepted run A(j), nothing wasted (engine.offline.oracles)")
+        m[3].metric("oracle ÷ best fixed", f"{oracle_a / best['speedup']:.2f}×",
+                    help=f"oracle (b), window = run + 1: {oracle_b / best['speedup']:.2f}×")
+        m[4].metric("α (per-token acceptance)", f"{alpha:.2f}")
+        st.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
+                                                      theory=theory), theme=None, width="stretch", key="win_speedup")
+        st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
+                   f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
+                   + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
 
 costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
 ot = data.oracle_ratio_table(refs, key, costs)
@@ -144,73 +148,78 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
 gammas = [int(x) for x in fixed["gamma"]]
 curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas],
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
-tab_cost.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
-if path_costs:
-    tab_cost.plotly_chart(plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
-                          key="win_paths")
-    tab_cost.caption("Measured per weights path by `python -m engine costs --weights dense,quantized` "
-                     "(docs/results/costs-*.json); pick a path as the cost model above to replay this pair's windows "
-                     "at its costs.")
+if shown == SECTIONS[1]:
+    with body:
+        st.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
+        if path_costs:
+            st.plotly_chart(plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
+                                  key="win_paths")
+            st.caption("Measured per weights path by `python -m engine costs --weights dense,quantized` "
+                             "(docs/results/costs-*.json); pick a path as the cost model above to replay this pair's windows "
+                             "at its costs.")
 
-with tab_dist:
-    spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
-    picked = st.multiselect("Decode traces", list(spec_entries), default=story.default_traces(spec_entries, target, draft),
-                            key="win_traces", help="measured accepted lengths, one series per trace; by default "
-                                                   "the traces of this page's pair (a handful)")
-    acc = (analysis.trace_accepted_frame([spec_entries[k].trace for k in picked])
-           .assign(series=lambda d: d["source"].map(lambda p: p.rsplit("/", 1)[-1])) if picked else pd.DataFrame())
-    if len(acc):
-        acc = acc if task == "all" else acc[acc["task"] == task]
-        a, b = st.columns(2)
-        view = a.segmented_control("View", ["histogram", "ECDF"], default="histogram", key="win_hist")
-        col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
-                                  help="emitted includes the bonus/correction token; accepted excludes it")
+if shown == SECTIONS[2]:
+    with body:
+        spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
+        picked = st.multiselect("Decode traces", list(spec_entries), default=story.default_traces(spec_entries, target, draft),
+                                key="win_traces", help="measured accepted lengths, one series per trace; by default "
+                                                       "the traces of this page's pair (a handful)")
+        acc = (analysis.trace_accepted_frame([spec_entries[k].trace for k in picked])
+               .assign(series=lambda d: d["source"].map(lambda p: p.rsplit("/", 1)[-1])) if picked else pd.DataFrame())
         if len(acc):
-            st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
-                                                        ecdf=view == "ECDF"), theme=None, width="stretch", key="win_dist")
-            st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
-                       "censored at γ.")
-    else:
-        st.caption("No speculative decode traces loaded for the accepted-length distribution.")
+            acc = acc if task == "all" else acc[acc["task"] == task]
+            a, b = st.columns(2)
+            view = a.segmented_control("View", ["histogram", "ECDF"], default="histogram", key="win_hist")
+            col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
+                                      help="emitted includes the bonus/correction token; accepted excludes it")
+            if len(acc):
+                st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
+                                                            ecdf=view == "ECDF"), theme=None, width="stretch", key="win_dist")
+                st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
+                           "censored at γ.")
+        else:
+            st.caption("No speculative decode traces loaded for the accepted-length distribution.")
 
-with tab_ratio:
-    st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
-    show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
-            "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
-    human = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
-    downloads.table(human, "oracle-ratio", "win_ratio_table",
-                    column_config={k: st.column_config.NumberColumn(format="%.3f") for k in human.columns
-                                   if k not in ("task", "cost model", "best fixed γ*", "values")})
-    st.caption("oracle ÷ best fixed = S_oracle ÷ S_best fixed (oracle (a): window = the accepted run; (b): run + 1); "
-               "i.i.d. = the same from the closed form at the task's α; gap closed: <policy> = (S_policy − S_fixed*) ÷ "
-               "(S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
-    with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
-        st.plotly_chart(plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
-        downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
-    with st.expander(f"All simulated policies for task '{task}'"):
-        downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
+if shown == SECTIONS[3]:
+    with body:
+        st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
+        show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
+                "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
+        human = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
+        downloads.table(human, "oracle-ratio", "win_ratio_table",
+                        column_config={k: st.column_config.NumberColumn(format="%.3f") for k in human.columns
+                                       if k not in ("task", "cost model", "best fixed γ*", "values")})
+        st.caption("oracle ÷ best fixed = S_oracle ÷ S_best fixed (oracle (a): window = the accepted run; (b): run + 1); "
+                   "i.i.d. = the same from the closed form at the task's α; gap closed: <policy> = (S_policy − S_fixed*) ÷ "
+                   "(S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
+        with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
+            st.plotly_chart(plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
+            downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
+        with st.expander(f"All simulated policies for task '{task}'"):
+            downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
 
-with tab_pacer:
-    st.markdown("**How close can a pre-verifier get to the oracle?**")
-    sweep = data.pacer_sweep_for(story.pair_of(refs[0].header)[1])
-    ceil = data.pacer_ceiling(sweep)
-    if ceil.empty:
-        st.caption("No PACER sweep with a ceiling found (`python -m engine pacer sweep … --out "
-                   "docs/results/pacer-sweep-qmax.json`).")
-    else:
-        split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
-                                     key="win_ceil_split") or "all"
-        cs = ceil[ceil["split"] == split]
-        st.plotly_chart(plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
-        wide = (cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
-                .rename(columns={"f": "draft cost factor f", "t_draft_ms": "draft ms per token"}))
-        downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
-                        column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
-                                       if k != "draft cost factor f"})
-        swept = data.pacer_models().get(data.pacer_ceiling_model(sweep) or "")
-        st.caption(f"Offline replay of the recorded held-out steps of the "
-                   f"{story.pair_label(swept) if swept else 'demo'} pair (docs/results/{Path(sweep).name}). "
-                   "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "
-                   "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
-                   "reaches the oracle as the draft's cost f → 0. Its oracle is the accepted-length bound of these recorded "
-                   "steps, not the replay oracle above (engine.offline.oracles says why they differ).")
+if shown == SECTIONS[4]:
+    with body:
+        st.markdown("**How close can a pre-verifier get to the oracle?**")
+        sweep = data.pacer_sweep_for(story.pair_of(refs[0].header)[1])
+        ceil = data.pacer_ceiling(sweep)
+        if ceil.empty:
+            st.caption("No PACER sweep with a ceiling found (`python -m engine pacer sweep … --out "
+                       "docs/results/pacer-sweep-qmax.json`).")
+        else:
+            split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
+                                         key="win_ceil_split") or "all"
+            cs = ceil[ceil["split"] == split]
+            st.plotly_chart(plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
+            wide = (cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
+                    .rename(columns={"f": "draft cost factor f", "t_draft_ms": "draft ms per token"}))
+            downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
+                            column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
+                                           if k != "draft cost factor f"})
+            swept = data.pacer_models().get(data.pacer_ceiling_model(sweep) or "")
+            st.caption(f"Offline replay of the recorded held-out steps of the "
+                       f"{story.pair_label(swept) if swept else 'demo'} pair (docs/results/{Path(sweep).name}). "
+                       "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "
+                       "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
+                       "reaches the oracle as the draft's cost f → 0. Its oracle is the accepted-length bound of these recorded "
+                       "steps, not the replay oracle above (engine.offline.oracles says why they differ).")

@@ -49,5 +49,6 @@ def test_windows_offers_each_measured_path_as_its_cost_model(app, monkeypatch):
     radio.set_value("quantized weights path").run()
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["speedup at γ*"] != before
+    at.segmented_control(key="win_section").set_value("Cost model").run()
     titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
     assert "Verify cost by weights path" in titles
