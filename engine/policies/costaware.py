@@ -32,7 +32,10 @@ tokens − λ·time. Then
                 unverified when s_i < λ·(t_v(i) − t_v(i−1)) (verifying it costs more than it returns)
     re-probe    after `probe` consecutive AR steps draft k = 1 once (interval doubling up to 64 while
                 AR stays best), so measurements and calibration can switch the policy back; and time an
-                AR step ("baseline") once early and then every BASELINE drafting steps, as T(0) is the bar
+                AR step ("baseline") once early and then every BASELINE drafting steps, as T(0) is the bar.
+                A request's first probe is skipped when its prompt is longer than `catchup` tokens: the
+                drafter has not seen it (its prefill is lazy) and that probe would pay the draft's whole
+                prompt prefill — on the quantized path, more than a short answer can win back
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -238,7 +241,8 @@ class CostAware(WindowPolicy):
     name = "costaware"
 
     def __init__(self, max_window: int = 8, c: float = 0.3, v: float = 0.05, probe: int = 8,
-                 ref: str | None = None, measure: int = 1, clock: Callable[[], float] | None = None) -> None:
+                 ref: str | None = None, measure: int = 1, clock: Callable[[], float] | None = None,
+                 catchup: int = 256) -> None:
         super().__init__(max_window)
         if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
             raise ValueError(f"costaware draft cost ratio c must be a positive number, got {c!r}")
@@ -248,6 +252,11 @@ class CostAware(WindowPolicy):
             raise ValueError(f"costaware probe must be an integer in [1, 64] (AR steps between re-probes), got {probe!r}")
         if measure not in (0, 1):
             raise ValueError(f"costaware measure must be 0 or 1, got {measure!r}")
+        if not is_whole(catchup) or not 0 <= catchup <= 1_000_000:
+            raise ValueError(f"costaware catchup must be an integer ≥ 0 (prompt tokens a first probe may catch up; "
+                             f"0: never skip), got {catchup!r}")
+        self.catchup = int(catchup)
+        self._prompt_len = 0  # the request's prompt (for_request); 0 outside a decode run
         if ref is not None and not isinstance(ref, str):
             raise ValueError(f"costaware ref must be a reference file path, got {ref!r}")
         self.c0, self.v0, self.probe, self.ref, self.measure = float(c), float(v), int(probe), ref, int(measure)
@@ -270,14 +279,21 @@ class CostAware(WindowPolicy):
     def params(self) -> dict[str, Any]:
         mine = None if self.ref is not None else 0  # with ref=, c and v come from the reference
         out = {"max": self.max_window, "c": self.c0 if mine == 0 else None, "v": self.v0 if mine == 0 else None,
-               "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0}
+               "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0,
+               "catchup": None if self.catchup == 256 else self.catchup}
         return {k: v for k, v in out.items() if v is not None}
+
+    def for_request(self, ctx) -> "CostAware":
+        """This policy, told the request's prompt length (the catch-up rule of the module doc)."""
+        self._prompt_len = len(ctx.prompt_ids)
+        return self
 
     def reset(self) -> None:
         super().reset()
         self.cal = Calibration(self.prior, self.prior_n, self.pi_prior)
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
+        self._fed = False  # has this request drafted yet (the drafter caught up on its prompt)?
         self._bins: list[int] = []
         self._memo_key: tuple | None = None
         self._begin_step()
@@ -327,7 +343,10 @@ class CostAware(WindowPolicy):
         else:
             self._streak += 1
             if self._streak >= self._every:
-                cap, decision, self._probe = 1, "probe", True
+                if self.catchup and not self._fed and self._prompt_len > self.catchup:
+                    decision = "skip-probe"  # the catch-up rule of the module doc: stay AR
+                else:
+                    cap, decision, self._probe = 1, "probe", True
                 self._streak, self._every = 0, min(64, 2 * self._every)
         unit = 1e3 if self.costs.measured else 1.0  # tokens per second once timed, else per t(1)
         self._fields.update({"decision": decision, "k_plan": k_plan, "u": [round(u * unit, 4) for u in util],
@@ -402,6 +421,7 @@ class CostAware(WindowPolicy):
             self.cal.add(i, self._bins[i - 1] if i <= len(self._bins) else NONE, i <= n)
         self._recent.append((n + 1, drafted, self._drop))
         self._since_ar = 0 if not drafted else self._since_ar + 1
+        self._fed = self._fed or bool(drafted)
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]
             self._fields["stop"] = self._stop or "cap"

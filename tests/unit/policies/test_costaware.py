@@ -235,3 +235,22 @@ def test_replays_over_a_reference_run_near_the_best_fixed_window():
 
     best = max(speed(f"fixed:{k}") for k in range(1, 9))
     assert speed("costaware:measure=0") >= 0.97 * max(best, 1.0)
+
+
+def test_a_long_prompt_skips_the_first_probe_a_short_one_does_not():
+    """AR wins (c = 0.5, nothing accepted): with a 300-token prompt the drafter never catches up on it just to
+    probe; with a 40-token prompt (or catchup=0) the periodic probes run as before."""
+    from types import SimpleNamespace
+
+    def windows(prompt_len, **kw):
+        clock = Clock()
+        pol = CostAware(clock=clock, probe=2, **kw).for_request(SimpleNamespace(prompt_ids=[1] * prompt_len))
+        pol.reset()
+        return drive(pol, clock, 40, 50.0, lambda k: 100.0 * (1 + 0.5 * k), lambda i, q: 0.0, conf=lambda i: 0.3), pol
+
+    long_w, pol = windows(300, c=0.5, v=0.5)
+    assert sum(long_w) == 0
+    assert 1 in windows(40, c=0.5, v=0.5)[0][5:]
+    assert 1 in windows(300, c=0.5, v=0.5, catchup=0)[0][5:]
+    with pytest.raises(ValueError, match="costaware catchup must be an integer ≥ 0"):
+        CostAware(catchup=-1)
