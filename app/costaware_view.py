@@ -34,12 +34,17 @@ def caption(fields: dict[str, Any]) -> str:
     if d is None:
         return ""
     why = {"ar": "no window beat an autoregressive step", "probe": "a periodic re-probe with k = 1",
-           "draft": "drafting had positive expected value"}.get(d, d)
+           "draft": "drafting had positive expected value",
+           "baseline": "an AR step timed as the bar every utility is compared with",
+           "catch-up": "drafting would pay, but not the drafter's catch-up over the tokens it has not seen",
+           "no-probe": "no re-probe: even a perfect draft could not pay for it on these costs"}.get(d, d)
     stop = fields.get("stop")
     tail = {"drop": " — the last draft was dropped unverified (its verify cost more than it returned)",
             "value": " — stopped when one more draft was worth less than its cost",
             "cap": " — drafted to the cap"}.get(stop, "")
-    return f"Decision: **{d}** ({why}){tail}."
+    ceiling = fields.get("ceiling")
+    bound = (f" Ceiling with every draft accepted: {ceiling:.2f}× AR." if isinstance(ceiling, (int, float)) else "")
+    return f"Decision: **{d}** ({why}){tail}.{bound}"
 
 
 def pick_pair(entries: dict) -> tuple[str, list]:

@@ -19,11 +19,15 @@ Why G = 32: a GGUF Q4_K block is 8 groups of 32 weights, each group d·sc·q −
 so round-to-nearest int4 per 32-group recovers the GGUF's own grid wherever a group spans its range.
 Worked example: a group [0.10, 0.25, 0.40] → s = 0.02, z = 0.26; q = [0, 8, 15] → [0.10, 0.26, 0.40].
 
-Why these kernels (measured on a 2-core EPYC with avx512_bf16, docs/log/2026-12-04-quantized-path.md):
-for one token both run ~16 G weights/s (int8 ~16 GB/s, int4 ~8 GB/s of packed data) against ~6 G/s for
-a dense bf16 GEMV, so AR runs ~2.5× faster; their cost grows ~linearly in the rows, so the verify
-curve t(k)/t(1) is much steeper than dense (`python -m engine costs --weights quantized` measures it).
-Activations run in bf16 where bf16 is native (the int4 kernel in fp32 is ~25× slower here).
+Why these kernels (measured on a 2-core EPYC with avx512_bf16, docs/log/2026-12-04-quantized-path.md,
+`python -m engine kernels`): for one token our qgemm kernel (engine.core.qkernel: activations quantized
+to int8 per group, integer dot products with AVX-512 VNNI, an AVX2 build elsewhere) reads 4-bit weights at
+~28 GB/s and 8-bit at ~34 GB/s, 10–25 % ahead of torch's int4 kernel and 2× its int8 one, against ~20 GB/s
+for a dense bf16 GEMV; and it computes each output row the same way whatever the row count, which keeps
+greedy exact. torch's kernels (above) are the fallback where qgemm cannot run. Every quantized kernel's
+cost grows ~linearly in the rows past two, so the verify curve t(k)/t(1) is much steeper than dense
+(`python -m engine costs --weights quantized` measures it). Activations run in bf16 where bf16 is native
+(torch's int4 kernel in fp32 is ~25× slower here).
 """
 
 from __future__ import annotations

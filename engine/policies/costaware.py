@@ -33,9 +33,19 @@ tokens − λ·time. Then
     re-probe    after `probe` consecutive AR steps draft k = 1 once (interval doubling up to 64 while
                 AR stays best), so measurements and calibration can switch the policy back; and time an
                 AR step ("baseline") once early and then every BASELINE drafting steps, as T(0) is the bar.
-                A request's first probe is skipped when its prompt is longer than `catchup` tokens: the
-                drafter has not seen it (its prefill is lazy) and that probe would pay the draft's whole
-                prompt prefill — on the quantized path, more than a short answer can win back
+    catch-up    a drafter that has not run for n tokens (the whole prompt, first: its prefill is lazy) pays
+                n·t_p before it drafts (t_p: its per-token catch-up, measured). A step that drafts after AR
+                steps carries that price, spread over the request's remaining steps; a probe runs only if
+                the ceiling G = max_k (k+1)·T(0)/T(k) (every draft accepted) beats AR by CEILING and
+                PROBE_SHARE of the most the rest of the request could save, R·T(0)·(1 − 1/G), covers
+                n·t_p + T(1) − T(0). On a path where a verify of k drafts costs nearly k+1 forwards (the
+                quantized one: t(2)/t(1) ≈ 1.3–1.4, c ≈ 0.5) G < CEILING: nothing is ever drafted again
+                once the costs are measured, so the policy is AR there.
+
+Costs belong to the pair, not the request: with a RequestContext (engine.run.policy_for) the policy
+prices with the StepCosts shared by every costaware policy on the same (target, drafter) objects in this
+process (`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`), so a
+bench's first request is already priced with the run's own costs.
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -50,6 +60,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable
@@ -69,6 +80,11 @@ PI_N = 0.25  # pseudo-count per bin of the confidence distribution π(i, ·)
 REFIT = 8  # new timing samples between refits of the cost table
 BASELINE = 64  # steps of drafting between timed AR steps (the first one as soon as anything was timed)
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
+CEILING = 1.02  # G must beat AR by 2 %: below it even a perfect draft cannot pay back the probe's noise
+PROBE_SHARE = 0.25  # a probe finds drafting profitable perhaps 1 time in 4: it may cost a quarter of the best case
+CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
+PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
+R_UNKNOWN = 128  # remaining tokens assumed when the request's length is unknown (no RequestContext)
 
 
 def bin_of(info: DraftInfo) -> int:
@@ -146,8 +162,9 @@ class StepCosts:
     def __init__(self, c: float, v: float, window: int = 32) -> None:
         self.c, self.v = c, v
         self.tv: dict[int, deque] = {}
-        self.d1: deque = deque(maxlen=window)  # first draft forward of a step (includes the catch-up)
+        self.d1: deque = deque(maxlen=window)  # first draft forward of a step (includes a 1–3 token catch-up)
         self.dn: deque = deque(maxlen=window)  # later draft forwards
+        self.tp: deque = deque(maxlen=window)  # ms per token of catch-ups over ≥ CATCHUP_MIN unseen tokens
         self._cached: tuple | None = None  # (kmax, sample count, windows seen, table)
         self._count = 0
         self.fits = 0  # refits so far: a policy keys its cached evaluation on it
@@ -160,9 +177,30 @@ class StepCosts:
         self.tv.setdefault(k, deque(maxlen=self.d1.maxlen)).append(ms)
         self._count += 1
 
-    def add_draft(self, first: bool, ms: float) -> None:
+    def add_draft(self, first: bool, ms: float, unseen: int = 1) -> None:
+        """A draft forward's ms; a first one over ≥ CATCHUP_MIN unseen tokens is a catch-up sample."""
+        if first and unseen >= CATCHUP_MIN:
+            td = statistics.median(self.dn or self.d1) if (self.dn or self.d1) else None
+            if td is not None:
+                self.tp.append(max(0.0, ms - td) / unseen)
+            return
         (self.d1 if first else self.dn).append(ms)
         self._count += 1
+
+    def catchup_ms(self, n: int, td: float) -> float:
+        """n·t_p: the price of running the drafter over n tokens it has not seen (prior: PREFILL_SHARE·t_d)."""
+        if n < CATCHUP_MIN:
+            return 0.0  # a steady-state first forward: already in t_a
+        return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
+
+    def prime(self, t_draft_ms: float, t_target_ms: dict) -> None:
+        """Seed with a cost probe (engine.bench.runner.measure_costs): a k-token target forward verifies
+        k − 1 drafts; one sample each, so the run's own timings outvote it within a few steps."""
+        for k, ms in sorted((int(k), float(v)) for k, v in t_target_ms.items()):
+            if k >= 1 and math.isfinite(ms) and ms > 0:
+                self.add_verify(k - 1, ms)
+        if math.isfinite(t_draft_ms) and t_draft_ms > 0:
+            self.add_draft(False, float(t_draft_ms))
 
     def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
         """`fit(kmax)`, refitted every REFIT samples or new window (per step it costs ~1 % of a small step)."""
@@ -206,6 +244,31 @@ class StepCosts:
         return tv, total, td, ta
 
 
+_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, StepCosts]]" = weakref.WeakKeyDictionary()
+
+
+def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
+    """The StepCosts of one (target, drafter) pair in this process: every costaware policy on those two
+    loaded objects prices with, and adds to, the same measurements (the module doc). Keyed weakly on
+    the target, so unloading a model drops its costs."""
+    try:
+        per_target = _BOOK.setdefault(target, {})
+    except TypeError:  # an unhashable or un-weakref-able stand-in: costs of this policy alone
+        return StepCosts(c, v)
+    costs = per_target.get(id(drafter))
+    if costs is None:
+        costs = per_target[id(drafter)] = StepCosts(c, v)
+    return costs
+
+
+def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
+    """Seed the pair's shared costs with a start-of-run cost probe ({t_draft_ms, t_target_ms}); a
+    no-op for a probe without a draft timing (model-free drafts: nan)."""
+    if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
+        return
+    shared_costs(target, drafter, 0.3, 0.05).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])
+
+
 def reference_prior(path: str) -> tuple[list[float], list[float], float | None, float | None]:
     """(per-bin acceptance, π over bins, c, v) from a pair's reference run (engine.trace.reference_file):
     a greedy reference's match rate per q_top bin (β for a sampling one), the bins' shares, and the
@@ -241,8 +304,7 @@ class CostAware(WindowPolicy):
     name = "costaware"
 
     def __init__(self, max_window: int = 8, c: float = 0.3, v: float = 0.05, probe: int = 8,
-                 ref: str | None = None, measure: int = 1, clock: Callable[[], float] | None = None,
-                 catchup: int = 256) -> None:
+                 ref: str | None = None, measure: int = 1, clock: Callable[[], float] | None = None) -> None:
         super().__init__(max_window)
         if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
             raise ValueError(f"costaware draft cost ratio c must be a positive number, got {c!r}")
@@ -252,11 +314,7 @@ class CostAware(WindowPolicy):
             raise ValueError(f"costaware probe must be an integer in [1, 64] (AR steps between re-probes), got {probe!r}")
         if measure not in (0, 1):
             raise ValueError(f"costaware measure must be 0 or 1, got {measure!r}")
-        if not is_whole(catchup) or not 0 <= catchup <= 1_000_000:
-            raise ValueError(f"costaware catchup must be an integer ≥ 0 (prompt tokens a first probe may catch up; "
-                             f"0: never skip), got {catchup!r}")
-        self.catchup = int(catchup)
-        self._prompt_len = 0  # the request's prompt (for_request); 0 outside a decode run
+        self._prompt_len, self._max_new = 0, None  # the request's (for_request); unknown outside a decode run
         if ref is not None and not isinstance(ref, str):
             raise ValueError(f"costaware ref must be a reference file path, got {ref!r}")
         self.c0, self.v0, self.probe, self.ref, self.measure = float(c), float(v), int(probe), ref, int(measure)
@@ -279,13 +337,17 @@ class CostAware(WindowPolicy):
     def params(self) -> dict[str, Any]:
         mine = None if self.ref is not None else 0  # with ref=, c and v come from the reference
         out = {"max": self.max_window, "c": self.c0 if mine == 0 else None, "v": self.v0 if mine == 0 else None,
-               "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0,
-               "catchup": None if self.catchup == 256 else self.catchup}
+               "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0}
         return {k: v for k, v in out.items() if v is not None}
 
     def for_request(self, ctx) -> "CostAware":
-        """This policy, told the request's prompt length (the catch-up rule of the module doc)."""
-        self._prompt_len = len(ctx.prompt_ids)
+        """This policy for one request: its prompt and length (the catch-up rule) and, when measuring,
+        the pair's shared costs (`shared_costs`)."""
+        self._prompt_len, self._max_new = len(ctx.prompt_ids), int(ctx.max_new_tokens)
+        if self.measure and ctx.target is not None and ctx.draft is not None:
+            self.costs = shared_costs(ctx.target, ctx.draft, self.c0, self.v0)
+            self._memo_key = None
+        self.reset()
         return self
 
     def reset(self) -> None:
@@ -293,7 +355,8 @@ class CostAware(WindowPolicy):
         self.cal = Calibration(self.prior, self.prior_n, self.pi_prior)
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
-        self._fed = False  # has this request drafted yet (the drafter caught up on its prompt)?
+        self._unseen = self._prompt_len  # tokens the drafter has not run over (its prefill is lazy)
+        self._emitted = 0
         self._bins: list[int] = []
         self._memo_key: tuple | None = None
         self._begin_step()
@@ -313,6 +376,14 @@ class CostAware(WindowPolicy):
         tok = sum(e for e, _, _ in self._recent)
         cost = sum(total[min(k, len(total) - 1)] + d * (td + ta) for _, k, d in self._recent)
         return max(ar, tok / cost)
+
+    def _expected(self, k: int) -> float:
+        """E(k) on ā: the tokens a k-draft step emits on average (so `left / E(k)` steps remain)."""
+        e, s = 1.0, 1.0
+        for i in range(1, k + 1):
+            s *= self._abar[i]
+            e += s
+        return e
 
     def _tail(self, i: int, s: float, lam: float, total: list[float], top: int) -> tuple[float, int]:
         """Best net gain of drafting on from i tokens (survival s) to some k ≤ top on ā, and that k."""
@@ -334,24 +405,31 @@ class CostAware(WindowPolicy):
         key = (self.cal.version, self.costs.fits, lam, self.gated)
         if key != self._memo_key:  # within a run of AR steps nothing changes: reuse the last evaluation
             self._memo_key, self._memo = key, self._evaluate(kmax, lam, total)
-        self._abar, util, k_plan, value, cap = self._memo
+        self._abar, util, k_plan, value, cap, ceiling = self._memo
+        catch = self.costs.catchup_ms(self._unseen, self._td) if self.costs.measured else 0.0
+        left = max(1, (self._max_new or self._emitted + R_UNKNOWN) - self._emitted)  # tokens still to come
         decision = "draft" if cap else "ar"
         if cap and self.measure and self.costs.measured and self._since_ar >= (BASELINE if 0 in self.costs.tv else 1):
             cap, decision = 0, "baseline"  # time an AR step: T(0) is the bar, a prior guess of it would bias every U
-        elif cap:
+        elif cap and not (catch and value * left / self._expected(k_plan) < lam * catch):
             self._streak, self._every = 0, self.probe
         else:
+            if cap:  # the catch-up costs more than drafting would win over the rest of the request
+                cap, decision = 0, "catch-up"
             self._streak += 1
             if self._streak >= self._every:
-                if self.catchup and not self._fed and self._prompt_len > self.catchup:
-                    decision = "skip-probe"  # the catch-up rule of the module doc: stay AR
+                best = left * total[0] * (1.0 - 1.0 / ceiling)  # the most the rest could save (ceiling, doc)
+                price = catch + total[1] - total[0]
+                if ceiling < CEILING or PROBE_SHARE * best < price:
+                    decision = "no-probe"  # nothing a probe could find would pay for it
                 else:
                     cap, decision, self._probe = 1, "probe", True
                 self._streak, self._every = 0, min(64, 2 * self._every)
         unit = 1e3 if self.costs.measured else 1.0  # tokens per second once timed, else per t(1)
         self._fields.update({"decision": decision, "k_plan": k_plan, "u": [round(u * unit, 4) for u in util],
                              "u_unit": "tok/s" if self.costs.measured else "tok/t1", "lambda": round(lam * unit, 4),
-                             "value": round(value, 4)})
+                             "value": round(value, 4), "ceiling": round(ceiling, 4),
+                             "catchup_ms": round(catch, 2) if self.costs.measured else None})
         self._cap = cap
         return cap
 
@@ -364,6 +442,7 @@ class CostAware(WindowPolicy):
             e += s
             util.append(e / total[k])
         k_plan = max(range(kmax + 1), key=lambda k: (util[k], -k))
+        ceiling = max((k + 1) * total[0] / total[k] for k in range(kmax + 1))  # G: every draft accepted
         if self.gated:  # the option value of the first token: keep it (and go on) or drop it, by its bin
             drop = -lam * (self._td + self._ta)
             value = 0.0
@@ -375,12 +454,12 @@ class CostAware(WindowPolicy):
         else:
             value = (util[k_plan] - util[0]) * total[k_plan]
             cap = k_plan
-        return abar, util, k_plan, value, cap
+        return abar, util, k_plan, value, cap, ceiling
 
     def keep_drafting(self, info: DraftInfo) -> bool:
         now = self.clock()
         if self.measure:
-            self.costs.add_draft(info.index == 1, (now - self._last) * 1e3)
+            self.costs.add_draft(info.index == 1, (now - self._last) * 1e3, self._unseen if info.index == 1 else 1)
         self._last = now
         self._asked += 1
         b = bin_of(info)
@@ -421,7 +500,9 @@ class CostAware(WindowPolicy):
             self.cal.add(i, self._bins[i - 1] if i <= len(self._bins) else NONE, i <= n)
         self._recent.append((n + 1, drafted, self._drop))
         self._since_ar = 0 if not drafted else self._since_ar + 1
-        self._fed = self._fed or bool(drafted)
+        # after a draft the drafter has run over its accepted drafts: only the bonus token is new to it
+        self._unseen = 1 if (drafted or self._asked) else self._unseen + 1
+        self._emitted += n + 1
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]
             self._fields["stop"] = self._stop or "cap"

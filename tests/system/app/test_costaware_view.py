@@ -16,6 +16,8 @@ def test_utilities_figure_marks_plan_and_verified_window():
     assert list(fig.data[0].y) == fields["u"] and colors[1] != colors[2] != colors[0]
     assert "stopped when one more draft" in view.caption(fields)
     assert view.utilities_figure({"gamma": 3}, 3) is None and view.caption({}) == ""
+    line = view.caption({"decision": "no-probe", "ceiling": 0.985})
+    assert "even a perfect draft could not pay" in line and "0.98× AR" in line
 
 
 def test_overview_advice_is_about_one_pair():

@@ -113,3 +113,15 @@ def test_prompt_tokens_join_the_kept_set_and_stay_exact(tiny_target, tiny_draft)
     assert set(grown.vocab_subset.tolist()) == set(keep.tolist())
     list(decode(t, plain, prompt, parse_policy("fixed:3"), cfg))
     assert plain.vocab_subset.numel() == keep.numel()  # off by default
+
+
+def test_the_grown_head_is_cut_on_its_first_call_not_when_the_request_starts(tiny_draft):
+    """A request whose prompt adds ids to V′ but never drafts never pays for cutting the new head (on the
+    quantized path that cut is ~0.8 s); the head module stays the same object, so forward hooks still see it."""
+    lm = HFModel(tiny_draft, vocab_subset=torch.arange(0, 64, 2), subset_adds_prompt=True)
+    head = lm.sub_head
+    lm.add_request_tokens([5, 9])
+    assert lm.sub_head is head and head.inner is None and {5, 9} <= set(lm.vocab_subset.tolist())
+    logits = lm.extend([5, 2, 9])
+    assert head.inner is not None and head.inner.weight.shape[0] == lm.vocab_subset.numel()
+    assert torch.isfinite(logits[:, [5, 9]]).all() and torch.isinf(logits[:, 7]).all()

@@ -120,8 +120,8 @@ def test_reduced_head_of_a_quantized_model_is_quantized_too():
     m = tiny_llama(0).to(torch.bfloat16)
     quantize_model(m, "int8")
     lm = HFModel(m, vocab_subset=torch.arange(0, 64, 2))
-    assert type(lm.sub_head) is type(m.get_output_embeddings()) and lm.sub_head.fmt == "int8"
     logits = lm.extend([1, 2, 3])
+    assert type(lm.sub_head.inner) is type(m.get_output_embeddings()) and lm.sub_head.inner.fmt == "int8"
     assert torch.isinf(logits[:, 1::2]).all() and torch.isfinite(logits[:, ::2]).all()
 
 

@@ -15,6 +15,10 @@ from engine.policies.costaware import NONE, CostAware, bin_of
 from tests.conftest import chi_square_of_loop
 
 
+class Model:
+    """A stand-in for a loaded model: hashable and weakly referenceable, as the engine's are."""
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -104,7 +108,7 @@ def test_reprobes_and_switches_back():
 def test_probe_interval_backs_off():
     clock = Clock()
     pol = CostAware(clock=clock, probe=2)
-    drive(pol, clock, 5, 80.0, lambda k: 100.0 * (1 + 0.5 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
+    drive(pol, clock, 5, 20.0, lambda k: 100.0 * (1 + 0.1 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
     decisions = []
     for _ in range(40):
         pol.propose()
@@ -237,20 +241,58 @@ def test_replays_over_a_reference_run_near_the_best_fixed_window():
     assert speed("costaware:measure=0") >= 0.97 * max(best, 1.0)
 
 
-def test_a_long_prompt_skips_the_first_probe_a_short_one_does_not():
-    """AR wins (c = 0.5, nothing accepted): with a 300-token prompt the drafter never catches up on it just to
-    probe; with a 40-token prompt (or catchup=0) the periodic probes run as before."""
+def test_no_probe_where_even_a_perfect_draft_cannot_beat_autoregressive():
+    """The quantized path's shape: a draft at c = 0.55 and a verify of k drafts costing 1 + 0.5·k forwards.
+    Even with every draft accepted no window beats AR (ceiling G < 1.02), so once the costs are measured
+    the policy never probes again; with a flat verify (G ≫ 1) it keeps probing."""
+
+    def decisions(verify_growth):
+        clock = Clock()
+        pol = CostAware(clock=clock, probe=2)
+        drive(pol, clock, 120, 55.0, lambda k: 100.0 * (1 + verify_growth * k), lambda i, q: 0.0, conf=lambda i: 0.3)
+        return pol, drive(pol, clock, 200, 55.0, lambda k: 100.0 * (1 + verify_growth * k), lambda i, q: 0.0,
+                          conf=lambda i: 0.3)
+
+    pol, w = decisions(0.5)
+    assert sum(w) == 0 and pol.step_fields() == {}
+    pol.propose()
+    assert pol._fields["ceiling"] < 1.02 and pol._fields["decision"] == "ar"
+    assert sum(decisions(0.02)[1]) > 0
+
+
+def test_catchup_over_a_long_context_is_priced_before_a_probe():
+    """A drafter that must first run over a 3,000-token prompt (its prefill is lazy) at 5 ms a token pays
+    15 s — more than a quarter of what perfect drafting could save over 40 tokens — so no probe runs; with
+    a 40-token prompt the periodic probes run as before. The catch-up rate is the one measured in the
+    pair's shared costs, which a new request's policy reads."""
     from types import SimpleNamespace
 
-    def windows(prompt_len, **kw):
-        clock = Clock()
-        pol = CostAware(clock=clock, probe=2, **kw).for_request(SimpleNamespace(prompt_ids=[1] * prompt_len))
-        pol.reset()
-        return drive(pol, clock, 40, 50.0, lambda k: 100.0 * (1 + 0.5 * k), lambda i, q: 0.0, conf=lambda i: 0.3), pol
+    from engine.policies.costaware import shared_costs
 
-    long_w, pol = windows(300, c=0.5, v=0.5)
-    assert sum(long_w) == 0
-    assert 1 in windows(40, c=0.5, v=0.5)[0][5:]
-    assert 1 in windows(300, c=0.5, v=0.5, catchup=0)[0][5:]
-    with pytest.raises(ValueError, match="costaware catchup must be an integer ≥ 0"):
-        CostAware(catchup=-1)
+    target, draft = Model(), Model()
+    costs = shared_costs(target, draft, 0.3, 0.05)
+    costs.prime(40.0, {1: 100.0, 2: 101.0, 4: 103.0, 8: 110.0, 16: 120.0})
+    costs.tp.extend([5.0] * 4)  # 5 ms per catch-up token, as measured by an earlier request
+
+    def windows(prompt_len):
+        clock = Clock()
+        ctx = SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft)
+        pol = CostAware(clock=clock, probe=2).for_request(ctx)
+        assert pol.costs is costs
+        return drive(pol, clock, 40, 40.0, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
+
+    assert sum(windows(3000)) == 0
+    assert 1 in windows(40)
+
+
+def test_shared_costs_are_per_pair_and_primed_from_a_probe():
+    from engine.policies.costaware import prime_costs, shared_costs
+
+    t, d1, d2 = Model(), Model(), Model()
+    prime_costs(t, d1, {"t_draft_ms": 30.0, "t_target_ms": {"1": 70.0, "2": 100.0, "4": 150.0}})
+    a = shared_costs(t, d1, 0.3, 0.05)
+    assert a is shared_costs(t, d1, 0.9, 0.9) and a is not shared_costs(t, d2, 0.3, 0.05)
+    tv, total, td, _ = a.table(3)
+    assert tv[0] == 70.0 and tv[1] == 100.0 and tv[3] == 150.0 and td == 30.0 and total[1] == 130.0
+    prime_costs(t, d2, {"t_draft_ms": float("nan"), "t_target_ms": {"1": 70.0}})  # model-free: nothing to prime
+    assert not shared_costs(t, d2, 0.3, 0.05).measured
