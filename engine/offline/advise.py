@@ -200,3 +200,25 @@ def advise(items: Iterable[Any], c: float | None = None, max_k: int = MAX_K) -> 
     cost_for(refs[0], cost)  # a bad cost spec fails here, in one line
     wt = window_table(refs, cost, gammas=range(1, max_k + 1), policies=())
     return from_window_table(wt, _pair(refs[0].header), units, note)
+
+
+def check_against(adv: Advice, result: dict, temperature: float = 0.0) -> dict[str, Any]:
+    """How well the advice predicts a measured run: the overall row of `fixed:K` (K = the advised window;
+    `ar` for K = 0) in a bench result (engine.bench.bench.run_bench) at `temperature`, beside S(K).
+
+    Returns {k, config, predicted, measured, modelled, error} with error = predicted / measured − 1 (the
+    target: |error| ≤ 10 %). Worked example: advice "use K = 2 (1.31× AR)" against a run whose
+    fixed:2 row reads 1.25× → error +4.8 %."""
+    config = "ar" if adv.k == 0 else f"fixed:{adv.k}"
+    rows = [r for r in result.get("rows") or []
+            if r.get("task") == "overall" and r.get("config") == config
+            and abs(float(r.get("temperature", -1)) - temperature) < 1e-9]
+    if not rows:
+        have = sorted({str(r.get("config")) for r in result.get("rows") or []})
+        raise ValueError(f"the result has no overall {config} row at T = {temperature:g} to check the advice "
+                         f"against (it has {', '.join(have) or 'no rows'})")
+    row = rows[0]
+    measured = float(row["speedup_vs_ar"])
+    modelled = row.get("modelled_speedup_vs_ar")
+    return {"k": adv.k, "config": config, "predicted": adv.speedup, "measured": measured,
+            "modelled": None if modelled is None else float(modelled), "error": adv.speedup / measured - 1.0}

@@ -25,6 +25,22 @@ def test_advise_prints_the_line_and_a_task_table():
     assert "| task | best K | speedup vs AR |" in out and any(x.startswith("| translation |") for x in out)
 
 
+def test_advise_against_a_bench_result_prints_the_error(tmp_path):
+    """The bundled fp32 Qwen traces advise K = 0: checked against a result whose AR row is 1.00×."""
+    import glob
+    import json
+
+    res = tmp_path / "r.json"
+    res.write_text(json.dumps({"rows": [{"task": "overall", "config": "ar", "temperature": 0.0, "speedup_vs_ar": 1.0}]}))
+    traces = [p for p in sorted(glob.glob("traces/qwen-*-t0.jsonl")) if not any(x in p for x in ("lookup", "suffix", "modelfree"))]
+    r = run("advise", *traces, "--against", str(res))
+    assert r.returncode == 0, r.stderr
+    assert f"against {res} (T = 0): predicted 1.00× for ar, measured 1.00×: error +0.0 %" in r.stdout
+    res.write_text("{not json")
+    r = run("advise", *traces, "--against", str(res))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a readable bench result" in r.stderr, r.stderr
+
+
 def test_advise_bad_input_is_one_error_line():
     for args, msg in ((("traces/demo-tiny-fixed2.jsonl", "--c", "0"), "--c must be a positive"),
                       (("traces/demo-tiny-fixed2.jsonl", "--c", "-2"), "--c must be a positive"),

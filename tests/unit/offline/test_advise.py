@@ -81,3 +81,18 @@ def test_accepted_length_bound_worked_example():
     assert accepted_length_bound(steps, CostModel.flat(0.5)) == pytest.approx(4 / 3)
     assert accepted_length_bound(steps.iloc[:0], CostModel.flat(0.5)) is None
     assert Advice("p", 0, 1.0).line() == "use K = 0 (plain autoregressive: no window beats AR)"
+
+
+def test_check_against_a_bench_result_reads_the_advised_window_row():
+    from engine.offline.advise import check_against
+
+    def row(config, s, t=0.0, task="overall"):
+        return {"task": task, "config": config, "temperature": t, "speedup_vs_ar": s, "modelled_speedup_vs_ar": s + 0.1}
+
+    result = {"rows": [row("ar", 1.0), row("fixed:2", 1.25), row("fixed:2", 9.9, task="qa"), row("fixed:2", 1.1, 0.7)]}
+    chk = check_against(Advice("t ← d", 2, 1.31), result)
+    assert chk["config"] == "fixed:2" and chk["measured"] == 1.25 and chk["error"] == pytest.approx(1.31 / 1.25 - 1)
+    assert check_against(Advice("t ← d", 2, 1.31), result, 0.7)["measured"] == 1.1
+    assert check_against(Advice("t ← d", 0, 1.0), result)["error"] == 0.0
+    with pytest.raises(ValueError, match="no overall fixed:3 row at T = 0 .*it has ar, fixed:2"):
+        check_against(Advice("t ← d", 3, 1.4), result)
