@@ -72,7 +72,8 @@ def policy_for(policy: WindowPolicy | None, target, draft, cfg: DecodeConfig, pr
     eos = tuple(eos_ids)
     lookahead = (hindsight(target, draft, list(prompt_ids), cfg.max_new_tokens, eos)
                  if policy.needs().lookahead else None)
-    return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead))
+    return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead,
+                                             float(cfg.sampling.temperature)))
 
 
 class RequestRun:

@@ -98,6 +98,7 @@ class RequestContext:
     # (y, ŷ) of engine.hindsight, computed by engine.run.policy_for when needs().lookahead (the oracle):
     # this floor cannot run the decode loop itself.
     lookahead: tuple[list[int], list[int]] | None = None
+    temperature: float = 0.0  # the request's sampling temperature: acceptance learnt at one does not hold at another
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ tokens − λ·time. Then
 Costs belong to the pair, not the request: with a RequestContext (engine.run.policy_for) the policy
 prices with the StepCosts shared by every costaware policy on the same (target, drafter) objects in this
 process (`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`), so a
-bench's first request is already priced with the run's own costs.
+bench's first request is already priced with the run's own costs. Acceptance is learnt per request, but
+from the pair's second request on its prior is the pair's pooled per-bin acceptance at that temperature
+(`shared_stats`, once PAIR_MIN drafts are labelled; trusted as a reference run) instead of 0.7·m.
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -85,6 +87,7 @@ PROBE_SHARE = 0.25  # a probe finds drafting profitable perhaps 1 time in 4: it 
 CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
 PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
 R_UNKNOWN = 128  # remaining tokens assumed when the request's length is unknown (no RequestContext)
+PAIR_MIN = 8  # labelled drafts of earlier requests before the pair's pooled acceptance replaces the prior
 
 
 def bin_of(info: DraftInfo) -> int:
@@ -244,21 +247,63 @@ class StepCosts:
         return tv, total, td, ta
 
 
-_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, StepCosts]]" = weakref.WeakKeyDictionary()
+class PairStats:
+    """Acceptance per confidence bin pooled over the requests a pair has finished at one temperature in
+    this process: the next request's prior (module doc), so each request need not relearn its pair."""
+
+    def __init__(self) -> None:
+        self.acc, self.n, self.seen = [0.0] * N_BINS, [0.0] * N_BINS, [0.0] * N_BINS
+
+    def add(self, b: int, accepted: bool) -> None:
+        self.acc[b] += accepted
+        self.n[b] += 1
+
+    def saw(self, b: int) -> None:
+        self.seen[b] += 1
+
+    def prior(self, base: list[float], base_pi: list[float]) -> tuple[list[float], list[float]] | None:
+        """(per-bin acceptance, π) Beta-smoothed towards `base` / `base_pi`; None before PAIR_MIN labels."""
+        if sum(self.n) < PAIR_MIN:
+            return None
+        rate = [(self.acc[b] + PRIOR_N * base[b]) / (self.n[b] + PRIOR_N) for b in range(N_BINS)]
+        z = sum(self.seen) + PI_N * N_BINS
+        return rate, [(self.seen[b] + PI_N * N_BINS * base_pi[b]) / z for b in range(N_BINS)]
+
+
+class _PairBook:
+    def __init__(self, c: float, v: float) -> None:
+        self.costs = StepCosts(c, v)
+        self.stats: dict[float, PairStats] = {}
+
+
+_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, _PairBook]]" = weakref.WeakKeyDictionary()
+
+
+def _book(target: Any, drafter: Any, c: float, v: float) -> "_PairBook | None":
+    try:
+        per_target = _BOOK.setdefault(target, {})
+    except TypeError:  # an unhashable or un-weakref-able stand-in: nothing shared
+        return None
+    book = per_target.get(id(drafter))
+    if book is None:
+        book = per_target[id(drafter)] = _PairBook(c, v)
+    return book
 
 
 def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
     """The StepCosts of one (target, drafter) pair in this process: every costaware policy on those two
     loaded objects prices with, and adds to, the same measurements (the module doc). Keyed weakly on
     the target, so unloading a model drops its costs."""
-    try:
-        per_target = _BOOK.setdefault(target, {})
-    except TypeError:  # an unhashable or un-weakref-able stand-in: costs of this policy alone
-        return StepCosts(c, v)
-    costs = per_target.get(id(drafter))
-    if costs is None:
-        costs = per_target[id(drafter)] = StepCosts(c, v)
-    return costs
+    book = _book(target, drafter, c, v)
+    return StepCosts(c, v) if book is None else book.costs
+
+
+def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
+    """The pair's pooled acceptance at this temperature (PairStats), shared like its costs."""
+    book = _book(target, drafter, 0.3, 0.05)
+    if book is None:
+        return PairStats()
+    return book.stats.setdefault(round(float(temperature), 6), PairStats())
 
 
 def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
@@ -329,6 +374,7 @@ class CostAware(WindowPolicy):
             self.c0, self.v0 = (rc, rv) if rc is not None else (self.c0, self.v0)
         self.clock = clock or time.perf_counter
         self.costs = StepCosts(self.c0, self.v0)
+        self.pair: PairStats | None = None  # the pair's pooled acceptance (for_request), else per request only
         self.gated = True  # the drafter consults keep(); False once a step drafted without asking
         self._since_ar = 0  # steps since the last AR step (costs, and this, persist across requests)
         self.reset()
@@ -346,13 +392,16 @@ class CostAware(WindowPolicy):
         self._prompt_len, self._max_new = len(ctx.prompt_ids), int(ctx.max_new_tokens)
         if self.measure and ctx.target is not None and ctx.draft is not None:
             self.costs = shared_costs(ctx.target, ctx.draft, self.c0, self.v0)
+            self.pair = shared_stats(ctx.target, ctx.draft, ctx.temperature)
             self._memo_key = None
         self.reset()
         return self
 
     def reset(self) -> None:
         super().reset()
-        self.cal = Calibration(self.prior, self.prior_n, self.pi_prior)
+        learnt = self.pair.prior(self.prior, self.pi_prior) if self.pair is not None else None
+        self.cal = (Calibration(self.prior, self.prior_n, self.pi_prior) if learnt is None
+                    else Calibration(learnt[0], REF_N, learnt[1]))  # the pair's earlier requests, trusted as a reference run
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
         self._unseen = self._prompt_len  # tokens the drafter has not run over (its prefill is lazy)
@@ -465,6 +514,8 @@ class CostAware(WindowPolicy):
         b = bin_of(info)
         self._bins.append(b)
         self.cal.saw(info.index, b)
+        if self.pair is not None:
+            self.pair.saw(b)
         i = min(info.index, self.max_window)
         s = (self._surv[-1] if self._surv else 1.0) * self.cal.cond(info.index, b)
         self._surv.append(s)
@@ -497,7 +548,10 @@ class CostAware(WindowPolicy):
             self.costs.add_verify(drafted, max(ms, 1e-6))
         n = int(result.accepted)
         for i in range(1, min(drafted, n + 1) + 1):  # a draft never shown to keep() (block drafter): no bin
-            self.cal.add(i, self._bins[i - 1] if i <= len(self._bins) else NONE, i <= n)
+            b = self._bins[i - 1] if i <= len(self._bins) else NONE
+            self.cal.add(i, b, i <= n)
+            if self.pair is not None:
+                self.pair.add(b, i <= n)
         self._recent.append((n + 1, drafted, self._drop))
         self._since_ar = 0 if not drafted else self._since_ar + 1
         # after a draft the drafter has run over its accepted drafts: only the bonus token is new to it

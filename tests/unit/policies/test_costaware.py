@@ -276,7 +276,8 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
 
     def windows(prompt_len):
         clock = Clock()
-        ctx = SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft)
+        ctx = SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft,
+                              temperature=0.0)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         assert pol.costs is costs
         return drive(pol, clock, 40, 40.0, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
@@ -296,3 +297,28 @@ def test_shared_costs_are_per_pair_and_primed_from_a_probe():
     assert tv[0] == 70.0 and tv[1] == 100.0 and tv[3] == 150.0 and td == 30.0 and total[1] == 130.0
     prime_costs(t, d2, {"t_draft_ms": float("nan"), "t_target_ms": {"1": 70.0}})  # model-free: nothing to prime
     assert not shared_costs(t, d2, 0.3, 0.05).measured
+
+
+def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
+    """Drafts at confidence 0.5 that the target always accepts: the identity prior (0.7·m = 0.35) says AR at
+    a request's first step; once one request of the pair has labelled them, the next request at the same
+    temperature starts by drafting, and one at another temperature still starts from the prior."""
+    from types import SimpleNamespace
+
+    target, draft = Model(), Model()
+
+    def first_decision(temperature, steps_before=0):
+        clock = Clock()
+        ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
+                              temperature=temperature)
+        pol = CostAware(clock=clock, probe=2, c=0.4, v=0.1).for_request(ctx)
+        if steps_before:
+            drive(pol, clock, steps_before, 40.0, lambda k: 100.0 * (1 + 0.1 * k), lambda i, q: 1.0,
+                  conf=lambda i: 0.5)
+            return None
+        pol.propose()
+        return pol._fields["decision"]
+
+    assert first_decision(0.0) == "ar"
+    first_decision(0.0, steps_before=40)  # one whole request of the pair at T = 0
+    assert first_decision(0.0) == "draft" and first_decision(0.7) == "ar"
