@@ -98,7 +98,7 @@ def conditional_acceptance(steps: pd.DataFrame, max_k: int = MAX_K) -> list[floa
 
 def speedups(acc: Sequence[float], cost: CostModel) -> list[float]:
     """S(K) for K = 0..len(acc)."""
-    e, surv, out = 1.0, 1.0, [1.0 / cost.v(0)]
+    e, surv, out = 1.0, 1.0, [1.0]  # AR against itself: S(0) = 1 whatever the fit made of v(0)
     for k, a in enumerate(acc, 1):
         surv *= a
         e += surv

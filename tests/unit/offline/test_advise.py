@@ -96,3 +96,11 @@ def test_check_against_a_bench_result_reads_the_advised_window_row():
     assert check_against(Advice("t ← d", 0, 1.0), result)["error"] == 0.0
     with pytest.raises(ValueError, match="no overall fixed:3 row at T = 0 .*it has ar, fixed:2"):
         check_against(Advice("t ← d", 3, 1.4), result)
+
+
+def test_ar_is_one_times_itself_when_the_fit_pulls_v0_below_one():
+    """An isotonic fit pools a noisy AR median with cheaper window-1 verifies (v(0) = 0.93): AR's own speedup
+    stays 1.00×, and a window is advised only when it beats that (an inflated S(0) advised K = 0 wrongly)."""
+    cost = CostModel(c=0.1, verify=(0.93, 0.93, 0.97), target_ms=300.0)
+    s = speedups([0.6, 0.5], cost)
+    assert s[0] == 1.0 and s[1] == pytest.approx(1.6 / 1.03 * 0.93)
