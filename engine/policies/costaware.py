@@ -192,8 +192,9 @@ class StepCosts:
 
     def catchup_ms(self, n: int, td: float) -> float:
         """n·t_p: the price of running the drafter over n tokens it has not seen (prior: PREFILL_SHARE·t_d)."""
-        if n < CATCHUP_MIN:
-            return 0.0  # a steady-state first forward: already in t_a
+        if n < CATCHUP_MIN or not (self.tp or self.dn or self.d1):
+            return 0.0  # a steady-state first forward (already in t_a), or no draft timed yet: t_d is a guess,
+            # and a model-free drafter (no catch-up to speak of) guessed at c·t(1) would never be probed
         return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
 
     def prime(self, t_draft_ms: float, t_target_ms: dict) -> None:

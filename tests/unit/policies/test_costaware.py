@@ -322,3 +322,21 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
     assert first_decision(0.0) == "ar"
     first_decision(0.0, steps_before=40)  # one whole request of the pair at T = 0
     assert first_decision(0.0) == "draft" and first_decision(0.7) == "ar"
+
+
+def test_an_untimed_drafter_is_probed_whatever_its_context():
+    """No draft timed yet (a model-free drafter, unprimed): its catch-up is not priced from the prior guess
+    of t_d, so a 3,000-token prompt does not stop the probe that measures it (cheap copy drafts)."""
+    from types import SimpleNamespace
+
+    target, draft = Model(), Model()
+    clock = Clock()
+    ctx = SimpleNamespace(prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
+    pol = CostAware(clock=clock, probe=2).for_request(ctx)
+    for _ in range(3):  # the first steps find no match: nothing drafted, only AR verifies timed
+        pol.propose()
+        clock.t += 0.1
+        pol.update(SimVerify(0, 1, False), 0)
+        pol.step_fields()
+    w = drive(pol, clock, 30, 0.05, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.9, copy=True)
+    assert sum(w[:4]) > 0 and sum(w[-10:]) / 10 >= 3  # probed at once, then drafting long copies
