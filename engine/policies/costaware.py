@@ -60,284 +60,22 @@ argmax_k U(k) as its cap. `measure=0` prices with the prior only (deterministic 
 from __future__ import annotations
 
 import math
-import statistics
 import time
-import weakref
 from collections import deque
-from pathlib import Path
 from typing import Any, Callable
 
 from engine.policies.base import DraftInfo, WindowPolicy, is_whole
+from engine.policies.calibration import (NONE, N_BINS, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, REF_N, Calibration,
+                                         PairStats, bin_of, mid, reference_prior)
+from engine.policies.pair_costs import StepCosts, prime_costs, shared_costs, shared_stats
 
-BIN_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.97)  # lower edges of confidence bins (finer near 1: most accepts)
-NONE = len(BIN_EDGES)  # the bin of tokens without a confidence (copy / phrase drafts)
-N_BINS = NONE + 1
-POSITIONS = 8  # positions ≥ 8 share a row: few steps reach them, their rates differ little
-PRIOR_NONE = 0.3  # a copy draft is right about a third of the time on Spec-Bench's copy-heavy tasks
-PRIOR_N, POS_N = 2.0, 4.0  # Beta pseudo-counts: bin rate → prior, cell → bin (data overrides within a few steps)
-R_N = 1.0  # pseudo-count of the shared scale r of the prior (Calibration.scale): one draft's worth
-PRIOR_SHRINK = 0.7  # prior a ≈ 0.7·m: drafts are over-confident (SmolLM2: 0.2 accepted at mean m ≈ 0.35)
-REF_N = 8.0  # a reference run's rates are measured on the same pair: trust them more than the identity prior
-PI_N = 0.25  # pseudo-count per bin of the confidence distribution π(i, ·)
-REFIT = 8  # new timing samples between refits of the cost table
+__all__ = ["CostAware", "NONE", "bin_of", "check_drafter", "prime_costs", "shared_costs"]
+
 BASELINE = 64  # steps of drafting between timed AR steps (the first one as soon as anything was timed)
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
 CEILING = 1.02  # G must beat AR by 2 %: below it even a perfect draft cannot pay back the probe's noise
 PROBE_SHARE = 0.25  # a probe finds drafting profitable perhaps 1 time in 4: it may cost a quarter of the best case
-CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
-PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
 R_UNKNOWN = 128  # remaining tokens assumed when the request's length is unknown (no RequestContext)
-PAIR_MIN = 8  # labelled drafts of earlier requests before the pair's pooled acceptance replaces the prior
-
-
-def bin_of(info: DraftInfo) -> int:
-    """The confidence bin of a drafted token (NONE for copy / phrase tokens, which carry a match length)."""
-    if info.match_len is not None:
-        return NONE
-    m = info.q_token if info.q_max is None else info.q_max  # replay: greedy references, q_token = max q
-    b = 0
-    while b + 1 < NONE and m >= BIN_EDGES[b + 1]:
-        b += 1
-    return b
-
-
-def _mid(b: int) -> float:
-    return 0.5 * (BIN_EDGES[b] + (BIN_EDGES[b + 1] if b + 1 < NONE else 1.0))
-
-
-class Calibration:
-    """cal(i, b) ≈ P(draft i accepted | 1..i−1 accepted, confidence bin b), and π(i, b), the share of
-    drafts at position i that fall in bin b — Beta/Dirichlet-smoothed counts (module doc)."""
-
-    def __init__(self, prior: list[float], prior_n: float, pi: list[float]) -> None:
-        self.prior, self.prior_n, self.pi_prior = prior, prior_n, pi
-        self.acc = [[0.0] * N_BINS for _ in range(POSITIONS)]
-        self.n = [[0.0] * N_BINS for _ in range(POSITIONS)]
-        self.seen = [[0.0] * N_BINS for _ in range(POSITIONS)]
-        self.version = 0  # bumped on every new count: the policy reuses its values while it is unchanged
-        self._cond: dict[tuple[int, int], float] = {}
-        self.hits = self.predicted = 0.0  # Σ accepted and Σ prior[b] over every labelled draft
-
-    @property
-    def scale(self) -> float:
-        """r = (Σ accepted + R_N) / (Σ prior prediction + R_N): how far this draft beats or misses its
-        prior, shared by every bin, so one confident rejection lowers the bins not yet sampled too."""
-        return (self.hits + R_N) / (self.predicted + R_N)
-
-    def add(self, pos: int, b: int, accepted: bool) -> None:
-        p = min(pos, POSITIONS) - 1
-        self.acc[p][b] += accepted
-        self.n[p][b] += 1
-        self.hits += accepted
-        self.predicted += self.prior[b]
-        self.version += 1
-        self._cond.clear()
-
-    def saw(self, pos: int, b: int) -> None:
-        self.seen[min(pos, POSITIONS) - 1][b] += 1
-        self.version += 1
-
-    def cond(self, pos: int, b: int) -> float:
-        p = min(pos, POSITIONS) - 1
-        key = (p, b)
-        if key not in self._cond:  # the decode loop's hot path: computed once per count change
-            pooled_a = sum(r[b] for r in self.acc)
-            pooled_n = sum(r[b] for r in self.n)
-            m = min(0.999, self.prior[b] * self.scale)
-            pooled = (pooled_a + self.prior_n * m) / (pooled_n + self.prior_n)
-            self._cond[key] = (self.acc[p][b] + POS_N * pooled) / (self.n[p][b] + POS_N)
-        return self._cond[key]
-
-    def pi(self, pos: int) -> list[float]:
-        row = self.seen[min(pos, POSITIONS) - 1]
-        w = [row[b] + PI_N * self.pi_prior[b] * N_BINS for b in range(N_BINS)]
-        z = sum(w)
-        return [x / z for x in w]
-
-    def mean(self, pos: int) -> float:
-        """ā_i: acceptance at position i before its confidence is known."""
-        return sum(p * self.cond(pos, b) for b, p in enumerate(self.pi(pos)) if p > 0)
-
-
-class StepCosts:
-    """T(k) from this run's timings, the prior (c, v) where none exist yet (module doc)."""
-
-    def __init__(self, c: float, v: float, window: int = 32) -> None:
-        self.c, self.v = c, v
-        self.tv: dict[int, deque] = {}
-        self.d1: deque = deque(maxlen=window)  # first draft forward of a step (includes a 1–3 token catch-up)
-        self.dn: deque = deque(maxlen=window)  # later draft forwards
-        self.tp: deque = deque(maxlen=window)  # ms per token of catch-ups over ≥ CATCHUP_MIN unseen tokens
-        self._cached: tuple | None = None  # (kmax, sample count, windows seen, table)
-        self._count = 0
-        self.fits = 0  # refits so far: a policy keys its cached evaluation on it
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.tv)
-
-    def add_verify(self, k: int, ms: float) -> None:
-        self.tv.setdefault(k, deque(maxlen=self.d1.maxlen)).append(ms)
-        self._count += 1
-
-    def add_draft(self, first: bool, ms: float, unseen: int = 1) -> None:
-        """A draft forward's ms; a first one over ≥ CATCHUP_MIN unseen tokens is a catch-up sample."""
-        if first and unseen >= CATCHUP_MIN:
-            td = statistics.median(self.dn or self.d1) if (self.dn or self.d1) else None
-            if td is not None:
-                self.tp.append(max(0.0, ms - td) / unseen)
-            return
-        (self.d1 if first else self.dn).append(ms)
-        self._count += 1
-
-    def catchup_ms(self, n: int, td: float) -> float:
-        """n·t_p: the price of running the drafter over n tokens it has not seen (prior: PREFILL_SHARE·t_d)."""
-        if n < CATCHUP_MIN or not (self.tp or self.dn or self.d1):
-            return 0.0  # a steady-state first forward (already in t_a), or no draft timed yet: t_d is a guess,
-            # and a model-free drafter (no catch-up to speak of) guessed at c·t(1) would never be probed
-        return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
-
-    def prime(self, t_draft_ms: float, t_target_ms: dict) -> None:
-        """Seed with a cost probe (engine.bench.runner.measure_costs): a k-token target forward verifies
-        k − 1 drafts; one sample each, so the run's own timings outvote it within a few steps."""
-        for k, ms in sorted((int(k), float(v)) for k, v in t_target_ms.items()):
-            if k >= 1 and math.isfinite(ms) and ms > 0:
-                self.add_verify(k - 1, ms)
-        if math.isfinite(t_draft_ms) and t_draft_ms > 0:
-            self.add_draft(False, float(t_draft_ms))
-
-    def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
-        """`fit(kmax)`, refitted every REFIT samples or new window (per step it costs ~1 % of a small step)."""
-        c = self._cached
-        if c is None or c[0] != kmax or c[2] != len(self.tv) or self._count - c[1] >= REFIT:
-            self._cached = c = (kmax, self._count, len(self.tv), self.fit(kmax))
-            self.fits += 1
-        return c[3]
-
-    def fit(self, kmax: int) -> tuple[list[float], list[float], float, float]:
-        """(t_v(0..kmax), T(0..kmax), t_d, t_a); ms once anything was measured, else units of t(1)."""
-        med = {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
-        if 0 in med:
-            t1 = med[0]
-        elif med:
-            k0 = next(iter(med))
-            t1 = med[k0] / (1 + self.v * k0)
-        elif self.dn or self.d1:
-            t1 = statistics.median(self.dn or self.d1) / self.c
-        else:
-            t1 = 1.0
-        td = statistics.median(self.dn) if self.dn else statistics.median(self.d1) if self.d1 else self.c * t1
-        ta = max(0.0, statistics.median(self.d1) - td) if self.d1 and self.dn else 0.0
-        ks = list(med)
-        slope = self.v * t1
-        if len(ks) >= 2:  # least squares over the measured windows' medians
-            mk, mt = sum(ks) / len(ks), sum(med.values()) / len(ks)
-            den = sum((k - mk) ** 2 for k in ks)
-            slope = max(0.0, sum((k - mk) * (med[k] - mt) for k in ks) / den)
-        tv = []
-        for k in range(kmax + 1):
-            if k in med:
-                x = med[k]
-            elif ks:
-                near = min(ks, key=lambda j: abs(j - k))
-                x = med[near] + slope * (k - near)
-            else:
-                x = t1 * (1 + self.v * k)
-            tv.append(max(x, tv[-1] if tv else 1e-9))  # a wider verify is never cheaper
-        total = [tv[k] + (k * td + ta if k else 0.0) for k in range(kmax + 1)]
-        return tv, total, td, ta
-
-
-class PairStats:
-    """Acceptance per confidence bin pooled over the requests a pair has finished at one temperature in
-    this process: the next request's prior (module doc), so each request need not relearn its pair."""
-
-    def __init__(self) -> None:
-        self.acc, self.n, self.seen = [0.0] * N_BINS, [0.0] * N_BINS, [0.0] * N_BINS
-
-    def add(self, b: int, accepted: bool) -> None:
-        self.acc[b] += accepted
-        self.n[b] += 1
-
-    def saw(self, b: int) -> None:
-        self.seen[b] += 1
-
-    def prior(self, base: list[float], base_pi: list[float]) -> tuple[list[float], list[float]] | None:
-        """(per-bin acceptance, π) Beta-smoothed towards `base` / `base_pi`; None before PAIR_MIN labels."""
-        if sum(self.n) < PAIR_MIN:
-            return None
-        rate = [(self.acc[b] + PRIOR_N * base[b]) / (self.n[b] + PRIOR_N) for b in range(N_BINS)]
-        z = sum(self.seen) + PI_N * N_BINS
-        return rate, [(self.seen[b] + PI_N * N_BINS * base_pi[b]) / z for b in range(N_BINS)]
-
-
-class _PairBook:
-    def __init__(self, c: float, v: float) -> None:
-        self.costs = StepCosts(c, v)
-        self.stats: dict[float, PairStats] = {}
-
-
-_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, _PairBook]]" = weakref.WeakKeyDictionary()
-
-
-def _book(target: Any, drafter: Any, c: float, v: float) -> "_PairBook | None":
-    try:
-        per_target = _BOOK.setdefault(target, {})
-    except TypeError:  # an unhashable or un-weakref-able stand-in: nothing shared
-        return None
-    book = per_target.get(id(drafter))
-    if book is None:
-        book = per_target[id(drafter)] = _PairBook(c, v)
-    return book
-
-
-def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
-    """The StepCosts of one (target, drafter) pair in this process: every costaware policy on those two
-    loaded objects prices with, and adds to, the same measurements (the module doc). Keyed weakly on
-    the target, so unloading a model drops its costs."""
-    book = _book(target, drafter, c, v)
-    return StepCosts(c, v) if book is None else book.costs
-
-
-def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
-    """The pair's pooled acceptance at this temperature (PairStats), shared like its costs."""
-    book = _book(target, drafter, 0.3, 0.05)
-    if book is None:
-        return PairStats()
-    return book.stats.setdefault(round(float(temperature), 6), PairStats())
-
-
-def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
-    """Seed the pair's shared costs with a start-of-run cost probe ({t_draft_ms, t_target_ms}); a
-    no-op for a probe without a draft timing (model-free drafts: nan)."""
-    if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
-        return
-    shared_costs(target, drafter, 0.3, 0.05).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])
-
-
-def reference_prior(path: str) -> tuple[list[float], list[float], float | None, float | None]:
-    """(per-bin acceptance, π over bins, c, v) from a pair's reference run (engine.trace.reference_file):
-    a greedy reference's match rate per q_top bin (β for a sampling one), the bins' shares, and the
-    costs of its timing block (None without one)."""
-    from engine.trace.reference_file import load_reference
-
-    ref = load_reference(Path(path).expanduser())
-    acc, n = [0.0] * N_BINS, [0.0] * N_BINS
-    for req in ref.requests:
-        hits = req["beta"] if "beta" in req else [float(d == y) for d, y in zip(req["draft_argmax"], req["output_ids"])]
-        for q, h in zip(req["q_top"], hits):
-            b = bin_of(DraftInfo(1, 0, float(q), 0.0))
-            acc[b] += h
-            n[b] += 1
-    prior = [(acc[b] + PRIOR_N * (_mid(b) if b < NONE else PRIOR_NONE)) / (n[b] + PRIOR_N) for b in range(N_BINS)]
-    total = sum(n) or 1.0
-    pi = [x / total for x in n]
-    t = (ref.header.get("timings") or {})
-    tk = [float(x) for x in t.get("target_ms_by_tokens") or []]
-    if len(tk) < 2 or not tk[0] > 0 or "draft_ms_per_token" not in t:
-        return prior, pi, None, None
-    growth = [(tk[k] - tk[0]) / (k * tk[0]) for k in range(1, min(5, len(tk)))]
-    return prior, pi, max(float(t["draft_ms_per_token"]) / tk[0], 1e-3), max(0.0, statistics.median(growth))
 
 
 class CostAware(WindowPolicy):
@@ -364,7 +102,7 @@ class CostAware(WindowPolicy):
         if ref is not None and not isinstance(ref, str):
             raise ValueError(f"costaware ref must be a reference file path, got {ref!r}")
         self.c0, self.v0, self.probe, self.ref, self.measure = float(c), float(v), int(probe), ref, int(measure)
-        self.prior = [(PRIOR_SHRINK * _mid(b) if b < NONE else PRIOR_NONE) for b in range(N_BINS)]
+        self.prior = [(PRIOR_SHRINK * mid(b) if b < NONE else PRIOR_NONE) for b in range(N_BINS)]
         self.pi_prior, self.prior_n = [1.0 / N_BINS] * N_BINS, PRIOR_N
         if ref is not None:
             try:

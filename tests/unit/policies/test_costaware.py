@@ -286,19 +286,6 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
     assert 1 in windows(40)
 
 
-def test_shared_costs_are_per_pair_and_primed_from_a_probe():
-    from engine.policies.costaware import prime_costs, shared_costs
-
-    t, d1, d2 = Model(), Model(), Model()
-    prime_costs(t, d1, {"t_draft_ms": 30.0, "t_target_ms": {"1": 70.0, "2": 100.0, "4": 150.0}})
-    a = shared_costs(t, d1, 0.3, 0.05)
-    assert a is shared_costs(t, d1, 0.9, 0.9) and a is not shared_costs(t, d2, 0.3, 0.05)
-    tv, total, td, _ = a.table(3)
-    assert tv[0] == 70.0 and tv[1] == 100.0 and tv[3] == 150.0 and td == 30.0 and total[1] == 130.0
-    prime_costs(t, d2, {"t_draft_ms": float("nan"), "t_target_ms": {"1": 70.0}})  # model-free: nothing to prime
-    assert not shared_costs(t, d2, 0.3, 0.05).measured
-
-
 def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
     """Drafts at confidence 0.5 that the target always accepts: the identity prior (0.7·m = 0.35) says AR at
     a request's first step; once one request of the pair has labelled them, the next request at the same

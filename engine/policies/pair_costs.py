@@ -1,0 +1,160 @@
+"""The cost model of the cost-aware window (engine.policies.costaware): T(k), the time of a step that
+verifies k drafts, measured in this run, and the per-pair book that shares it across requests.
+
+    T(k) = t_v(k) + k·t_d + [k > 0]·t_a     t_v(k): verify of k drafts, t_d: per drafted token, t_a: the
+    prior: t_v(k) = 1 + v·k, t_d = c, t_a = 0   first draft forward's steady catch-up (1–3 tokens)
+
+plus n·t_p, the catch-up of a drafter that has not run for n ≥ CATCHUP_MIN tokens (its prefill is lazy),
+measured from such first forwards. Costs belong to the pair, not the request: every costaware policy on
+the same loaded (target, drafter) objects in one process reads and adds to one StepCosts
+(`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`); the pair's
+pooled acceptance per temperature lives beside it (`shared_stats`). Worked example: primed with
+t(1) = 70 ms, t(2) = 100 ms and t_d = 30 ms, T(0) = 70 and T(1) = 100 + 30 = 130 ms.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import weakref
+from collections import deque
+from typing import Any
+
+from engine.policies.calibration import PairStats
+
+REFIT = 8  # new timing samples between refits of the cost table
+CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
+PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
+
+
+class StepCosts:
+    """T(k) from this run's timings, the prior (c, v) where none exist yet (module doc)."""
+
+    def __init__(self, c: float, v: float, window: int = 32) -> None:
+        self.c, self.v = c, v
+        self.tv: dict[int, deque] = {}
+        self.d1: deque = deque(maxlen=window)  # first draft forward of a step (includes a 1–3 token catch-up)
+        self.dn: deque = deque(maxlen=window)  # later draft forwards
+        self.tp: deque = deque(maxlen=window)  # ms per token of catch-ups over ≥ CATCHUP_MIN unseen tokens
+        self._cached: tuple | None = None  # (kmax, sample count, windows seen, table)
+        self._count = 0
+        self.fits = 0  # refits so far: a policy keys its cached evaluation on it
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.tv)
+
+    def add_verify(self, k: int, ms: float) -> None:
+        self.tv.setdefault(k, deque(maxlen=self.d1.maxlen)).append(ms)
+        self._count += 1
+
+    def add_draft(self, first: bool, ms: float, unseen: int = 1) -> None:
+        """A draft forward's ms; a first one over ≥ CATCHUP_MIN unseen tokens is a catch-up sample."""
+        if first and unseen >= CATCHUP_MIN:
+            td = statistics.median(self.dn or self.d1) if (self.dn or self.d1) else None
+            if td is not None:
+                self.tp.append(max(0.0, ms - td) / unseen)
+            return
+        (self.d1 if first else self.dn).append(ms)
+        self._count += 1
+
+    def catchup_ms(self, n: int, td: float) -> float:
+        """n·t_p: the price of running the drafter over n tokens it has not seen (prior: PREFILL_SHARE·t_d)."""
+        if n < CATCHUP_MIN or not (self.tp or self.dn or self.d1):
+            return 0.0  # a steady-state first forward (already in t_a), or no draft timed yet: t_d is a guess,
+            # and a model-free drafter (no catch-up to speak of) guessed at c·t(1) would never be probed
+        return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
+
+    def prime(self, t_draft_ms: float, t_target_ms: dict) -> None:
+        """Seed with a cost probe (engine.bench.runner.measure_costs): a k-token target forward verifies
+        k − 1 drafts; one sample each, so the run's own timings outvote it within a few steps."""
+        for k, ms in sorted((int(k), float(v)) for k, v in t_target_ms.items()):
+            if k >= 1 and math.isfinite(ms) and ms > 0:
+                self.add_verify(k - 1, ms)
+        if math.isfinite(t_draft_ms) and t_draft_ms > 0:
+            self.add_draft(False, float(t_draft_ms))
+
+    def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
+        """`fit(kmax)`, refitted every REFIT samples or new window (per step it costs ~1 % of a small step)."""
+        c = self._cached
+        if c is None or c[0] != kmax or c[2] != len(self.tv) or self._count - c[1] >= REFIT:
+            self._cached = c = (kmax, self._count, len(self.tv), self.fit(kmax))
+            self.fits += 1
+        return c[3]
+
+    def fit(self, kmax: int) -> tuple[list[float], list[float], float, float]:
+        """(t_v(0..kmax), T(0..kmax), t_d, t_a); ms once anything was measured, else units of t(1)."""
+        med = {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
+        if 0 in med:
+            t1 = med[0]
+        elif med:
+            k0 = next(iter(med))
+            t1 = med[k0] / (1 + self.v * k0)
+        elif self.dn or self.d1:
+            t1 = statistics.median(self.dn or self.d1) / self.c
+        else:
+            t1 = 1.0
+        td = statistics.median(self.dn) if self.dn else statistics.median(self.d1) if self.d1 else self.c * t1
+        ta = max(0.0, statistics.median(self.d1) - td) if self.d1 and self.dn else 0.0
+        ks = list(med)
+        slope = self.v * t1
+        if len(ks) >= 2:  # least squares over the measured windows' medians
+            mk, mt = sum(ks) / len(ks), sum(med.values()) / len(ks)
+            den = sum((k - mk) ** 2 for k in ks)
+            slope = max(0.0, sum((k - mk) * (med[k] - mt) for k in ks) / den)
+        tv = []
+        for k in range(kmax + 1):
+            if k in med:
+                x = med[k]
+            elif ks:
+                near = min(ks, key=lambda j: abs(j - k))
+                x = med[near] + slope * (k - near)
+            else:
+                x = t1 * (1 + self.v * k)
+            tv.append(max(x, tv[-1] if tv else 1e-9))  # a wider verify is never cheaper
+        total = [tv[k] + (k * td + ta if k else 0.0) for k in range(kmax + 1)]
+        return tv, total, td, ta
+
+
+class _PairBook:
+    def __init__(self, c: float, v: float) -> None:
+        self.costs = StepCosts(c, v)
+        self.stats: dict[float, PairStats] = {}
+
+
+_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, _PairBook]]" = weakref.WeakKeyDictionary()
+
+
+def _book(target: Any, drafter: Any, c: float, v: float) -> "_PairBook | None":
+    try:
+        per_target = _BOOK.setdefault(target, {})
+    except TypeError:  # an unhashable or un-weakref-able stand-in: nothing shared
+        return None
+    book = per_target.get(id(drafter))
+    if book is None:
+        book = per_target[id(drafter)] = _PairBook(c, v)
+    return book
+
+
+def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
+    """The StepCosts of one (target, drafter) pair in this process: every costaware policy on those two
+    loaded objects prices with, and adds to, the same measurements (the module doc). Keyed weakly on
+    the target, so unloading a model drops its costs."""
+    book = _book(target, drafter, c, v)
+    return StepCosts(c, v) if book is None else book.costs
+
+
+def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
+    """The pair's pooled acceptance at this temperature (PairStats), shared like its costs."""
+    book = _book(target, drafter, 0.3, 0.05)
+    if book is None:
+        return PairStats()
+    return book.stats.setdefault(round(float(temperature), 6), PairStats())
+
+
+def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
+    """Seed the pair's shared costs with a start-of-run cost probe ({t_draft_ms, t_target_ms}); a
+    no-op for a probe without a draft timing (model-free drafts: nan)."""
+    if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
+        return
+    shared_costs(target, drafter, 0.3, 0.05).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])

@@ -1,0 +1,48 @@
+"""engine.policies.calibration: the cost-aware window's acceptance model (bins, Beta smoothing, the shared
+scale, a pair's pooled acceptance) on hand-made counts."""
+
+import pytest
+
+from engine.policies.base import DraftInfo
+from engine.policies.calibration import (N_BINS, NONE, PAIR_MIN, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, Calibration,
+                                         PairStats, bin_of, mid)
+
+
+def identity_prior():
+    return [PRIOR_SHRINK * mid(b) if b < NONE else PRIOR_NONE for b in range(N_BINS)]
+
+
+def test_bins_follow_the_confidence_before_sampling_and_copies_share_one():
+    assert bin_of(DraftInfo(1, 0, 0.1, 0.0, None, 0.93)) == bin_of(DraftInfo(1, 0, 0.93, 0.0, None, 0.93)) == 5
+    assert bin_of(DraftInfo(1, 0, 0.05, 0.0)) == 0 and bin_of(DraftInfo(1, 0, 0.99, 0.0)) == NONE - 1
+    assert bin_of(DraftInfo(1, 0, 1.0, 0.0, None, 1.0, match_len=3)) == NONE
+
+
+def test_the_worked_example_of_the_module_doc():
+    c = Calibration(identity_prior(), PRIOR_N, [1 / N_BINS] * N_BINS)
+    assert c.cond(1, 5) == pytest.approx(0.7 * 0.935)
+    for _ in range(4):
+        c.add(1, 5, True)
+    assert c.scale == pytest.approx(5 / (4 * 0.6545 + 1))
+    assert c.cond(1, 5) == pytest.approx(0.984, abs=1e-3)
+
+
+def test_one_confident_rejection_lowers_the_bins_not_yet_sampled():
+    c = Calibration(identity_prior(), PRIOR_N, [1 / N_BINS] * N_BINS)
+    before = c.cond(2, 3)
+    c.add(1, NONE - 1, False)
+    assert c.cond(2, 3) < before and c.scale < 1
+
+
+def test_a_pairs_pooled_acceptance_becomes_a_prior_after_enough_labels():
+    s = PairStats()
+    base, pi = identity_prior(), [1 / N_BINS] * N_BINS
+    for _ in range(PAIR_MIN - 1):
+        s.add(2, True)
+        s.saw(2)
+    assert s.prior(base, pi) is None
+    s.add(2, True)
+    s.saw(2)
+    rate, share = s.prior(base, pi)
+    assert rate[2] == pytest.approx((PAIR_MIN + PRIOR_N * base[2]) / (PAIR_MIN + PRIOR_N)) and rate[2] > base[2]
+    assert rate[0] == base[0] and share[2] > share[0] and sum(share) == pytest.approx(1.0)
