@@ -67,7 +67,7 @@ from typing import Any, Callable
 from engine.policies.base import DraftInfo, WindowPolicy, is_whole
 from engine.policies.calibration import (NONE, N_BINS, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, REF_N, Calibration,
                                          PairStats, bin_of, mid, reference_prior)
-from engine.policies.pair_costs import StepCosts, prime_costs, shared_costs, shared_stats
+from engine.policies.pair_costs import PRIOR_C, PRIOR_V, StepCosts, prime_costs, shared_costs, shared_stats
 
 __all__ = ["CostAware", "NONE", "bin_of", "check_drafter", "prime_costs", "shared_costs"]
 
@@ -87,7 +87,7 @@ class CostAware(WindowPolicy):
 
     name = "costaware"
 
-    def __init__(self, max_window: int = 8, c: float = 0.3, v: float = 0.05, probe: int = 8,
+    def __init__(self, max_window: int = 8, c: float = PRIOR_C, v: float = PRIOR_V, probe: int = 8,
                  ref: str | None = None, measure: int = 1, clock: Callable[[], float] | None = None) -> None:
         super().__init__(max_window)
         if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
@@ -132,9 +132,7 @@ class CostAware(WindowPolicy):
         if self.measure and ctx.target is not None and ctx.draft is not None:
             self.costs = shared_costs(ctx.target, ctx.draft, self.c0, self.v0)
             self.pair = shared_stats(ctx.target, ctx.draft, ctx.temperature)
-            self._memo_key = None
-        self.reset()
-        return self
+        return self  # the decode loop resets the policy at the request's start (calibration from self.pair)
 
     def reset(self) -> None:
         super().reset()
@@ -165,14 +163,6 @@ class CostAware(WindowPolicy):
         cost = sum(total[min(k, len(total) - 1)] + d * (td + ta) for _, k, d in self._recent)
         return max(ar, tok / cost)
 
-    def _expected(self, k: int) -> float:
-        """E(k) on ā: the tokens a k-draft step emits on average (so `left / E(k)` steps remain)."""
-        e, s = 1.0, 1.0
-        for i in range(1, k + 1):
-            s *= self._abar[i]
-            e += s
-        return e
-
     def _tail(self, i: int, s: float, lam: float, total: list[float], top: int) -> tuple[float, int]:
         """Best net gain of drafting on from i tokens (survival s) to some k ≤ top on ā, and that k."""
         best, arg, gain = 0.0, i, 0.0
@@ -199,7 +189,7 @@ class CostAware(WindowPolicy):
         decision = "draft" if cap else "ar"
         if cap and self.measure and self.costs.measured and self._since_ar >= (BASELINE if 0 in self.costs.tv else 1):
             cap, decision = 0, "baseline"  # time an AR step: T(0) is the bar, a prior guess of it would bias every U
-        elif cap and not (catch and value * left / self._expected(k_plan) < lam * catch):
+        elif cap and not (catch and value * left / (util[k_plan] * total[k_plan]) < lam * catch):  # E(k_plan)
             self._streak, self._every = 0, self.probe
         else:
             if cap:  # the catch-up costs more than drafting would win over the rest of the request
@@ -222,7 +212,7 @@ class CostAware(WindowPolicy):
         return cap
 
     def _evaluate(self, kmax: int, lam: float, total: list[float]) -> tuple:
-        """(ā, U(0..kmax), k_plan, value of drafting, cap) under the current calibration and costs."""
+        """(ā, U(0..kmax), k_plan, value of drafting, cap, ceiling G) under the current calibration and costs."""
         abar = self._abar = [1.0] + [self.cal.mean(i) for i in range(1, kmax + 1)]
         e, s, util = 1.0, 1.0, [1.0 / total[0]]
         for k in range(1, kmax + 1):

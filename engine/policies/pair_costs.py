@@ -24,6 +24,7 @@ from engine.policies.calibration import PairStats
 
 REFIT = 8  # new timing samples between refits of the cost table
 CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
+PRIOR_C, PRIOR_V = 0.3, 0.05  # costaware's default prior (its doc says why): a book made before any policy uses it
 PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
 
 
@@ -146,7 +147,7 @@ def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
 
 def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
     """The pair's pooled acceptance at this temperature (PairStats), shared like its costs."""
-    book = _book(target, drafter, 0.3, 0.05)
+    book = _book(target, drafter, PRIOR_C, PRIOR_V)
     if book is None:
         return PairStats()
     return book.stats.setdefault(round(float(temperature), 6), PairStats())
@@ -157,4 +158,4 @@ def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
     no-op for a probe without a draft timing (model-free drafts: nan)."""
     if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
         return
-    shared_costs(target, drafter, 0.3, 0.05).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])
+    shared_costs(target, drafter, PRIOR_C, PRIOR_V).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])

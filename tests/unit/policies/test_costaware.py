@@ -279,6 +279,7 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
         ctx = SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft,
                               temperature=0.0)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
+        pol.reset()  # as the decode loop does at the request's start
         assert pol.costs is costs
         return drive(pol, clock, 40, 40.0, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
 
@@ -299,6 +300,7 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
         ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
                               temperature=temperature)
         pol = CostAware(clock=clock, probe=2, c=0.4, v=0.1).for_request(ctx)
+        pol.reset()  # as the decode loop does at the request's start
         if steps_before:
             drive(pol, clock, steps_before, 40.0, lambda k: 100.0 * (1 + 0.1 * k), lambda i, q: 1.0,
                   conf=lambda i: 0.5)
@@ -320,6 +322,7 @@ def test_an_untimed_drafter_is_probed_whatever_its_context():
     clock = Clock()
     ctx = SimpleNamespace(prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
     pol = CostAware(clock=clock, probe=2).for_request(ctx)
+    pol.reset()  # as the decode loop does at the request's start
     for _ in range(3):  # the first steps find no match: nothing drafted, only AR verifies timed
         pol.propose()
         clock.t += 0.1
