@@ -5,7 +5,8 @@ attention's 1536→1536, the 151,936-row head) and each row count M (1 = an AR s
 k drafts), every kernel runs on the same random weights, round-robin, and the best of `repeats` calls
 is kept (the minimum is what a loaded 2-core machine lets through least disturbed):
 
-    bf16      the dense path's torch.nn.functional.linear
+    bf16      torch.nn.functional.linear (the dense path where our bf16 kernel does not run)
+    bgemv     our dense bf16 kernel (engine.core.dense_kernel), where the CPU runs it: the dense path's default
     torch4    aten._weight_int4pack_mm_for_cpu (int4, groups of 32)
     torch8    aten._weight_int8pack_mm (int8 per row)
     qgemm4     our kernel, 4-bit groups of 32 (engine.core.qkernel), where the CPU runs it
@@ -26,7 +27,7 @@ QWEN_SHAPES = ((1536, 8960), (8960, 1536), (1536, 1536), (1536, 151936))  # (K i
 
 def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]]:
     """{name: (layer, weight bytes it reads per call)} for one dense weight [N, K]."""
-    from engine.core import qkernel
+    from engine.core import dense_kernel, qkernel
     from engine.core.quant import Int4Linear, Int8Linear
 
     n, k = weight.shape
@@ -35,6 +36,11 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
         lin.weight.copy_(weight)
     out = {"bf16": (lin, 2.0 * n * k), "torch4": (Int4Linear(weight, None, torch.bfloat16), 0.5 * n * k + 8.0 * n * k / 32),
            "torch8": (Int8Linear(weight, None, torch.bfloat16), 1.0 * n * k)}
+    if dense_kernel.available() is None:
+        fast = torch.nn.Linear(k, n, bias=False, dtype=torch.bfloat16)
+        fast.weight = lin.weight
+        dense_kernel.use_dense_kernel(fast)
+        out["bgemv"] = (fast, 2.0 * n * k)
     if qkernel.available() is None:
         out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
         out["qgemm8"] = (qkernel.QGemmLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)

@@ -72,11 +72,16 @@ class _SubsetHead(torch.nn.Module):
     """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as `_skinny_forward`). A module so
     that forward hooks (the bench's model-time clock) see it as model time."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, kernel: bool = False) -> None:
         super().__init__()
-        self.weight = weight
+        self.weight = weight.contiguous() if kernel else weight
+        self.kernel = kernel  # the dense bf16 kernel (engine.core.dense_kernel) routes the model's linears
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.kernel:
+            from engine.core.dense_kernel import linear
+
+            return linear(h, self.weight)
         h2 = h.reshape(-1, h.shape[-1])
         return torch.mm(self.weight, h2.T).T.reshape(*h.shape[:-1], self.weight.shape[0])
 
@@ -110,7 +115,7 @@ class HFModel(TargetBase):
 
     def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
                  want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
-        from transformers import DynamicCache
+        from engine.core.kv_cache import make_cache
 
         self.model = model.eval()
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -120,8 +125,8 @@ class HFModel(TargetBase):
         from engine.core.quant import weights_of
 
         self.weights = weights_of(model)  # 'dense' or a quantized path (engine.core.quant)
-        self._cache_cls = DynamicCache
-        self.cache = DynamicCache()
+        self.cache = make_cache()  # grows in place: no whole-cache copy per step (engine.core.kv_cache)
+        self._cache_cls = type(self.cache)
         self.length = 0
         self.want_hidden = want_hidden
         self.last_hidden: torch.Tensor | None = None
@@ -132,6 +137,10 @@ class HFModel(TargetBase):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         if self.device.type == "cpu" and self.dtype == torch.float32 and self.weights == "dense":
             use_skinny_linears(self.model)
+        if self.device.type == "cpu" and self.dtype == torch.bfloat16 and self.weights == "dense":
+            from engine.core.dense_kernel import use_dense_kernel
+
+            use_dense_kernel(self.model)  # our bf16 GEMV for short forwards, where this CPU runs it
         self.vocab_subset = None
         self.base_subset = None
         self.subset_adds_prompt = subset_adds_prompt
@@ -162,7 +171,9 @@ class HFModel(TargetBase):
         from engine.core.quant import quantized_linear
 
         if self.weights == "dense" or isinstance(head, torch.nn.Linear):
-            return _SubsetHead(rows)
+            from engine.core.dense_kernel import kernel_of
+
+            return _SubsetHead(rows, kernel=kernel_of(self.model) != "torch")
         return quantized_linear(rows, None, head.fmt, head.act_dtype)
 
     def reset(self) -> None:

@@ -63,25 +63,30 @@ def variant() -> str | None:
     return None
 
 
-def _build(name: str) -> Path:
-    """The shared library for this source and build (compiled once; a half-written one is never loaded)."""
-    src = SOURCE.read_bytes()
-    tag = hashlib.sha256(src).hexdigest()[:16]
-    out = cache_dir() / f"qgemm-{name}-{tag}.so"
+def build_library(source: Path, stem: str, cflags: tuple[str, ...] | list[str]) -> Path:
+    """The shared library of a C source built with `cflags` into the cache, named by the source's hash
+    (compiled once; a half-written one is never loaded). Raises OSError in one line."""
+    src = source.read_bytes()
+    tag = hashlib.sha256(src + " ".join(cflags).encode()).hexdigest()[:16]
+    out = cache_dir() / f"{stem}-{tag}.so"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", *VARIANTS[name][1], "-o", str(tmp),
-           str(SOURCE), "-lm"]
+    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", *cflags, "-o", str(tmp), str(source),
+           "-lm"]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except FileNotFoundError:
         raise OSError("no C compiler (cc) found") from None
     except subprocess.CalledProcessError as e:
-        raise OSError(f"compiling qgemm.c failed: {(e.stderr or '').strip().splitlines()[:1]}") from None
+        raise OSError(f"compiling {source.name} failed: {(e.stderr or '').strip().splitlines()[:1]}") from None
     os.replace(tmp, out)
     return out
+
+
+def _build(name: str) -> Path:
+    return build_library(SOURCE, f"qgemm-{name}", VARIANTS[name][1])
 
 
 def available() -> str | None:

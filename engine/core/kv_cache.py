@@ -1,0 +1,114 @@
+"""A KV cache that grows in place: transformers' DynamicCache with layers that write each step's keys and
+values into a preallocated buffer instead of concatenating the whole cache again.
+
+    GrowingCache()        a DynamicCache (crop, batch_repeat_interleave, … as before) of GrowingLayer
+    make_cache()          GrowingCache where this transformers version allows it, else DynamicCache
+
+Why: DynamicLayer.update is `keys = cat([keys, new])`, a copy of the layer's whole cache on every forward.
+On the 1.5B target (28 layers, 2 key-value heads × 128, bf16) that is 28 × 2 copies of L × 512 bytes per
+step: at L = 2,000 cached tokens, 21 ms of a ~165 ms decode step on a 2-core EPYC (docs/log/2026-12-05-
+dense-kernel.md), growing with the context. Here an update writes only the new rows; the buffer doubles
+when full (amortised O(1) per token), and crop only moves the length back.
+
+`keys` / `values` stay what every reader expects: tensors [B, H, L, D] of exactly the cached length (views
+of the buffer), so attention, masks and `get_seq_length` see no difference.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+MIN_CAPACITY = 256  # rows first allocated past the prompt; why: a short answer then never reallocates
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's keys and values in a buffer of `capacity` rows, of which the first `length` are live."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._k = self._v = None
+        self.length = 0
+
+    def _view(self) -> None:
+        self.keys = self._k[..., : self.length, :]
+        self.values = self._v[..., : self.length, :]
+
+    def _grow(self, need: int, like_k: torch.Tensor, like_v: torch.Tensor) -> None:
+        cap = max(need, 2 * (0 if self._k is None else self._k.shape[-2]), need + MIN_CAPACITY)
+        k = like_k.new_empty((*like_k.shape[:-2], cap, like_k.shape[-1]))
+        v = like_v.new_empty((*like_v.shape[:-2], cap, like_v.shape[-1]))
+        if self.length:
+            k[..., : self.length, :] = self._k[..., : self.length, :]
+            v[..., : self.length, :] = self._v[..., : self.length, :]
+        self._k, self._v = k, v
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if (self._k is None or self.length + n > self._k.shape[-2] or self._k.shape[:-2] != key_states.shape[:-2]
+                or self._k.dtype != key_states.dtype):
+            if self._k is not None and self._k.shape[:-2] != key_states.shape[:-2]:
+                raise ValueError(f"cache rows {tuple(self._k.shape[:-2])} ≠ update rows {tuple(key_states.shape[:-2])}")
+            self._grow(self.length + n, key_states, value_states)
+        self._k[..., self.length: self.length + n, :] = key_states
+        self._v[..., self.length: self.length + n, :] = value_states
+        self.length += n
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def reset(self) -> None:
+        self._k = self._v = None
+        self.length = 0
+        super().reset()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count of tokens to drop, got {tokens_to_remove}")
+        if tokens_to_remove == 0 or not self.is_initialized:
+            return
+        self.length = max(0, self.length + tokens_to_remove)
+        self._view()
+
+    def _replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start the buffer over from materialised keys / values (batch reshapes: rare, not per step)."""
+        self._k, self._v, self.length = None, None, 0
+        self._grow(keys.shape[-2], keys, values)
+        self._k[..., : keys.shape[-2], :] = keys
+        self._v[..., : values.shape[-2], :] = values
+        self.length = keys.shape[-2]
+        self._view()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.get_seq_length() > 0:
+            self._replace(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            self._replace(self.keys[indices, ...], self.values[indices, ...])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.get_seq_length() > 0:
+            idx = beam_idx.to(self.keys.device)
+            self._replace(self.keys.index_select(0, idx), self.values.index_select(0, idx))
+
+
+class GrowingCache(DynamicCache):
+    """DynamicCache whose layers are GrowingLayer (created lazily, one per attention layer, as DynamicCache's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_class_to_replicate = GrowingLayer
+
+
+def make_cache() -> DynamicCache:
+    """A GrowingCache where this transformers version builds its layers from `layer_class_to_replicate`
+    (5.x); otherwise a plain DynamicCache."""
+    c = GrowingCache()
+    if getattr(c, "layer_class_to_replicate", None) is GrowingLayer and not c.layers:
+        return c
+    return DynamicCache()

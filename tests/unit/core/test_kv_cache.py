@@ -1,0 +1,73 @@
+"""The in-place KV cache: the same keys and values as DynamicCache through updates, crops and batch reshapes, and the
+same logits from a model run on it."""
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from engine.core.kv_cache import GrowingCache, GrowingLayer, make_cache
+
+
+def _kv(b, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, 2, n, 8, generator=g), torch.randn(b, 2, n, 8, generator=g)
+
+
+def _same(a, b):
+    assert a.get_seq_length() == b.get_seq_length()
+    for la, lb in zip(a.layers, b.layers):
+        assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
+
+
+def test_updates_and_crops_match_dynamic_cache_past_several_reallocations():
+    ours, ref = make_cache(), DynamicCache()
+    assert isinstance(ours, GrowingCache)
+    for step, n in enumerate([300, 1, 3, 1, 200, 2, 400]):  # 300 + 256 rows first, then doubling
+        for layer in range(2):
+            k, v = _kv(1, n, step * 10 + layer)
+            ko, vo = ours.update(k, v, layer)
+            kr, vr = ref.update(k, v, layer)
+            assert torch.equal(ko, kr) and torch.equal(vo, vr)
+        if step % 2:
+            ours.crop(-2)
+            ref.crop(-2)
+        _same(ours, ref)
+    assert isinstance(ours.layers[0], GrowingLayer) and ours.layers[0]._k.shape[-2] >= ours.get_seq_length()
+
+
+def test_batch_reshapes_and_reset():
+    ours, ref = GrowingCache(), DynamicCache()
+    k, v = _kv(1, 5, 1)
+    ours.update(k, v, 0)
+    ref.update(k, v, 0)
+    ours.batch_repeat_interleave(3)
+    ref.batch_repeat_interleave(3)
+    _same(ours, ref)
+    k, v = _kv(3, 2, 2)
+    ours.update(k, v, 0)
+    ref.update(k, v, 0)
+    idx = torch.tensor([2, 0])
+    ours.batch_select_indices(idx)
+    ref.batch_select_indices(idx)
+    _same(ours, ref)
+    ours.layers[0].reset()
+    assert ours.get_seq_length() == 0
+
+
+def test_a_model_decodes_the_same_logits_on_it():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (1, 12))
+    out = {}
+    with torch.inference_mode():
+        for name, cache in (("ours", GrowingCache()), ("ref", DynamicCache())):
+            logits = [model(ids[:, :8], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(8, 12):
+                logits.append(model(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+            cache.crop(-2)
+            logits.append(model(ids[:, 10:12], past_key_values=cache, use_cache=True).logits[:, -1])
+            out[name] = torch.cat(logits)
+    assert torch.allclose(out["ours"], out["ref"], atol=1e-5)
