@@ -79,8 +79,11 @@ class SpeclabEngine:
         spec = [c for c in self.configs if c != "ar"]
         self.draft = load_draft(self.draft_name, self.target, self.dtype, self.device, want_hidden=False) if spec else None
         self.eos = eos_token_ids(self.target)
+        from engine.core.dense_kernel import kernel_of
+
         return {"versions": software_versions(), "start_s": round(time.perf_counter() - t0, 1),
                 "target": self.target_name, "draft": self.draft_name if spec else None,
+                "dense_kernel": kernel_of(self.target.lm.model),
                 "dtype": str(self.target.lm.dtype).replace("torch.", "")}
 
     def run(self, config: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerRun:
@@ -99,9 +102,12 @@ class SpeclabEngine:
 
 
 def peer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A peer's environment: ours less OMP_WAIT_POLICY (the project's experiments set PASSIVE for its own
-    two-model loop; each peer runs with its own OpenMP defaults), plus `extra`."""
-    return {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | (extra or {})
+    """A peer's environment: ours less the OpenMP wait settings (the project's experiments set their own for
+    its two-model loop; each peer runs with its own OpenMP defaults), plus `extra`."""
+    return {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT_VARS} | (extra or {})
+
+
+OPENMP_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def _free_port() -> int:

@@ -96,6 +96,9 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
                   int threads) {
     if (K % 32 != 0 || M < 1 || N < 1) return 1;
     int blocks = N / RB;
+    /* a small weight (the 0.5B draft's key / value projections: 0.2 MB) is not worth waking a second thread:
+     * under OMP_WAIT_POLICY=PASSIVE each parallel region costs ~50 µs of wake-up here */
+    if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, x, w, b, y, N);
     for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);

@@ -65,7 +65,7 @@ def test_cli_refuses_a_bad_file_in_one_line(tmp_path, capsys):
 
 def test_defaults_file_holds_the_shared_settings():
     text = (EXPERIMENTS_DIR / "_defaults.toml").read_text()
-    assert 'OMP_WAIT_POLICY = "PASSIVE"' in text and "../shared/spec_bench/questions_dev.jsonl" in text
+    assert 'GOMP_SPINCOUNT = "20000"' in text and "../shared/spec_bench/questions_dev.jsonl" in text
 
 
 def test_makefile_keeps_only_entry_points():
