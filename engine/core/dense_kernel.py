@@ -138,6 +138,9 @@ def use_dense_kernel(model: torch.nn.Module) -> int:
         from engine.core.rowwise_attention import use_rowwise
 
         use_rowwise(model)
+        from engine.core.fast_layer import use_fast_layers
+
+        use_fast_layers(model)  # fused q|k|v and gate|up, no module machinery between kernels (same bits)
     model.speclab_dense_kernel = True
     return len(lins)
 

@@ -6,7 +6,9 @@ Per step, with S = len(seq) and the draft cache holding a prefix x[:len] of the 
                   first drafting step: the prefill is lazy, so a request whose policy never drafts (the
                   cost-aware window at K = 0) never pays the draft's prefill), drafts d_1 ~ q_1; all but
                   the last of those tokens go through `prefill` (no logits: a catch-up of n tokens would
-                  otherwise pay the head n times)
+                  otherwise pay the head n times) when there are more than ONE_FORWARD of them; a short
+                  catch-up (after a fully accepted step: the last draft and the bonus token) is one forward
+                  whose head rows are nearly free, as a forward of a few rows reads each weight once
     forward i>1   feeds d_{i−1}, drafts d_i ~ q_i
     after d_i     keep(DraftInfo(i, d_i, q_shown, H, hidden, q_max)) — False stops; the policy may then
                   drop the last `keep.dropped` drafts unverified (they stay in the draft cache until
@@ -23,6 +25,10 @@ from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
 from engine.drafters.base import DrafterBase, Keep, Proposal
 from engine.policies.base import DraftInfo
+
+
+ONE_FORWARD = 8  # catch-ups of up to this many tokens run as one forward; why: a second forward of the 0.5B
+# draft costs ~40 ms on a 2-core CPU, the head over 8 extra rows a few ms (docs/log/2026-12-05-dense-kernel.md)
 
 
 class AutoregressiveDrafter(DrafterBase):
@@ -48,9 +54,11 @@ class AutoregressiveDrafter(DrafterBase):
         while len(drafts) < cap:
             if not drafts:
                 behind = seq[self.lm.length:]
-                if len(behind) > 1:
+                if len(behind) > ONE_FORWARD:
                     prefill(self.lm, behind[:-1])
-                logits = self.lm.extend(behind[-1:])
+                    logits = self.lm.extend(behind[-1:])
+                else:  # the usual catch-up after a verify (last draft + bonus): one forward, not two
+                    logits = self.lm.extend(behind)
             else:
                 logits = self.lm.extend([drafts[-1]])
             d = draw_token(logits[-1], sc, gen)

@@ -14,6 +14,7 @@ the bin's pooled rate (4 + 2·0.90) / 6 = 0.97, and the cell (4 + 4·0.97) / 8 �
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -122,6 +123,19 @@ class PairStats:
         rate = [(self.acc[b] + PRIOR_N * base[b]) / (self.n[b] + PRIOR_N) for b in range(N_BINS)]
         z = sum(self.seen) + PI_N * N_BINS
         return rate, [(self.seen[b] + PI_N * N_BINS * base_pi[b]) / z for b in range(N_BINS)]
+
+
+    def success_chance(self, need: float) -> float | None:
+        """P(the pair's acceptance rate > `need`) given its pooled labels (normal approximation of the
+        posterior of a rate seen acc times in n: mean (acc+1)/(n+2), sd √(mean(1−mean)/(n+3))); None
+        before PAIR_MIN labels. Worked example: 13 of 100 accepted, need 0.35 → z ≈ 6.4, chance ≈ 1e-10;
+        4 of 10, need 0.35 → z ≈ −0.4, chance ≈ 0.65."""
+        n = sum(self.n)
+        if n < PAIR_MIN:
+            return None
+        mean = (sum(self.acc) + 1.0) / (n + 2.0)
+        sd = math.sqrt(mean * (1.0 - mean) / (n + 3.0))
+        return 0.5 * math.erfc((need - mean) / (sd * math.sqrt(2.0)))
 
 
 def reference_prior(path: str) -> tuple[list[float], list[float], float | None, float | None]:

@@ -37,10 +37,13 @@ tokens − λ·time. Then
                 n·t_p before it drafts (t_p: its per-token catch-up, measured). A step that drafts after AR
                 steps carries that price, spread over the request's remaining steps; a probe runs only if
                 the ceiling G = max_k (k+1)·T(0)/T(k) (every draft accepted) beats AR by CEILING and
-                PROBE_SHARE of the most the rest of the request could save, R·T(0)·(1 − 1/G), covers
+                a share of the most the rest of the request could save, R·T(0)·(1 − 1/G), covers
                 n·t_p + T(1) − T(0). On a path where a verify of k drafts costs nearly k+1 forwards (the
                 quantized one: t(2)/t(1) ≈ 1.3–1.4, c ≈ 0.5) G < CEILING: nothing is ever drafted again
-                once the costs are measured, so the policy is AR there.
+                once the costs are measured, so the policy is AR there. The share is PROBE_SHARE, or the
+                chance that a 1-token draft beats AR, P(a > T(1)/T(0) − 1), from the pair's pooled acceptance
+                where it has one (PairStats.success_chance), if lower: a pair whose drafts are rarely
+                accepted (13 % on the SmolLM2 pair at T = 0.7) stops paying catch-ups for probes.
 
 Costs belong to the pair, not the request: with a RequestContext (engine.run.policy_for) the policy
 prices with the StepCosts shared by every costaware policy on the same (target, drafter) objects in this
@@ -198,7 +201,9 @@ class CostAware(WindowPolicy):
             if self._streak >= self._every:
                 best = left * total[0] * (1.0 - 1.0 / ceiling)  # the most the rest could save (ceiling, doc)
                 price = catch + total[1] - total[0]
-                if ceiling < CEILING or PROBE_SHARE * best < price:
+                share = self._probe_share(total)
+                self._fields["probe_share"] = round(share, 4)
+                if ceiling < CEILING or share * best < price:
                     decision = "no-probe"  # nothing a probe could find would pay for it
                 else:
                     cap, decision, self._probe = 1, "probe", True
@@ -210,6 +215,12 @@ class CostAware(WindowPolicy):
                              "catchup_ms": round(catch, 2) if self.costs.measured else None})
         self._cap = cap
         return cap
+
+    def _probe_share(self, total: list[float]) -> float:
+        """The share of the best case a probe may cost: PROBE_SHARE, or less when the pair's pooled acceptance
+        says how likely a 1-token draft is to beat AR at all (1 + a > T(1)/T(0), so a > T(1)/T(0) − 1)."""
+        chance = self.pair.success_chance(total[1] / total[0] - 1.0) if self.pair is not None else None
+        return PROBE_SHARE if chance is None else min(PROBE_SHARE, chance)
 
     def _evaluate(self, kmax: int, lam: float, total: list[float]) -> tuple:
         """(ā, U(0..kmax), k_plan, value of drafting, cap, ceiling G) under the current calibration and costs."""

@@ -330,3 +330,47 @@ def test_an_untimed_drafter_is_probed_whatever_its_context():
         pol.step_fields()
     w = drive(pol, clock, 30, 0.05, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.9, copy=True)
     assert sum(w[:4]) > 0 and sum(w[-10:]) / 10 >= 3  # probed at once, then drafting long copies
+
+
+def test_a_pair_whose_drafts_are_rarely_accepted_stops_paying_for_probes():
+    """A draft at c = 0.3 whose tokens the target accepts 10 % of the time: a 1-token draft beats AR only if
+    a > T(1)/T(0) − 1 ≈ 0.35. On a fresh pair the periodic probes run (nothing pooled yet); once earlier
+    requests of the pair have labelled more than PAIR_MIN drafts at 10 %, the chance that a probe could pay is
+    ~0, and the next request of that pair at that temperature never probes. A pair at 90 % keeps drafting."""
+    from types import SimpleNamespace
+
+    def run(target, draft, accept_p, steps=150):
+        clock = Clock()
+        ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=400, target=target, draft=draft, temperature=0.7)
+        pol = CostAware(clock=clock, probe=2).for_request(ctx)
+        pol.reset()  # as the decode loop does at the request's start
+        decisions = []
+        rng = random.Random(1)
+        for _ in range(steps):
+            w = drive(pol, clock, 1, 30.0, lambda k: 100.0 * (1 + 0.05 * k), lambda i, q: accept_p,
+                      conf=lambda i: 0.3, rng=rng)
+            decisions.append((w[0], None))
+        return decisions
+
+    low_t, low_d = Model(), Model()
+    first = run(low_t, low_d, 0.1)
+    assert sum(1 for w, _ in first if w) >= 3  # a fresh pair: probes and early drafts
+    run(low_t, low_d, 0.1)  # the pair now has more than PAIR_MIN labelled drafts, nearly all rejected
+    assert sum(w for w, _ in run(low_t, low_d, 0.1)) == 0  # declined for its pooled acceptance
+    high_t, high_d = Model(), Model()
+    run(high_t, high_d, 0.9)
+    assert sum(w for w, _ in run(high_t, high_d, 0.9)) > 100
+
+
+def test_success_chance_of_pooled_acceptance():
+    from engine.policies.calibration import PairStats
+
+    stats = PairStats()
+    assert stats.success_chance(0.3) is None  # nothing pooled yet
+    for i in range(100):
+        stats.add(0, i < 13)
+    assert stats.success_chance(0.35) < 1e-6 and stats.success_chance(0.05) > 0.99
+    few = PairStats()
+    for i in range(10):
+        few.add(0, i < 4)
+    assert 0.5 < few.success_chance(0.35) < 0.8
