@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
     common.add_out(o, "write the result as JSON")
     o.set_defaults(func=cmd_overhead)
 
-    kp = sub.add_parser("kernels", help="bf16, torch int4/int8 and our qgemm kernels on the Qwen shapes, interleaved")
+    kp = sub.add_parser("kernels", help="bf16 (torch and ours), torch int4/int8 and our qgemm kernels on the Qwen shapes, interleaved")
     kp.add_argument("--ms", default="1,2,4,8,16", help="rows per call (1 = AR step, k+1 = verify of k drafts)")
     kp.add_argument("--repeats", type=int, default=20)
     kp.add_argument("--threads", type=int, default=2)
