@@ -137,5 +137,8 @@ def set_threads(n: int | None) -> None:
 
 
 def command_line(prog: str = "python -m engine") -> str:
-    """The command as typed, for result files and trace headers."""
-    return " ".join([prog, *sys.argv[1:]])
+    """The command as typed, for result files and trace headers (arguments shell-quoted where they need it,
+    so an empty value such as `--vllm ''` survives a copy and paste)."""
+    import shlex
+
+    return " ".join([prog, *(shlex.quote(a) for a in sys.argv[1:])])

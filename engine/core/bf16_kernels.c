@@ -19,24 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define MCHUNK 4 /* activation rows per pass over a block of weight rows: MCHUNK x RB accumulators in registers */
 #define RB 6     /* weight rows per block: 24 accumulators + 6 weight vectors + 1 input fit the 32 registers
                    (measured against 2 and 4, with and without software prefetch: 6 without is fastest) */
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* A fixed-order reduction of 16 lanes (the same for every row, so results do not depend on M). */
 static inline float hsum512(__m512 v) {

@@ -4,13 +4,15 @@ whatever the row count.
 
     available() -> str | None           None when the kernel runs here, else why not (one line)
     bgemv(x, w, b) -> y                  y[M, N] = x[M, K] · w[N, K]ᵀ + b, bf16 in and out, M ≤ MAX_ROWS
-    use_dense_kernel(model) -> int       route a bf16 model's linears through it (and its attention through
-                                         engine.core.rowwise_attention); how many linears
+    attention(q, k, v, scale) -> o       causal attention of a few query rows on the KV cache, row by row
+    kernel_of(model) -> str              'speclab bgemv' once engine.core.fast_layer.use_dense_kernel routed
+                                         the model's linears, attention and decoder layers onto these kernels
 
 Why (measured on a 2-core EPYC with avx512_bf16, memory read ~25 GB/s; `python -m engine kernels`):
 torch's bf16 GEMV streams the 1.5B target's 8960×1536 and 1536×8960 MLP weights at 11–12 GB/s, ours at
-20–27 GB/s; the one-token step of the dense target falls from ~225 ms to ~140 ms (docs/log/2026-12-05-
-dense-kernel.md). vLLM's CPU build gets its bf16 speed the same way, from its own kernels.
+20–27 GB/s; with the attention kernel and engine.core.fast_layer the one-token step of the dense target falls
+from ~225 ms to ~115–125 ms (docs/log/2026-12-05-dense-kernel.md). vLLM's CPU build gets its bf16 speed the
+same way, from its own kernels.
 
 Why batch-invariant (bf16_kernels.c): with every linear computing a row alone and attention computing a query
 row alone (rowwise_attention), a k-token verify gives the same logits as k one-token steps, so greedy
@@ -26,12 +28,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import types
 from pathlib import Path
 
 import torch
 
-from engine.core.qkernel import build_library, cpu_flags
+from engine.core.qkernel import build_library, cpu_flags, load_library
 
 SOURCE = Path(__file__).with_name("bf16_kernels.c")
 NEEDS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")
@@ -54,19 +55,13 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing)}"
         return _why
     try:
-        lib = ctypes.CDLL(str(build_library(SOURCE, "bgemv", CFLAGS)))
+        _lib = load_library(build_library(SOURCE, "bgemv", CFLAGS), {
+            "speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
+            "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
+                                                                          ctypes.c_void_p, ctypes.c_int]})
     except OSError as e:
         _why = str(e).splitlines()[0]
-        return _why
-    f = lib.speclab_bgemv
-    f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]
-    a = lib.speclab_attn
-    a.restype = ctypes.c_int
-    a.argtypes = [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float, ctypes.c_void_p,
-                                                                 ctypes.c_int]
-    _lib = lib
-    return None
+    return _why
 
 
 def bgemv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -116,33 +111,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         y = bgemv(x.reshape(rows, x.shape[-1]), weight, bias)
         return y.reshape(*x.shape[:-1], weight.shape[0])
     return torch.nn.functional.linear(x, weight, bias)
-
-
-def _kernel_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return linear(x, self.weight, self.bias)
-
-
-def use_dense_kernel(model: torch.nn.Module) -> int:
-    """Route every bf16 nn.Linear of `model` the kernel takes through it, and the attention through the
-    batch-invariant row-wise one; returns how many linears (0, and nothing changed, where the kernel does
-    not run here or no linear fits). Marks the model `speclab_dense_kernel = True` when it did."""
-    if available() is not None:
-        return 0
-    lins = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__
-            and fits(m.weight) and (m.bias is None or m.bias.dtype == torch.bfloat16)]
-    if not lins:
-        return 0
-    for m in lins:
-        m.forward = types.MethodType(_kernel_forward, m)
-    if hasattr(model, "config"):  # a transformers model (a bare Linear has no attention)
-        from engine.core.rowwise_attention import use_rowwise
-
-        use_rowwise(model)
-        from engine.core.fast_layer import use_fast_layers
-
-        use_fast_layers(model)  # fused q|k|v and gate|up, no module machinery between kernels (same bits)
-    model.speclab_dense_kernel = True
-    return len(lins)
 
 
 def kernel_of(model: torch.nn.Module) -> str:

@@ -1,6 +1,8 @@
 """A lean decoder-layer forward for short forwards of Llama / Qwen2-shaped models on our bf16 kernels: one
 fused q|k|v product, one fused gate|up product, the row-wise attention kernel, and nothing else between.
 
+    use_dense_kernel(model) -> int    route a bf16 model onto our kernels: every linear the kernel takes, the
+                                      row-wise attention, and these layers (how many linears)
     use_fast_layers(model) -> int     patch each decoder layer that has the shape (how many); a forward of more
                                       than dense_kernel.MAX_ROWS rows, a batch, a padded or tree mask, or
                                       anything unexpected runs the layer's own transformers forward
@@ -29,6 +31,7 @@ import types
 import torch
 
 from engine.core import dense_kernel
+from engine.core.rowwise_attention import use_rowwise
 
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
 
@@ -116,7 +119,7 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
 
 def use_fast_layers(model: torch.nn.Module) -> int:
     """Patch every decoder layer of `model` that has the Llama / Qwen2 shape and whose projections our kernel
-    takes (call after dense_kernel.use_dense_kernel); returns how many."""
+    takes (use_dense_kernel calls it); returns how many."""
     if dense_kernel.available() is not None:
         return 0
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
@@ -135,3 +138,27 @@ def use_fast_layers(model: torch.nn.Module) -> int:
         layer.forward = types.MethodType(_fast_forward, layer)
         n += 1
     return n
+
+
+def _kernel_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return dense_kernel.linear(x, self.weight, self.bias)
+
+
+def use_dense_kernel(model: torch.nn.Module) -> int:
+    """Route every bf16 nn.Linear of `model` the kernel takes through it, the attention through the
+    batch-invariant row-wise one and the decoder layers through `use_fast_layers`; returns how many linears
+    (0, and nothing changed, where the kernel does not run here or no linear fits). Marks the model
+    `speclab_dense_kernel = True` when it did (dense_kernel.kernel_of)."""
+    if dense_kernel.available() is not None:
+        return 0
+    lins = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__
+            and dense_kernel.fits(m.weight) and (m.bias is None or m.bias.dtype == torch.bfloat16)]
+    if not lins:
+        return 0
+    for m in lins:
+        m.forward = types.MethodType(_kernel_forward, m)
+    if hasattr(model, "config"):  # a transformers model (a bare Linear has no attention)
+        use_rowwise(model)
+        use_fast_layers(model)  # fused q|k|v and gate|up, no module machinery between kernels (same bits)
+    model.speclab_dense_kernel = True
+    return len(lins)

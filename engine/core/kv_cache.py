@@ -83,6 +83,11 @@ class GrowingLayer(DynamicLayer):
         self.length = keys.shape[-2]
         self._view()
 
+    def select_positions(self, idx: torch.Tensor) -> None:
+        """Keep only the cached positions `idx` (in order): a tree verify's accepted path."""
+        if self.get_seq_length() > 0:
+            self._replace(self.keys.index_select(-2, idx), self.values.index_select(-2, idx))
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.get_seq_length() > 0:
             self._replace(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))

@@ -138,7 +138,7 @@ class HFModel(TargetBase):
         if self.device.type == "cpu" and self.dtype == torch.float32 and self.weights == "dense":
             use_skinny_linears(self.model)
         if self.device.type == "cpu" and self.dtype == torch.bfloat16 and self.weights == "dense":
-            from engine.core.dense_kernel import use_dense_kernel
+            from engine.core.fast_layer import use_dense_kernel
 
             use_dense_kernel(self.model)  # our bf16 GEMV for short forwards, where this CPU runs it
         self.vocab_subset = None

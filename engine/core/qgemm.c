@@ -19,24 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #define GROUP 32
 #define MCHUNK 8
 #define MAXG 512 /* K ≤ 16384 */
-
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
 
 /* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
 static inline __m256i dot32(__m256i q, __m256i x, int bits) {

@@ -66,7 +66,7 @@ def variant() -> str | None:
 def build_library(source: Path, stem: str, cflags: tuple[str, ...] | list[str]) -> Path:
     """The shared library of a C source built with `cflags` into the cache, named by the source's hash
     (compiled once; a half-written one is never loaded). Raises OSError in one line."""
-    src = source.read_bytes()
+    src = source.read_bytes() + b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))  # its headers
     tag = hashlib.sha256(src + " ".join(cflags).encode()).hexdigest()[:16]
     out = cache_dir() / f"{stem}-{tag}.so"
     if out.is_file():
@@ -89,6 +89,16 @@ def _build(name: str) -> Path:
     return build_library(SOURCE, f"qgemm-{name}", VARIANTS[name][1])
 
 
+def load_library(path: Path, functions: dict[str, list]) -> ctypes.CDLL:
+    """The built library at `path` with each function's argument types set (its return type: int)."""
+    lib = ctypes.CDLL(str(path))
+    for name, argtypes in functions.items():
+        f = getattr(lib, name)
+        f.restype = ctypes.c_int
+        f.argtypes = argtypes
+    return lib
+
+
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (missing CPU flags, no compiler)."""
     global _lib, _why
@@ -103,18 +113,12 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_QGEMM'))}"
         return _why
     try:
-        lib = ctypes.CDLL(str(_build(name)))
+        _lib = load_library(_build(name), {
+            "speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
+            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]})
     except OSError as e:
         _why = str(e).splitlines()[0]
-        return _why
-    f = lib.speclab_qgemm
-    f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int]
-    g = lib.speclab_dequant
-    g.restype = ctypes.c_int
-    g.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]
-    _lib = lib
-    return None
+    return _why
 
 
 def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -141,6 +141,9 @@ class TreeTarget:
             keep = list(range(past + 1)) + [past + 1 + i for i in paths[chosen][:accepted]]
             idx = torch.tensor(keep, device=lm.device)
             for obj, ka, va in _layers(lm.cache):
+                if hasattr(obj, "select_positions"):  # engine.core.kv_cache: its buffer, not just the view
+                    obj.select_positions(idx)
+                    continue
                 _set(obj, ka, _get(obj, ka).index_select(-2, idx))
                 _set(obj, va, _get(obj, va).index_select(-2, idx))
             lm.length = len(keep)

@@ -180,3 +180,15 @@ def test_paired_multibench_records_its_machine_and_keeps_it_on_rerender(model_di
     capsys.readouterr()
     assert main(["multibench", "--paired", "--from-json", str(out), "--markdown", str(md)]) == 0
     assert "box A, flags: avx2" in md.read_text()
+
+
+def test_the_recorded_command_line_survives_a_copy_and_paste(monkeypatch):
+    """Empty values and spaces are shell-quoted: `--vllm ''` must not swallow the next flag when re-run."""
+    import shlex
+
+    from engine.cli.common import command_line
+
+    argv = ["engine", "peers", "--speclab-quantized", "", "--vllm", "ar,draft:2", "--note", "two words"]
+    monkeypatch.setattr("sys.argv", argv)
+    line = command_line()
+    assert shlex.split(line)[3:] == argv[1:]

@@ -1,11 +1,12 @@
-"""Our dense bf16 kernel (bgemv.c): the product against float32 matmul, bias, batch invariance (what makes greedy
+"""Our dense bf16 kernels (bf16_kernels.c): the product against float32 matmul, bias, batch invariance (what makes greedy
 speculative decoding exact on the dense path), routing a model's linears through it, and the refusals."""
 
 import pytest
 import torch
 
 from engine.core import dense_kernel
-from engine.core.dense_kernel import MAX_ROWS, bgemv, fits, linear, use_dense_kernel
+from engine.core.dense_kernel import MAX_ROWS, bgemv, fits, linear
+from engine.core.fast_layer import use_dense_kernel
 
 needs_kernel = pytest.mark.skipif(dense_kernel.available() is not None,
                                   reason=f"dense kernel: {dense_kernel.available()}")

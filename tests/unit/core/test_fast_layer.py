@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.core import dense_kernel
-from engine.core.fast_layer import use_fast_layers
+from engine.core.fast_layer import use_dense_kernel, use_fast_layers
 from engine.core.kv_cache import GrowingCache
 
 pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
@@ -44,14 +44,14 @@ def _decode(model, ids):
 def test_the_patched_layers_return_the_same_bits(kind):
     ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(1))
     ref_model = _model(kind)
-    dense_kernel.use_dense_kernel(ref_model)  # kernels and fast layers
+    use_dense_kernel(ref_model)  # kernels and fast layers
     slow_calls = []
     for layer in ref_model.model.layers:
         layer._speclab_slow = (lambda f: lambda *a, **k: slow_calls.append(1) or f(*a, **k))(layer._speclab_slow)
     fast = _decode(ref_model, ids)
     assert not slow_calls  # every forward here (≤ MAX_ROWS rows, plain causal) took the lean path
     slow_model = _model(kind)
-    n = dense_kernel.use_dense_kernel(slow_model)
+    n = use_dense_kernel(slow_model)
     for layer in slow_model.model.layers:  # undo the patch: the transformers forward on the same kernels
         del layer.forward
     assert n and torch.equal(fast, _decode(slow_model, ids))
@@ -61,7 +61,7 @@ def test_the_patched_layers_return_the_same_bits(kind):
 
 def test_layers_it_does_not_patch_and_forwards_it_leaves_alone():
     model = _model("qwen2")
-    dense_kernel.use_dense_kernel(model)
+    use_dense_kernel(model)
     assert use_fast_layers(model) == 0  # already patched: nothing twice
     layer = model.model.layers[0]
     calls = []

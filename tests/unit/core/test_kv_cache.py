@@ -71,3 +71,18 @@ def test_a_model_decodes_the_same_logits_on_it():
             logits.append(model(ids[:, 10:12], past_key_values=cache, use_cache=True).logits[:, -1])
             out[name] = torch.cat(logits)
     assert torch.allclose(out["ours"], out["ref"], atol=1e-5)
+
+
+def test_selecting_positions_keeps_a_tree_path():
+    ours, ref = GrowingCache(), DynamicCache()
+    k, v = _kv(1, 9, 5)
+    ours.update(k, v, 0)
+    ref.update(k, v, 0)
+    idx = torch.tensor([0, 1, 2, 4, 7])
+    ours.layers[0].select_positions(idx)
+    ref.layers[0].keys, ref.layers[0].values = ref.layers[0].keys.index_select(-2, idx), ref.layers[0].values.index_select(-2, idx)
+    _same(ours, ref)
+    k, v = _kv(1, 1, 6)  # and it grows on from there
+    ours.update(k, v, 0)
+    ref.update(k, v, 0)
+    _same(ours, ref)
