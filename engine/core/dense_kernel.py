@@ -10,8 +10,8 @@ whatever the row count.
 
 Why (measured on a 2-core EPYC with avx512_bf16, memory read ~25 GB/s; `python -m engine kernels`):
 torch's bf16 GEMV streams the 1.5B target's 8960×1536 and 1536×8960 MLP weights at 11–12 GB/s, ours at
-20–27 GB/s; with the attention kernel and engine.core.fast_layer the one-token step of the dense target falls
-from ~225 ms to ~115–125 ms (docs/log/2026-12-05-dense-kernel.md). vLLM's CPU build gets its bf16 speed the
+20–27 GB/s (profiled); with the attention kernel and engine.core.fast_layer the target's one-token forward
+falls from 296 to 111 ms in the bench's cost probe (docs/log/2026-12-05-dense-kernel.md). vLLM's CPU build gets its bf16 speed the
 same way, from its own kernels.
 
 Why batch-invariant (bf16_kernels.c): with every linear computing a row alone and attention computing a query

@@ -12,7 +12,7 @@ Per layer, x the layer's input [1, q, d] (q ≤ MAX_ROWS rows after a cached pre
     h   = x + W_o · attn(rope(W_qkv · norm₁(x) + b_qkv))      W_qkv = [W_q; W_k; W_v] (rows stacked)
     out = h + W_down · (silu(g) ⊙ u),   [g; u] = W_gu · norm₂(h)                W_gu = [W_gate; W_up]
 
-Why: on a 2-core CPU the 0.5B draft's forward was ~45 ms of which ~14 ms were not weight reads but Python and
+Why (profiled): on a 2-core CPU the 0.5B draft's forward was ~45 ms of which ~14 ms were not weight reads but Python and
 small ops between them — ten module calls, seven kernel calls and two dozen tensor ops per layer
 (docs/log/2026-12-05-dense-kernel.md). Fusing halves the kernel calls and skips the module machinery; the
 norms, rope and activation are the model's own functions, so nothing is re-implemented.
@@ -31,7 +31,7 @@ import types
 import torch
 
 from engine.core import dense_kernel
-from engine.core.rowwise_attention import use_rowwise
+from engine.core.rowwise_attention import _plain_causal, rowwise_attention, use_rowwise
 
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
 
@@ -78,8 +78,6 @@ def _plain(mask, q: int, kv: int) -> bool:
         return True
     if _mask_memo[0] is mask and _mask_memo[1] == (q, kv):
         return _mask_memo[2]
-    from engine.core.rowwise_attention import _plain_causal
-
     ok = _plain_causal(mask, q, kv)
     _mask_memo[:] = [mask, (q, kv), ok]
     return ok
@@ -108,8 +106,6 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     ks, vs = cache.update(ks, vs, attn.layer_idx)
     o = dense_kernel.attention(qs, ks, vs, attn.scaling)
     if o is None:  # a cache layout the kernel does not take: the same rule in torch
-        from engine.core.rowwise_attention import rowwise_attention
-
         o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
     h = hidden_states + dense_kernel.bgemv(o.reshape(q, nq * hd), attn.o_proj.weight, attn.o_proj.bias).view(b, q, d)
     y = self.post_attention_layernorm(h).reshape(q, d)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.core import dense_kernel
+
 NAME = "speclab_rowwise"
 MAX_ROWS = 32  # a verify of up to 31 drafts; a longer forward is a prefill
 _registered = False
@@ -52,8 +54,6 @@ def rowwise_attention(module, query, key, value, attention_mask, dropout: float 
                                       **kwargs)
     hkv, d = key.shape[1], query.shape[-1]
     scale = scaling if scaling is not None else d ** -0.5
-    from engine.core import dense_kernel
-
     fast = dense_kernel.attention(query, key, value, scale)  # the same row-by-row rule in one C call (bf16)
     if fast is not None:
         return fast, None

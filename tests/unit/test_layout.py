@@ -252,7 +252,6 @@ UNIT_TEST_EXEMPT: dict[str, str] = {
     "engine.core.sampling": COVERED + "tests/unit/verify/test_token.py (filters, inverse CDF) and the χ² tests",
     "engine.core.smollm": "loads the real SmolLM2 pair: tests/system/smollm/test_smollm.py",
     "engine.core.tiny": "test fixtures' own builders (tests/conftest.py); the byte target in tests/unit/drafters/test_block.py",
-    "engine.drafters.autoregressive": COVERED + "tests/unit/test_decode.py (the autoregressive drafter is the default)",
     "engine.drafters.base": "the drafter protocol (no logic beyond the keep() callback shape)",
     "engine.drafters.block_model": COVERED + "tests/unit/drafters/test_block.py (mask, leakage, forward equality)",
     "engine.drafters.copier": COVERED + "tests/unit/drafters/test_lookup.py and test_suffix.py (the shared copier)",

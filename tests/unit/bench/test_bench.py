@@ -91,3 +91,18 @@ def test_model_time_reaches_inside_drafters(pair):
     assert direct and draft.model in direct
     assert _hf_modules(PhraseDrafter(draft, n=2)) == direct
     assert _hf_modules(object()) == []
+
+
+def test_the_cost_probe_keeps_the_lower_of_two_rounds(monkeypatch):
+    """One disturbed round reads slow; the probe that primes the cost-aware window keeps the other round's reading
+    for the draft and for each verify length."""
+    from engine.bench import runner
+
+    readings = iter([{1: 96.0}, {1: 110.0, 2: 130.0, 4: 150.0, 8: 170.0, 16: 240.0},
+                     {1: 37.0}, {1: 112.0, 2: 125.0, 4: 160.0, 8: 165.0, 16: 230.0}])
+    monkeypatch.setattr(runner, "forward_curve", lambda lm, ids, ks, reps: next(readings))
+    monkeypatch.setattr(runner, "_forward_lm", lambda draft: draft)
+    got = runner.measure_costs(object(), object(), [1, 2, 3])
+    assert got["t_draft_ms"] == 37.0
+    assert got["t_target_ms"] == {1: 110.0, 2: 125.0, 4: 150.0, 8: 165.0, 16: 230.0}
+    assert got["c"] == 37.0 / 110.0

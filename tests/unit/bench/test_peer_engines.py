@@ -74,3 +74,12 @@ def test_speclab_entry_counts_like_the_bench(model_dirs):
     assert spec.accepted_per_pos[0] >= spec.accepted_per_pos[1]
     calls = spec.reported["target_calls"]
     assert spec.new_tokens == calls + spec.accepted  # every target call emits its accepted drafts + 1
+
+
+def test_peers_run_with_their_own_openmp_defaults(monkeypatch):
+    from engine.bench.peer_engines import peer_env
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "20000")
+    env = peer_env({"X": "1"})
+    assert "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env and env["X"] == "1"
