@@ -5,7 +5,7 @@ identical target calls have read 1.22× and 0.73× on one prompt), so every benc
 figure that depends only on what the run did and on one cost curve measured at its start
 (engine.bench.runner.measure_costs: medians of warm forwards):
 
-    T_model(run) = Σ_k n_k · t_target(k + 1)  +  d · t_draft
+    T_model(run) = Σ_k n_k · t_target(k + 1)  +  d · t_draft  +  P · t_prefill
     modelled_speedup_vs_ar = (Σ tokens / Σ T_model) ÷ (Σ tokens_AR / Σ T_model,AR)   over a row's prompts
 
 n_k = target calls that verified k drafts (k = 0: an autoregressive step), t_target(m) = a forward
@@ -14,9 +14,15 @@ non-decreasing first (pool adjacent violators: a wider forward is not cheaper, a
 of t(1) above t(2) — 0.69× once on a loaded machine — priced every AR step dearer than a verify),
 d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = one draft token's
 forward — 0 for a drafter without a draft model (lookup, suffix, `POLICY@DRAFTER` configs), whose
-scan is bookkeeping. Prefill is excluded on both sides. What it leaves out, by design: the
-per-step draft catch-up, context-length growth of the verify cost, and non-model overhead — the
-wall-clock row keeps those. None when a run's windows are unknown (HF's internal prompt lookup).
+scan is bookkeeping. P = tokens the draft model cached without drafting (RunResult.draft_prefill_tokens:
+the prompt, once it first drafts, and every catch-up over > 8 tokens after autoregressive steps), t_prefill =
+the probe's per-token draft prefill (engine.bench.runner.prefill_ms_per_token). Why P: on a 700-token prompt
+the draft's prefill (~1.6 s on the 0.5B here) outweighs what 48 tokens of drafting save, so a window that
+declines it (the cost-aware one) and a window that pays it are not comparable without it; results without a
+prefill probe (before 2026-12-05) price P at 0. The target's prompt prefill is excluded on both sides.
+What it leaves out, by design: the short catch-up inside a step's first draft forward (1–8 tokens in one
+memory-bound forward, priced as one draft token), context-length growth of the verify cost, and non-model
+overhead — the wall-clock row keeps those. None when a run's windows are unknown (HF's internal prompt lookup).
 """
 
 from __future__ import annotations
@@ -46,13 +52,20 @@ def draft_ms(costs: Mapping[str, Any], config: str) -> float:
     return 0.0 if "@" in config or not math.isfinite(t) else t
 
 
+def prefill_ms(costs: Mapping[str, Any], config: str) -> float:
+    """t_prefill: the probe's draft prefill per token; 0 without one (older results) or without a draft model."""
+    t = float(costs.get("t_draft_prefill_ms", math.nan))
+    return 0.0 if "@" in config or not math.isfinite(t) else t
+
+
 def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
     """T_model of one RunResult (module doc); None when its windows are unknown."""
     windows = getattr(run, "windows", None) or {}
     if not windows:
         return None
     verify = sum(int(n) * target_ms(costs, int(k) + 1) for k, n in windows.items())
-    return verify + run.draft_calls * draft_ms(costs, run.config)
+    catchup = getattr(run, "draft_prefill_tokens", 0) * prefill_ms(costs, run.config)
+    return verify + run.draft_calls * draft_ms(costs, run.config) + catchup
 
 
 def modelled_speedup(runs: Iterable[Any], base: Iterable[Any], costs: Mapping[str, Any] | None) -> float | None:

@@ -23,6 +23,7 @@ stop). Target and draft forwards are counted with forward pre-hooks.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,9 @@ class RunResult:
     weights: str = "dense"  # the weights path the pair ran on (engine.core.quant.WEIGHTS)
     # drafting calls (window ≥ 1) per accepted count {a: calls}: per-position acceptance ({} = unknown)
     accepted_counts: dict[int, int] = field(default_factory=dict)
+    # tokens the draft model cached without drafting (its prompt, and catch-ups after autoregressive steps):
+    # work AR never does, priced by engine.bench.modelled at the probe's per-token prefill cost
+    draft_prefill_tokens: int = 0
 
 
 class _Counter:
@@ -188,6 +192,8 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
     run = RequestRun(target, None if spec == "ar" else draft, policy, cfg, req, request_id, writer, eos, decode_text,
                      defer_writes=True)
     calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
+    draft_lm = None if spec == "ar" else _forward_lm(draft)
+    prefilled0 = getattr(draft_lm, "prefilled", 0)
     windows: dict[int, int] = {}
     acc_counts: dict[int, int] = {}
     try:
@@ -204,7 +210,8 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
         timer.close()
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
-                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, accepted_counts=acc_counts)
+                     drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, accepted_counts=acc_counts,
+                     draft_prefill_tokens=getattr(draft_lm, "prefilled", 0) - prefilled0)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:
@@ -288,20 +295,43 @@ def _forward_lm(draft):
     return draft
 
 
+PREFILL_PROBE = 256  # tokens of the draft's prefill probe: a Spec-Bench prompt's order (50–900), and ~0.5 s on the 0.5B
+
+
+def prefill_ms_per_token(lm, ids: list[int], reps: int = 3) -> float:
+    """Median ms per token of `lm.prefill` over PREFILL_PROBE tokens (ids repeated) on an empty cache: what
+    one token of a draft's catch-up costs (compute-bound, ~15× cheaper per token than a 1-token forward);
+    nan for an LM without a logits-free prefill."""
+    if lm is None or not hasattr(lm, "prefill") or not ids:
+        return float("nan")
+    feed = (list(ids) * (PREFILL_PROBE // len(ids) + 1))[:PREFILL_PROBE]
+    times = []
+    for _ in range(reps):
+        lm.reset()
+        sync(getattr(lm, "device", None))
+        t0 = time.perf_counter()
+        lm.prefill(feed)
+        sync(getattr(lm, "device", None))
+        times.append((time.perf_counter() - t0) * 1e3 / len(feed))
+    lm.reset()
+    return statistics.median(times)
+
+
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:
-    """Median ms of a 1-token draft forward (nan for model-free drafts) and of k-token target forwards
-    on a warm cache, the lower of two rounds. Why two: the cost-aware window is primed with these costs, and
-    one disturbed probe (a draft read at 96 ms instead of ~37 on 2026-12-05) made drafting look hopeless for a
-    whole run (docs/log/2026-12-05-dense-kernel.md)."""
+    """Median ms of a 1-token draft forward (nan for model-free drafts), of the draft's prefill per token
+    (`prefill_ms_per_token`) and of k-token target forwards on a warm cache, the lower of two rounds. Why two:
+    the cost-aware window is primed with these costs, and one disturbed probe (a draft read at 96 ms instead
+    of ~37 on 2026-12-05) made drafting look hopeless for a whole run (docs/log/2026-12-05-dense-kernel.md)."""
     lm = _forward_lm(draft)
     rounds = []
     for _ in range(2):  # a disturbed probe reads slow, never fast: the lower of two rounds' medians is kept
         rounds.append((forward_curve(lm, ids, (1,), reps)[1] if lm is not None else float("nan"),
-                       forward_curve(target, ids, (1, 2, 4, 8, 16), reps)))
+                       forward_curve(target, ids, (1, 2, 4, 8, 16), reps), prefill_ms_per_token(lm, ids)))
     t_draft = min(r[0] for r in rounds)
     tk = {k: min(r[1][k] for r in rounds) for k in rounds[0][1]}
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
-            "verify_growth": {k: v / tk[1] for k, v in tk.items()}}
+            "verify_growth": {k: v / tk[1] for k, v in tk.items()},
+            "t_draft_prefill_ms": min(r[2] for r in rounds)}
 
 
 def run_config(spec: str, target, draft, ids: list[int], temperature: float, seed: int, eos, max_new_tokens: int,

@@ -113,6 +113,8 @@ class HFModel(TargetBase):
     id gets −inf. Verification stays lossless because the target checks every token.
     """
 
+    prefilled = 0  # tokens `prefill` has cached over this model's life (a draft's catch-ups, for the bench)
+
     def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
                  want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
         from engine.core.kv_cache import make_cache
@@ -259,6 +261,7 @@ class HFModel(TargetBase):
         ~160 GFLOP matmul and 0.4 GB of float32 logits, seconds on a CPU."""
         self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
         self.last_hidden = None
+        self.prefilled += len(ids)  # tokens cached without logits, ever: a bench prices a draft's catch-ups by it
 
     @torch.inference_mode()
     def extend_batch(self, ids: torch.Tensor) -> torch.Tensor:

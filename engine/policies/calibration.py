@@ -4,12 +4,13 @@ drafts before it were, its confidence bin), calibrated online against verify out
 Notation: i = a token's position in the step's draft (1-based), m_i = max_x q_i(x) the draft's confidence
 before it samples token i, binned (BIN_EDGES; copy and phrase tokens, q = δ, share bin NONE), a_i =
 cal(i, bin(m_i)). Each (position, bin) cell is Beta-smoothed towards its bin's pooled rate, that towards
-a prior (0.7·m, a pair's reference run, or the pair's earlier requests: PairStats) times one factor r
-shared by all bins (observed ÷ prior-predicted), so a confidently wrong draft is found out before every
-bin is sampled. Labels as HF / SpecDec++: drafts up to the first rejection are 1, the first rejected 0,
+a prior (0.7·m, a pair's reference run, or the pair's earlier requests: PairStats) whose odds are scaled by
+one factor r shared by all bins (observed ÷ prior-predicted), so a confidently wrong draft is found out
+before every bin is sampled. Labels as HF / SpecDec++: drafts up to the first rejection are 1, the first rejected 0,
 later ones no sample. Worked example: a draft at m = 0.93 falls in bin [0.9, 0.97); with no counts its
 a_1 is the prior 0.7·0.935 ≈ 0.65; after 4 accepts in that cell the shared scale is r = 5 / 3.62 = 1.38,
-the bin's pooled rate (4 + 2·0.90) / 6 = 0.97, and the cell (4 + 4·0.97) / 8 ≈ 0.98.
+the prior's odds 1.89 become 2.61 (a rate of 0.72), the bin's pooled rate (4 + 2·0.72) / 6 = 0.91, and the
+cell (4 + 4·0.91) / 8 ≈ 0.95.
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ def bin_of(info: DraftInfo) -> int:
     while b + 1 < NONE and m >= BIN_EDGES[b + 1]:
         b += 1
     return b
+
+
+def odds_scaled(p: float, r: float) -> float:
+    """p with its odds multiplied by r. Why odds: a rate times r saturates — r = 1.6 (one accepted low-confidence
+    draft) took a 0.95 bin to the 0.999 cap, and 8-token windows were drafted on it and rejected at their first
+    token; in odds the same r moves 0.95 to 0.97 and 0.4 to 0.52."""
+    p = min(max(p, 1e-6), 1.0 - 1e-6)
+    o = p / (1.0 - p) * r
+    return o / (1.0 + o)
 
 
 def mid(b: int) -> float:
@@ -86,7 +96,7 @@ class Calibration:
         if key not in self._cond:  # the decode loop's hot path: computed once per count change
             pooled_a = sum(r[b] for r in self.acc)
             pooled_n = sum(r[b] for r in self.n)
-            m = min(0.999, self.prior[b] * self.scale)
+            m = odds_scaled(self.prior[b], self.scale)
             pooled = (pooled_a + self.prior_n * m) / (pooled_n + self.prior_n)
             self._cond[key] = (self.acc[p][b] + POS_N * pooled) / (self.n[p][b] + POS_N)
         return self._cond[key]

@@ -15,7 +15,7 @@ Acceptance, calibrated online against verify outcomes: a_i = cal(i, bin(m_i)), m
 the draft's confidence *before* it samples token i, binned (BIN_EDGES); copy and phrase tokens (q = δ)
 share one bin, so model-free drafters get their empirical per-position acceptance. Each (position,
 bin) cell is Beta-smoothed towards its bin's pooled rate, that towards a prior (0.7·m, or the pair's
-reference run, `ref=PATH`) times one factor r shared by all bins (observed ÷ prior-predicted), so a
+reference run, `ref=PATH`), its odds scaled by one factor r shared by all bins (observed ÷ prior-predicted), so a
 confidently wrong draft is found out before every bin is sampled. Labels as HF/SpecDec++: drafts up
 to the first rejection are 1, the first rejected 0, later ones no sample. Calibration is per
 request; costs persist across the requests of one policy instance.

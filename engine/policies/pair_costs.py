@@ -66,9 +66,12 @@ class StepCosts:
             # and a model-free drafter (no catch-up to speak of) guessed at c·t(1) would never be probed
         return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
 
-    def prime(self, t_draft_ms: float, t_target_ms: dict) -> None:
+    def prime(self, t_draft_ms: float, t_target_ms: dict, t_prefill_ms: float = math.nan) -> None:
         """Seed with a cost probe (engine.bench.runner.measure_costs): a k-token target forward verifies
-        k − 1 drafts; one sample each, so the run's own timings outvote it within a few steps."""
+        k − 1 drafts, and the draft's prefill per token is t_p; one sample each, so the run's own timings
+        outvote it within a few steps."""
+        if math.isfinite(t_prefill_ms) and t_prefill_ms > 0:
+            self.tp.append(float(t_prefill_ms))
         for k, ms in sorted((int(k), float(v)) for k, v in t_target_ms.items()):
             if k >= 1 and math.isfinite(ms) and ms > 0:
                 self.add_verify(k - 1, ms)
@@ -158,4 +161,5 @@ def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
     no-op for a probe without a draft timing (model-free drafts: nan)."""
     if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
         return
-    shared_costs(target, drafter, PRIOR_C, PRIOR_V).prime(float(probe["t_draft_ms"]), probe["t_target_ms"])
+    shared_costs(target, drafter, PRIOR_C, PRIOR_V).prime(float(probe["t_draft_ms"]), probe["t_target_ms"],
+                                                           float(probe.get("t_draft_prefill_ms", math.nan)))

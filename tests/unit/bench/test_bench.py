@@ -23,6 +23,20 @@ def test_bench_counts_dropped_drafts(pair):
     assert r.dropped > 0 and r.draft_calls == r.drafted + r.dropped  # every dropped draft was a forward
 
 
+def test_bench_counts_the_drafts_prompt_prefill_and_ar_none(pair):
+    """A drafting run's draft caches the prompt (all but the token it extends with logits) once; an AR run and
+    a window that never drafts make the draft cache nothing: what the modelled speedup prices as catch-up."""
+    from engine.bench.runner import run_ours
+    from engine.decode import DecodeConfig
+
+    target, draft = pair
+    prompt = list(range(3, 3 + 20))  # > the drafter's one-forward catch-up (8): it goes through prefill
+    cfg = DecodeConfig(max_new_tokens=6)
+    fixed = run_ours("fixed:2", target, draft, prompt, cfg, ())
+    ar = run_ours("ar", target, draft, prompt, cfg, ())
+    assert fixed.draft_prefill_tokens == len(prompt) - 1 and ar.draft_prefill_tokens == 0
+
+
 def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
     """A run stopped after its first prompt: the checkpoint holds that prompt, the traces no footer."""
     from engine.bench.bench import BenchConfig, run_bench, trace_name
@@ -96,6 +110,8 @@ def test_model_time_reaches_inside_drafters(pair):
 def test_the_cost_probe_keeps_the_lower_of_two_rounds(monkeypatch):
     """One disturbed round reads slow; the probe that primes the cost-aware window keeps the other round's reading
     for the draft and for each verify length."""
+    import math
+
     from engine.bench import runner
 
     readings = iter([{1: 96.0}, {1: 110.0, 2: 130.0, 4: 150.0, 8: 170.0, 16: 240.0},
@@ -103,6 +119,20 @@ def test_the_cost_probe_keeps_the_lower_of_two_rounds(monkeypatch):
     monkeypatch.setattr(runner, "forward_curve", lambda lm, ids, ks, reps: next(readings))
     monkeypatch.setattr(runner, "_forward_lm", lambda draft: draft)
     got = runner.measure_costs(object(), object(), [1, 2, 3])
+    assert math.isnan(got["t_draft_prefill_ms"])  # a stand-in without a logits-free prefill
     assert got["t_draft_ms"] == 37.0
     assert got["t_target_ms"] == {1: 110.0, 2: 125.0, 4: 150.0, 8: 165.0, 16: 230.0}
     assert got["c"] == 37.0 / 110.0
+
+
+def test_the_prefill_probe_times_prefill_per_token_on_an_empty_cache(monkeypatch, pair):
+    """ms per token of the draft's logits-free prefill over PREFILL_PROBE tokens (the probe's prompt repeated),
+    the median of its repeats; the cache is left empty."""
+    from engine.bench import runner
+
+    _, draft = pair
+    clock = iter([0.0, 0.512, 10.0, 10.256, 20.0, 20.512])  # 2, 1 and 2 ms per token over 256 tokens
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+    before = draft.prefilled
+    assert runner.prefill_ms_per_token(draft, [5, 6, 7], reps=3) == 2.0
+    assert draft.prefilled - before == 3 * runner.PREFILL_PROBE and draft.length == 0

@@ -40,3 +40,20 @@ def test_a_noisy_probe_is_fitted_non_decreasing_before_pricing():
     costs = {"t_target_ms": {"1": 100.0, "2": 69.0, "4": 120.0}, "t_draft_ms": 10.0}
     assert target_ms(costs, 1) == target_ms(costs, 2) == 84.5  # the two pooled to their mean
     assert target_ms(costs, 4) == 120.0
+
+
+def test_the_drafts_prefill_is_priced_so_a_window_that_declines_it_compares_fairly():
+    """A fixed window pays the draft's prompt prefill (P tokens × t_prefill); a cost-aware run that stayed
+    autoregressive pays none: with the prefill priced the fixed window's 'win' becomes the loss it was."""
+    costs = {**COSTS, "t_draft_prefill_ms": 2.0}
+    ar = RunResult("ar", 0.0, "rag", 1, 10, 2.0, 10, windows={0: 10})
+    fixed = RunResult("fixed:1", 0.0, "rag", 1, 10, 1.0, 5, drafted=5, accepted=5, draft_calls=5, windows={1: 5},
+                      draft_prefill_tokens=700)
+    declined = RunResult("costaware", 0.0, "rag", 1, 10, 2.0, 10, windows={0: 10})
+    assert run_model_ms(fixed, costs) == 600.0 + 700 * 2.0
+    assert run_model_ms(fixed, COSTS) == 600.0  # a result without a prefill probe: P priced at 0, as before
+    assert modelled_speedup([fixed], [ar], costs) == pytest.approx(1000 / 2000)
+    assert modelled_speedup([declined], [ar], costs) == pytest.approx(1.0)
+    copy = RunResult("fixed:4@lookup", 0.0, "qa", 1, 10, 1.0, 5, drafted=20, draft_calls=20, windows={4: 5},
+                      draft_prefill_tokens=50)
+    assert run_model_ms(copy, costs) == 5 * target_ms(costs, 5)  # no draft model, nothing to prefill

@@ -5,7 +5,7 @@ import pytest
 
 from engine.policies.base import DraftInfo
 from engine.policies.calibration import (N_BINS, NONE, PAIR_MIN, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, Calibration,
-                                         PairStats, bin_of, mid)
+                                         PairStats, bin_of, mid, odds_scaled)
 
 
 def identity_prior():
@@ -24,7 +24,20 @@ def test_the_worked_example_of_the_module_doc():
     for _ in range(4):
         c.add(1, 5, True)
     assert c.scale == pytest.approx(5 / (4 * 0.6545 + 1))
-    assert c.cond(1, 5) == pytest.approx(0.984, abs=1e-3)
+    assert c.cond(1, 5) == pytest.approx(0.954, abs=1e-3)
+
+
+def test_the_shared_scale_moves_odds_so_a_high_bin_never_saturates():
+    """One accepted low-confidence draft (r > 1) must not take a 0.95 bin to certainty: a rate times r did
+    (0.999, the old cap), and 8-token windows were drafted on it and rejected at their first token."""
+    prior = identity_prior()
+    prior[NONE - 1] = 0.95
+    c = Calibration(prior, PRIOR_N, [1 / N_BINS] * N_BINS)
+    c.add(1, 1, True)  # accepted at a prior of 0.7·0.3 = 0.21: r = 2 / 1.21 ≈ 1.65
+    assert c.scale == pytest.approx(2 / 1.21)
+    assert odds_scaled(0.95, c.scale) == pytest.approx(0.969, abs=1e-3)
+    assert c.cond(1, NONE - 1) < 0.975
+    assert odds_scaled(0.4, 1.0) == pytest.approx(0.4) and odds_scaled(0.5, 3.0) == pytest.approx(0.75)
 
 
 def test_one_confident_rejection_lowers_the_bins_not_yet_sampled():

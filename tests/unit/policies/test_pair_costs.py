@@ -32,6 +32,15 @@ def test_the_worked_example_and_the_catchup_price():
     assert c.catchup_ms(100, td) == pytest.approx(200.0) and list(c.d1) == []
 
 
+def test_a_probe_with_a_prefill_timing_prices_catchups_from_the_start():
+    """The bench's probe times the draft's prefill per token: a request's first catch-up (its prompt) is priced
+    at that, not at the prior's tenth of a draft step."""
+    t, d = Model(), Model()
+    prime_costs(t, d, {"t_draft_ms": 30.0, "t_target_ms": {"1": 70.0}, "t_draft_prefill_ms": 2.5})
+    c = shared_costs(t, d, 0.3, 0.05)
+    assert c.catchup_ms(700, c.table(1)[2]) == pytest.approx(700 * 2.5)
+
+
 def test_no_catchup_is_priced_before_any_draft_is_timed():
     c = StepCosts(0.3, 0.05)
     c.add_verify(0, 100.0)
