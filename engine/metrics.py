@@ -11,8 +11,9 @@ bundled traces' footers already carry them):
                        bonus excluded: EMITTED_PER_CALL − 1 for runs that never stop short
     ACCEPTANCE_RATE    draft_acceptance_rate              accepted draft tokens ÷ drafted tokens (None
                        when the drafts are unknown: imported runs, HF's internal prompt lookup)
-    MODELLED_SPEEDUP   modelled_speedup_vs_ar             a bench row's target calls (by window) and draft
-                       tokens priced at the run's own median costs, ÷ AR's (engine.bench.modelled)
+    MODELLED_SPEEDUP   modelled_speedup_vs_ar             a bench row's target calls (by window), draft
+                       tokens and draft prefill tokens priced at the run's own median costs, ÷ AR's
+                       (engine.bench.modelled)
 
 The same quantities elsewhere:
 

@@ -50,7 +50,9 @@ prices with the StepCosts shared by every costaware policy on the same (target, 
 process (`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`), so a
 bench's first request is already priced with the run's own costs. Acceptance is learnt per request, but
 from the pair's second request on its prior is the pair's pooled per-bin acceptance at that temperature
-(`shared_stats`, once PAIR_MIN drafts are labelled; trusted as a reference run) instead of 0.7·m.
+(`shared_stats`, once PAIR_MIN drafts are labelled; trusted as a reference run) instead of 0.7·m, and a
+temperature's first request starts from the pair's pooled acceptance at the nearest other temperature
+(`nearest_stats`, half the weight) where one exists.
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -70,7 +72,8 @@ from typing import Any, Callable
 from engine.policies.base import DraftInfo, WindowPolicy, is_whole
 from engine.policies.calibration import (NONE, N_BINS, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, REF_N, Calibration,
                                          PairStats, bin_of, mid, reference_prior)
-from engine.policies.pair_costs import PRIOR_C, PRIOR_V, StepCosts, prime_costs, shared_costs, shared_stats
+from engine.policies.pair_costs import (PRIOR_C, PRIOR_V, StepCosts, nearest_stats, prime_costs, shared_costs,
+                                        shared_stats)
 
 __all__ = ["CostAware", "NONE", "bin_of", "check_drafter", "prime_costs", "shared_costs"]
 
@@ -78,6 +81,7 @@ BASELINE = 64  # steps of drafting between timed AR steps (the first one as soon
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
 CEILING = 1.02  # G must beat AR by 2 %: below it even a perfect draft cannot pay back the probe's noise
 PROBE_SHARE = 0.25  # a probe finds drafting profitable perhaps 1 time in 4: it may cost a quarter of the best case
+NEAR_N = REF_N / 2  # another temperature's pooled rates: the same pair, but trusted half as much as this one's
 R_UNKNOWN = 128  # remaining tokens assumed when the request's length is unknown (no RequestContext)
 
 
@@ -117,6 +121,7 @@ class CostAware(WindowPolicy):
         self.clock = clock or time.perf_counter
         self.costs = StepCosts(self.c0, self.v0)
         self.pair: PairStats | None = None  # the pair's pooled acceptance (for_request), else per request only
+        self.near: PairStats | None = None  # the same pair's at the nearest other temperature (for_request)
         self.gated = True  # the drafter consults keep(); False once a step drafted without asking
         self._since_ar = 0  # steps since the last AR step (costs, and this, persist across requests)
         self.reset()
@@ -135,13 +140,16 @@ class CostAware(WindowPolicy):
         if self.measure and ctx.target is not None and ctx.draft is not None:
             self.costs = shared_costs(ctx.target, ctx.draft, self.c0, self.v0)
             self.pair = shared_stats(ctx.target, ctx.draft, ctx.temperature)
+            self.near = nearest_stats(ctx.target, ctx.draft, ctx.temperature)
         return self  # the decode loop resets the policy at the request's start (calibration from self.pair)
 
     def reset(self) -> None:
         super().reset()
-        learnt = self.pair.prior(self.prior, self.pi_prior) if self.pair is not None else None
+        learnt, weight = self.pair.prior(self.prior, self.pi_prior) if self.pair is not None else None, REF_N
+        if learnt is None and self.near is not None:  # this temperature's first request: the pair's nearest one
+            learnt, weight = self.near.prior(self.prior, self.pi_prior), NEAR_N
         self.cal = (Calibration(self.prior, self.prior_n, self.pi_prior) if learnt is None
-                    else Calibration(learnt[0], REF_N, learnt[1]))  # the pair's earlier requests, trusted as a reference run
+                    else Calibration(learnt[0], weight, learnt[1]))  # the pair's earlier requests, trusted as a reference run
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
         self._unseen = self._prompt_len  # tokens the drafter has not run over (its prefill is lazy)
@@ -219,7 +227,10 @@ class CostAware(WindowPolicy):
     def _probe_share(self, total: list[float]) -> float:
         """The share of the best case a probe may cost: PROBE_SHARE, or less when the pair's pooled acceptance
         says how likely a 1-token draft is to beat AR at all (1 + a > T(1)/T(0), so a > T(1)/T(0) − 1)."""
-        chance = self.pair.success_chance(total[1] / total[0] - 1.0) if self.pair is not None else None
+        need = total[1] / total[0] - 1.0
+        chance = self.pair.success_chance(need) if self.pair is not None else None
+        if chance is None and self.near is not None:
+            chance = self.near.success_chance(need)
         return PROBE_SHARE if chance is None else min(PROBE_SHARE, chance)
 
     def _evaluate(self, kmax: int, lam: float, total: list[float]) -> tuple:

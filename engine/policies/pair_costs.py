@@ -20,7 +20,7 @@ import weakref
 from collections import deque
 from typing import Any
 
-from engine.policies.calibration import PairStats
+from engine.policies.calibration import PAIR_MIN, PairStats
 
 REFIT = 8  # new timing samples between refits of the cost table
 CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
@@ -154,6 +154,17 @@ def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
     if book is None:
         return PairStats()
     return book.stats.setdefault(round(float(temperature), 6), PairStats())
+
+
+def nearest_stats(target: Any, drafter: Any, temperature: float) -> PairStats | None:
+    """The pair's pooled acceptance at the nearest *other* temperature with at least PAIR_MIN labels (None if
+    none): a temperature's first request starts from it rather than from the identity prior. Why: its bins'
+    rates are the same pair's (a confident draft is accepted about as often greedy as sampled), where 0.7·m
+    kept the Qwen pair's first request at T = 0.7 autoregressive or at 1-token windows for tens of steps."""
+    book = _book(target, drafter, PRIOR_C, PRIOR_V)
+    t = round(float(temperature), 6)
+    near = [(abs(k - t), k) for k, s in (book.stats.items() if book else ()) if k != t and sum(s.n) >= PAIR_MIN]
+    return book.stats[min(near)[1]] if near else None
 
 
 def prime_costs(target: Any, drafter: Any, probe: dict) -> None:

@@ -290,7 +290,8 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
 def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
     """Drafts at confidence 0.5 that the target always accepts: the identity prior (0.7·m = 0.35) says AR at
     a request's first step; once one request of the pair has labelled them, the next request at the same
-    temperature starts by drafting, and one at another temperature still starts from the prior."""
+    temperature starts by drafting, and so does the first one at another temperature (the nearest temperature's
+    pooled rates, at half the weight); a different pair still starts from the prior."""
     from types import SimpleNamespace
 
     target, draft = Model(), Model()
@@ -308,9 +309,11 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
         pol.propose()
         return pol._fields["decision"]
 
-    assert first_decision(0.0) == "ar"
+    assert first_decision(0.0) == "ar" and first_decision(0.7) == "ar"
     first_decision(0.0, steps_before=40)  # one whole request of the pair at T = 0
-    assert first_decision(0.0) == "draft" and first_decision(0.7) == "ar"
+    assert first_decision(0.0) == "draft" and first_decision(0.7) == "draft"
+    target, draft = Model(), Model()  # another pair: nothing pooled
+    assert first_decision(0.7) == "ar"
 
 
 def test_an_untimed_drafter_is_probed_whatever_its_context():

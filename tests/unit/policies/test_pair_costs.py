@@ -3,7 +3,8 @@ per-pair book that shares it across requests."""
 
 import pytest
 
-from engine.policies.pair_costs import CATCHUP_MIN, StepCosts, prime_costs, shared_costs, shared_stats
+from engine.policies.calibration import PAIR_MIN
+from engine.policies.pair_costs import CATCHUP_MIN, StepCosts, nearest_stats, prime_costs, shared_costs, shared_stats
 
 
 class Model:
@@ -52,3 +53,15 @@ def test_stats_are_per_temperature_and_nothing_is_shared_for_an_unhashable_stand
     assert shared_stats(t, d, 0.0) is shared_stats(t, d, 0.0) is not shared_stats(t, d, 0.7)
     unhashable = []
     assert shared_costs(unhashable, d, 0.3, 0.05) is not shared_costs(unhashable, d, 0.3, 0.05)
+
+
+def test_nearest_stats_is_the_closest_other_temperature_with_enough_labels():
+    t, d = Model(), Model()
+    assert nearest_stats(t, d, 0.7) is None
+    greedy, hot, few = shared_stats(t, d, 0.0), shared_stats(t, d, 1.0), shared_stats(t, d, 0.6)
+    for s, n in ((greedy, PAIR_MIN), (hot, PAIR_MIN), (few, PAIR_MIN - 1)):
+        for _ in range(n):
+            s.add(3, True)
+    assert nearest_stats(t, d, 0.7) is hot  # 0.6 is nearer but has too few labels
+    assert nearest_stats(t, d, 0.2) is greedy and nearest_stats(t, d, 0.0) is hot  # never its own
+    assert nearest_stats(Model(), d, 0.7) is None
