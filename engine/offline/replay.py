@@ -238,6 +238,8 @@ def walk(source: StepSource, pol: WindowPolicy | OracleSpec, cost: CostModel,
     PACER) is fed each step's recorded pre-verifier scores (`use_scores`) and reports its M_B calls
     (`mb_calls`); trace fields (step_fields) are not collected."""
     oracle = isinstance(pol, OracleSpec)
+    if hasattr(pol, "price_with"):  # a policy that prices its own steps (costaware) prices the replay's instead
+        pol.price_with(cost)
     # A policy that never overrides keep_drafting (fixed, heuristic) drafts up to its cap unasked.
     asks = not oracle and type(pol).keep_drafting is not WindowPolicy.keep_drafting
     if not oracle:

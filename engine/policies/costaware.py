@@ -123,6 +123,7 @@ class CostAware(WindowPolicy):
         self.pair: PairStats | None = None  # the pair's pooled acceptance (for_request), else per request only
         self.near: PairStats | None = None  # the same pair's at the nearest other temperature (for_request)
         self.gated = True  # the drafter consults keep(); False once a step drafted without asking
+        self._in_ms = True  # timings are ms (False: a replay priced in units of t(1), price_with)
         self._since_ar = 0  # steps since the last AR step (costs, and this, persist across requests)
         self.reset()
 
@@ -132,6 +133,20 @@ class CostAware(WindowPolicy):
         out = {"max": self.max_window, "c": self.c0 if mine == 0 else None, "v": self.v0 if mine == 0 else None,
                "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0}
         return {k: v for k, v in out.items() if v is not None}
+
+    def price_with(self, cost) -> None:
+        """Replay (engine.offline.replay.walk): price with a CostModel's curve — T(k) = v(k), t_d = c, in ms
+        when it knows t(1) — instead of timing calls that a replay does not make, and pool acceptance over
+        the requests this policy object walks, as a bench's requests of one pair do (`shared_stats`)."""
+        if getattr(self, "_priced_by", None) is cost:
+            return
+        t1 = cost.target_ms or 1.0
+        costs = StepCosts(self.c0, self.v0)
+        for k in range(self.max_window + 1):
+            costs.add_verify(k, cost.v(k) * t1)
+        costs.add_draft(False, max(cost.c, 1e-9) * t1)
+        self.costs, self.measure, self._in_ms, self._priced_by = costs, 0, cost.target_ms is not None, cost
+        self.pair = self.pair or PairStats()
 
     def for_request(self, ctx) -> "CostAware":
         """This policy for one request: its prompt and length (the catch-up rule) and, when measuring,
@@ -216,9 +231,10 @@ class CostAware(WindowPolicy):
                 else:
                     cap, decision, self._probe = 1, "probe", True
                 self._streak, self._every = 0, min(64, 2 * self._every)
-        unit = 1e3 if self.costs.measured else 1.0  # tokens per second once timed, else per t(1)
+        in_ms = self.costs.measured and self._in_ms
+        unit = 1e3 if in_ms else 1.0  # tokens per second once timed, else per t(1)
         self._fields.update({"decision": decision, "k_plan": k_plan, "u": [round(u * unit, 4) for u in util],
-                             "u_unit": "tok/s" if self.costs.measured else "tok/t1", "lambda": round(lam * unit, 4),
+                             "u_unit": "tok/s" if in_ms else "tok/t1", "lambda": round(lam * unit, 4),
                              "value": round(value, 4), "ceiling": round(ceiling, 4),
                              "catchup_ms": round(catch, 2) if self.costs.measured else None})
         self._cap = cap

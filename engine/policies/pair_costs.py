@@ -5,7 +5,7 @@ verifies k drafts, measured in this run, and the per-pair book that shares it ac
     prior: t_v(k) = 1 + v·k, t_d = c, t_a = 0   first draft forward's steady catch-up (1–3 tokens)
 
 plus n·t_p, the catch-up of a drafter that has not run for n ≥ CATCHUP_MIN tokens (its prefill is lazy),
-measured from such first forwards. Costs belong to the pair, not the request: every costaware policy on
+measured from such first forwards. Each cost is the lower quartile (`low`) of its last 32 samples. Costs belong to the pair, not the request: every costaware policy on
 the same loaded (target, drafter) objects in one process reads and adds to one StepCosts
 (`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`); the pair's
 pooled acceptance per temperature lives beside it (`shared_stats`). Worked example: primed with
@@ -15,7 +15,6 @@ t(1) = 70 ms, t(2) = 100 ms and t_d = 30 ms, T(0) = 70 and T(1) = 100 + 30 = 130
 from __future__ import annotations
 
 import math
-import statistics
 import weakref
 from collections import deque
 from typing import Any
@@ -26,6 +25,15 @@ REFIT = 8  # new timing samples between refits of the cost table
 CATCHUP_MIN = 4  # a first forward over ≥ 4 unseen tokens is a catch-up sample (t_p), not a steady-state one
 PRIOR_C, PRIOR_V = 0.3, 0.05  # costaware's default prior (its doc says why): a book made before any policy uses it
 PREFILL_SHARE = 0.1  # t_p prior: a catch-up token costs ~1/10 of a draft decode step (compute- vs bandwidth-bound)
+
+
+def low(xs) -> float:
+    """The lower quartile of timing samples. Why not the median: on a shared CPU noise only ever adds time, and
+    it is not spread evenly over window sizes — a 2-core run disturbed for two minutes (2026-12-05) left k = 2
+    verifies at a median of 177 ms against 136 ms undisturbed; the policy then never chose k = 2 again, so
+    those samples were never replaced and it drafted one token at a time for the rest of the run."""
+    v = sorted(xs)
+    return v[(len(v) - 1) // 4]
 
 
 class StepCosts:
@@ -52,7 +60,7 @@ class StepCosts:
     def add_draft(self, first: bool, ms: float, unseen: int = 1) -> None:
         """A draft forward's ms; a first one over ≥ CATCHUP_MIN unseen tokens is a catch-up sample."""
         if first and unseen >= CATCHUP_MIN:
-            td = statistics.median(self.dn or self.d1) if (self.dn or self.d1) else None
+            td = low(self.dn or self.d1) if (self.dn or self.d1) else None
             if td is not None:
                 self.tp.append(max(0.0, ms - td) / unseen)
             return
@@ -64,7 +72,7 @@ class StepCosts:
         if n < CATCHUP_MIN or not (self.tp or self.dn or self.d1):
             return 0.0  # a steady-state first forward (already in t_a), or no draft timed yet: t_d is a guess,
             # and a model-free drafter (no catch-up to speak of) guessed at c·t(1) would never be probed
-        return n * (statistics.median(self.tp) if self.tp else PREFILL_SHARE * td)
+        return n * (low(self.tp) if self.tp else PREFILL_SHARE * td)
 
     def prime(self, t_draft_ms: float, t_target_ms: dict, t_prefill_ms: float = math.nan) -> None:
         """Seed with a cost probe (engine.bench.runner.measure_costs): a k-token target forward verifies
@@ -88,21 +96,21 @@ class StepCosts:
 
     def fit(self, kmax: int) -> tuple[list[float], list[float], float, float]:
         """(t_v(0..kmax), T(0..kmax), t_d, t_a); ms once anything was measured, else units of t(1)."""
-        med = {k: statistics.median(d) for k, d in sorted(self.tv.items()) if d}
+        med = {k: low(d) for k, d in sorted(self.tv.items()) if d}
         if 0 in med:
             t1 = med[0]
         elif med:
             k0 = next(iter(med))
             t1 = med[k0] / (1 + self.v * k0)
         elif self.dn or self.d1:
-            t1 = statistics.median(self.dn or self.d1) / self.c
+            t1 = low(self.dn or self.d1) / self.c
         else:
             t1 = 1.0
-        td = statistics.median(self.dn) if self.dn else statistics.median(self.d1) if self.d1 else self.c * t1
-        ta = max(0.0, statistics.median(self.d1) - td) if self.d1 and self.dn else 0.0
+        td = low(self.dn) if self.dn else low(self.d1) if self.d1 else self.c * t1
+        ta = max(0.0, low(self.d1) - td) if self.d1 and self.dn else 0.0
         ks = list(med)
         slope = self.v * t1
-        if len(ks) >= 2:  # least squares over the measured windows' medians
+        if len(ks) >= 2:  # least squares over the measured windows' low quartiles
             mk, mt = sum(ks) / len(ks), sum(med.values()) / len(ks)
             den = sum((k - mk) ** 2 for k in ks)
             slope = max(0.0, sum((k - mk) * (med[k] - mt) for k in ks) / den)

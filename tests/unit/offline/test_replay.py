@@ -158,3 +158,26 @@ def test_cost_optimal_oracle_is_the_cheapest_schedule():
     with pytest.raises(ValueError, match="greedy"):
         _expected({"beta": [0.5] * 4, "draft_argmax": [1] * 4, "output_ids": [1] * 4}, parse_spec("oracle:c"), 4,
                   CostModel.flat(0.1))
+
+
+def test_a_replay_prices_costaware_with_its_cost_model_not_the_wall_clock(monkeypatch):
+    """The cost-aware window times its own calls in a real run; a replay makes none, so `walk` hands it the
+    replay's CostModel (CostAware.price_with). The answer must follow the cost model — never drafting where a
+    draft token costs two target forwards, drafting long where it is nearly free — and not the clock."""
+    import itertools
+    import time
+
+    ref = load_reference("traces/ref-qwen-greedy.jsonl")
+    cheap, dear = CostModel.flat(0.01), CostModel(c=2.0, verify=(1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 3.8, 4.0, 4.2))
+
+    def run(cost):
+        df = simulate_policy(ref, "costaware:max=7", cost)
+        return df["drafted"].sum(), df["target_calls"].sum(), df["ar_time"].sum() / df["sim_time"].sum()
+
+    base = run(cheap)
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 3.7)  # a clock that says every call is slow
+    assert run(cheap) == base
+    assert base[0] / base[1] > 2 and base[2] > 1.5  # long windows where drafting is nearly free
+    drafted, calls, speedup = run(dear)
+    assert drafted == 0 and speedup == pytest.approx(1.0)  # a plain AR run where no window can pay

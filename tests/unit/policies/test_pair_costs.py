@@ -65,3 +65,16 @@ def test_nearest_stats_is_the_closest_other_temperature_with_enough_labels():
     assert nearest_stats(t, d, 0.7) is hot  # 0.6 is nearer but has too few labels
     assert nearest_stats(t, d, 0.2) is greedy and nearest_stats(t, d, 0.0) is hot  # never its own
     assert nearest_stats(Model(), d, 0.7) is None
+
+
+def test_a_disturbed_stretch_does_not_price_a_window_out_for_good():
+    """Noise only adds time, and it can hit one window size more than the others (the sizes chosen while the
+    machine was busy): with half of k = 2's samples slowed by 40 ms its price stays near the undisturbed 136 ms,
+    where a median would read it 20 ms dearer and keep the policy from ever choosing k = 2 again."""
+    c = StepCosts(0.3, 0.05)
+    for i in range(16):
+        c.add_verify(0, 111.0 + i % 3)
+        c.add_verify(1, 125.0 + i % 3)
+        c.add_verify(2, 136.0 + i % 3 + (40.0 if i % 2 else 0.0))
+    tv = c.table(2)[0]
+    assert tv[2] < 140.0 and tv[1] < 128.0
