@@ -3,6 +3,8 @@ values into a preallocated buffer instead of concatenating the whole cache again
 
     GrowingCache()        a DynamicCache (crop, batch_repeat_interleave, … as before) of GrowingLayer
     make_cache()          GrowingCache where this transformers version allows it, else DynamicCache
+    GrowingTensor(dim)    the same for any tensor that grows along one dim (the block drafter's features and
+                          context K/V: engine.drafters.block)
 
 Why: DynamicLayer.update is `keys = cat([keys, new])`, a copy of the layer's whole cache on every forward.
 On the 1.5B target (28 layers, 2 key-value heads × 128, bf16) that is 28 × 2 copies of L × 512 bytes per
@@ -117,3 +119,33 @@ def make_cache() -> DynamicCache:
     if getattr(c, "layer_class_to_replicate", None) is GrowingLayer and not c.layers:
         return c
     return DynamicCache()
+
+
+class GrowingTensor:
+    """A tensor that grows along `dim` in place: `append` writes only the new slices (the buffer doubles when
+    full), `crop` moves the length back, `view()` is the live part. Worked example: appending [3, 8] then
+    [1, 8] along dim 0 allocates 3 + MIN_CAPACITY rows once; view() is [4, 8]; crop(2) then view() is [2, 8]."""
+
+    def __init__(self, dim: int = 0) -> None:
+        self.dim, self.buf, self.n = dim, None, 0
+
+    def append(self, x: torch.Tensor) -> None:
+        d, m = self.dim, x.shape[self.dim]
+        need = self.n + m
+        b = self.buf
+        if (b is None or need > b.shape[d] or b.dtype != x.dtype
+                or b.shape[:d] + b.shape[d + 1:] != x.shape[:d] + x.shape[d + 1:]):
+            shape = list(x.shape)
+            shape[d] = max(need, 2 * (0 if b is None else b.shape[d]), need + MIN_CAPACITY)
+            new = x.new_empty(shape)
+            if self.n:
+                new.narrow(d, 0, self.n).copy_(b.narrow(d, 0, self.n))
+            self.buf = b = new
+        b.narrow(d, self.n, m).copy_(x)
+        self.n = need
+
+    def view(self) -> torch.Tensor | None:
+        return None if self.buf is None else self.buf.narrow(self.dim, 0, self.n)
+
+    def crop(self, n: int) -> None:
+        self.n = max(0, min(self.n, n))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from engine.core.kv_cache import GrowingTensor
 from engine.core.lm import HFModel
 from engine.core.sampling import SamplingConfig, draw_token
 from engine.drafters.base import DrafterBase, Keep, Proposal
@@ -41,20 +42,27 @@ class FeatureLM(HFModel):
     def __init__(self, model, layer_ids: tuple[int, ...], name: str = "") -> None:
         super().__init__(model, name=name)
         self.layer_ids = tuple(layer_ids)
-        self.features = torch.zeros(0, len(self.layer_ids) * model.config.hidden_size)
+        # grows in place: a cat per verify re-copied every position's features (~5 MB at 760 positions on
+        # SmolLM2), a few % of each step even when the cost-aware window chose a plain AR step
+        self._feats = GrowingTensor(0)
+        self._feats.append(torch.zeros(0, len(self.layer_ids) * model.config.hidden_size))
+
+    @property
+    def features(self) -> torch.Tensor:
+        """[length, K·D] float32: the selected layers' hidden states of every cached position."""
+        return self._feats.view()
 
     def reset(self) -> None:
         super().reset()
-        self.features = self.features[:0]
+        self._feats.crop(0)
 
     def crop(self, n: int) -> None:
         super().crop(n)
-        self.features = self.features[:n]
+        self._feats.crop(n)
 
     def _run(self, ids: list[int]):
         out = self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device), output_hidden_states=True)
-        f = torch.cat([out.hidden_states[l + 1][0] for l in self.layer_ids], -1).float().cpu()
-        self.features = torch.cat([self.features, f])
+        self._feats.append(torch.cat([out.hidden_states[l + 1][0] for l in self.layer_ids], -1).float().cpu())
         return out
 
     @torch.inference_mode()
@@ -74,8 +82,8 @@ class BlockDrafter(DrafterBase):
     """Drafter protocol for a block drafter: one draft forward per step proposes up to B−1 tokens.
 
     The context K/V cache holds the projected target features of positions [0, n_ctx); it is synced
-    from `target.features` in reset() (after the decode loop's prefill) and observe() (after each
-    verify + crop). The anchor of a step is the last sequence token x[S−1] at position S−1, and the
+    from `target.features` when a step drafts (lazily: after a run of autoregressive steps the positions
+    they added are projected in one batch, and a step that does not draft costs nothing here). The anchor of a step is the last sequence token x[S−1] at position S−1, and the
     target cache then holds exactly positions < S−1, so the block sees context positions < anchor.
     """
 
@@ -91,15 +99,23 @@ class BlockDrafter(DrafterBase):
         self.name = "block-drafter"
         self.vocab_subset = lm.vocab_subset  # trace headers report the reduced head
         self.block_size = lm.config.block_size
-        self._k: list[torch.Tensor] = []
-        self._v: list[torch.Tensor] = []
+        self._kg: list[GrowingTensor] = []  # per layer, along the position dim (2): grows in place
+        self._vg: list[GrowingTensor] = []
         self.n_ctx = 0
+
+    @property
+    def _k(self) -> list[torch.Tensor]:
+        return [g.view() for g in self._kg]
+
+    @property
+    def _v(self) -> list[torch.Tensor]:
+        return [g.view() for g in self._vg]
 
     def _sync(self) -> None:
         n = self.target.length
         if n < self.n_ctx:  # never happens in the decode loop (only committed positions are ingested)
-            self._k = [k[:, :, :n] for k in self._k]
-            self._v = [v[:, :, :n] for v in self._v]
+            for g in self._kg + self._vg:
+                g.crop(n)
             self.n_ctx = n
         if n == self.n_ctx:
             return
@@ -107,11 +123,9 @@ class BlockDrafter(DrafterBase):
             feats = self.target.features[self.n_ctx:n][None]
             pos = torch.arange(self.n_ctx, n)[None]
             kv = self.lm.model.context_kv(feats, pos)
-        if not self._k:
-            self._k, self._v = [k for k, _ in kv], [v for _, v in kv]
-        else:
-            self._k = [torch.cat([a, k], 2) for a, (k, _) in zip(self._k, kv)]
-            self._v = [torch.cat([a, v], 2) for a, (_, v) in zip(self._v, kv)]
+        for gk, gv, (k, v) in zip(self._kg, self._vg, kv):
+            gk.append(k)
+            gv.append(v)
         self.n_ctx = n
 
     def reset(self, prompt_ids: list[int]) -> None:
@@ -119,13 +133,15 @@ class BlockDrafter(DrafterBase):
         c = self.lm.config
         dt = self.lm.model.fc.weight.dtype
         empty = torch.zeros(1, c.num_kv_heads, 0, c.head_dim, dtype=dt)
-        self._k = [empty for _ in range(c.num_layers)]
-        self._v = [empty for _ in range(c.num_layers)]
-        self._sync()
+        self._kg = [GrowingTensor(2) for _ in range(c.num_layers)]
+        self._vg = [GrowingTensor(2) for _ in range(c.num_layers)]
+        for g in self._kg + self._vg:
+            g.append(empty)  # the prompt's positions are projected by the first draft (_sync), not here
 
     @torch.inference_mode()
     def block_logits(self, anchor: int, pos0: int) -> torch.Tensor:
         """Logits [B−1, V] of the block anchored at `anchor` (position pos0)."""
+        self._sync()
         c = self.lm.config
         ids = torch.full((1, c.block_size), c.mask_token_id, dtype=torch.long)
         ids[0, 0] = anchor
@@ -160,7 +176,7 @@ class BlockDrafter(DrafterBase):
         pass  # the block's own K/V is never cached; context K/V only grows with committed positions
 
     def observe(self, target) -> None:
-        self._sync()
+        pass  # synced lazily by the next draft (class doc)
 
 
 # ------------------------------------------------------------------ save / load

@@ -86,3 +86,25 @@ def test_selecting_positions_keeps_a_tree_path():
     ours.update(k, v, 0)
     ref.update(k, v, 0)
     _same(ours, ref)
+
+
+def test_growing_tensor_appends_in_place_and_crops():
+    """The module doc's worked example: one allocation for both appends; crop moves the length back and the
+    next append overwrites from there; a view is what a cat would have built."""
+    from engine.core.kv_cache import MIN_CAPACITY, GrowingTensor
+
+    g = GrowingTensor(0)
+    a, b = torch.randn(3, 8), torch.randn(1, 8)
+    g.append(a)
+    buf = g.buf
+    g.append(b)
+    assert g.buf is buf and buf.shape[0] == 3 + MIN_CAPACITY
+    assert torch.equal(g.view(), torch.cat([a, b]))
+    g.crop(2)
+    c = torch.randn(2, 8)
+    g.append(c)
+    assert torch.equal(g.view(), torch.cat([a[:2], c]))
+    k = GrowingTensor(2)  # along the position dim of a [1, H, L, D] cache
+    k.append(torch.zeros(1, 2, 0, 4))
+    k.append(torch.ones(1, 2, 5, 4))
+    assert k.view().shape == (1, 2, 5, 4) and float(k.view().sum()) == 40.0
