@@ -160,7 +160,7 @@ class CostAware(WindowPolicy):
 
     def reset(self) -> None:
         super().reset()
-        learnt, weight = self.pair.prior(self.prior, self.pi_prior) if self.pair is not None else None, REF_N
+        learnt, weight = (self.pair.prior(self.prior, self.pi_prior) if self.pair is not None else None), REF_N
         if learnt is None and self.near is not None:  # this temperature's first request: the pair's nearest one
             learnt, weight = self.near.prior(self.prior, self.pi_prior), NEAR_N
         self.cal = (Calibration(self.prior, self.prior_n, self.pi_prior) if learnt is None
