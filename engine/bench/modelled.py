@@ -5,7 +5,7 @@ identical target calls have read 1.22× and 0.73× on one prompt), so every benc
 figure that depends only on what the run did and on one cost curve measured at its start
 (engine.bench.runner.measure_costs: medians of warm forwards):
 
-    T_model(run) = Σ_k n_k · t_target(k + 1)  +  d · t_draft  +  P · t_prefill
+    T_model(run) = Σ_k n_k · t_target(k + 1)  +  d · t_draft  +  P · t_prefill  +  S · t_step
     modelled_speedup_vs_ar = (Σ tokens / Σ T_model) ÷ (Σ tokens_AR / Σ T_model,AR)   over a row's prompts
 
 n_k = target calls that verified k drafts (k = 0: an autoregressive step), t_target(m) = a forward
@@ -16,7 +16,10 @@ d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = on
 forward — 0 for a drafter without a draft model (lookup, suffix, `POLICY@DRAFTER` configs), whose
 scan is bookkeeping. P = tokens the draft model cached without drafting (RunResult.draft_prefill_tokens:
 the prompt, once it first drafts, and every catch-up over > 8 tokens after autoregressive steps), t_prefill =
-the probe's per-token draft prefill (engine.bench.runner.prefill_ms_per_token). Why P: on a 700-token prompt
+the probe's per-token draft prefill (engine.bench.runner.prefill_ms_per_token). S = drafting steps (Σ_{k≥1} n_k),
+t_step = one block-drafter forward (engine.bench.runner.block_step_ms): a block drafter has no per-token draft
+cost (t_draft is nan for it) but one forward per drafting step; results before 2026-12-05 lack t_step and price
+it at 0, as they priced the block drafter's draft at 0. Why P: on a 700-token prompt
 the draft's prefill (~1.6 s on the 0.5B here) outweighs what 48 tokens of drafting save, so a window that
 declines it (the cost-aware one) and a window that pays it are not comparable without it; results without a
 prefill probe (before 2026-12-05) price P at 0. The target's prompt prefill is excluded on both sides.
@@ -65,7 +68,11 @@ def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
         return None
     verify = sum(int(n) * target_ms(costs, int(k) + 1) for k, n in windows.items())
     catchup = getattr(run, "draft_prefill_tokens", 0) * prefill_ms(costs, run.config)
-    return verify + run.draft_calls * draft_ms(costs, run.config) + catchup
+    t_step = float(costs.get("t_draft_step_ms", math.nan))
+    blocks = 0.0
+    if math.isfinite(t_step) and "@" not in run.config:  # a model-free drafter after '@' runs no block forward
+        blocks = t_step * sum(int(n) for k, n in windows.items() if int(k) > 0)
+    return verify + run.draft_calls * draft_ms(costs, run.config) + catchup + blocks
 
 
 def modelled_speedup(runs: Iterable[Any], base: Iterable[Any], costs: Mapping[str, Any] | None) -> float | None:

@@ -57,3 +57,16 @@ def test_the_drafts_prefill_is_priced_so_a_window_that_declines_it_compares_fair
     copy = RunResult("fixed:4@lookup", 0.0, "qa", 1, 10, 1.0, 5, drafted=20, draft_calls=20, windows={4: 5},
                       draft_prefill_tokens=50)
     assert run_model_ms(copy, costs) == 5 * target_ms(costs, 5)  # no draft model, nothing to prefill
+
+
+def test_a_block_drafter_is_priced_per_drafting_step():
+    """One block forward proposes a whole block: S drafting steps × t_step, never per drafted token (t_draft is
+    nan for a block drafter); AR steps and a model-free config after '@' pay none; older results without
+    t_step price it at 0."""
+    costs = {"t_draft_ms": float("nan"), "t_target_ms": {1: 100.0, 2: 110.0, 4: 130.0}, "t_draft_step_ms": 8.0}
+    block = RunResult("fixed:3", 0.0, "qa", 1, 10, 1.0, 4, drafted=9, draft_calls=9, windows={3: 3, 0: 1})
+    assert run_model_ms(block, costs) == 3 * target_ms(costs, 4) + 100.0 + 3 * 8.0
+    copy = RunResult("fixed:3@lookup", 0.0, "qa", 1, 10, 1.0, 4, drafted=9, draft_calls=9, windows={3: 3, 0: 1})
+    assert run_model_ms(copy, costs) == 3 * target_ms(costs, 4) + 100.0
+    old = {k: v for k, v in costs.items() if k != "t_draft_step_ms"}
+    assert run_model_ms(block, old) == 3 * target_ms(costs, 4) + 100.0

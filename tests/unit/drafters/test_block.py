@@ -226,3 +226,26 @@ def test_block_spec_through_factory_decodes_exactly():
         make_drafter(f"block:{COMMITTED}", t, verifier="rrs", k=2)
     with pytest.raises(ValueError, match="block:PATH"):
         make_drafter("block:", t)
+
+
+def test_the_bench_probe_times_one_block_forward_and_leaves_the_drafter_usable(target):
+    """engine.bench.runner.block_step_ms: a finite time for one block forward, the target's cache left empty, and
+    the next request's drafts exactly a fresh drafter's; nan for a drafter that is not a block drafter."""
+    import math
+
+    from engine.bench.runner import block_step_ms
+
+    lm = make_lm(target, seed=3)
+    ft = FeatureLM(target, LAYERS)
+    d = BlockDrafter(lm, ft)
+    ids = list(range(2, 14))
+    t = block_step_ms(ft, d, ids, reps=2)
+    assert math.isfinite(t) and t > 0 and ft.length == 0
+    ft.extend(ids[:-1])
+    d.reset(ids)
+    ref_ft = FeatureLM(target, LAYERS)
+    ref = BlockDrafter(lm, ref_ft)
+    ref_ft.extend(ids[:-1])
+    ref.reset(ids)
+    assert torch.equal(d.block_logits(ids[-1], len(ids) - 1), ref.block_logits(ids[-1], len(ids) - 1))
+    assert math.isnan(block_step_ms(ft, object(), ids))
