@@ -32,7 +32,7 @@ import torch
 
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig, decode
-from engine.measure import forward_curve, sync
+from engine.measure import forward_curve, median_ms, sync, timed_ms
 from engine.policies.base import parse_policy
 
 
@@ -307,12 +307,8 @@ def prefill_ms_per_token(lm, ids: list[int], reps: int = 3) -> float:
     feed = (list(ids) * (PREFILL_PROBE // len(ids) + 1))[:PREFILL_PROBE]
     times = []
     for _ in range(reps):
-        lm.reset()
-        sync(getattr(lm, "device", None))
-        t0 = time.perf_counter()
-        lm.prefill(feed)
-        sync(getattr(lm, "device", None))
-        times.append((time.perf_counter() - t0) * 1e3 / len(feed))
+        lm.reset()  # every repeat on an empty cache: a prompt's catch-up, not a long context's
+        times.append(timed_ms(lambda: lm.prefill(feed), lm) / len(feed))
     lm.reset()
     return statistics.median(times)
 
@@ -329,16 +325,9 @@ def block_step_ms(target, draft, ids: list[int], reps: int = 5) -> float:
     ft.reset()
     prefill(ft, list(ids[:-1]))
     draft.reset(list(ids))
-    draft.block_logits(ids[-1], len(ids) - 1)
-    times = []
-    for _ in range(reps):
-        sync(getattr(ft, "device", None))
-        t0 = time.perf_counter()
-        draft.block_logits(ids[-1], len(ids) - 1)
-        sync(getattr(ft, "device", None))
-        times.append((time.perf_counter() - t0) * 1e3)
+    ms = median_ms(lambda: draft.block_logits(ids[-1], len(ids) - 1), reps, warmup=1, device=ft)
     ft.reset()
-    return statistics.median(times)
+    return ms
 
 
 def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any]:

@@ -124,6 +124,7 @@ class CostAware(WindowPolicy):
         self.near: PairStats | None = None  # the same pair's at the nearest other temperature (for_request)
         self.gated = True  # the drafter consults keep(); False once a step drafted without asking
         self._in_ms = True  # timings are ms (False: a replay priced in units of t(1), price_with)
+        self._priced_by = None  # the replay CostModel the costs come from (price_with)
         self._since_ar = 0  # steps since the last AR step (costs, and this, persist across requests)
         self.reset()
 
@@ -138,7 +139,7 @@ class CostAware(WindowPolicy):
         """Replay (engine.offline.replay.walk): price with a CostModel's curve — T(k) = v(k), t_d = c, in ms
         when it knows t(1) — instead of timing calls that a replay does not make, and pool acceptance over
         the requests this policy object walks, as a bench's requests of one pair do (`shared_stats`)."""
-        if getattr(self, "_priced_by", None) is cost:
+        if self._priced_by is cost:
             return
         t1 = cost.target_ms or 1.0
         costs = StepCosts(self.c0, self.v0)
