@@ -255,8 +255,17 @@ def cmd_analyze(a) -> int:
               ["task", "positions", "alpha", "A_mean", "A_std", "A_iqr", "oracle_steps", "best_window_mean",
                "best_window_std", "best_window_iqr", "best_fixed_gamma", "frac_differs", "frac_shorter",
                "frac_longer"])
-        for name, df in (("window_table", wt), ("oracle_ratio", wide), ("policy_positions", long),
-                         ("variability", vt), ("positions", an.positions_frame(refs))):
+        tables = [("window_table", wt), ("oracle_ratio", wide), ("policy_positions", long),
+                  ("variability", vt), ("positions", an.positions_frame(refs))]
+        if greedy and not a.copy_drafter:  # model-free drafts carry no confidence to read
+            from engine.offline.confidence_ceiling import confidence_ceiling
+
+            cc = confidence_ceiling(refs, lambda r: an.cost_for(r, main))
+            _show("confidence ceiling: the best rule reading only the draft's confidence, its acceptance per "
+                  "bin known in hindsight (engine.offline.confidence_ceiling)", cc)
+            notes.append(cc.attrs["note"])
+            tables.append(("confidence_ceiling", cc))
+        for name, df in tables:
             _write(out, name, df)
         if out is not None:
             iid = [an.iid_theory(min(r["alpha"], 0.999999), r["c"], gammas).assign(task=r["task"], cost=r["cost"])

@@ -1,4 +1,5 @@
-"""The three oracles of this lab, each named once. Pages, tables and the advice use these names.
+"""The three oracles of this lab and the confidence ceiling, each named once. Pages, tables and the
+advice use these names.
 
 REPLAY_ORACLE — "replay oracle": oracle (a) of engine.offline.replay on a greedy reference run. Every
     step drafts exactly the accepted run A(j) from its position (nothing rejected, A(j) = 0 is a plain
@@ -15,6 +16,12 @@ ACCEPTED_BOUND — "accepted-length bound": `accepted_length_bound`. The steps o
     it had drafted exactly what it accepted: Σ emitted / Σ cost(accepted). It needs no reference, so it
     exists for any trace, but its step boundaries are the recording's and its accepted counts are
     censored at the recorded window.
+
+CONFIDENCE_CEILING — "confidence ceiling" (not an oracle: it reads no outcome before it happens):
+    `engine.offline.confidence_ceiling`. The best window rule that reads only the draft's confidence
+    bin, given each bin's acceptance in hindsight (perfect calibration), chosen over a grid on all tasks
+    together. The gap between it and the cost-optimal schedule is what the draft's confidence cannot
+    tell; the gap between it and a real adaptive policy is what better calibration or rules could win.
 
 Why they differ: the replay oracle drafts the whole run even where that is not worth its verify
 cost, so under a verify cost that grows with the window the cost-optimal schedule beats it (they
@@ -34,6 +41,7 @@ from engine.offline.costmodel import CostModel
 REPLAY_ORACLE = "replay oracle"
 COST_OPTIMAL = "cost-optimal hindsight schedule"
 ACCEPTED_BOUND = "accepted-length bound"
+CONFIDENCE_CEILING = "confidence ceiling"  # engine.offline.confidence_ceiling
 # The replay specs behind the names (engine.offline.replay.parse_spec).
 SPECS = {REPLAY_ORACLE: "oracle:a", COST_OPTIMAL: "oracle:c"}
 NAME_OF_SPEC = {"oracle:a": REPLAY_ORACLE, "oracle:c": COST_OPTIMAL, "oracle:b": "until-mismatch oracle"}

@@ -29,7 +29,9 @@ def test_cli_analyze_writes_tables(ref_path, tmp_path, capsys):
                  "--policies", "heuristic;confidence:0.6", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "1.4x table" in text and "every simulated number is exact" in text
-    for name in ("window_table", "oracle_ratio", "policy_positions", "variability", "positions", "iid_theory"):
+    assert "confidence ceiling" in text
+    for name in ("window_table", "oracle_ratio", "policy_positions", "variability", "positions", "iid_theory",
+                 "confidence_ceiling"):
         assert (out / f"{name}.csv").is_file()
         assert json.loads((out / f"{name}.json").read_text())["rows"]
     ot = pd.read_csv(out / "oracle_ratio.csv")
