@@ -520,6 +520,14 @@ def oracle_ratio_table(_refs: list, key: tuple, costs: tuple):
     return analysis.oracle_ratio_table(_refs, costs=costs)
 
 
+@st.cache_data(max_entries=16, show_spinner="Computing the confidence ceiling…")
+def confidence_ceiling(_refs: list, key: tuple, cost):
+    from engine.offline import analysis
+    from engine.offline.confidence_ceiling import confidence_ceiling as ceiling
+
+    return ceiling(_refs, lambda r: analysis.cost_for(r, cost))
+
+
 def in_run_cost(refs: list, key: tuple):
     """(CostModel, number of traces) fitted from the loaded decode traces of the references' pair
     (engine.offline.analysis.in_run_cost), or (None, 0) when there are none to fit from."""

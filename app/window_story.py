@@ -164,6 +164,25 @@ def gap_sentence(gaps: pd.DataFrame) -> str:
             f"window (0) to the oracle (1){tail}.")
 
 
+def ceiling_sentence(cc: pd.DataFrame) -> str:
+    """One sentence on the confidence ceiling (engine.offline.confidence_ceiling): how far a window that reads
+    only the draft's confidence could go, calibrated perfectly, against the best fixed window and the
+    cost-optimal schedule — so a gap between it and the oracle reads as the signal's limit, not the rule's."""
+    row = cc[cc["task"] == "all"]
+    if row.empty:
+        return "No confidence ceiling: it needs greedy references with recorded draft signals."
+    r = row.iloc[0]
+    ends = (f"the best fixed window ({r['best_fixed']}) reaches {num(r['s_best_fixed'])}× and the cost-optimal "
+            f"schedule {num(r['s_oracle_c'])}×")
+    if r["ceiling_rule"] == "autoregressive":
+        return (f"No rule that reads only the draft's confidence beats plain autoregressive decoding here, even "
+                f"calibrated perfectly in hindsight; {ends}.")
+    return (f"Calibrated perfectly in hindsight, the best rule that reads only the draft's confidence "
+            f"({r['ceiling_rule']}) reaches {num(r['s_ceiling'])}× AR: {num(r['rel_best_fixed'])}× the best fixed "
+            f"window, {num(r['headroom_share'])} of the way to the cost-optimal schedule ({ends}). The rest of "
+            "the oracle's gain is what the confidence cannot tell: more needs a better signal, not a better rule.")
+
+
 # ---------------------------------------------------------------- c. PACER
 
 

@@ -120,6 +120,11 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
                 help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
     if gaps["position"].notna().any():
         st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
+    if all(r.greedy for r in refs):  # the ceiling replays the recorded draft signals: greedy only
+        cc = data.confidence_ceiling(refs, key, cost)
+        st.markdown(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}",
+                    help=f"the {oracles.CONFIDENCE_CEILING} (engine.offline.oracles): survival, Bayes and HF-threshold "
+                         "rules over a grid, each bin's acceptance from these references, chosen on all tasks")
     sweep = data.pacer_sweep_for(draft)
     pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(sweep), data.pacer_ceiling_model(sweep))
     pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)

@@ -118,6 +118,21 @@ def test_gap_sentence():
     assert story.gap_sentence(story.gap_closed(ratio_table()[["task"]])).startswith("No adaptive policy was replayed")
 
 
+def test_ceiling_sentence_says_the_rule_the_share_and_when_only_ar_is_left():
+    cc = pd.DataFrame({"task": ["all", "qa"], "best_fixed": ["fixed:2", "fixed:1"], "s_best_fixed": [1.29, 1.09],
+                       "ceiling_rule": ["bayes:1.5"] * 2, "s_ceiling": [1.391, 1.03], "rel_best_fixed": [1.078, 0.94],
+                       "s_oracle_c": [1.773, 1.55], "headroom_share": [0.209, -0.13]})
+    said = story.ceiling_sentence(cc)
+    assert said.startswith("Calibrated perfectly in hindsight, the best rule that reads only the draft's confidence "
+                           "(bayes:1.5) reaches 1.39× AR: 1.08× the best fixed window, 0.21 of the way to the "
+                           "cost-optimal schedule (the best fixed window (fixed:2) reaches 1.29× and the cost-optimal "
+                           "schedule 1.77×).")
+    assert "needs a better signal, not a better rule" in said
+    ar = story.ceiling_sentence(cc.assign(ceiling_rule="autoregressive", s_ceiling=1.0))
+    assert ar.startswith("No rule that reads only the draft's confidence beats plain autoregressive decoding")
+    assert story.ceiling_sentence(cc[cc["task"] == "qa"]).startswith("No confidence ceiling")
+
+
 def test_gap_closed_bars_is_pure_and_shares_the_palette():
     g = story.gap_closed(ratio_table())
     f = plots.gap_closed_bars(g)

@@ -79,6 +79,8 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     assert pb is not None and story.pacer_wall_clock_sentence(*pb) in said  # PACER on the wall clock
     assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
     assert "**Cost.** Cost model: measured (c = " in said
+    ceiling = [t for t in text if t.startswith("**Confidence ceiling.** ")]  # what the draft's confidence can buy
+    assert len(ceiling) == 1 and "of the way to the cost-optimal schedule" in ceiling[0]
     charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
               for c in at.get("plotly_chart")}
     wall = charts["Gap closed on the wall clock (bench, greedy)"]["data"][0]
