@@ -164,6 +164,21 @@ def _write(out: Path | None, name: str, df) -> None:
                                                  indent=1, allow_nan=False))
 
 
+def _provenance(a, refs, notes: list[str]) -> dict:
+    """summary.json: the inputs and notes, with the command, date, machine and software of this analysis and of
+    each reference it replays (whose timings price the tables: they were measured where it was recorded)."""
+    from datetime import datetime, timezone
+
+    from engine.cli.common import command_line
+    from engine.core.load import machine_description, software_versions
+
+    return {"inputs": list(a.paths), "notes": notes, "command": command_line(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_description(),
+            "software": software_versions(),
+            "references": [{"source": str(r.source), **{k: r.header[k] for k in ("created", "command", "software")
+                                                         if k in r.header}} for r in refs]}
+
+
 def _copy_runs(a, refs, traces, notes: list[str]):
     """--copy-drafter: the greedy autoregressive traces as copy runs (engine.offline.copy_source), the
     default costs (in-run with c = 0 when the drafter's decode traces are given, else c = 0 flat) and
@@ -286,6 +301,6 @@ def cmd_analyze(a) -> int:
     for n in notes:
         print(f"note: {n}")
     if out is not None:
-        (out / "summary.json").write_text(json.dumps({"inputs": list(a.paths), "notes": notes}, indent=1))
+        (out / "summary.json").write_text(json.dumps(_provenance(a, refs, notes), indent=1))
         print(f"wrote tables to {out}/")
     return 0

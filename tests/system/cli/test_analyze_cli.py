@@ -34,6 +34,10 @@ def test_cli_analyze_writes_tables(ref_path, tmp_path, capsys):
                  "confidence_ceiling"):
         assert (out / f"{name}.csv").is_file()
         assert json.loads((out / f"{name}.json").read_text())["rows"]
+    summary = json.loads((out / "summary.json").read_text())  # where and when, and where the timings came from
+    assert summary["command"].startswith("python -m engine") and summary["date"].startswith("20")
+    assert "cores" in summary["machine"] and summary["software"]["torch"]
+    assert summary["references"][0]["source"].endswith(ref_path.name) and summary["references"][0]["software"]
     ot = pd.read_csv(out / "oracle_ratio.csv")
     assert {"c=0.05 flat", "c=0.1 measured-verify"} <= set(ot["cost"])
 
