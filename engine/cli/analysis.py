@@ -273,13 +273,16 @@ def cmd_analyze(a) -> int:
         tables = [("window_table", wt), ("oracle_ratio", wide), ("policy_positions", long),
                   ("variability", vt), ("positions", an.positions_frame(refs))]
         if greedy and not a.copy_drafter:  # model-free drafts carry no confidence to read
-            from engine.offline.confidence_ceiling import confidence_ceiling
+            from engine.offline.confidence_ceiling import confidence_ceiling, signal_table
 
             cc = confidence_ceiling(refs, lambda r: an.cost_for(r, main))
             _show("confidence ceiling: the best rule reading only the draft's confidence, its acceptance per "
                   "bin known in hindsight (engine.offline.confidence_ceiling)", cc)
             notes.append(cc.attrs["note"])
-            tables.append(("confidence_ceiling", cc))
+            sig = signal_table(refs)
+            _show("signals: AUC of what a window could read before verifying (accepted above rejected drafts)",
+                  sig[sig["task"] == "all"])
+            tables += [("confidence_ceiling", cc), ("signals", sig)]
         for name, df in tables:
             _write(out, name, df)
         if out is not None:

@@ -24,11 +24,12 @@ on all tasks together (one rule per pair, as a deployed policy would be), and re
 fixed window and the cost-optimal hindsight schedule (engine.offline.oracles.COST_OPTIMAL) with the share
 of the headroom it takes: (S_ceiling − S_fixed*) / (S_oracle − S_fixed*).
 
-What it is not: a proof over every policy. A rule could read more than the bin (position, the last steps'
-outcomes, the draft's entropy); on the Qwen pair's dev reference none of those adds to m_i's AUC of 0.91
-(engine/offline docs, the 2026-12-05 log), and a(b) per task or per request in hindsight lowers the
-Bayes rule's speedup instead of raising it. So a target above the ceiling asks for a better acceptance
-signal (a trained drafter, a pre-verifier that beats m_i), not for a better window rule.
+What it is not: a proof over every policy. A rule could read more than the bin (the draft's entropy, the
+last position's outcome); `signal_table` measures whether those rank accepted drafts above rejected ones any
+better than m_i does (on the Qwen pair's references they do not: AUC 0.90 and 0.57 against m_i's 0.91), and
+rates per task or per request in hindsight lowered the Bayes rule's speedup in development replays instead of
+raising it. So a target above the ceiling asks for a better acceptance signal (a drafter trained for the
+target, a pre-verifier that beats m_i), not for a better window rule.
 
 Worked example (`option_value`): c = 0.3, flat verify v = 1, a = (0.9 for every draft, π = 1), λ = 1.5,
 after one draft at s = 0.9: drafting token 2 costs 0.45 and returns 0.81 → W(1, 0.9) = 0.36 + W(2, 0.81)
@@ -37,6 +38,7 @@ after one draft at s = 0.9: drafting token 2 costs 0.45 and returns 0.81 → W(1
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import pandas as pd
@@ -211,3 +213,51 @@ def confidence_ceiling(refs: Sequence[Reference], cost_of, max_window: int = MAX
                          f"each bin's acceptance taken in hindsight from the references ({rates}); AR (1.0×) when "
                          "no rule beats it on all tasks")
     return out
+
+
+def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
+    """Area under the ROC curve: P(score of an accepted draft > score of a rejected one), ties counted half
+    (Mann–Whitney). NaN when one class is empty. Worked example: labels [1, 0, 1], scores [0.9, 0.5, 0.5] →
+    pairs (0.9 > 0.5) = 1 and (0.5 = 0.5) = ½ → 0.75."""
+    import numpy as np
+
+    y, s = np.asarray(labels, dtype=bool), np.asarray(scores, dtype=float)
+    n1, n0 = int(y.sum()), int((~y).sum())
+    if not n1 or not n0:
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s))
+    sorted_s = s[order]
+    i = 0
+    while i < len(s):  # average ranks over ties
+        j = i
+        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+            j += 1
+        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1.0
+        i = j + 1
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
+
+
+def signal_table(refs: Sequence[Reference]) -> pd.DataFrame:
+    """How well each signal a window could read before verifying ranks accepted drafts above rejected ones, over
+    the references' teacher-forced positions (the view of a draft whose predecessors were accepted): the
+    confidence m = max q, the negated entropy −H(q), the last position's outcome (1 = it was accepted) and two
+    mixes of them. One row per task and signal, plus 'all': where none beats m's AUC, a rule reading them would
+    rank drafts no better than one reading m, which is what the ceiling's rules read."""
+    rows: dict[tuple[str, str], tuple[list, list]] = {}
+    for ref in refs:
+        for req in ref.requests:
+            task = req.get("task") or req.get("category") or "?"
+            hits = [int(d == y) for d, y in zip(req["draft_argmax"], req["output_ids"])]
+            prev = [1] + hits[:-1]
+            signals = {"confidence m": req["q_top"], "negated entropy −H": [-h for h in req["entropy"]],
+                       "previous accepted": prev,
+                       "log m − 0.1·H": [math.log(max(q, 1e-9)) - 0.1 * h for q, h in zip(req["q_top"], req["entropy"])],
+                       "m + 0.1·previous": [q + 0.1 * a for q, a in zip(req["q_top"], prev)]}
+            for name, score in signals.items():
+                for key in ((task, name), ("all", name)):
+                    y, s = rows.setdefault(key, ([], []))
+                    y.extend(hits)
+                    s.extend(score[: len(hits)])
+    out = pd.DataFrame([{"task": t, "signal": n, "positions": len(y), "auc": auc(y, s)} for (t, n), (y, s) in rows.items()])
+    return pd.concat([out[out["task"] == "all"], out[out["task"] != "all"]], ignore_index=True)

@@ -31,7 +31,7 @@ def test_cli_analyze_writes_tables(ref_path, tmp_path, capsys):
     assert "1.4x table" in text and "every simulated number is exact" in text
     assert "confidence ceiling" in text
     for name in ("window_table", "oracle_ratio", "policy_positions", "variability", "positions", "iid_theory",
-                 "confidence_ceiling"):
+                 "confidence_ceiling", "signals"):
         assert (out / f"{name}.csv").is_file()
         assert json.loads((out / f"{name}.json").read_text())["rows"]
     summary = json.loads((out / "summary.json").read_text())  # where and when, and where the timings came from

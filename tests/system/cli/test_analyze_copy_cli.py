@@ -18,7 +18,7 @@ def test_analyze_copy_drafter_cli(tmp_path):
     assert main(["analyze", "--copy-drafter", "lookup:n=10,ngram=2", *paths, "--gammas", "1-3,10",
                  "--policies", "matchlen:1,offset=2,max=10;", "--out", str(out)]) == 0
     wt = {r["policy"]: r for r in json.loads((out / "window_table.json").read_text())["rows"] if r["task"] == "all"}
-    assert not (out / "confidence_ceiling.json").exists()  # copy drafts carry no confidence to read
+    assert not (out / "confidence_ceiling.json").exists() and not (out / "signals.json").exists()  # no confidence
     assert wt["fixed:10"]["target_calls"] == 271 and wt["matchlen:factor=1,offset=2,max=10"]["target_calls"] == 294
     assert wt["oracle:a"]["wasted_draft"] == 0 and wt["oracle:a"]["target_calls"] == 271
     ratio = json.loads((out / "oracle_ratio.json").read_text())["rows"]

@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from engine.offline.analysis import CostModel, cost_for, window_table
-from engine.offline.confidence_ceiling import (AR, BayesRule, SurvivalRule, _speed, confidence_ceiling,
-                                               hindsight_rates, option_value)
+from engine.offline.confidence_ceiling import (AR, BayesRule, SurvivalRule, _speed, auc, confidence_ceiling,
+                                               hindsight_rates, option_value, signal_table)
 from engine.policies.base import DraftInfo
 from engine.policies.calibration import N_BINS, bin_of
 from engine.policies.simple import Fixed
@@ -114,3 +114,23 @@ def test_ceiling_reads_ar_when_no_rule_beats_it():
                                for j in range(len(req["output_ids"]))}
     cc = confidence_ceiling([r], lambda _: CostModel.flat(0.4)).set_index("task")
     assert cc.loc["all", "ceiling_rule"] == AR and cc.loc["all", "s_ceiling"] == 1.0
+
+
+def test_auc_counts_ties_half_and_is_nan_without_both_classes():
+    assert auc([1, 0, 1], [0.9, 0.5, 0.5]) == pytest.approx(0.75)  # the docstring's worked example
+    assert auc([1, 1, 0, 0], [0.8, 0.7, 0.2, 0.1]) == 1.0 and auc([0, 0, 1, 1], [0.8, 0.7, 0.2, 0.1]) == 0.0
+    assert auc([1, 0, 1, 0], [0.3] * 4) == 0.5
+    assert auc([1, 1], [0.2, 0.4]) != auc([1, 1], [0.2, 0.4])  # NaN
+
+
+def test_signal_table_ranks_what_a_window_could_read():
+    r = synthetic([[1, 1, 0, 1, 0, 0]], tasks=["qa"])
+    req = r.requests[0]
+    req["q_top"] = [0.9, 0.8, 0.3, 0.7, 0.2, 0.1]  # confidence separates accepts from rejects perfectly
+    req["entropy"] = [0.5, 0.1, 0.2, 0.3, 0.4, 0.6]  # entropy does not
+    t = signal_table([r]).set_index(["task", "signal"])
+    assert t.loc[("all", "confidence m"), "auc"] == 1.0 and t.loc[("qa", "confidence m"), "positions"] == 6
+    assert t.loc[("all", "negated entropy −H"), "auc"] == pytest.approx(auc([1, 1, 0, 1, 0, 0],
+                                                                             [-0.5, -0.1, -0.2, -0.3, -0.4, -0.6]))
+    prev = [1, 1, 1, 0, 1, 0]  # the position before each one: accepted? (the first has none: 1)
+    assert t.loc[("all", "previous accepted"), "auc"] == pytest.approx(auc([1, 1, 0, 1, 0, 0], prev))
