@@ -110,8 +110,10 @@ ot = data.oracle_ratio_table(refs, key, costs)
 
 target, draft = story.pair_of(refs[0].header)
 oh = ot[ot["cost"] == wt["cost"].iloc[0]]
+# the ceiling replays the recorded draft signals: greedy references only
+cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
 adv = advise.from_window_table(wt, story.pair_label((target, draft)),
-                               "measured" if mode != "flat ratio c" else f"flat c = {c:g}")
+                               "measured" if mode != "flat ratio c" else f"flat c = {c:g}", ceiling=cc)
 head.info(f"**{story.pair_label((target, draft))}: which window?** {adv.line().rstrip('.')}. **Oracle gain.** "
           f"{story.oracle_gain(oh)}", icon=":material/lightbulb:")
 with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"):  # the papers' other questions
@@ -120,8 +122,7 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
                 help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
     if gaps["position"].notna().any():
         st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
-    if all(r.greedy for r in refs):  # the ceiling replays the recorded draft signals: greedy only
-        cc = data.confidence_ceiling(refs, key, cost)
+    if cc is not None:
         st.markdown(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}",
                     help=f"the {oracles.CONFIDENCE_CEILING} (engine.offline.oracles): survival, Bayes and HF-threshold "
                          "rules over a grid, each bin's acceptance from these references, chosen on all tasks")

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from engine.offline.costmodel import CostModel
-from engine.offline.oracles import ACCEPTED_BOUND, COST_OPTIMAL, accepted_length_bound
+from engine.offline.oracles import ACCEPTED_BOUND, CONFIDENCE_CEILING, COST_OPTIMAL, accepted_length_bound
 
 DEFAULT_C = 0.1  # hardware-free fallback: a draft ~10× cheaper than its target (flat verify, Leviathan)
 MAX_K = 8  # windows advised; longer ones rarely pay on the CPUs this lab measures
@@ -47,6 +47,9 @@ class Advice:
     units: str = "measured"  # measured | hardware-free
     note: str = ""
     source: str = ""  # reference | traces
+    rule: str | None = None  # the confidence ceiling's rule (engine.offline.confidence_ceiling; references only)
+    rule_speedup: float | None = None  # … and its speedup: what a window reading the draft's confidence can reach
+    runnable: tuple[str, float] | None = None  # the best policy spec of the ceiling a user can run, its speedup
 
     @property
     def left_on_table(self) -> float | None:
@@ -66,6 +69,12 @@ class Advice:
                 others.setdefault(k, []).append(task)
         for k, tasks in sorted(others.items()):
             parts.append(f"K = {k} on {', '.join(sorted(tasks))}")
+        if self.rule is not None and self.rule_speedup is not None and self.rule_speedup > max(self.speedup, 1.0):
+            same = self.runnable is not None and self.runnable[0].split(",")[0] == self.rule
+            rule = self.runnable[0] if same else self.rule  # HF's rule: said as the spec to run
+            tail = f"; {self.runnable[0]} reaches {self.runnable[1]:.2f}×" if self.runnable and not same else ""
+            parts.append(f"a window reading the draft's confidence reaches at most {self.rule_speedup:.2f}× "
+                         f"(the {CONFIDENCE_CEILING}: {rule}{tail})")
         if (left := self.left_on_table) is not None:
             parts.append(f"the {self.oracle} leaves {100 * left:.0f} % on the table")
         text = "; ".join(parts)
@@ -151,9 +160,11 @@ def from_traces(traces: Sequence[Any], c: float | None = None, max_k: int = MAX_
     return Advice(_pair(spec[0].header), k, overall[k], per_task, ACCEPTED_BOUND, bound, units, note, "traces")
 
 
-def from_window_table(wt: pd.DataFrame, pair: str, units: str = "measured", note: str = "") -> Advice:
+def from_window_table(wt: pd.DataFrame, pair: str, units: str = "measured", note: str = "",
+                      ceiling: pd.DataFrame | None = None) -> Advice:
     """Advice from engine.offline.analysis.window_table rows (a reference replay): best fixed K per
-    task (K = 0 where none beats 1×) and the cost-optimal hindsight schedule (oracle:c) as the oracle."""
+    task (K = 0 where none beats 1×) and the cost-optimal hindsight schedule (oracle:c) as the oracle;
+    with `ceiling` (engine.offline.confidence_ceiling), what a window reading the draft's confidence reaches."""
     def best(g: pd.DataFrame) -> tuple[int, float]:
         f = g[g["kind"] == "fixed"]
         row = f.loc[f["speedup"].idxmax()]
@@ -165,7 +176,10 @@ def from_window_table(wt: pd.DataFrame, pair: str, units: str = "measured", note
     if not len(oc):
         oc = wt[(wt["task"] == "all") & (wt["policy"].astype(str).str.startswith("oracle:a"))]
     osp = float(oc["speedup"].iloc[0]) if len(oc) else None
-    return Advice(pair, k, s, per_task, COST_OPTIMAL, osp, units, note, "reference")
+    top = ceiling[ceiling["task"] == "all"] if ceiling is not None else pd.DataFrame()
+    rule, rs = (str(top["ceiling_rule"].iloc[0]), float(top["s_ceiling"].iloc[0])) if len(top) else (None, None)
+    run = (str(top["runnable_rule"].iloc[0]), float(top["s_runnable"].iloc[0])) if len(top) else None
+    return Advice(pair, k, s, per_task, COST_OPTIMAL, osp, units, note, "reference", rule, rs, run)
 
 
 def advise(items: Iterable[Any], c: float | None = None, max_k: int = MAX_K) -> Advice:
@@ -199,7 +213,12 @@ def advise(items: Iterable[Any], c: float | None = None, max_k: int = MAX_K) -> 
                 note = f"the reference carries no timings: speedups in hardware-free units (flat verify, c = {DEFAULT_C:g}; set --c)"
     cost_for(refs[0], cost)  # a bad cost spec fails here, in one line
     wt = window_table(refs, cost, gammas=range(1, max_k + 1), policies=())
-    return from_window_table(wt, _pair(refs[0].header), units, note)
+    ceiling = None
+    if min(r.max_window for r in refs) >= 2:  # the rules replay the recorded draft signals (tails)
+        from engine.offline.confidence_ceiling import confidence_ceiling
+
+        ceiling = confidence_ceiling(refs, lambda r: cost_for(r, cost), max_window=max_k)
+    return from_window_table(wt, _pair(refs[0].header), units, note, ceiling)
 
 
 def check_against(adv: Advice, result: dict, temperature: float = 0.0) -> dict[str, Any]:

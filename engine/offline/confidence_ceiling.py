@@ -184,7 +184,8 @@ def candidates(rate, pi, cost: CostModel, window: int) -> dict[str, object]:
 def confidence_ceiling(refs: Sequence[Reference], cost_of, max_window: int = MAX_WINDOW,
                        gammas: Sequence[int] = range(1, MAX_WINDOW + 1)) -> pd.DataFrame:
     """One row per task (and 'all'): the best fixed window, the ceiling rule chosen on all tasks and its
-    speedup, the best rule chosen per task, the cost-optimal hindsight schedule, and the headroom shares.
+    speedup, the best rule chosen per task, the cost-optimal hindsight schedule, the headroom share, and the
+    best rule a user can run as it is (HF's `confidence:t,max=W`, chosen on all tasks) with its speedup.
     `cost_of(ref)` → the CostModel a reference is priced with (engine.offline.analysis.cost_for); every walk is
     priced by its own reference's model, the Bayes rules' λ-trade-off by the first reference's."""
     refs = list(refs)
@@ -197,6 +198,8 @@ def confidence_ceiling(refs: Sequence[Reference], cost_of, max_window: int = MAX
     s = lambda r, task: r[task][0] / r[task][1] if r is not None else 1.0  # noqa: E731 - speedup over AR
     rules[AR] = None  # the plain autoregressive step: 1.0× on every task
     chosen = max(rules, key=lambda spec: s(rules[spec], "all"))  # one rule per pair, AR included
+    # HF's rule is one a user can run as it is (`confidence:t,max=W`): the best of those, for the advice
+    runnable = max((spec for spec in rules if spec.startswith("confidence:")), key=lambda spec: s(rules[spec], "all"))
     rows = []
     for task in oracle:
         g = max(fixed, key=lambda g: s(fixed[g], task))
@@ -205,6 +208,7 @@ def confidence_ceiling(refs: Sequence[Reference], cost_of, max_window: int = MAX
         rows.append({"task": task, "best_fixed": f"fixed:{g}", "s_best_fixed": sf, "ceiling_rule": chosen,
                      "s_ceiling": sc, "rel_best_fixed": sc / sf, "task_rule": own, "s_task_rule": s(rules[own], task),
                      "s_oracle_c": so, "headroom_share": (sc - sf) / (so - sf) if so > sf else float("nan"),
+                     "runnable_rule": f"{runnable},max={window}", "s_runnable": s(rules[runnable], task),
                      "max_window": window})
     out = pd.DataFrame(rows)
     out = pd.concat([out[out["task"] == "all"], out[out["task"] != "all"]], ignore_index=True)

@@ -62,6 +62,7 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     said = "\n".join(text)
     head = at.info[0].value  # the page opens with its conclusion
     assert head.startswith("**qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b: which window?** ")
+    assert "a window reading the draft's confidence reaches at most" in head  # the confidence ceiling, said once
     gain = head.split("**Oracle gain.** ", 1)[1]
     assert gain.startswith("Oracle (a) ÷ best fixed window: **")
     assert "per task — paper: up to 1.4×; this " in gain and gain.endswith(" the paper's figure.")

@@ -28,6 +28,10 @@ def test_a_reference_run_is_advised_against_the_cost_optimal_schedule():
     adv = advise([load_any("traces/ref-qwen-greedy.jsonl")[1]])
     assert adv.source == "reference" and adv.oracle == COST_OPTIMAL and adv.oracle_speedup >= adv.speedup
     assert f"the {COST_OPTIMAL} leaves" in adv.line()
+    # and what a window reading the draft's confidence could reach, calibrated perfectly (the confidence ceiling)
+    assert adv.rule is not None and adv.speedup <= adv.rule_speedup <= adv.oracle_speedup
+    assert "a window reading the draft's confidence reaches at most" in adv.line()
+    assert adv.runnable[0].startswith("confidence:") and adv.runnable[1] <= adv.rule_speedup + 1e-12
 
 
 def test_trace_without_timings_gets_hardware_free_units_and_a_note(tmp_path):
@@ -74,6 +78,17 @@ def test_k0_on_tasks_where_no_window_beats_ar():
     adv = from_window_table(wt, "t ← d")
     assert (adv.k, adv.per_task["qa"], adv.per_task["mt"][0]) == (2, (0, 1.0), 2)
     assert adv.line() == "use K = 2 (1.31× AR); K = 0 on qa; the cost-optimal hindsight schedule leaves 9 % on the table"
+
+    cc = pd.DataFrame({"task": ["all"], "ceiling_rule": ["bayes:1.5"], "s_ceiling": [1.38],
+                       "runnable_rule": ["confidence:0.8,max=8"], "s_runnable": [1.35]})
+    assert from_window_table(wt, "t ← d", ceiling=cc).line() == (
+        "use K = 2 (1.31× AR); K = 0 on qa; a window reading the draft's confidence reaches at most 1.38× (the "
+        "confidence ceiling: bayes:1.5; confidence:0.8,max=8 reaches 1.35×); the cost-optimal hindsight schedule "
+        "leaves 9 % on the table")
+    same = cc.assign(ceiling_rule="confidence:0.8", s_runnable=1.38)
+    assert "(the confidence ceiling: confidence:0.8,max=8)" in from_window_table(wt, "t ← d", ceiling=same).line()
+    below = cc.assign(s_ceiling=1.2)  # no better than the advised K: not said
+    assert "confidence" not in from_window_table(wt, "t ← d", ceiling=below).line()
 
 
 def test_accepted_length_bound_worked_example():
