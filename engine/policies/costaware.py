@@ -35,7 +35,9 @@ tokens − λ·time. Then
                 AR step ("baseline") once early and then every BASELINE drafting steps, as T(0) is the bar.
     catch-up    a drafter that has not run for n tokens (the whole prompt, first: its prefill is lazy) pays
                 n·t_p before it drafts (t_p: its per-token catch-up, measured). A step that drafts after AR
-                steps carries that price, spread over the request's remaining steps; a probe runs only if
+                steps carries that price, spread over the request's remaining steps R (max_new_tokens less
+                what it emitted, or fewer: the lower quartile of the pair's earlier answers that ran that far,
+                PairStats.remaining, once LEN_MIN have finished); a probe runs only if
                 the ceiling G = max_k (k+1)·T(0)/T(k) (every draft accepted) beats AR by CEILING and
                 a share of the most the rest of the request could save, R·T(0)·(1 − 1/G), covers
                 n·t_p + T(1) − T(0). On a path where a verify of k drafts costs nearly k+1 forwards (the
@@ -64,6 +66,7 @@ argmax_k U(k) as its cap. `measure=0` prices with the prior only (deterministic 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import deque
@@ -83,6 +86,7 @@ CEILING = 1.02  # G must beat AR by 2 %: below it even a perfect draft cannot pa
 PROBE_SHARE = 0.25  # a probe finds drafting profitable perhaps 1 time in 4: it may cost a quarter of the best case
 NEAR_N = REF_N / 2  # another temperature's pooled rates: the same pair, but trusted half as much as this one's
 R_UNKNOWN = 128  # remaining tokens assumed when the request's length is unknown (no RequestContext)
+_REQUESTS = itertools.count()  # request keys: the pair's lengths are kept per request
 
 
 class CostAware(WindowPolicy):
@@ -170,6 +174,7 @@ class CostAware(WindowPolicy):
         self._streak, self._every = 0, self.probe
         self._unseen = self._prompt_len  # tokens the drafter has not run over (its prefill is lazy)
         self._emitted = 0
+        self._key = next(_REQUESTS)  # this request's entry in the pair's lengths
         self._bins: list[int] = []
         self._memo_key: tuple | None = None
         self._begin_step()
@@ -212,7 +217,10 @@ class CostAware(WindowPolicy):
             self._memo_key, self._memo = key, self._evaluate(kmax, lam, total)
         self._abar, util, k_plan, value, cap, ceiling = self._memo
         catch = self.costs.catchup_ms(self._unseen, self._td) if self.costs.measured else 0.0
-        left = max(1, (self._max_new or self._emitted + R_UNKNOWN) - self._emitted)  # tokens still to come
+        cap_len = self._max_new or self._emitted + R_UNKNOWN
+        left = max(1, cap_len - self._emitted)  # tokens still to come: at most this, and (the pair's lengths) …
+        short = self.pair.remaining(self._key, self._emitted, cap_len) if self.pair is not None else None
+        left = min(left, short) if short is not None else left  # … perhaps far fewer (PairStats.remaining)
         decision = "draft" if cap else "ar"
         if cap and self.measure and self.costs.measured and self._since_ar >= (BASELINE if 0 in self.costs.tv else 1):
             cap, decision = 0, "baseline"  # time an AR step: T(0) is the bar, a prior guess of it would bias every U
@@ -325,6 +333,8 @@ class CostAware(WindowPolicy):
         # after a draft the drafter has run over its accepted drafts: only the bonus token is new to it
         self._unseen = 1 if (drafted or self._asked) else self._unseen + 1
         self._emitted += n + 1
+        if self.pair is not None:
+            self.pair.note_length(self._key, self._emitted)
         if self._asked:
             self._fields["s"] = [round(x, 4) for x in self._surv]
             self._fields["stop"] = self._stop or "cap"

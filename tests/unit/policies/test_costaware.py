@@ -377,3 +377,54 @@ def test_success_chance_of_pooled_acceptance():
     for i in range(10):
         few.add(0, i < 4)
     assert 0.5 < few.success_chance(0.35) < 0.8
+
+
+def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
+    """The draft's catch-up over a 300-token prompt (5 ms a token: 1.5 s) is paid back over 96 tokens of
+    well-accepted drafts, but not over the 12 tokens a pair's answers have run to (rag: 700-token contexts,
+    12-token answers, 0.81× AR when priced against max_new_tokens). After four short answers the next long
+    prompt starts autoregressive; after four long ones it starts by drafting. Before LEN_MIN answers nothing
+    changes (`PairStats.remaining` is None)."""
+    from types import SimpleNamespace
+
+    from engine.policies.costaware import shared_costs
+    from engine.policies.pair_costs import shared_stats
+
+    def pair_after(answer_len):
+        target, draft = Model(), Model()
+        costs = shared_costs(target, draft, 0.3, 0.05)
+        costs.prime(40.0, {1: 100.0, 2: 101.0, 4: 103.0, 8: 110.0, 16: 120.0})
+        costs.tp.extend([5.0] * 4)
+        for _ in range(4):  # earlier requests of the pair, short prompts (no catch-up), answers of answer_len
+            clock = Clock()
+            ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=answer_len, target=target, draft=draft,
+                                  temperature=0.0)
+            pol = CostAware(clock=clock, probe=2).for_request(ctx)
+            pol.reset()
+            while pol._emitted < answer_len:
+                drive(pol, clock, 1, 40.0, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 1.0)
+        stats = shared_stats(target, draft, 0.0)
+        assert sorted(stats.lengths.values())[0] >= answer_len
+        clock = Clock()
+        ctx = SimpleNamespace(prompt_ids=[1] * 300, max_new_tokens=96, target=target, draft=draft, temperature=0.0)
+        pol = CostAware(clock=clock, probe=2).for_request(ctx)
+        pol.reset()
+        pol.propose()
+        return pol._fields["decision"]
+
+    assert pair_after(96) == "draft"
+    assert pair_after(12) == "catch-up"
+
+
+def test_pair_lengths_remaining_worked_example():
+    from engine.policies.calibration import PairStats
+
+    p = PairStats()
+    for k, n in enumerate([12, 20, 96]):
+        p.note_length(k, n)
+    assert p.remaining(99, 0, 96) is None  # three finished requests: fewer than LEN_MIN
+    p.note_length(3, 96)
+    assert p.remaining(99, 0, 96) == 12 and p.remaining(99, 15, 96) == 5 and p.remaining(99, 30, 96) == 66
+    assert p.remaining(3, 0, 96) is None  # a request's own length is not evidence about itself
+    assert p.remaining(99, 96, 96) is None  # past every earlier answer: max_new_tokens decides
+    assert p.remaining(99, 0, 16) == 12 and p.remaining(99, 13, 16) == 3  # lengths capped at this request's cap
