@@ -115,7 +115,8 @@ class Calibration:
 
 class PairStats:
     """Acceptance per confidence bin pooled over the requests a pair has finished at one temperature in
-    this process: the next request's prior (module doc), so each request need not relearn its pair."""
+    this process: the next request's prior (module doc), so each request need not relearn its pair; and
+    the lengths those requests ran to (`remaining`: how much of a request is likely left)."""
 
     def __init__(self) -> None:
         self.acc, self.n, self.seen = [0.0] * N_BINS, [0.0] * N_BINS, [0.0] * N_BINS
