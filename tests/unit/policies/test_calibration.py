@@ -59,3 +59,17 @@ def test_a_pairs_pooled_acceptance_becomes_a_prior_after_enough_labels():
     rate, share = s.prior(base, pi)
     assert rate[2] == pytest.approx((PAIR_MIN + PRIOR_N * base[2]) / (PAIR_MIN + PRIOR_N)) and rate[2] > base[2]
     assert rate[0] == base[0] and share[2] > share[0] and sum(share) == pytest.approx(1.0)
+
+
+def test_pair_lengths_remaining_worked_example():
+    from engine.policies.calibration import PairStats
+
+    p = PairStats()
+    for k, n in enumerate([12, 20, 96]):
+        p.note_length(k, n)
+    assert p.remaining(99, 0, 96) is None  # three finished requests: fewer than LEN_MIN
+    p.note_length(3, 96)
+    assert p.remaining(99, 0, 96) == 12 and p.remaining(99, 15, 96) == 5 and p.remaining(99, 30, 96) == 66
+    assert p.remaining(3, 0, 96) is None  # a request's own length is not evidence about itself
+    assert p.remaining(99, 96, 96) is None  # past every earlier answer: max_new_tokens decides
+    assert p.remaining(99, 0, 16) == 12 and p.remaining(99, 13, 16) == 3  # lengths capped at this request's cap

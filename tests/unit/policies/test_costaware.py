@@ -415,16 +415,3 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
     assert pair_after(96) == "draft"
     assert pair_after(12) == "catch-up"
 
-
-def test_pair_lengths_remaining_worked_example():
-    from engine.policies.calibration import PairStats
-
-    p = PairStats()
-    for k, n in enumerate([12, 20, 96]):
-        p.note_length(k, n)
-    assert p.remaining(99, 0, 96) is None  # three finished requests: fewer than LEN_MIN
-    p.note_length(3, 96)
-    assert p.remaining(99, 0, 96) == 12 and p.remaining(99, 15, 96) == 5 and p.remaining(99, 30, 96) == 66
-    assert p.remaining(3, 0, 96) is None  # a request's own length is not evidence about itself
-    assert p.remaining(99, 96, 96) is None  # past every earlier answer: max_new_tokens decides
-    assert p.remaining(99, 0, 16) == 12 and p.remaining(99, 13, 16) == 3  # lengths capped at this request's cap
