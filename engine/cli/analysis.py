@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
                                                "the references have timings, else 0.05; --copy-drafter: in-run "
                                                "if its decode traces are given, else 0; 'in-run' as in --costs)")
     a.add_argument("--gammas", default="1-16", help="fixed windows to compare, e.g. 1-16 or 1,2,4,8")
-    a.add_argument("--policies", default="heuristic,confidence,cumulative,entropy",
+    a.add_argument("--policies", default="heuristic,confidence,cumulative,entropy,costaware",
                    help="adaptive policies, ';'-separated when a spec has commas (e.g. 'confidence:0.3;heuristic')")
     a.add_argument("--copy-drafter", default=None, metavar="SPEC",
                    help="replay this model-free drafter (lookup:n=10,ngram=2, suffix:n=16) exactly over the "

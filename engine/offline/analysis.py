@@ -33,7 +33,7 @@ __all__ = ["CostModel", "DEFAULT_COSTS", "DEFAULT_POLICIES", "iid_theory", "load
            "trace_table", "variability_table", "window_table"]
 
 # The engine's adaptive policies at their documented defaults: the app's comparison set.
-DEFAULT_POLICIES = ("heuristic", "confidence", "cumulative", "entropy")
+DEFAULT_POLICIES = ("heuristic", "confidence", "cumulative", "entropy", "costaware")  # costaware: the lab's own answer
 # "measured" = each reference's own timings; the others are Leviathan-style flat-verify ratios.
 DEFAULT_COSTS = ("measured", 0.02, 0.05, 0.1, 0.2)
 ORACLES = ("oracle:a", "oracle:b", "oracle:c")  # c: cost-optimal in hindsight, greedy references only

@@ -90,8 +90,8 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
         np.frombuffer(base64.b64decode(wall["y"]["bdata"]), dtype=wall["y"]["dtype"]).tolist()  # plotly's typed array
     assert ys == pytest.approx(want["position"].tolist()) and wall["customdata"] == want["policy"].tolist()
     gap = charts["Gap closed by each adaptive policy"]["data"][0]
-    assert len(gap["x"]) == 4 and [x.split(":")[0] for x in gap["customdata"]] == \
-        ["heuristic", "confidence", "cumulative", "entropy"]
+    assert len(gap["x"]) == 5 and [x.split(":")[0] for x in gap["customdata"]] == \
+        ["heuristic", "confidence", "cumulative", "entropy", "costaware"]  # the lab's own window among them
 
     # with the pair's decode traces loaded, the replay is priced with what those real steps paid
     for name in ("qwen-ar-t0.jsonl", "qwen-fixed-1-t0.jsonl", "qwen-fixed-4-t0.jsonl", "qwen-lookup-fixed-10-t0.jsonl"):
