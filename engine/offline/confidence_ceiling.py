@@ -221,24 +221,18 @@ def confidence_ceiling(refs: Sequence[Reference], cost_of, max_window: int = MAX
 
 def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
     """Area under the ROC curve: P(score of an accepted draft > score of a rejected one), ties counted half
-    (Mann–Whitney). NaN when one class is empty. Worked example: labels [1, 0, 1], scores [0.9, 0.5, 0.5] →
-    pairs (0.9 > 0.5) = 1 and (0.5 = 0.5) = ½ → 0.75."""
+    (Mann–Whitney on average ranks). NaN when one class is empty. The one AUC of the lab: PACER's M_B is
+    scored with it too (engine.train.pacer.fit.auc). Worked example: labels [1, 0, 1], scores [0.9, 0.5, 0.5]
+    → pairs (0.9 > 0.5) = 1 and (0.5 = 0.5) = ½ → 0.75."""
     import numpy as np
 
-    y, s = np.asarray(labels, dtype=bool), np.asarray(scores, dtype=float)
+    y, s = np.asarray(labels, dtype=bool).ravel(), np.asarray(scores, dtype=np.float64).ravel()
     n1, n0 = int(y.sum()), int((~y).sum())
     if not n1 or not n0:
         return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_s = s[order]
-    i = 0
-    while i < len(s):  # average ranks over ties
-        j = i
-        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1.0
-        i = j + 1
+    uniq, inv, counts = np.unique(s, return_inverse=True, return_counts=True)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))  # 0-based rank of each distinct score's first copy
+    ranks = (first + (counts + 1) / 2.0)[inv]  # average 1-based rank over ties
     return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 

@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from engine.offline.confidence_ceiling import auc as _auc
 from engine.offline.steps import StepData, load_split, make_batch, pack_steps, score_all
 from engine.policies.pacer import PreVerifier, PreVerifierConfig, save_weights
 from engine.trace.jsonio import atomic_path
@@ -59,18 +60,9 @@ class PacerTrainConfig:
 
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Rank-based ROC AUC (ties get the average rank); NaN if a class is empty."""
-    s, y = scores.double().flatten(), labels.flatten() > 0.5
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    order = torch.argsort(s)
-    ranks = torch.empty_like(s)
-    ranks[order] = torch.arange(1, len(s) + 1, dtype=torch.float64)
-    uniq, inv, counts = torch.unique(s, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(uniq), dtype=torch.float64).index_add_(0, inv, ranks)
-    ranks = (sums / counts)[inv]
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    """Rank-based ROC AUC (ties get the average rank); NaN if a class is empty (the lab's one AUC,
+    engine.offline.confidence_ceiling.auc, on tensors)."""
+    return _auc((labels.flatten() > 0.5).cpu().numpy(), scores.double().flatten().cpu().numpy())
 
 
 def calibration(scores: torch.Tensor, labels: torch.Tensor, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
