@@ -217,21 +217,17 @@ class CostAware(WindowPolicy):
             self._memo_key, self._memo = key, self._evaluate(kmax, lam, total)
         self._abar, util, k_plan, value, cap, ceiling = self._memo
         catch = self.costs.catchup_ms(self._unseen, self._td) if self.costs.measured else 0.0
-        cap_len = self._max_new or self._emitted + R_UNKNOWN
-        left = max(1, cap_len - self._emitted)  # tokens still to come: at most this, and (the pair's lengths) …
-        short = self.pair.remaining(self._key, self._emitted, cap_len) if self.pair is not None else None
-        left = min(left, short) if short is not None else left  # … perhaps far fewer (PairStats.remaining)
         decision = "draft" if cap else "ar"
         if cap and self.measure and self.costs.measured and self._since_ar >= (BASELINE if 0 in self.costs.tv else 1):
             cap, decision = 0, "baseline"  # time an AR step: T(0) is the bar, a prior guess of it would bias every U
-        elif cap and not (catch and value * left / (util[k_plan] * total[k_plan]) < lam * catch):  # E(k_plan)
+        elif cap and not (catch and value * self._left() / (util[k_plan] * total[k_plan]) < lam * catch):  # E(k_plan)
             self._streak, self._every = 0, self.probe
         else:
             if cap:  # the catch-up costs more than drafting would win over the rest of the request
                 cap, decision = 0, "catch-up"
             self._streak += 1
             if self._streak >= self._every:
-                best = left * total[0] * (1.0 - 1.0 / ceiling)  # the most the rest could save (ceiling, doc)
+                best = self._left() * total[0] * (1.0 - 1.0 / ceiling)  # the most the rest could save (doc)
                 price = catch + total[1] - total[0]
                 share = self._probe_share(total)
                 self._fields["probe_share"] = round(share, 4)
@@ -248,6 +244,14 @@ class CostAware(WindowPolicy):
                              "catchup_ms": round(catch, 2) if self.costs.measured else None})
         self._cap = cap
         return cap
+
+    def _left(self) -> int:
+        """Tokens still to come: at most max_new_tokens less what was emitted, perhaps far fewer (the pair's
+        earlier answers, PairStats.remaining). Read only where a catch-up or a probe is priced."""
+        cap_len = self._max_new or self._emitted + R_UNKNOWN
+        left = max(1, cap_len - self._emitted)
+        short = self.pair.remaining(self._key, self._emitted, cap_len) if self.pair is not None else None
+        return min(left, short) if short is not None else left
 
     def _probe_share(self, total: list[float]) -> float:
         """The share of the best case a probe may cost: PROBE_SHARE, or less when the pair's pooled acceptance
