@@ -1,0 +1,113 @@
+"""EAGLE-style head: the training-time test equals decode-time drafting, greedy decoding is exact,
+checkpoints and configs that do not fit are refused in one line."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.core.sampling import SamplingConfig
+from engine.decode import DecodeConfig, decode
+from engine.drafters.base import KEEP_ALL
+from engine.drafters.block import FeatureLM
+from engine.drafters.eagle import EagleDrafter, check_eagle, load_eagle, save_eagle
+from engine.drafters.eagle_model import EagleConfig, EagleHead
+from engine.policies.simple import Fixed
+from tests.conftest import VOCAB, greedy_reference, tiny_llama
+
+LAYERS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(3, layers=2, hidden=32)
+
+
+def make_head(seed=0, layers=LAYERS) -> EagleHead:
+    c = EagleConfig(hidden_size=32, target_layers=layers, num_heads=4, num_kv_heads=2, intermediate_size=48,
+                    rope_theta=10000.0, vocab_size=VOCAB, draft_vocab=VOCAB, target="tiny")
+    torch.manual_seed(seed)
+    h = EagleHead(c)
+    with torch.no_grad():  # non-trivial norms so a wrong input order would show
+        for p in h.parameters():
+            if p.dim() == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return h.eval()
+
+
+def test_unrolled_equals_decode_time_drafting(target):
+    """Step j of the training-time unroll at position S−2+j−1 gives exactly the distribution the
+    drafter's j-th draft of a decode step had, on the drafter's own chain."""
+    head = make_head(1)
+    ft = FeatureLM(target, LAYERS)
+    d = EagleDrafter(head, ft, torch.arange(VOCAB))
+    seq = [3, 9, 4, 17, 5, 22, 8]
+    K = 4
+    ft.reset()
+    ft.prefill(seq[:-1])  # the target's cache holds positions < S − 1, as after a verify
+    d.reset(seq)
+    prop = d.draft(seq, K, KEEP_ALL, SamplingConfig(temperature=1.0), torch.Generator().manual_seed(1))
+    drafts = prop.tokens[0]
+    assert len(drafts) == K
+    x = torch.tensor([seq + drafts])
+    with torch.no_grad():
+        out = target(x, output_hidden_states=True)
+        feats = torch.cat([out.hidden_states[l + 1] for l in LAYERS], -1)
+        nxt = torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], 1)
+        emb = F.embedding(nxt, target.get_input_embeddings().weight)
+        hs = head.unrolled(emb, feats, torch.arange(x.shape[1])[None], K)
+        W = target.get_output_embeddings().weight
+    S = len(seq)
+    for j in range(1, K + 1):
+        t = S - 2 + j - 1
+        q = torch.softmax(head.norm_f(hs[j - 1][0, t]) @ W.T, -1)
+        assert torch.allclose(q, prop.q[0][j - 1], atol=1e-5), j
+
+
+def test_unrolled_step_ignores_future_features(target):
+    head = make_head(2)
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(1, 12, 64, generator=g)
+    emb = torch.randn(1, 12, 32, generator=g)
+    pos = torch.arange(12)[None]
+    with torch.no_grad():
+        a = head.unrolled(emb, feats, pos, 3)
+        f2 = feats.clone()
+        f2[0, 6:] += 1.0  # positions ≥ 6 change: every step's output at t ≤ 5 must not
+        b = head.unrolled(emb, f2, pos, 3)
+    for j in range(3):
+        assert torch.allclose(a[j][0, :6], b[j][0, :6], atol=1e-6)
+        assert not torch.allclose(a[j][0, 8:], b[j][0, 8:], atol=1e-3)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_decoding_with_the_head(target, temperature):
+    head = make_head(3)
+    ft = FeatureLM(target, LAYERS, name="tiny-target")
+    drafter = EagleDrafter(head, ft, torch.arange(VOCAB))
+    cfg = DecodeConfig(max_new_tokens=30, sampling=SamplingConfig(temperature=temperature, seed=5))
+    for prompt in ([5], [1, 2, 3, 4]):
+        recs = list(decode(ft, drafter, prompt, Fixed(3), cfg))
+        out = [t for r in recs for t in r.emitted_tokens]
+        assert len(out) == 30
+        if temperature == 0.0:
+            assert out == greedy_reference(target, prompt, 30)
+
+
+def test_save_load_and_refusals(tmp_path, target):
+    from engine.core.lm import HFModel
+    from engine.core.vocab_subset import save_subset
+
+    head = make_head(5)
+    save_eagle(head, tmp_path / "h")
+    save_subset(torch.arange(VOCAB), tmp_path / "h" / "vocab_subset.safetensors", {})
+    lm = HFModel(target, name="tiny")
+    ft, d = load_eagle(tmp_path / "h", lm)
+    for k, v in head.state_dict().items():
+        assert torch.allclose(v.to(torch.bfloat16).float(), d.head.state_dict()[k].float())
+    other = HFModel(tiny_llama(3, layers=2, hidden=64), name="wide")
+    with pytest.raises(ValueError, match="hidden size 32"):
+        check_eagle(tmp_path / "h", other)
+    with pytest.raises(FileNotFoundError, match="not an eagle-head directory"):
+        check_eagle(tmp_path, lm)
+    with pytest.raises(ValueError, match="layers"):
+        EagleDrafter(head, FeatureLM(target, (1,)), torch.arange(VOCAB))
