@@ -153,7 +153,7 @@ class RunSpec:
 
         kind = drafter_kind(self.draft)
         needs = pol.needs()
-        own = kind in ("model-free", "block")
+        own = kind in ("model-free", "block", "eagle")
         errors += needs.refusals(self.policy, self.greedy, drafter_hidden=not own,
                                  drafter=self.draft.partition(":")[0].strip(), draft_hidden_size=self.draft_hidden_size)
         if needs.lookahead and (multi or self.k != 1):
@@ -163,10 +163,10 @@ class RunSpec:
         return errors
 
     def _drafter_errors(self, target: Any, multi: bool, lab: Callable[[str], str]) -> list[str]:
-        from engine.drafters.factory import MULTI_VERIFIERS, block_path, drafter_kind
+        from engine.drafters.factory import MULTI_VERIFIERS, block_path, drafter_kind, eagle_path
 
         kind = drafter_kind(self.draft)
-        if kind in ("model-free", "block"):
+        if kind in ("model-free", "block", "eagle"):
             if multi or self.k != 1:
                 return [f"{lab('draft')} {self.draft} proposes one block per step: use a K = 1 verifier"]
             try:
@@ -174,6 +174,11 @@ class RunSpec:
                     from engine.drafters.modelfree import make_model_free
 
                     make_model_free(self.draft, target.vocab_size if target is not None else 2)
+                elif kind == "eagle":
+                    from engine.drafters.eagle import check_eagle, read_config
+
+                    check_eagle(eagle_path(self.draft), target) if target is not None else read_config(
+                        eagle_path(self.draft))
                 elif target is not None:  # its saved config against this target: no weights are read
                     from engine.drafters.block import check_block
 

@@ -204,5 +204,14 @@ def init_from_target(head: EagleHead, target, layer: int = -1) -> dict:
         L.up_proj.weight.copy_(tl.mlp.up_proj.weight.float()[keep])
         L.down_proj.weight.copy_(down[:, keep])
         head.norm_f.weight.copy_(target.model.norm.weight.float())
+        # the layer first sees what a target layer sees: the deepest fused feature passed through
+        # (u ≈ norm(f_t[last]) + a small share of the next token's embedding), not a random projection
+        D = head.config.hidden_size
+        head.fuse.weight.zero_()
+        head.fuse.weight[:, -D:].copy_(torch.eye(D))
+        head.fc.weight.zero_()
+        head.fc.weight[:, :D].copy_(0.5 * torch.eye(D))
+        head.fc.weight[:, D:].copy_(torch.eye(D))
     n_layers = len(target.model.layers)
-    return {"init": "target", "layer": layer % n_layers, "mlp_neurons": int(keep.numel())}
+    return {"init": "target", "layer": layer % n_layers, "mlp_neurons": int(keep.numel()),
+            "fuse": "identity on the deepest feature", "fc": "[0.5·I | I]"}

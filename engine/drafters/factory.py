@@ -10,6 +10,8 @@
     block:PATH                             DFlash-style block drafter saved at PATH FeatureLM (target + layer features)
     block:TARGET                           the committed block drafter of a target  FeatureLM
                                            (BLOCK_DRAFTERS: qwen2.5-coder-1.5b, smollm2-135m)
+    eagle:PATH | eagle:TARGET              an EAGLE-style head (engine.drafters.eagle;
+                                           EAGLE_HEADS: qwen2.5-coder-1.5b)         FeatureLM
 
 Returns (target LM to decode with, drafter or None). A plain draft model comes back as its LM:
 `decode` wraps it in an AutoregressiveDrafter, and the trace header and the hindsight oracle read
@@ -25,6 +27,8 @@ from engine.paths import REPO_ROOT
 from engine.verify import MULTI_DRAFT
 
 BLOCK = "block"
+EAGLE = "eagle"
+FEATURE_KINDS = ("block", "eagle")  # drafters that read the target's layer features (verify with a FeatureLM)
 MULTI_VERIFIERS = "rrs, kseq, rbv, kbv, spectr-gbv-published"
 
 
@@ -33,8 +37,34 @@ BLOCK_DRAFTERS = {"qwen2.5-coder-1.5b": "models/block-drafter-qwen2.5-coder-1.5b
                   "smollm2-135m": "models/block-drafter-smollm2"}
 
 
+# EAGLE-style heads by target: `--draft eagle:qwen2.5-coder-1.5b`.
+EAGLE_HEADS = {"qwen2.5-coder-1.5b": "models/eagle-qwen2.5-coder-1.5b"}
+
+
 def is_block(spec: str | None) -> bool:
     return bool(spec) and spec.strip().partition(":")[0] == BLOCK
+
+
+def is_eagle(spec: str | None) -> bool:
+    return bool(spec) and spec.strip().partition(":")[0] == EAGLE
+
+
+def eagle_path(spec: str) -> Path:
+    """'eagle:PATH' → that directory; 'eagle:qwen2.5-coder-1.5b' → the committed head of that target."""
+    name, _, path = spec.strip().partition(":")
+    if name != EAGLE or not path.strip():
+        raise ValueError(f"bad draft spec {spec!r}: eagle needs a path, eagle:PATH (a saved EAGLE-style head)")
+    name = path.strip()
+    if name in EAGLE_HEADS and not Path(name).exists():
+        p = REPO_ROOT / EAGLE_HEADS[name]
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"eagle:{name}: no committed head at {p} (train one: `python -m engine eagle "
+                                    "train`, then pass eagle:<run>/head)")
+        return p
+    p = Path(name).expanduser()
+    if not p.exists() and not p.is_absolute() and (REPO_ROOT / p).exists():
+        return REPO_ROOT / p
+    return p
 
 
 def block_path(spec: str) -> Path:
@@ -57,7 +87,7 @@ def block_path(spec: str) -> Path:
 
 
 def drafter_kind(spec: str | None) -> str:
-    """none | model-free | phrase | block | model: what `make_drafter` will build for this spec."""
+    """none | model-free | phrase | block | eagle | model: what `make_drafter` will build for this spec."""
     from engine.drafters.modelfree import is_model_free
     from engine.drafters.phrase import is_phrase
 
@@ -69,6 +99,8 @@ def drafter_kind(spec: str | None) -> str:
         return "phrase"
     if is_block(spec):
         return "block"
+    if is_eagle(spec):
+        return "eagle"
     return "model"
 
 
@@ -82,7 +114,7 @@ def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 
     target_lm = getattr(target, "lm", target)
     kind = drafter_kind(spec)
     multi = verifier in MULTI_DRAFT
-    if kind in ("model-free", "block") and (multi or k != 1):
+    if kind in ("model-free", *FEATURE_KINDS) and (multi or k != 1):
         raise ValueError(f"--draft {spec} proposes one block per step: use a K = 1 verifier")
     if kind == "model-free":  # lookup / suffix: no weights, only the target's vocabulary
         from engine.drafters.modelfree import make_model_free
@@ -92,6 +124,10 @@ def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 
         from engine.drafters.block import load_block
 
         return load_block(block_path(spec), target_lm)
+    if kind == "eagle":
+        from engine.drafters.eagle import load_eagle
+
+        return load_eagle(eagle_path(spec), target_lm)
     if not multi and k != 1:
         raise ValueError(f"--k {k} needs a multi-draft verifier ({MULTI_VERIFIERS})")
     if kind == "none":

@@ -43,6 +43,8 @@ class EagleTrainConfig:
     runs_dir: str = ""  # empty = $SPECLAB_CACHE/eagle-runs-qwen
     tag: str = "main"  # the run's folder under runs_dir
     target: str = QWEN  # the shards and the head must be for this target
+    target_dir: str = ""  # the target's weights (embedding, head, last layer); empty = the installed cache
+    vocab_file: str = ""  # the draft vocabulary; empty = models/qwen2.5-coder/draft-vocab.safetensors
     target_layers: tuple = (1, 13, 25)  # EAGLE-3's low/mid/high; (27,) is EAGLE-1's top feature
     init: str = "target"  # target: the layer starts as the target's last layer (MLP pruned); random
     intermediate_size: int = 4096  # keeps the head ≤ 80 MB in bf16
@@ -99,9 +101,10 @@ def step_loss(head, fr: Frozen, ids, feats, lab, unroll: int):
     """Mean cross-entropy over the unrolled steps, and per-step top-1 accuracy on labelled positions."""
     b, S = ids.shape
     nxt = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1)  # x_{t+1}
-    emb = F.embedding(nxt, fr.embed)
+    dt = head.fc.weight.dtype  # bf16 inputs; autocast (where on) casts the matmuls back down
+    emb = F.embedding(nxt, fr.embed).to(dt)
     pos = torch.arange(S)[None].expand(b, S)
-    outs = head.unrolled(emb, feats, pos, unroll)
+    outs = head.unrolled(emb, feats.to(dt), pos, unroll)
     losses, accs = [], []
     for j, h in enumerate(outs, start=1):
         y = lab.clone()
@@ -125,7 +128,8 @@ def offline_tau(head, fr: Frozen, seqs, K: int) -> dict:
         ids, feats, lab = s.ids[None], s.feats[None], s.labels[None]
         S = ids.shape[1]
         nxt = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1)
-        outs = head.unrolled(F.embedding(nxt, fr.embed), feats, torch.arange(S)[None], K)
+        dt = head.fc.weight.dtype
+        outs = head.unrolled(F.embedding(nxt, fr.embed).to(dt), feats.to(dt), torch.arange(S)[None], K)
         pred = torch.stack([(head.norm_f(h[0]) @ fr.sub_head.T.to(h.dtype)).argmax(-1) for h in outs])  # [K, S]
         ok = pred == lab[0][None]
         for t in range(max(0, s.plen - 1), S - 2):
@@ -156,11 +160,12 @@ def build(cfg: EagleTrainConfig, data: EagleData | None = None):
 
     from engine.core.provision import model_dir
 
-    tdir = Path(model_dir(cfg.target))
+    tdir = Path(cfg.target_dir) if cfg.target_dir else Path(model_dir(cfg.target))
     embed, lm_head, tcfg = load_embed_head(tdir)
-    subset = load_subset()
+    subset = load_subset(Path(cfg.vocab_file)) if cfg.vocab_file else load_subset()
     if subset is None:
-        raise FileNotFoundError("models/qwen2.5-coder/draft-vocab.safetensors is missing (the draft vocabulary)")
+        raise FileNotFoundError(f"{cfg.vocab_file or 'models/qwen2.5-coder/draft-vocab.safetensors'}: the draft "
+                                "vocabulary is missing")
     data = data or EagleData(data_dir(cfg), cfg.target, tuple(cfg.target_layers), subset, cfg.max_tokens,
                              cfg.max_shards)
     rope = (tcfg.get("rope_parameters") or {}).get("rope_theta", tcfg.get("rope_theta", 10000.0))
@@ -245,7 +250,10 @@ def _loop(cfg, head, fr, data, info, run: Path, progress: bool) -> dict:
     plan = plan[:total]
     total_tokens = sum(sum(len(data.train[i]) for i in b) for b in plan)
     fd = head.config.feat_dim
-    log = open(run / "trace.jsonl", "a")
+    if st:  # drop what was logged after the checkpoint: the resumed steps log it again
+        with open(run / "trace.jsonl", "r+b") as fh:
+            fh.truncate(st["trace_offset"])
+    log = open(run / "trace.jsonl", "a" if st else "w")
     if not st:
         log.write(json.dumps({"type": "header", "config": asdict(cfg), "init": info, "tokens": data.tokens,
                               "labelled": data.labelled, "shards": len(data.shards), "steps": total,
@@ -289,10 +297,10 @@ def _loop(cfg, head, fr, data, info, run: Path, progress: bool) -> dict:
         el = time.perf_counter() - t0
         cpu_h = (cpu0 + time.process_time() - c0) / 3600
         if step % 10 == 0:
-            log.write(json.dumps({"type": "log", "step": step, "positions": seen, "loss": round(float(loss), 4),
+            log.write(json.dumps({"type": "log", "step": step, "positions": seen, "loss": round(float(loss.detach()), 4),
                                   "acc": [round(a, 4) for a in accs], "lr": opt.param_groups[0]["lr"],
                                   "wall_s": round(el, 1), "cpu_h": round(cpu_h, 4)}) + "\n")
-            bar.set_postfix_str(f"loss {float(loss):.3f} acc1 {accs[0]:.3f} cpu-h {cpu_h:.2f}")
+            bar.set_postfix_str(f"loss {float(loss.detach()):.3f} acc1 {accs[0]:.3f} cpu-h {cpu_h:.2f}")
         while pending and seen >= pending[0]:
             pending.pop(0)
             bar_write(evaluate(), progress)
@@ -300,7 +308,7 @@ def _loop(cfg, head, fr, data, info, run: Path, progress: bool) -> dict:
             log.flush()
             save_checkpoint(run, head, opt, {"step": step, "seen": seen, "wall_s": time.perf_counter() - t0,
                                              "cpu_s": cpu0 + time.process_time() - c0, "curve": curve,
-                                             "trace_offset": 0, "config": asdict(cfg)})
+                                             "trace_offset": log.tell(), "config": asdict(cfg)})
             last_ck = time.perf_counter()
     bar.close()
     ev = evaluate() if not curve or curve[-1]["positions"] != seen else curve[-1]
