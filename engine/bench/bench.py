@@ -229,9 +229,20 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     by_path = {w: measure_costs(t, d, encoded[0][1]) for w, (t, d) in paths.items()}
     for w, (t, d) in paths.items():  # the cost-aware window prices its first request with this run's costs
         prime_costs(t, d, by_path[w])
+    # drafters named after '@' that run forwards of their own (eagle): their c, probed and primed the same way
+    by_own = {}
+    for (w, s), dr in own.items():
+        t = paths[w][0]
+        probe = measure_costs(t, dr, encoded[0][1])
+        if probe["t_draft_ms"] == probe["t_draft_ms"]:  # nan: a model-free or block drafter (priced per step)
+            by_own[f"{s} [{w}]" if len(paths) > 1 else s] = probe
+            prime_costs(t, dr, probe)
+            prime_costs(dr.verify_target(t), dr, probe)
     costs = dict(next(iter(by_path.values())))
     if len(paths) > 1:
         costs["by_weights"] = by_path
+    if by_own:
+        costs["by_drafter"] = by_own
     results: list[RunResult] = []
     mismatches: list[str] = []
     multi = len(paths) > 1

@@ -13,8 +13,8 @@ of m tokens (interpolated linearly between the measured 1, 2, 4, 8, 16; extrapol
 non-decreasing first (pool adjacent violators: a wider forward is not cheaper, and one noisy probe
 of t(1) above t(2) — 0.69× once on a loaded machine — priced every AR step dearer than a verify),
 d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = one draft token's
-forward — 0 for a drafter without a draft model (lookup, suffix, `POLICY@DRAFTER` configs), whose
-scan is bookkeeping. P = tokens the draft model cached without drafting (RunResult.draft_prefill_tokens:
+forward — an EAGLE-style head after '@' its own probe (costs["by_drafter"]), 0 for a drafter without
+a network of its own per token (lookup, suffix), whose scan is bookkeeping. P = tokens the draft model cached without drafting (RunResult.draft_prefill_tokens:
 the prompt, once it first drafts, and every catch-up over > 8 tokens after autoregressive steps), t_prefill =
 the probe's per-token draft prefill (engine.bench.runner.prefill_ms_per_token). S = drafting steps (Σ_{k≥1} n_k),
 t_step = one block-drafter forward (engine.bench.runner.block_step_ms): a block drafter has no per-token draft
@@ -50,9 +50,14 @@ def target_ms(costs: Mapping[str, Any], tokens: int) -> float:
 
 
 def draft_ms(costs: Mapping[str, Any], config: str) -> float:
-    """t_draft for a config: the run's draft forward, 0 for a model-free drafter (nan or '@' config)."""
-    t = float(costs.get("t_draft_ms", math.nan))
-    return 0.0 if "@" in config or not math.isfinite(t) else t
+    """t_draft for a config: the run's draft forward; for a `POLICY@DRAFTER` config the probe of that
+    drafter (costs["by_drafter"]: an EAGLE-style head), else 0 (model-free: its scan is bookkeeping)."""
+    if "@" in config:
+        own = (costs.get("by_drafter") or {}).get(config) or {}
+        t = float(own.get("t_draft_ms", math.nan))
+    else:
+        t = float(costs.get("t_draft_ms", math.nan))
+    return 0.0 if not math.isfinite(t) else t
 
 
 def prefill_ms(costs: Mapping[str, Any], config: str) -> float:

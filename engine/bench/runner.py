@@ -155,7 +155,7 @@ def split_config(spec: str) -> tuple[str, str | None]:
     `fixed:10@lookup:n=10,ngram=2` drafts by prompt lookup with a fixed cap of 10 in the same run
     (and on the same prompts, interleaved) as `heuristic` with the draft model — so a model draft and
     model-free drafts are compared side by side. Only drafters that load no second model go after '@':
-    model-free ones and `block:PATH` (a small network on the target's own features); a second draft
+    model-free ones, `block:PATH` and `eagle:PATH` (small networks on the target's own features); a second draft
     model would double the memory for what two bench runs do as well.
     """
     pol, at, drafter = spec.partition("@")
@@ -163,9 +163,9 @@ def split_config(spec: str) -> tuple[str, str | None]:
         return spec, None
     from engine.drafters import drafter_kind
 
-    if pol in ("ar", "oracle") or pol.startswith("hf:") or drafter_kind(drafter) not in ("model-free", "block"):
-        raise ValueError(f"config {spec!r}: '@' takes a window policy before it and a model-free or block drafter "
-                         "(lookup:…, suffix:…, block:PATH) after it")
+    if pol in ("ar", "oracle") or pol.startswith("hf:") or drafter_kind(drafter) not in ("model-free", "block", "eagle"):
+        raise ValueError(f"config {spec!r}: '@' takes a window policy before it and a model-free, block or eagle "
+                         "drafter (lookup:…, suffix:…, block:PATH, eagle:PATH) after it")
     return pol, drafter
 
 
@@ -313,6 +313,28 @@ def prefill_ms_per_token(lm, ids: list[int], reps: int = 3) -> float:
     return statistics.median(times)
 
 
+def eagle_token_ms(target, draft, ids: list[int], reps: int = 5, k: int = 4) -> float:
+    """Median ms per drafted token of an EAGLE-style head (a draft of k tokens ÷ k) on a synced context;
+    nan for any other drafter. The first draft, which feeds the context's features, is not timed
+    (catch-up, as for a draft model): what is left is the head's own per-token cost, its c numerator."""
+    from engine.drafters.eagle import EagleDrafter
+
+    if not isinstance(draft, EagleDrafter) or len(ids) < 3:
+        return float("nan")
+    from engine.core.lm import prefill
+    from engine.core.sampling import SamplingConfig
+    from engine.drafters.base import KEEP_ALL
+
+    ft = draft.verify_target(target)
+    ft.reset()
+    prefill(ft, list(ids[:-1]))
+    draft.reset(list(ids))
+    sc, gen = SamplingConfig(), torch.Generator()
+    ms = median_ms(lambda: draft.draft(list(ids), k, KEEP_ALL, sc, gen), reps, warmup=1, device=ft) / k
+    ft.reset()
+    return ms
+
+
 def block_step_ms(target, draft, ids: list[int], reps: int = 5) -> float:
     """Median ms of one block-drafter forward (`BlockDrafter.block_logits`) anchored after `ids`: a block drafter
     proposes its whole block in one forward, so it is priced per drafting step, not per drafted token; nan for
@@ -338,7 +360,7 @@ def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any
     lm = _forward_lm(draft)
     rounds = []
     for _ in range(2):  # a disturbed probe reads slow, never fast: the lower of two rounds' medians is kept
-        rounds.append((forward_curve(lm, ids, (1,), reps)[1] if lm is not None else float("nan"),
+        rounds.append((forward_curve(lm, ids, (1,), reps)[1] if lm is not None else eagle_token_ms(target, draft, ids, reps),
                        forward_curve(target, ids, (1, 2, 4, 8, 16), reps), prefill_ms_per_token(lm, ids)))
     t_draft = min(r[0] for r in rounds)
     tk = {k: min(r[1][k] for r in rounds) for k in rounds[0][1]}

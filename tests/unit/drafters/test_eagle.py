@@ -111,3 +111,34 @@ def test_save_load_and_refusals(tmp_path, target):
         check_eagle(tmp_path, lm)
     with pytest.raises(ValueError, match="layers"):
         EagleDrafter(head, FeatureLM(target, (1,)), torch.arange(VOCAB))
+
+
+def test_bench_prices_the_head_per_drafted_token(target):
+    """The bench's cost probe times the head (its c numerator); the modelled speedup prices an
+    `@eagle` config with that probe instead of 0."""
+    from engine.bench.modelled import draft_ms
+    from engine.bench.runner import eagle_token_ms
+    from engine.core.lm import HFModel
+
+    lm = HFModel(target, name="tiny")
+    head = make_head(6)
+    ft = FeatureLM(target, LAYERS)
+    ms = eagle_token_ms(lm, EagleDrafter(head, ft, torch.arange(VOCAB)), list(range(1, 12)), reps=3)
+    assert ms > 0
+    assert eagle_token_ms(lm, object(), list(range(1, 12))) != eagle_token_ms(lm, object(), list(range(1, 12)))  # nan
+    costs = {"t_draft_ms": 40.0, "by_drafter": {"fixed:3@eagle:x": {"t_draft_ms": 4.0}}}
+    assert draft_ms(costs, "fixed:3@eagle:x") == 4.0
+    assert draft_ms(costs, "fixed:3@lookup:n=3") == 0.0 and draft_ms(costs, "fixed:3") == 40.0
+
+
+def test_run_spec_refuses_a_missing_or_foreign_head(tmp_path, target):
+    from engine.core.lm import HFModel
+    from engine.spec import RunSpec
+
+    errs = RunSpec(draft=f"eagle:{tmp_path}/nothing", policy="fixed:3").check()
+    assert errs and "not an eagle-head directory" in errs[0] and "\n" not in errs[0]
+    save_eagle(make_head(7), tmp_path / "h")
+    wide = HFModel(tiny_llama(3, layers=2, hidden=64), name="wide")
+    errs = RunSpec(draft=f"eagle:{tmp_path}/h", policy="fixed:3").check(wide)
+    assert errs and "hidden size 32" in errs[0]
+    assert RunSpec(draft=f"eagle:{tmp_path}/h", policy="fixed:3", k=2, verifier="rbv").check()
