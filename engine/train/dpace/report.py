@@ -36,10 +36,10 @@ def paired_ci(diffs: list[float], level: float = 0.95, n_boot: int = 10_000, see
     return {"n": n, "mean": m, "t_lo": m - t * se, "t_hi": m + t * se, "boot_lo": float(lo), "boot_hi": float(hi)}
 
 
-def collect(runs: Path, block_size: int) -> list[dict]:
-    """final.json (+ online.json) of every finished run of a block size."""
+def collect(runs: Path, block_size: int, prefix: str = "") -> list[dict]:
+    """final.json (+ online.json) of every finished run of a block size (Qwen runs: prefix "qwen-")."""
     rows = []
-    for d in sorted(runs.glob(f"B{block_size}-*")):
+    for d in sorted(runs.glob(f"{prefix}B{block_size}-*")):
         f = d / "final.json"
         if not f.is_file():
             continue
@@ -120,16 +120,16 @@ def markdown_table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_results(runs: Path, block_size: int, out: Path) -> dict:
+def write_results(runs: Path, block_size: int, out: Path, prefix: str = "", extra: dict | None = None) -> dict:
     """Copy training traces into `out/traces/`, write `out/summary.json` and `out/summary.md`."""
-    rows = collect(runs, block_size)
+    rows = collect(runs, block_size, prefix)
     summary = summarize(rows)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    for d in sorted(runs.glob(f"B{block_size}-*")):
+    for d in sorted(runs.glob(f"{prefix}B{block_size}-*")):
         if (d / "final.json").is_file():
             shutil.copyfile(d / "trace.jsonl", out / "traces" / f"{d.name}.jsonl")
     res = {"block_size": block_size, "runs": rows, "summary": summary,
-           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
     write_json_atomic(res, out / "summary.json")
     (out / "summary.md").write_text(markdown_table(summary) + "\n")
     return res
