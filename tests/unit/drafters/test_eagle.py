@@ -142,3 +142,54 @@ def test_run_spec_refuses_a_missing_or_foreign_head(tmp_path, target):
     errs = RunSpec(draft=f"eagle:{tmp_path}/h", policy="fixed:3").check(wide)
     assert errs and "hidden size 32" in errs[0]
     assert RunSpec(draft=f"eagle:{tmp_path}/h", policy="fixed:3", k=2, verifier="rbv").check()
+
+
+@pytest.mark.slow
+def test_chi_square_at_t07():
+    """Two tokens sampled by the real loop with the head drafting (T = 0.7, vocab 16) against the exact
+    joint of the target's own T = 0.7 law: speculative sampling stays exact with this drafter."""
+    import itertools
+
+    import numpy as np
+    from scipy.stats import chisquare
+
+    from engine.core.lm import HFModel
+
+    t = tiny_llama(5, vocab=16, layers=2, hidden=32)
+    with torch.no_grad():
+        t.lm_head.weight.mul_(12.0)  # sharp enough for the test to have power (see the last assert)
+    c = EagleConfig(hidden_size=32, target_layers=LAYERS, num_heads=4, num_kv_heads=2, intermediate_size=48,
+                    rope_theta=10000.0, vocab_size=16, draft_vocab=16, target="tiny")
+    torch.manual_seed(0)
+    head = EagleHead(c).eval()
+    prompt, temp, n, samples = [1, 2, 3], 0.7, 2, 4000
+
+    def joint(tau):
+        def dist(ctx):
+            return torch.softmax(HFModel(t).extend(list(ctx))[-1].double() / tau, -1)
+
+        first, seconds = dist(prompt), {a: dist(prompt + [a]) for a in range(16)}
+        return np.array([float(first[a] * seconds[a][b]) for a, b in cells])
+
+    cells = list(itertools.product(range(16), repeat=n))
+    index = {x: i for i, x in enumerate(cells)}
+    counts = np.zeros(len(cells))
+    ft = FeatureLM(t, LAYERS)
+    drafter = EagleDrafter(head, ft, torch.arange(16))
+    accepted = 0
+    for s in range(samples):
+        cfg = DecodeConfig(max_new_tokens=n, sampling=SamplingConfig(temperature=temp, seed=s))
+        recs = list(decode(ft, drafter, prompt, Fixed(2), cfg))
+        accepted += sum(r.accepted for r in recs)
+        counts[index[tuple(x for r in recs for x in r.emitted_tokens)]] += 1
+
+    def pvalue(p):
+        big = p * samples >= 5
+        obs, exp = counts[big], p[big] * samples
+        if (~big).any():
+            obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, p[~big].sum() * samples)
+        return chisquare(obs, exp).pvalue
+
+    assert accepted > samples // 10  # the accept branch was exercised, not only corrections
+    assert pvalue(joint(temp)) > 1e-4
+    assert pvalue(joint(1.0)) < 1e-4  # power: a loop that dropped the temperature would fail
