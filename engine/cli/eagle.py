@@ -33,6 +33,14 @@ def add_parser(sub) -> None:
     r.add_argument("--out", required=True, help="docs/results/eagle-<name>.json")
     r.add_argument("--command", default="", help="the command that made the runs (recorded)")
     r.set_defaults(func=cmd_report)
+    w = s.add_parser("windows", help="every window rule replayed exactly over greedy AR traces with the head")
+    w.add_argument("--head", required=True, help="head directory (models/eagle-qwen2.5-coder-1.5b)")
+    w.add_argument("--bench", required=True, help="a bench result with the head's cost probe (costs.by_drafter)")
+    w.add_argument("--k-max", type=int, default=8)
+    w.add_argument("--c", type=float, default=None, help="the head's cost ratio (default: the bench's probe)")
+    w.add_argument("--out", required=True)
+    w.add_argument("traces", nargs="+", help="greedy AR traces of the target (the bench's ar-t0.jsonl)")
+    w.set_defaults(func=cmd_windows)
 
 
 def cmd_features(a) -> int:
@@ -64,4 +72,16 @@ def cmd_report(a) -> int:
     from engine.train.eagle.report import report
 
     print(report(a.runs, a.out, a.command))
+    return 0
+
+
+def cmd_windows(a) -> int:
+    from engine.train.eagle.windows import run
+
+    res = run(a.head, a.traces, a.bench, a.out, a.k_max, a.c)
+    o = res["tasks"]["overall"]
+    print(f"overall: best fixed {o['best_fixed']} {o[o['best_fixed']]['speedup']:.2f}×, best confidence "
+          f"{o['best_confidence']} {o[o['best_confidence']]['speedup']:.2f}× ({o['confidence_over_best_fixed']:.3f}× "
+          f"the best fixed), oracle {o['oracle']['speedup']:.2f}× ({o['oracle_over_best_fixed']:.3f}×); lag-1 "
+          f"acceptance autocorrelation {o['acceptance_lag1_autocorrelation']}")
     return 0

@@ -196,13 +196,13 @@ def check_eagle(path: str | Path, target_lm) -> EagleConfig:
     return c
 
 
-def load_eagle(path: str | Path, target_lm, dtype: torch.dtype | None = None) -> tuple[FeatureLM, EagleDrafter]:
-    """(FeatureLM to verify with, EagleDrafter) for a head directory and a loaded transformers target."""
+def load_head(path: str | Path) -> tuple[EagleHead, torch.Tensor]:
+    """(head in fp32, its draft vocabulary) from a head directory; one line on any mismatch."""
     from safetensors.torch import load_file
 
     from engine.core.vocab_subset import load_subset
 
-    c = check_eagle(path, target_lm)
+    c = read_config(path)
     p = Path(path).expanduser()
     head = EagleHead(c)
     try:
@@ -214,10 +214,16 @@ def load_eagle(path: str | Path, target_lm, dtype: torch.dtype | None = None) ->
     if subset is None or int(subset.numel()) != c.draft_vocab:
         raise ValueError(f"eagle:{path} scores {c.draft_vocab} draft-vocabulary rows; the vocabulary file has "
                          f"{None if subset is None else int(subset.numel())}")
+    return head.eval(), subset
+
+
+def load_eagle(path: str | Path, target_lm, dtype: torch.dtype | None = None) -> tuple[FeatureLM, EagleDrafter]:
+    """(FeatureLM to verify with, EagleDrafter) for a head directory and a loaded transformers target."""
+    c = check_eagle(path, target_lm)
+    head, subset = load_head(path)
     dt = dtype or next(target_lm.model.parameters()).dtype
-    head = head.to(dt).eval()
     feats = FeatureLM(target_lm.model, c.target_layers, name=target_lm.name)
-    return feats, EagleDrafter(head, feats, subset)
+    return feats, EagleDrafter(head.to(dt), feats, subset)
 
 
 def head_bytes(c: EagleConfig, bytes_per_weight: int = 2) -> int:

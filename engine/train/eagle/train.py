@@ -92,8 +92,8 @@ class Frozen:
     """The target's frozen embedding and the LM-head rows of the draft vocabulary (bf16)."""
 
     def __init__(self, embed: torch.Tensor, head: torch.Tensor, subset: torch.Tensor, norm_f=None) -> None:
-        self.embed = embed.to(torch.bfloat16)
-        self.sub_head = head[subset].to(torch.bfloat16).contiguous()
+        self.embed = embed.detach().to(torch.bfloat16)
+        self.sub_head = head.detach()[subset].to(torch.bfloat16).contiguous()
         self.subset = subset
 
 
