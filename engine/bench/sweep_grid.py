@@ -133,9 +133,17 @@ def _drafter_spec(entry: Any) -> str:
     spec = _entry_spec(entry, "drafter").strip()
     if spec == MODEL_DRAFTER:
         return MODEL_DRAFTER
+    from engine.drafters.factory import eagle_path, is_eagle
+
+    if is_eagle(spec):  # a head on the target's own features: no draft model either (its path, as written)
+        try:
+            eagle_path(spec)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"grid: {str(e).splitlines()[0]}") from None
+        return spec
     if not is_model_free(spec):
         raise ValueError(f"grid: unknown drafter {spec!r}; choose from {MODEL_DRAFTER} (the pair's draft), "
-                         "lookup[:n=,ngram=,pick=], suffix[:n=,depth=,p=,corpus=]")
+                         "lookup[:n=,ngram=,pick=], suffix[:n=,depth=,p=,corpus=], eagle:PATH")
     try:  # the spec does not depend on the vocabulary: any size builds it; workers use the target's
         return make_model_free(spec, 2).spec
     except ValueError as e:

@@ -110,8 +110,14 @@ class SweepWorker:
         # Policies that read draft hidden states (PACER) get a draft loaded with want_hidden.
         target, draft = self._pair(task, want_hidden=bool(policy is not None and policy.needs_hidden))
         # A model-free drafter is built fresh per task: suffix:corpus=1 learns from the requests it saw.
-        draft_lm = (None if ar else make_model_free(c["drafter"], target.lm.vocab_size) if c.get("drafter")
-                    else draft.lm)
+        target_lm = target.lm
+        if not ar and c.get("drafter", "").startswith("eagle:"):  # the head verifies with its FeatureLM
+            from engine.drafters.factory import make_drafter
+
+            target_lm, draft_lm = make_drafter(c["drafter"], target.lm)
+        else:
+            draft_lm = (None if ar else make_model_free(c["drafter"], target.lm.vocab_size) if c.get("drafter")
+                        else draft.lm)
         tok = target.tokenizer
         if tok is None:
             raise ValueError(f"target {c['target']!r} has no tokenizer; cannot encode text prompts")
@@ -123,7 +129,7 @@ class SweepWorker:
         final.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         try:
-            summary = run_requests(target.lm, draft_lm, policy, cfg, requests, tmp,
+            summary = run_requests(target_lm, draft_lm, policy, cfg, requests, tmp,
                                    eos_ids=eos_token_ids(target), decode_text=lambda ids: tok.decode(ids),
                                    progress=False,
                                    header_extra={"sweep": {"task_id": task.task_id, "config": c, **task.meta,

@@ -110,3 +110,20 @@ def test_dry_run_lists_tasks(root, tmp_path, capsys):
     assert a.func(a) == 0
     out = capsys.readouterr().out
     assert out.count("todo ") == 8 and "8 tasks, 0 done, 8 to run" in out
+
+
+def test_an_eagle_head_is_a_grid_drafter(root, tmp_path):
+    """`eagle:PATH` in `drafters` runs on the target alone, like the model-free drafters; a missing head
+    is one line before any task."""
+    from engine.drafters.eagle import save_eagle
+    from engine.drafters.eagle_model import EagleConfig, EagleHead
+
+    head = tmp_path / "head"
+    save_eagle(EagleHead(EagleConfig(hidden_size=32, target_layers=(0,), num_heads=4, num_kv_heads=2,
+                                     intermediate_size=16, vocab_size=64, draft_vocab=64, target="tiny")), head)
+    tasks = sweep.expand_grid(sweep.load_grid(write_grid(root, "e.toml", f'drafters = ["eagle:{head}"]\n' +
+                                                         grid_text(["autoregressive", "fixed:3"]))))
+    eag = [t for t in tasks if t.config.get("drafter")]
+    assert eag and all(t.config["drafter"] == f"eagle:{head}" and t.models["draft"] is None for t in eag)
+    with pytest.raises(ValueError, match="eagle needs a path"):
+        sweep.expand_grid(sweep.load_grid(write_grid(root, "e2.toml", 'drafters = ["eagle:"]\n' + grid_text(["fixed:3"]))))
