@@ -87,7 +87,7 @@ def drafter_kind(drafter: str) -> str | None:
     if "phrase:" in drafter:
         return "phrase"
     head = drafter.split(":")[0]
-    return {"lookup": "prompt lookup", "suffix": "suffix"}.get(head)
+    return {"lookup": "prompt lookup", "suffix": "suffix", "eagle": "EAGLE-style head"}.get(head)
 
 
 def bench_method(config: str, draft: str) -> str:

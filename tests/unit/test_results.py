@@ -68,7 +68,7 @@ def test_machine_summary():
      "PACER ablation (nope)"), ("fixed:10@lookup:n=10", "m", "prompt lookup"), ("matchlen:1@suffix:n=16", "m", "suffix"),
     ("fixed:4", "m+phrase:n=2", "phrase"), ("fixed:10", "lookup:n=10", "prompt lookup"), ("hf:lookup:10", "m",
      "HF prompt lookup"), ("hf:heuristic:5", "m", "HF assisted"), ("hf:ar", "m", "HF generate (no draft)"),
-    ("oracle", "m", "oracle (hindsight)")])
+    ("oracle", "m", "oracle (hindsight)"), ("fixed:3@eagle:qwen2.5-coder-1.5b", "m", "EAGLE-style head")])
 def test_bench_method(config, draft, method):
     assert rs.bench_method(config, draft) == method
 
