@@ -168,6 +168,12 @@ def build(cfg: EagleTrainConfig, data: EagleData | None = None):
                                 "vocabulary is missing")
     data = data or EagleData(data_dir(cfg), cfg.target, tuple(cfg.target_layers), subset, cfg.max_tokens,
                              cfg.max_shards)
+    sp = data.spec
+    if (sp.hidden_size, sp.vocab_size) != (int(tcfg["hidden_size"]), int(tcfg["vocab_size"])):
+        from engine.train.blockdata.shards import ShardError
+
+        raise ShardError(f"{data.root}/dataset.json: features of hidden size {sp.hidden_size} and {sp.vocab_size} "
+                         f"tokens; the target at {tdir} has {tcfg['hidden_size']} and {tcfg['vocab_size']}")
     rope = (tcfg.get("rope_parameters") or {}).get("rope_theta", tcfg.get("rope_theta", 10000.0))
     ec = EagleConfig(hidden_size=int(tcfg["hidden_size"]), target_layers=tuple(cfg.target_layers),
                      num_heads=int(tcfg["num_attention_heads"]), num_kv_heads=int(tcfg["num_key_value_heads"]),

@@ -102,3 +102,20 @@ def test_refusals(toy):
                                                "config": {"lr": 1.0}}))
     with pytest.raises(CheckpointError, match="checkpoint of another config"):
         T.train(cfg, progress=False)
+
+
+def test_features_of_another_hidden_size_are_refused(toy, tmp_path):
+    d, _ = toy
+    other = save_target(tiny_target_wide(), tmp_path / "wide")
+    with pytest.raises(ShardError, match="hidden size 32 .* has 48"):
+        T.train(_cfg(d, other, tag="w"), progress=False)
+    assert not (d / "runs" / "w" / "trace.jsonl").exists()
+
+
+def tiny_target_wide():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    c = Qwen2Config(vocab_size=VOCAB, hidden_size=48, intermediate_size=64, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                    tie_word_embeddings=False)
+    return Qwen2ForCausalLM(c).eval()
