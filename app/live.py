@@ -353,10 +353,12 @@ def preset(name: str) -> str:
 
 MODEL_DRAFT = "model"  # a side's draft choice meaning "the pair's draft model"
 BLOCK_DRAFT = "block"  # a DFlash-style block drafter saved on disk (engine.drafters.block)
+EAGLE_DRAFT = "eagle"  # an EAGLE-style head saved on disk (engine.drafters.eagle): the Qwen target's
 DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16",
-                 BLOCK_DRAFT: "block:models/block-drafter-smollm2"}
-DRAFT_SYNTAX = ("model, lookup[:n=N,ngram=G,pick=0|1], suffix[:n=N,depth=D,p=P,corpus=0|1] or block:PATH "
-                "(a saved block drafter for this pair's target)")
+                 BLOCK_DRAFT: "block:models/block-drafter-smollm2", EAGLE_DRAFT: "eagle:qwen2.5-coder-1.5b"}
+DRAFT_SYNTAX = ("model, lookup[:n=N,ngram=G,pick=0|1], suffix[:n=N,depth=D,p=P,corpus=0|1], block:PATH "
+                "(a saved block drafter for this pair's target) or eagle:PATH (a saved EAGLE-style head; "
+                "eagle:qwen2.5-coder-1.5b is the committed one)")
 
 
 def draft_names() -> list[str]:
@@ -364,7 +366,7 @@ def draft_names() -> list[str]:
     saved block drafter."""
     from engine.drafters.modelfree import MODEL_FREE
 
-    return [MODEL_DRAFT, *MODEL_FREE, BLOCK_DRAFT]
+    return [MODEL_DRAFT, *MODEL_FREE, BLOCK_DRAFT, EAGLE_DRAFT]
 
 
 def draft_preset(name: str) -> str:
@@ -384,9 +386,15 @@ def is_block(draft: str | None) -> bool:
     return engine_is_block(draft)
 
 
+def is_eagle(draft: str | None) -> bool:
+    from engine.drafters.factory import is_eagle as engine_is_eagle
+
+    return engine_is_eagle(draft)
+
+
 def own_drafter(draft: str | None) -> bool:
-    """True when a side drafts with a drafter of its own (model-free or block), not the pair's draft model."""
-    return is_model_free(draft) or is_block(draft)
+    """True when a side drafts with a drafter of its own (model-free, block or eagle), not the pair's draft model."""
+    return is_model_free(draft) or is_block(draft) or is_eagle(draft)
 
 
 def side_spec(pair: DemoPair, policy: str, drafter: str, temperature: float, max_new: int = 1):

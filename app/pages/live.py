@@ -71,7 +71,8 @@ DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
 draft_names = live.draft_names()
 DRAFT_LABELS = {live.MODEL_DRAFT: f"draft model ({pair.draft_name})",
                 "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)",
-                live.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)"}
+                live.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)",
+                live.EAGLE_DRAFT: "eagle: EAGLE-style head (one layer on the target's features; Qwen pair)"}
 
 
 def _fill(side: str) -> None:

@@ -23,3 +23,18 @@ def test_a_name_without_committed_weights_is_one_line(monkeypatch, tmp_path):
 
 def test_paths_still_work(tmp_path):
     assert block_path(f"block:{tmp_path}") == tmp_path
+
+
+def test_eagle_names_resolve_and_the_live_page_offers_the_head(monkeypatch, tmp_path):
+    import engine.drafters.factory as f
+    from app import live
+    from engine.drafters.factory import EAGLE_HEADS, drafter_kind, eagle_path
+
+    assert drafter_kind("eagle:qwen2.5-coder-1.5b") == "eagle"
+    assert eagle_path(f"eagle:{tmp_path}") == tmp_path
+    monkeypatch.setattr(f, "REPO_ROOT", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"eagle:qwen2.5-coder-1.5b: no committed head at .*eagle train"):
+        eagle_path("eagle:qwen2.5-coder-1.5b")
+    assert "models/" in EAGLE_HEADS["qwen2.5-coder-1.5b"]
+    assert live.EAGLE_DRAFT in live.draft_names() and live.own_drafter("eagle:x")
+    assert live.draft_preset(live.EAGLE_DRAFT) == "eagle:qwen2.5-coder-1.5b"
