@@ -128,6 +128,17 @@ def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: 
     assert exp_b.min() >= 5 and len(exp_b) >= 10
     return chisquare(obs_b, exp_b).pvalue, 0.5 * np.abs(counts / samples - expected).sum()
 
+def pooled_chi_square(counts, probs, samples: int) -> float:
+    """χ² p-value of observed `counts` against `probs` × samples, cells under 5 expected pooled into one."""
+    from scipy.stats import chisquare
+
+    big = probs * samples >= 5
+    obs, exp = counts[big], probs[big] * samples
+    if (~big).any():
+        obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, probs[~big].sum() * samples)
+    return chisquare(obs, exp).pvalue
+
+
 # ------------------------------------------------------------------ model folders for the CLI tests
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(62)]

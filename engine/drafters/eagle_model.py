@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from engine.drafters.block_model import _rope as rope  # the block drafter's rotate-half RoPE (Qwen2 layout)
+
 SCHEMA = "speclab.eagle_head"
 
 
@@ -65,28 +67,6 @@ class EagleConfig:
         return cls(**f)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        v = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(v + self.eps)).to(x.dtype) * self.weight
-
-
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE (Qwen2/Llama layout). x [b, h, s, d], pos [b, s]."""
-    d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
-    ang = pos.float()[..., None] * inv  # [b, s, d/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None].to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None].to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
 class EagleLayer(nn.Module):
     """A Qwen2 decoder layer (names match transformers', so a target layer's weights load into it)."""
 
@@ -94,8 +74,8 @@ class EagleLayer(nn.Module):
         super().__init__()
         D, H, KV, hd = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
         self.c = c
-        self.input_layernorm = RMSNorm(D, c.rms_eps)
-        self.post_attention_layernorm = RMSNorm(D, c.rms_eps)
+        self.input_layernorm = nn.RMSNorm(D, eps=c.rms_eps)
+        self.post_attention_layernorm = nn.RMSNorm(D, eps=c.rms_eps)
         self.q_proj = nn.Linear(D, H * hd, bias=True)
         self.k_proj = nn.Linear(D, KV * hd, bias=True)
         self.v_proj = nn.Linear(D, KV * hd, bias=True)
@@ -130,11 +110,11 @@ class EagleHead(nn.Module):
         D = c.hidden_size
         self.config = c
         self.fuse = nn.Linear(c.feat_dim, D, bias=False)
-        self.norm_e = RMSNorm(D, c.rms_eps)
-        self.norm_g = RMSNorm(D, c.rms_eps)
+        self.norm_e = nn.RMSNorm(D, eps=c.rms_eps)
+        self.norm_g = nn.RMSNorm(D, eps=c.rms_eps)
         self.fc = nn.Linear(2 * D, D, bias=False)
         self.layer = EagleLayer(c)
-        self.norm_f = RMSNorm(D, c.rms_eps)
+        self.norm_f = nn.RMSNorm(D, eps=c.rms_eps)
 
     def inputs(self, emb: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.cat([self.norm_e(emb), self.norm_g(g)], -1))

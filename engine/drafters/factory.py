@@ -49,17 +49,18 @@ def is_eagle(spec: str | None) -> bool:
     return bool(spec) and spec.strip().partition(":")[0] == EAGLE
 
 
-def eagle_path(spec: str) -> Path:
-    """'eagle:PATH' → that directory; 'eagle:qwen2.5-coder-1.5b' → the committed head of that target."""
+def _saved_path(spec: str, kind: str, committed: dict[str, str], what: str, train: str) -> Path:
+    """'KIND:PATH' → that directory; 'KIND:TARGET' → the committed one of that target (`committed`); a
+    relative path that does not exist from the working directory is read from the checkout (the Live page
+    runs from anywhere)."""
     name, _, path = spec.strip().partition(":")
-    if name != EAGLE or not path.strip():
-        raise ValueError(f"bad draft spec {spec!r}: eagle needs a path, eagle:PATH (a saved EAGLE-style head)")
+    if name != kind or not path.strip():
+        raise ValueError(f"bad draft spec {spec!r}: {kind} needs a path, {kind}:PATH (a saved {what})")
     name = path.strip()
-    if name in EAGLE_HEADS and not Path(name).exists():
-        p = REPO_ROOT / EAGLE_HEADS[name]
+    if name in committed and not Path(name).exists():
+        p = REPO_ROOT / committed[name]
         if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"eagle:{name}: no committed head at {p} (train one: `python -m engine eagle "
-                                    "train`, then pass eagle:<run>/head)")
+            raise FileNotFoundError(f"{kind}:{name}: no committed {what} at {p} (train one: {train})")
         return p
     p = Path(name).expanduser()
     if not p.exists() and not p.is_absolute() and (REPO_ROOT / p).exists():
@@ -68,22 +69,14 @@ def eagle_path(spec: str) -> Path:
 
 
 def block_path(spec: str) -> Path:
-    """'block:models/block-drafter-smollm2' → that directory; a relative path that does not exist from
-    the working directory is read from the checkout (the Live page runs from anywhere)."""
-    name, _, path = spec.strip().partition(":")
-    if name != BLOCK or not path.strip():
-        raise ValueError(f"bad draft spec {spec!r}: block needs a path, block:PATH (a saved block drafter)")
-    name = path.strip()
-    if name in BLOCK_DRAFTERS and not Path(name).exists():
-        p = REPO_ROOT / BLOCK_DRAFTERS[name]
-        if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"block:{name}: no committed block drafter at {p} (train one: "
-                                    "`python -m engine dpace train-qwen`, then pass block:<run>/drafter)")
-        return p
-    p = Path(name).expanduser()
-    if not p.exists() and not p.is_absolute() and (REPO_ROOT / p).exists():
-        return REPO_ROOT / p
-    return p
+    """'block:models/block-drafter-smollm2' → that directory; 'block:TARGET' → BLOCK_DRAFTERS."""
+    return _saved_path(spec, BLOCK, BLOCK_DRAFTERS, "block drafter",
+                       "`python -m engine dpace train-qwen`, then pass block:<run>/drafter")
+
+
+def eagle_path(spec: str) -> Path:
+    """'eagle:PATH' → that directory; 'eagle:qwen2.5-coder-1.5b' → the committed head (EAGLE_HEADS)."""
+    return _saved_path(spec, EAGLE, EAGLE_HEADS, "head", "`python -m engine eagle train`, then pass eagle:<run>/head")
 
 
 def drafter_kind(spec: str | None) -> str:

@@ -13,7 +13,7 @@ from engine.core.quant import (GROUP, Int4Linear, Int8Linear, plan, quantize_mod
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig, decode
 from engine.policies.base import parse_policy
-from tests.conftest import noisy_copy, tiny_llama
+from tests.conftest import noisy_copy, pooled_chi_square, tiny_llama
 
 
 def quantized_pair(weights="int4", vocab=64, seed=0, sharpen=1.0, kernel="auto"):
@@ -129,8 +129,6 @@ def test_reduced_head_of_a_quantized_model_is_quantized_too():
 def test_chi_square_on_the_quantized_models_at_t07():
     """Two tokens sampled by the real loop on real int4 models (vocab 16, T = 0.7) against the exact joint of
     the quantized target's own T = 0.7 distribution: speculative sampling is exact for the p and q it gets."""
-    from scipy.stats import chisquare
-
     t, d = quantized_pair("int4", vocab=16, seed=3, sharpen=30.0, kernel="torch")
     target, draft = HFModel(t, "qt"), HFModel(d, "qd")
     prompt, temp, n, samples = [1, 2, 3], 0.7, 2, 6000
@@ -153,11 +151,7 @@ def test_chi_square_on_the_quantized_models_at_t07():
         counts[index[out]] += 1
 
     def pvalue(joint_probs):
-        big = joint_probs * samples >= 5  # cells too rare for χ² pooled into one
-        obs, exp = counts[big], joint_probs[big] * samples
-        if (~big).any():
-            obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, joint_probs[~big].sum() * samples)
-        return chisquare(obs, exp).pvalue
+        return pooled_chi_square(counts, joint_probs, samples)
 
     assert pvalue(expected) > 1e-4
     assert pvalue(joint(1.0)) < 1e-4  # the statistic has power here: a loop that dropped T would fail

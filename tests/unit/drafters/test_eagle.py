@@ -12,7 +12,7 @@ from engine.drafters.block import FeatureLM
 from engine.drafters.eagle import EagleDrafter, check_eagle, load_eagle, save_eagle
 from engine.drafters.eagle_model import EagleConfig, EagleHead
 from engine.policies.simple import Fixed
-from tests.conftest import VOCAB, greedy_reference, tiny_llama
+from tests.conftest import VOCAB, greedy_reference, pooled_chi_square, tiny_llama
 
 LAYERS = (0, 1)
 
@@ -151,8 +151,6 @@ def test_chi_square_at_t07():
     import itertools
 
     import numpy as np
-    from scipy.stats import chisquare
-
     from engine.core.lm import HFModel
 
     t = tiny_llama(5, vocab=16, layers=2, hidden=32)
@@ -183,12 +181,8 @@ def test_chi_square_at_t07():
         accepted += sum(r.accepted for r in recs)
         counts[index[tuple(x for r in recs for x in r.emitted_tokens)]] += 1
 
-    def pvalue(p):
-        big = p * samples >= 5
-        obs, exp = counts[big], p[big] * samples
-        if (~big).any():
-            obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, p[~big].sum() * samples)
-        return chisquare(obs, exp).pvalue
+    def pvalue(joint_probs):
+        return pooled_chi_square(counts, joint_probs, samples)
 
     assert accepted > samples // 10  # the accept branch was exercised, not only corrections
     assert pvalue(joint(temp)) > 1e-4
