@@ -38,8 +38,8 @@ import math
 import re
 from typing import Any
 
-from engine.interop.peer import (PER_STEP, PeerError, PeerRequest, PeerStep, as_count, check_finished, count, even_split,
-                                 fail, first_json, json_lines, number, peer_records)
+from engine.interop.peer import (PER_STEP, PeerError, PeerRequest, PeerStep, as_count, check_finished, count,
+                                 cut_finish, even_split, fail, first_json, json_lines, number, peer_records)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "llamacpp"
@@ -142,6 +142,7 @@ def _counter_steps(c: Any, N: int, D: int, A: int, where: str) -> tuple[list[Pee
             fail(where, pre + C_STEPS, f"{N} predicted tokens, but the verify steps emit {N - extra} "
                                        f"(more than the last step's cut can explain)")
         last.emitted += extra
+        last.cut = True
         note = "a last step cut short (drafts accepted past the end of the output)"
     return steps, not spec, note
 
@@ -197,12 +198,16 @@ def server_request(d: Any, where: str) -> PeerRequest:
     if text is not None and type(text) is not str:
         fail(where, "content", f"expected a string, got {type(text).__name__}")
     fin = d.get("stop_type", choice.get("finish_reason"))
+    finished = check_finished(fin, where, "stop_type", FINISH)
+    if steps[-1].cut:  # the output ended inside the last step: it finished the request, whatever the record says
+        finished, why = cut_finish(finished, N, None)
+        note = "; ".join(x for x in (note, why) if x)
     wall = None if prompt_ms is None and decode_ms is None else (prompt_ms or 0.0) + (decode_ms or 0.0)
     prompt = d.get("prompt") if type(d.get("prompt")) is str else ""
     qid = d.get("question_id", d.get("id"))
     return PeerRequest(steps, prompt_text=prompt, output_text=text or "", category=str(d.get("category") or ""),
                        question_id=qid if type(qid) in (int, str) else None,
-                       finished=check_finished(fin, where, "stop_type", FINISH), wall_ms=wall,
+                       finished=finished, wall_ms=wall,
                        reported={"timings": dict(t), "model": d.get("model"),
                                  **({COUNTERS: d[COUNTERS]} if COUNTERS in d else {}), **({"note": note} if note else {})},
                        ordered=ordered)

@@ -199,6 +199,7 @@ class PeerStep:
     t_verify_ms: float = 0.0
     t_prefill_ms: float = 0.0
     fields: dict = field(default_factory=dict)
+    cut: bool = False  # the output ended inside this step (emitted < accepted + 1): it must finish the request
 
 
 @dataclass
@@ -288,6 +289,21 @@ def check_finished(v: Any, where: str, fld: str, mapping: dict[str, str | None])
     out = mapping[v]
     assert out in FINISHED
     return out
+
+
+def cut_finish(stated: str | None, n_out: int, budget: int | None) -> tuple[str, str]:
+    """How a request whose last step was cut ended, and a note when the record did not say.
+
+    A cut step is the request's end by construction (an engine stops a request at the budget or a
+    stop string inside a step, after counting the step's accepted drafts), so it is always finished:
+    the record's own reason when it gives one; else 'max_new_tokens' when the output length equals
+    the run's budget (the header's max_tokens, when known), else 'eos' (a stop token or string ended it)."""
+    if stated is not None:
+        return stated, ""
+    if budget is not None and n_out >= budget:
+        return "max_new_tokens", f"no finish reason: the output reached max_tokens = {budget}, so 'max_new_tokens'"
+    return "eos", ("no finish reason: the output was cut inside its last step short of any known budget, "
+                   "so it stopped at a stop token or string ('eos')")
 
 
 def to_trace(records: list[dict[str, Any]], name: str) -> Trace:
