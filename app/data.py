@@ -296,11 +296,12 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
         return label, None
     try:
         # a Spec-Bench answer file or a serving engine's report is imported on the way in (engine.interop)
-        peer = None if name.endswith(".parquet") else formats.detect(data[:1 << 20])
-        if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20]):
-            trace = specbench.loads_answers(data, name)
-        elif peer is not None:
+        # the whole file to detect: it reads JSON only to its first record's end, whatever its length
+        peer = None if name.endswith(".parquet") else formats.detect(data)
+        if peer is not None:  # an engine's report first: its keys are specific, an answer file's are not
             trace = formats.loads_peer(data, name, peer)
+        elif name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20]):
+            trace = specbench.loads_answers(data, name)
         elif name.endswith(TRACE_SUFFIXES):
             trace = loads_trace(data, name=name, progress=progress)
         else:
