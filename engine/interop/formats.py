@@ -93,4 +93,4 @@ def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, comman
     got = detect(data)
     if got is not None and got != fmt:
         raise PeerError(f"{p.name}: this is a {got} report, not {fmt} (python -m engine import {got} …)")
-    return write_trace(records(fmt, data, p.name, command), out)
+    return write_trace(records(fmt, data, p.name, command), out, source=p.name)

@@ -40,7 +40,7 @@ from typing import Any
 
 from engine.interop.peer import (PER_STEP, Budget, PeerError, PeerRequest, PeerStep, as_count, check_finished, count,
                                  cut_finish, even_split, fail, first_json, ident, json_lines, label, number,
-                                 peer_records)
+                                 peer_records, sampling_of)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "llamacpp"
@@ -326,4 +326,7 @@ def llamacpp_records(data: bytes, name: str, command: str = "", meta: dict | Non
                         target=str(meta.get("target") or "(llama.cpp model)"),
                         draft=str(meta.get("draft") or "(llama.cpp draft)") if drafted else None,
                         spec=f"llamacpp:{kind}" + (f":K={K}" if K is not None else ""), lacks=lacks, timing=timing,
-                        notes=notes, source=name, command=command)
+                        notes=notes, source=name, command=command, sampling=sampling_of(meta),
+                        created=meta.get("created"),
+                        max_new_tokens=meta.get("max_tokens") if type(meta.get("max_tokens")) is int and
+                        0 < meta["max_tokens"] <= 1 << 24 else None)

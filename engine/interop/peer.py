@@ -317,7 +317,8 @@ def even_split(total: int, n: int) -> list[int]:
 
 def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str, draft: str | None, spec: str,
                  lacks: list[str], timing: str, notes: list[str], source: str, command: str = "",
-                 max_new_tokens: int | None = None, sampling: dict | None = None) -> list[dict[str, Any]]:
+                 max_new_tokens: int | None = None, sampling: dict | None = None,
+                 created: Any = None) -> list[dict[str, Any]]:
     """Trace records (header … footer) for the requests. Token ids go into the steps only when every
     request has them and its steps are in order; a step's context_len only when every prompt's ids are
     known. `lacks` is completed with what the requests turn out to lack."""
@@ -332,7 +333,9 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
         if not have:
             lacks.append(k)
     lacks = list(dict.fromkeys(lacks))
-    header = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    # the run's own date (a report's header line says it), never the import's: "unknown" when not said
+    run_created = created if type(created) is str and 0 < len(created) <= 64 else "unknown"
+    header = {"created": run_created,
               "target": {"name": target, "vocab_size": None, "dtype": None, "device": None, "reduced_vocab": None},
               "draft": None if draft is None else {"name": draft, "vocab_size": None, "dtype": None, "device": None,
                                                    "reduced_vocab": None},
@@ -342,6 +345,7 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
                           for i, r in enumerate(reqs)],
               "software": {"engine": engine}, "command": command, "prompts_file": None,
               "imported": {"format": fmt, "source": Path(source).name, "engine": engine, "lacks": lacks,
+                           "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "timing": timing, "notes": notes}}
     out: list[dict[str, Any]] = [{"type": "header", "schema": "speclab.trace", "version": 1, **header}]
     for rid, r in enumerate(reqs):
@@ -403,10 +407,27 @@ def to_trace(records: list[dict[str, Any]], name: str) -> Trace:
     return build_trace(((f"{name}: imported record {i}", r) for i, r in enumerate(records)), source=name)
 
 
-def write_trace(records: list[dict[str, Any]], out: str | os.PathLike) -> Trace:
-    """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one."""
-    t = to_trace(records, Path(out).name)
+def write_trace(records: list[dict[str, Any]], out: str | os.PathLike, source: str | None = None) -> Trace:
+    """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one.
+    A refusal names `source` (the report read), not the trace that was not written."""
+    t = to_trace(records, Path(source).name if source else Path(out).name)
     text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
     write_text_atomic(text, out)
     return t
 
+
+
+def sampling_of(meta: dict) -> dict:
+    """The sampling a report's header line states (temperature; top_p / top_k when given and in range),
+    else {} — an unknown temperature stays unknown, it is never taken as greedy."""
+    out: dict[str, Any] = {}
+    t = meta.get("temperature")
+    if type(t) in (int, float) and math.isfinite(t) and 0 <= t <= 100:
+        out["temperature"] = float(t)
+    p = meta.get("top_p")
+    if type(p) in (int, float) and 0 < p <= 1:
+        out["top_p"] = float(p)
+    k = meta.get("top_k")
+    if type(k) is int and 0 <= k <= TOKEN_MAX:
+        out["top_k"] = k
+    return out

@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.interop.peer import (MAX_STEPS, PER_STEP, Budget, PeerError, PeerRequest, PeerStep, check_finished, count,
                                  counts, even_split, fail, first_json, ident, json_lines, label, number,
-                                 peer_records)
+                                 peer_records, sampling_of)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "sglang"
@@ -131,4 +131,5 @@ def sglang_records(data: bytes, name: str, command: str = "") -> list[dict[str, 
                         draft=str(meta.get("draft") or "(sglang draft)") if spec else None,
                         spec="sglang" + (f":{meta['algorithm']}" if meta.get("algorithm") else ""), lacks=lacks,
                         timing="e2e_latency split evenly over the verify passes (prefill not separated)",
-                        notes=notes, source=name, command=command)
+                        notes=notes, source=name, command=command, sampling=sampling_of(meta),
+                        created=meta.get("created"))

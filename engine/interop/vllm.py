@@ -46,7 +46,7 @@ from typing import Any
 
 from engine.interop.peer import (MAX_STEPS, Budget, PeerError, PeerRequest, PeerStep, check_finished, count, counts,
                                  cut_finish, fail, first_json, ident, json_lines, label, number, peer_records,
-                                 token_ids)
+                                 sampling_of, token_ids)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "vllm"
@@ -280,5 +280,4 @@ def vllm_records(data: bytes, name: str, command: str = "") -> list[dict[str, An
                         draft=(str(meta.get("draft") or f"(vllm {method})") if K else None),
                         spec=f"vllm:{method}:K={K}", lacks=lacks, timing=timing, notes=notes, source=name,
                         command=command, max_new_tokens=meta.get("max_tokens") if type(meta.get("max_tokens")) is int
-                        else None, sampling={"temperature": meta["temperature"]} if type(
-                            meta.get("temperature")) in (int, float) and 0 <= meta["temperature"] <= 100 else {})
+                        else None, sampling=sampling_of(meta), created=meta.get("created"))
