@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.plots import layout, palette
-from engine.interop.diagnose import counts_of, drafting_steps
+from engine.interop.diagnose import counts_of, drafting_steps, per_step_known
 
 MAX_POS = 10  # beyond ~10 positions every rate is near 0: the chart stays readable
 
@@ -26,6 +26,8 @@ def frame(entries: dict, labels: list[str], titles: dict[str, str] | None = None
     for k in labels:
         e = entries[k]
         if not e.info.get("draft") or "window" in ((e.trace.header.get("imported") or {}).get("lacks") or []):
+            continue
+        if not per_step_known(e.trace):  # totals only: a per-position line would be an even split, not data
             continue
         m = counts_of(drafting_steps(e.trace), True)
         for i, r in enumerate(m["per_position_rate"][:MAX_POS], start=1):
@@ -58,3 +60,9 @@ def overlay(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"),
                       height=320 + 22 * len(names), margin=dict(b=40 + 22 * len(names)))
     return fig
+
+
+def totals_only(entries: dict, labels: list[str]) -> list[str]:
+    """The chosen traces that keep totals only (no per-step or per-position counts): they have no
+    per-position line, and the page says so rather than draw one from an even split."""
+    return [k for k in labels if entries[k].info.get("draft") and not per_step_known(entries[k].trace)]

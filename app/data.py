@@ -125,6 +125,8 @@ def machine_context(h: dict[str, Any]) -> str:
 def run_date(h: dict[str, Any]) -> str:
     """The header's `created` as 'YYYY-MM-DD HH:MM' (UTC), or '' when absent."""
     c = str(h.get("created") or "")
+    if c == "unknown":  # an imported report that does not date its run (the import's own time is not the run's)
+        return "date unknown"
     return c[:16].replace("T", " ") if c else ""
 
 
@@ -132,7 +134,7 @@ def sampling_label(h: dict[str, Any]) -> str:
     smp = h.get("sampling") or {}
     t = smp.get("temperature")
     if t is None:
-        return "T ?"
+        return "T —"  # the file does not say: never shown as greedy, never as "None"
     label = "greedy" if not t else f"T = {t:g}"
     if t and (smp.get("top_k") or (smp.get("top_p") not in (None, 1.0))):
         label += f" (top-k {smp.get('top_k') or '—'}, top-p {smp.get('top_p')})"
@@ -154,7 +156,7 @@ def describe(trace: Trace) -> dict[str, Any]:
     smp = h.get("sampling") or {}
     date = run_date(h)
     return {"target": target, "draft": draft, "pair": pair, "policy": policy, "tasks": tasks, "demo": h.get("demo"),
-            "verifier": h.get("verifier"), "temperature": smp.get("temperature"),
+            "verifier": h.get("verifier") or "—", "temperature": smp.get("temperature"),
             "sampling": sampling_label(h),
             "sampling_key": (smp.get("temperature"), smp.get("top_k"), smp.get("top_p")),
             "prompts_key": tuple(sorted(tuple(r["prompt_ids"]) for r in trace.requests.values())),
@@ -296,11 +298,12 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
         return label, None
     try:
         # a Spec-Bench answer file or a serving engine's report is imported on the way in (engine.interop)
-        peer = None if name.endswith(".parquet") else formats.detect(data[:1 << 20])
-        if name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20]):
-            trace = specbench.loads_answers(data, name)
-        elif peer is not None:
+        # the whole file to detect: it reads JSON only to its first record's end, whatever its length
+        peer = None if name.endswith(".parquet") else formats.detect(data)
+        if peer is not None:  # an engine's report first: its keys are specific, an answer file's are not
             trace = formats.loads_peer(data, name, peer)
+        elif name.endswith(".jsonl") and specbench.is_answer_file(data[:1 << 20]):
+            trace = specbench.loads_answers(data, name)
         elif name.endswith(TRACE_SUFFIXES):
             trace = loads_trace(data, name=name, progress=progress)
         else:
@@ -528,12 +531,20 @@ def confidence_ceiling(_refs: list, key: tuple, cost):
     return ceiling(_refs, lambda r: analysis.cost_for(r, cost))
 
 
-def in_run_cost(refs: list, key: tuple):
+def in_run_cost(refs: list, key: tuple, with_imported: bool = False):
     """(CostModel, number of traces) fitted from the loaded decode traces of the references' pair
-    (engine.offline.analysis.in_run_cost), or (None, 0) when there are none to fit from."""
-    entries = all_traces()
+    (engine.offline.analysis.in_run_cost), or (None, 0) when there are none to fit from.
+
+    Imported runs (another engine's report, a Spec-Bench answer file: header `imported`) are evidence
+    about their own run, not about this lab's decoding: they enter the fit only when the user opts in
+    (`with_imported`), so an upload never moves another page's headline by itself."""
+    entries = {k: e for k, e in all_traces().items() if with_imported or not is_imported(e.trace)}
     return _in_run_cost(refs, [e.trace for e in entries.values()], key,
                         tuple((k, e.info.get("steps")) for k, e in sorted(entries.items())))
+
+
+def is_imported(trace) -> bool:
+    return bool(trace.header.get("imported"))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

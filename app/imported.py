@@ -84,6 +84,8 @@ def accepted_frame(entries: dict[str, Any]) -> pd.DataFrame:
     for label, e in entries.items():
         cats = {rid: str(r.get("category") or "") for rid, r in e.trace.requests.items()}
         for s in e.trace.steps:
+            if s["window"] == 0:  # a prefill call or a step that drafted nothing: not a draft's accepted run
+                continue
             rows.append({"series": label, "task": task_of(cats.get(s["request_id"], "")),
                          "accepted": s["accepted"], "emitted": s["emitted"]})
     return pd.DataFrame(rows, columns=["series", "task", "accepted", "emitted"])
@@ -108,15 +110,32 @@ def windows_section(entries: dict[str, Any]) -> None:
                "path of a tree, read here as a chain.")
     a, b = st.columns([3, 2])
     label = a.selectbox("Imported trace", list(imp), key="win_imp_trace")
-    c = b.slider("draft ÷ target cost ratio c", 0.0, 1.0, 0.05, 0.01, key="win_imp_c",
-                 help="cost of drafting one token relative to one target forward (flat verify cost)")
+    from engine.interop import diagnose
+
+    known, how = diagnose.resolve_c(imp[label].trace)
+    given = b.number_input("draft ÷ target cost ratio c", 0.0, 5.0, value=None, step=0.01, key="win_imp_c",
+                           placeholder=f"{known:.3g} ({how})" if known is not None else "enter c",
+                           help="cost of drafting one token relative to one target forward (flat verify cost). "
+                                "Empty: the trace's own timings, else the lab's measured costs of this pair")
+    c, how = (given, "given") if given is not None else (known, how)
+    if c is None:
+        st.info(f"{how}. The figures below are priced by c, so none is drawn until it is given.")
+        return
+    if not diagnose.per_step_known(imp[label].trace):
+        st.info("This file keeps totals only: the accepted-length distribution (and so the bound) would come "
+                "from an even split of the totals, not from data. See the Upload page's diagnosis for its totals.")
+        return
     frame = accepted_frame({label: imp[label]})
     var = bounds.variability(frame, c)
     row = var.iloc[0]
+    st.caption(f"Basis: {imp[label].trace.header['imported'].get('format')} run {label!r}, its own accepted counts; "
+               f"priced at c = {c:.3g} ({how}); speedups are modelled (renewal model), not measured.")
     m = st.columns(4)
     m[0].metric("mean emitted per call", f"{frame['emitted'].mean():.2f}", help="Spec-Bench's #Mean accepted tokens")
-    m[1].metric("best fixed γ*", int(row["best_gamma"]), help="under the renewal model at this c")
-    m[2].metric("oracle speedup", f"{row['s_oracle']:.2f}×", help="window = accepted run, nothing wasted")
+    m[1].metric(f"best fixed γ* at c = {c:.3g}", int(row["best_gamma"]), help="under the renewal model at this c")
+    m[2].metric(f"modelled oracle at c = {c:.3g}", f"{row['s_oracle']:.2f}×",
+                help="window = accepted run, nothing wasted; a model of this run's accepted counts, not a "
+                     "measured speedup")
     m[3].metric("oracle ÷ best fixed (bound)", f"{row['bound']:.2f}×",
                 help="upper bound on any per-step window's gain over the best fixed γ, renewal model")
     left, right = st.columns(2)

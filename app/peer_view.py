@@ -48,11 +48,14 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
     a, b = st.columns([3, 2])
     options = imported + [k for k in spec if k not in imported]
     label = a.selectbox("Trace", options, key="peer_diag_trace")
-    c = b.number_input("draft ÷ target cost ratio c (0: from the trace's timings)", 0.0, 5.0, 0.0, 0.01,
-                       key="peer_diag_c")
     e = spec[label]
+    own, own_how = diagnose.resolve_c(e.trace)
+    c = b.number_input("draft ÷ target cost ratio c", 0.0, 5.0, value=None, step=0.01, key="peer_diag_c",
+                       placeholder=f"{own:.3g} ({own_how})" if own is not None else "enter c: no measured cost",
+                       help="cost of drafting one token ÷ one target forward. Empty: the trace's own timings, "
+                            "else the lab's measured costs of this pair; with neither, no window is recommended")
     try:
-        d = diagnose.diagnose(e.trace, c or None)
+        d = diagnose.diagnose(e.trace, c)
     except ValueError as err:
         st.info(f"Nothing to diagnose: {err}")
         return
@@ -60,27 +63,42 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
     if line:
         st.caption(line)
     m = d["metrics"]
-    cols = st.columns(4)
-    cols[0].metric("mean acceptance length", f"{m['mean_acceptance_length']:.3f}",
-                   help="1 + accepted ÷ drafting steps, bonus included (vLLM's definition)")
+    al = d["acceptance_length"]
+    cols = st.columns(5)
+    cols[0].metric("acceptance length, token-weighted", "—" if al["token_weighted"] is None
+                   else f"{al['token_weighted']:.3f}",
+                   help="1 + accepted ÷ drafting steps over the whole run, bonus included (vLLM's definition)")
+    cols[1].metric("acceptance length, per-request mean", "—" if al["per_request_mean"] is None
+                   else f"{al['per_request_mean']:.3f}",
+                   help=f"each request's own 1 + accepted ÷ drafting steps, averaged over {al['requests']} requests")
     rate = m["draft_acceptance_rate"]
-    cols[1].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted ÷ drafted")
-    cols[2].metric("fitted α", f"{d['alpha']:.3f}", help=d["alpha_fit"])
-    cols[3].metric("recommended window", d["recommended_window"],
-                   help=f"flat-verify cost model at c = {d['c']:.3g} ({d['c_source']}); "
-                        f"predicted {d['recommended_speedup']:.2f}× over autoregressive")
-    pos = pd.DataFrame({"position": range(1, len(m["per_position_rate"]) + 1),
-                        "accepted (÷ drafting steps)": m["per_position_rate"],
-                        "geometric fit α^i": d["geometric_per_position"]})
-    if len(pos):
-        st.line_chart(pos, x="position", y=["accepted (÷ drafting steps)", "geometric fit α^i"], height=220)
+    cols[2].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted ÷ drafted")
+    cols[3].metric("fitted α", f"{d['alpha']:.3f}", help=d["alpha_fit"])
+    if d["c"] is None:
+        cols[4].metric("recommended window", "needs c", help=d["c_source"])
+        st.info(d["c_source"])
+    else:
+        cols[4].metric(f"recommended window at c = {d['c']:.3g}",
+                       f"{d['recommended_window']}{' (extrapolated)' if d['extrapolated'] else ''}",
+                       help=f"flat-verify cost model at c = {d['c']:.3g} ({d['c_source']}); predicted "
+                            f"{d['recommended_speedup']:.2f}× over autoregressive"
+                            + (f"; the run never drafted more than {d['largest_window_run']}, so this is an "
+                               f"extrapolation of the fitted curve" if d["extrapolated"] else ""))
+    if m["per_position_rate"] is None:
+        st.caption(f"Per-position acceptance: none drawn — {m['per_position_basis']}.")
+    else:
+        pos = pd.DataFrame({"position": range(1, len(m["per_position_rate"]) + 1),
+                            "accepted (÷ drafting steps)": m["per_position_rate"],
+                            "geometric fit α^i": d["geometric_per_position"][:len(m["per_position_rate"])]})
+        if len(pos):
+            st.line_chart(pos, x="position", y=["accepted (÷ drafting steps)", "geometric fit α^i"], height=220)
     bound = d["bound"]
     if bound:
         st.write(f"**Accepted-length bound** at c = {d['c']:.3g}: the oracle window reaches {bound['s_oracle']:.2f}× "
                  f"against {bound['s_best_fixed']:.2f}× for the best fixed γ = {bound['best_gamma']}, so no per-step "
                  f"window policy gains more than **{(bound['bound'] - 1):.1%}** over it on this run's accepted counts "
                  f"(counts that hit the run's window are censored: the true oracle may be higher).")
-    else:
+    elif d["c"] is not None:
         st.write(f"Accepted-length bound: {d['bound_note']}.")
 
 

@@ -84,6 +84,9 @@ head.info(runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["
                                   same_run, mismatch), icon=":material/lightbulb:")
 with by_pos:
     pos = acceptance.frame(entries, [la, lb], {la: f"A · {A.info['policy']}", lb: f"B · {B.info['policy']}"})
+    if gone := acceptance.totals_only(entries, [la, lb]):
+        st.caption(f"No per-position line for {' and '.join('A' if k == la else 'B' for k in gone)}: totals only "
+                   f"in the file (a per-position split would be invented).")
     if len(pos):
         left, right = st.columns([3, 2])
         left.plotly_chart(acceptance.overlay(pos), theme=None, width="stretch", key="cmp_pos_chart")

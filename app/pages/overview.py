@@ -46,6 +46,9 @@ spec = [k for k in entries if entries[k].info["draft"]]
 chosen = st.multiselect("Runs", spec, default=runs.pair_traces(df, runs.headline_label(df)), key="ov_pos_runs",
                         format_func=titles.get, help="by default the headline run and others of its pair and run")
 pos = acceptance.frame(entries, chosen, titles)
+if gone := acceptance.totals_only(entries, chosen):
+    st.caption(f"No per-position line for {', '.join(titles.get(k, k) for k in gone)}: the file keeps totals only "
+               f"(mean acceptance length and rate are exact; a per-position split would be invented).")
 if len(pos):
     left, right = st.columns([3, 2])
     left.plotly_chart(acceptance.overlay(pos), theme=None, width="stretch", key="ov_pos_chart")

@@ -33,6 +33,8 @@ notes.append(share.adopt("request", "replay_req", list(reqs.index), "prompt", in
 data.pick("replay_req", list(reqs.index), reqs.index[0])
 rid = c2.selectbox("Prompt", list(reqs.index), key="replay_req", on_change=_reset,
                    format_func=lambda r: f"#{r} · {reqs.at[r, 'task']} · {str(reqs.at[r, 'prompt_text'])[:80]}")
+# the link names the trace on screen from here on, whatever the page shows below (an imported run stops early)
+share.publish(trace=label, request=rid)
 raw = [s for s in e.trace.steps if s["request_id"] == rid]
 steps = e.steps[e.steps["request_id"] == rid]
 pos = e.positions[e.positions["request_id"] == rid]
@@ -54,6 +56,8 @@ st.caption(f"{info['pair']} · policy **{info['policy']}** · verifier {info['ve
            + (" · :violet-badge[tiny-model demo]" if info["demo"] else ""))
 downloads.trace_buttons(e.trace, label, "replay")
 if imported.replay_fallback(e, rid):  # an imported run: step counts, no tokens to replay
+    if "step" in st.query_params:  # no step is shown: a copied link must not carry another trace's step
+        del st.query_params["step"]
     st.stop()
 
 tok = data.entry_tokenizer(e)

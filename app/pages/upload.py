@@ -18,6 +18,7 @@ peer_view.formats_help()
 
 files = st.file_uploader("Trace files", type=["jsonl", "parquet", *(s[1:] for s in data.PEER_SUFFIXES)],
                          accept_multiple_files=True, key="upload_files", max_upload_size=data.MAX_UPLOAD_MB)
+before = set(data.uploads())
 for f in files or []:
     if data.was_removed(f.name, f.getvalue()):
         continue
@@ -42,6 +43,8 @@ for f in files or []:
                    + " ".join(f"{w[0].upper()}{w[1:]}." for w in e.info["warnings"] if not w.startswith("no footer")))
     else:
         st.success(f"Loaded **{f.name}** — open it in Replay, Compare or Windows.")
+    if e is not None and label not in before and e.info.get("draft"):
+        st.session_state["peer_diag_trace"] = label  # the diagnosis below shows the file just added
     if not err:
         data.keep_upload(f.name, f.getvalue())
 

@@ -49,7 +49,13 @@ refs = [refs_all[k][0] for k in chosen]
 key = tuple(refs_all[k][1] for k in chosen)
 timed = analysis.has_timings(refs)
 demo = all(r.header.get("demo") for r in refs)  # tiny demo timings (draft ≈ target) make a poor default
-in_run, n_in_run = data.in_run_cost(refs, key)  # what real decoding of this pair paid, when traces exist
+n_imported = sum(1 for e in data.all_traces().values() if data.is_imported(e.trace))
+with_imported = n_imported > 0 and c1.checkbox(
+    f"include {n_imported} imported run{'s' if n_imported > 1 else ''} in the in-run cost model", value=False,
+    key="win_in_run_imported", help="off: the in-run costs come from this lab's own decode traces only, so an "
+                                    "upload does not change this page's figures until you tick this")
+# what real decoding of this pair paid, when traces exist (imported runs only when opted in above)
+in_run, n_in_run = data.in_run_cost(refs, key, with_imported)
 from app import cost_paths  # noqa: E402  (the pair's per-weights-path costs, if measured)
 
 pair_names = (refs[0].header.get("target", {}) or {}), (refs[0].header.get("draft", {}) or {})

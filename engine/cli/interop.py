@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
                                         "accepted-length bound of a trace (imported or our own)")
     d.add_argument("trace")
     d.add_argument("--c", type=float, default=None,
-                   help="draft ÷ target cost per token (default: from the trace's timings, else 0.05)")
+                   help="draft ÷ target cost per token (default: from the trace's timings, else the lab's measured "
+                        "costs of the same pair; without either there is no recommended window until c is given)")
     d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     d.set_defaults(func=cmd_diagnose)
 

@@ -5,6 +5,7 @@
     python -m engine gpu-check --out gpu-check.json    exactness on the device in fp32 and the pair's
                                                        cost curves (engine.bench.gpu_check; CUDA or CPU)
     python -m engine loadbench --steps 10000,200000    trace loading speed (engine.trace.loadbench)
+    python -m engine importbench --requests 10000      peer-import speed and memory (engine.interop.importbench)
     python -m engine overhead --weights dense,quantized  Python and framework share of a decode step
                                                        (engine.bench.overhead)
     python -m engine kernels                           the weight-only matmul kernels side by side
@@ -62,6 +63,13 @@ def add_parser(sub) -> None:
     lb.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
     lb.add_argument("--repeat", type=int, default=3, help="loads per file; the best is reported")
     lb.set_defaults(func=cmd_loadbench)
+
+    ib = sub.add_parser("importbench", help="peer-import speed and memory on a synthetic vLLM file")
+    ib.add_argument("--requests", type=int, default=10_000)
+    ib.add_argument("--steps", type=int, default=64, help="verify steps per request")
+    ib.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
+    common.add_out(ib, "write the result as JSON")
+    ib.set_defaults(func=cmd_importbench)
 
 
 def cmd_kernels(a) -> int:
@@ -158,3 +166,15 @@ def cmd_loadbench(a) -> int:
     for line in table(list(common.ints(a.steps, "--steps")), a.repeat):
         print(line, flush=True)
     return 0
+
+
+def cmd_importbench(a) -> int:
+    from engine.interop.importbench import lines, run
+    from engine.trace.jsonio import write_json_atomic
+
+    res = run(a.requests, a.steps, a.k)
+    for line in lines(res):
+        print(line, flush=True)
+    if a.out:
+        write_json_atomic(res, a.out)
+    return 0 if res["import"]["error"] is None and res["over_limit_claim"]["error"] else 1

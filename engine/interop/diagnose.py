@@ -26,12 +26,20 @@ drafts (window > 0; every step when the trace does not record windows),
   policy could gain over the best fixed window on this accepted-length distribution.
 
 c (draft ÷ target cost per token) comes from the caller, else from the trace's own timings
-(Σ t_draft / Σ window ÷ median t_verify of the drafting steps), else the cost model's default.
+(Σ t_draft / Σ window ÷ median t_verify of the drafting steps), else from the lab's measured costs of
+the same pair (docs/results/costs-*.json, same model names); else there is no recommendation and the
+diagnosis says to give c — never a silent default. A recommended window larger than any the run
+drafted is flagged `extrapolated`: the fit is only measured up to the run's largest window.
+
+Per-position figures need per-step (or per-position) counts: for a trace that keeps totals only they
+are None and `per_position_basis` says so.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 from engine.interop import bounds
@@ -45,10 +53,34 @@ def _lacks(trace: Trace) -> set[str]:
 
 
 def drafting_steps(trace: Trace, steps: list[dict] | None = None) -> list[dict]:
+    """The steps that carried drafts. Where windows are unknown per step (None), a step whose window
+    is known to be 0 — the prefill call, a step that drafted nothing — is still not one: counting them
+    would lower the mean acceptance length below the engine's own."""
     steps = trace.steps if steps is None else steps
     if "window" in _lacks(trace):
-        return list(steps) if trace.header.get("draft") is not None else []
+        return [s for s in steps if s["window"] != 0] if trace.header.get("draft") is not None else []
     return [s for s in steps if (s["window"] or 0) > 0]
+
+
+def per_step_known(trace: Trace) -> bool:
+    """Whether the trace keeps each step's accepted count (else only totals: llama.cpp's timings, SGLang's
+    meta_info without a histogram, where the per-step split is an even share and not data)."""
+    return PER_STEP not in _lacks(trace)
+
+
+def acceptance_lengths(trace: Trace) -> dict[str, float | None]:
+    """Mean acceptance length (1 + accepted ÷ drafting steps, bonus included) two ways, as benchmark
+    harnesses report it: averaged over requests (each request's own mean, then the mean of those), and
+    token-weighted (pooled over every drafting step of the run). They differ when requests of
+    different lengths accept differently; vLLM's /metrics gives the token-weighted one."""
+    spec = drafting_steps(trace)
+    by: dict[int, list[int]] = {}
+    for s in spec:
+        by.setdefault(s["request_id"], []).append(s["accepted"])
+    per_req = [1.0 + sum(a) / len(a) for a in by.values() if a]
+    return {"per_request_mean": sum(per_req) / len(per_req) if per_req else None,
+            "token_weighted": 1.0 + sum(s["accepted"] for s in spec) / len(spec) if spec else None,
+            "requests": len(per_req)}
 
 
 def counts_of(steps: list[dict], windows_known: bool, k: int | None = None) -> dict[str, Any]:
@@ -80,11 +112,22 @@ def peer_metrics(trace: Trace) -> dict[str, Any]:
         by.setdefault(s["request_id"], []).append(s)
     pooled = counts_of(spec, known)
     k = len(pooled["acceptance_histogram"]) - 1
+    exact = per_step_known(trace)
     stated = [(e.get("reported") or {}).get("num_spec_tokens") for e in trace.ends.values()]
     if stated and all(type(x) is int and x >= k for x in stated):  # vLLM's K, even when no step drafted K
         k = max(stated)
         pooled = counts_of(spec, known, k)
-    return {"pooled": pooled, "requests": {rid: counts_of(v, known, k) for rid, v in by.items()}}
+    requests = {rid: counts_of(v, known, k) for rid, v in by.items()}
+    if not exact:  # totals only: a histogram or per-position line would be drawn from an even split
+        for m in (pooled, *requests.values()):
+            for key in TOTALS_ONLY:
+                m[key] = None
+    pooled["per_position_basis"] = ("per-step accepted counts" if exact else
+                                    "totals only: no per-step or per-position counts in the file")
+    return {"pooled": pooled, "requests": requests}
+
+
+TOTALS_ONLY = ("acceptance_histogram", "num_accepted_tokens_per_pos", "per_position_rate", "per_position_conditional")
 
 
 def fit_alpha(trace: Trace) -> tuple[float, str]:
@@ -129,29 +172,80 @@ def trace_cost_ratio(trace: Trace) -> float | None:
     return (td / w) / statistics.median(tv)
 
 
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+NEEDS_C = ("c unknown: the file has no draft timings and the lab has no measured costs for this pair — give c "
+           "(draft ÷ target cost per token; --c on the command line)")
+
+
+def pair_cost_ratio(target: str, draft: str, results: Path = RESULTS) -> tuple[float, str] | None:
+    """c measured by `python -m engine costs` for this exact pair (same model names), newest result, the
+    dense weights path where there are several, most threads; None when the lab has not measured it."""
+    best = None
+    for p in sorted(Path(results).glob("costs-*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(d, dict) or d.get("target") != target or d.get("draft") != draft:
+            continue
+        blocks = [b for b in d.get("by_threads", []) if isinstance(b, dict) and isinstance(b.get("timings"), dict)]
+        if not blocks:
+            continue
+        b = max(blocks, key=lambda b: (b.get("weights") in (None, "dense"), b.get("threads") or 0))
+        if best is None or str(d.get("created", "")) > best[0]:
+            best = (str(d.get("created", "")), b, p.name)
+    if best is None:
+        return None
+    try:
+        c = CostModel.from_timings(best[1]["timings"]).c
+    except (KeyError, TypeError, ValueError):
+        return None
+    w = best[1].get("weights")
+    return c, (f"measured for this pair ({best[2]}{f', {w} weights' if w else ''}, "
+               f"{best[1].get('threads')} threads)")
+
+
+def resolve_c(trace: Trace, c: float | None = None) -> tuple[float | None, str]:
+    """c and where it came from: given; else the trace's own timings; else the lab's measured costs for
+    the same pair; else (None, why) — never a silent default."""
+    if c is not None:
+        return c, "given"
+    own = trace_cost_ratio(trace)
+    if own is not None:
+        return own, "from the trace's timings (draft ms per token ÷ median verify ms)"
+    pair = pair_cost_ratio(str((trace.header.get("target") or {}).get("name", "")),
+                           str((trace.header.get("draft") or {}).get("name", "")))
+    if pair is not None:
+        return pair
+    return None, NEEDS_C
+
+
 def diagnose(trace: Trace, c: float | None = None) -> dict[str, Any]:
-    """Per-position acceptance, the fitted α, the recommended window and the accepted-length bound."""
+    """Per-position acceptance, the fitted α, the recommended window and the accepted-length bound.
+    Without a c (`resolve_c`) the window and the bound are None and `c_source` says what to give."""
     m = peer_metrics(trace)["pooled"]
     alpha, how = fit_alpha(trace)
-    c_how = "given"
-    if c is None:
-        c = trace_cost_ratio(trace)
-        c_how = "from the trace's timings (draft ms per token ÷ median verify ms)"
-    if c is None:
-        c, c_how = CostModel().c, f"the cost model's default (the trace has no draft timings; set --c)"
-    a_fit = min(alpha, 1 - 1e-9)
-    theory = iid_theory(a_fit, c)
-    best = theory.loc[theory["speedup"].idxmax()]
+    c, c_how = resolve_c(trace, c)
     spec = drafting_steps(trace)
     lacks = _lacks(trace)
-    bound = bounds.renewal_bound([s["accepted"] for s in spec], c) if spec and PER_STEP not in lacks else None
     windows = sorted({s["window"] for s in spec if s["window"] is not None})
-    return {"metrics": m, "alpha": alpha, "alpha_fit": how,
-            "geometric_per_position": [alpha ** (i + 1) for i in range(len(m["num_accepted_tokens_per_pos"]))],
-            "c": c, "c_source": c_how, "recommended_window": int(best["gamma"]),
-            "recommended_speedup": float(best["speedup"]), "run_windows": windows,
+    best, bound = None, None
+    if c is not None:
+        theory = iid_theory(min(alpha, 1 - 1e-9), c)
+        best = theory.loc[theory["speedup"].idxmax()]
+        bound = bounds.renewal_bound([s["accepted"] for s in spec], c) if spec and PER_STEP not in lacks else None
+    k_max = max(windows) if windows else max([s["accepted"] for s in spec] or [0])
+    rec = int(best["gamma"]) if best is not None else None
+    n_pos = len(m["num_accepted_tokens_per_pos"] or []) or k_max
+    return {"metrics": m, "alpha": alpha, "alpha_fit": how, "acceptance_length": acceptance_lengths(trace),
+            "geometric_per_position": [alpha ** (i + 1) for i in range(n_pos)],
+            "c": c, "c_source": c_how, "recommended_window": rec,
+            "recommended_speedup": float(best["speedup"]) if best is not None else None, "run_windows": windows,
+            # the fit is measured up to the largest window the run drafted; past it, the geometric tail is assumed
+            "extrapolated": rec is not None and rec > k_max, "largest_window_run": k_max,
             "bound": bound, "lacks": sorted(lacks),
-            "bound_note": None if bound else "needs per-step accepted counts, which this trace does not keep"}
+            "bound_note": None if bound else ("needs c" if c is None else
+                                              "needs per-step accepted counts, which this trace does not keep")}
 
 
 def format_diagnosis(d: dict[str, Any], name: str) -> str:
@@ -161,15 +255,27 @@ def format_diagnosis(d: dict[str, Any], name: str) -> str:
              + (f" of {m['num_draft_tokens']} drafted" if m["num_draft_tokens"] is not None else ""),
              f"  mean acceptance length (incl. bonus, vLLM's) {m['mean_acceptance_length']:.4f}   "
              f"acceptance rate (accepted ÷ drafted) {'n/a (windows unknown)' if rate is None else f'{rate:.4f}'}",
-             f"  accepted histogram {m['acceptance_histogram']}",
-             "  position   accepted   rate (÷ steps)   conditional   geometric α^i"]
-    for i, (p, r, b, g) in enumerate(zip(m["num_accepted_tokens_per_pos"], m["per_position_rate"],
-                                         m["per_position_conditional"], d["geometric_per_position"])):
-        lines.append(f"  {i:>8}   {p:>8}   {r:>14.4f}   {'—' if b is None else f'{b:.4f}':>11}   {g:>13.4f}")
+             f"  accepted histogram {m['acceptance_histogram'] if m['acceptance_histogram'] is not None else '—'}"]
+    if m["num_accepted_tokens_per_pos"] is None:
+        lines.append(f"  per position: none — {m['per_position_basis']} (totals, means and the rate are exact)")
+    else:
+        lines.append("  position   accepted   rate (÷ steps)   conditional   geometric α^i")
+        for i, (p, r, b, g) in enumerate(zip(m["num_accepted_tokens_per_pos"], m["per_position_rate"],
+                                             m["per_position_conditional"], d["geometric_per_position"])):
+            lines.append(f"  {i:>8}   {p:>8}   {r:>14.4f}   {'—' if b is None else f'{b:.4f}':>11}   {g:>13.4f}")
     lines.append(f"  fitted α = {d['alpha']:.4f} ({d['alpha_fit']})")
-    lines.append(f"  c = {d['c']:.3g} ({d['c_source']})")
-    lines.append(f"  cost model (flat verify) recommends window γ = {d['recommended_window']} "
-                 f"(predicted {d['recommended_speedup']:.2f}× over autoregressive); the run used {d['run_windows'] or '?'}")
+    al = d["acceptance_length"]
+    if al["token_weighted"] is not None:
+        lines.append(f"  acceptance length: token-weighted {al['token_weighted']:.4f}, per-request mean "
+                     f"{al['per_request_mean']:.4f} over {al['requests']} requests")
+    if d["c"] is None:
+        lines.append(f"  recommended window: {d['c_source']}")
+    else:
+        ext = (f" — an extrapolation: the run never drafted more than {d['largest_window_run']}"
+               if d["extrapolated"] else "")
+        lines.append(f"  cost model (flat verify) at c = {d['c']:.3g} ({d['c_source']}) recommends window "
+                     f"γ = {d['recommended_window']} (predicted {d['recommended_speedup']:.2f}× over autoregressive "
+                     f"at c = {d['c']:.3g}){ext}; the run used {d['run_windows'] or '?'}")
     b = d["bound"]
     if b:
         lines.append(f"  accepted-length bound: oracle {b['s_oracle']:.3f}× ÷ best fixed γ = {b['best_gamma']} "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.interop import llamacpp, prometheus, sglang, vllm
-from engine.interop.peer import PeerError, to_trace, write_trace
+from engine.interop.peer import PeerError, first_json, to_trace, write_trace
 from engine.trace.format import Trace
 
 READERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
@@ -49,13 +49,19 @@ EXAMPLES = {
 }
 
 
-def detect(head: bytes) -> str | None:
-    """The peer format of a file from its first bytes, or None (a trace, an answer file, anything else)."""
-    if head.lstrip()[:1] in (b"{", b"["):  # JSON: a record's keys say whose it is
-        for fmt, test in (("vllm", vllm.is_vllm), ("llamacpp", llamacpp.is_server), ("sglang", sglang.is_sglang)):
-            if test(head):
+def detect(data: bytes) -> str | None:
+    """The peer format of a file, or None (a trace, an answer file, anything else). Give it the whole
+    file: JSON is told by its first record, read to that record's end however long it is (a first
+    record over any fixed head would otherwise go undetected); text formats by their first MiB."""
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark: the readers drop it too
+    if data[:4096].lstrip()[:1] in (b"{", b"["):  # JSON: a record's keys say whose it is
+        first = first_json(data)
+        for fmt, test in (("vllm", vllm.kind_of), ("llamacpp", llamacpp.is_server_record),
+                          ("sglang", sglang.is_sglang_record)):
+            if test(first):
                 return fmt
         return None
+    head = data[: 1 << 20]
     if prometheus.is_scrape(head):
         return "vllm-prom"
     if llamacpp.is_log(head):
@@ -72,7 +78,7 @@ def records(fmt: str, data: bytes, name: str, command: str = "") -> list[dict[st
 def loads_peer(data: bytes, name: str, fmt: str | None = None) -> Trace:
     """A peer report's bytes → a validated Trace (the Upload page's path; nothing touches disk)."""
     name = Path(name).name
-    fmt = fmt or detect(data[: 1 << 20])
+    fmt = fmt or detect(data)
     if fmt is None:
         raise PeerError(f"{name}: not a vLLM, llama.cpp or SGLang report")
     return to_trace(records(fmt, data, name), name)
@@ -84,7 +90,7 @@ def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, comman
     if not p.is_file():
         raise PeerError(f"{p.name}: no such file")
     data = p.read_bytes()
-    got = detect(data[: 1 << 20])
+    got = detect(data)
     if got is not None and got != fmt:
         raise PeerError(f"{p.name}: this is a {got} report, not {fmt} (python -m engine import {got} …)")
-    return write_trace(records(fmt, data, p.name, command), out)
+    return write_trace(records(fmt, data, p.name, command), out, source=p.name)

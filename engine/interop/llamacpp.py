@@ -38,8 +38,9 @@ import math
 import re
 from typing import Any
 
-from engine.interop.peer import (PER_STEP, PeerError, PeerRequest, PeerStep, as_count, check_finished, count, even_split,
-                                 fail, first_json, json_lines, number, peer_records)
+from engine.interop.peer import (PER_STEP, Budget, PeerError, PeerRequest, PeerStep, as_count, check_finished, count,
+                                 cut_finish, even_split, fail, first_json, ident, json_lines, label, number,
+                                 peer_records, sampling_of)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "llamacpp"
@@ -47,14 +48,17 @@ FINISH = {"eos": "eos", "word": "eos", "limit": "max_new_tokens", "stop": "eos",
           "none": None}
 LACKS = [PER_STEP, "window per step", "prompt_ids", "output_ids", "t_draft_ms"]
 LOG_KEYS = {"n_draft": "K", "n_predict": "N", "n_drafted": "D", "n_accept": "A"}
-LOG_LINE = re.compile(r"\b(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)")
+LOG_LINE = re.compile(r"\b(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\S*)")
 ACCEPT = re.compile(r"\baccept\s*=\s*(\S+?)%")
 TIMED = re.compile(r"\b(encoded|decoded)\s+(-?\d+)\s+tokens in\s+(\S+)\s+seconds")
 
 
-def is_server(head: bytes) -> bool:
-    d = first_json(head)
+def is_server_record(d: Any) -> bool:
     return isinstance(d, dict) and isinstance(d.get("timings"), dict) and "predicted_n" in d["timings"]
+
+
+def is_server(head: bytes) -> bool:
+    return is_server_record(first_json(head))
 
 
 def is_log(head: bytes) -> bool:
@@ -108,7 +112,8 @@ C_STEPS, C_DRAFTED, C_ACCEPTED = ("spec_decode_num_drafts_total", "spec_decode_n
                                   "spec_decode_num_accepted_tokens_total")
 
 
-def _counter_steps(c: Any, N: int, D: int, A: int, where: str) -> tuple[list[PeerStep], bool, str]:
+def _counter_steps(c: Any, N: int, D: int, A: int, where: str,
+                   left: Budget) -> tuple[list[PeerStep], bool, str]:
     """The steps of a request from the server's per-request counters (module docstring); whether they
     are in order, and a note."""
     pre = COUNTERS + "."
@@ -126,6 +131,7 @@ def _counter_steps(c: Any, N: int, D: int, A: int, where: str) -> tuple[list[Pee
         fail(where, pre + "accepted_per_pos", f"{p} is not a non-increasing split of {A} accepted over {S} steps")
     if D and not S:
         fail(where, pre + C_STEPS, f"0 verify steps for {D} drafted tokens")
+    left.take(1 + S + max(0, N - 1 - S - A), where, pre + C_STEPS)  # before a step is built
     K = len(p)
     hist = [S - (p[0] if p else 0)] + [p[j] - (p[j + 1] if j + 1 < K else 0) for j in range(K)]
     acc = [j for j in range(K + 1) for _ in range(hist[j])]
@@ -142,6 +148,7 @@ def _counter_steps(c: Any, N: int, D: int, A: int, where: str) -> tuple[list[Pee
             fail(where, pre + C_STEPS, f"{N} predicted tokens, but the verify steps emit {N - extra} "
                                        f"(more than the last step's cut can explain)")
         last.emitted += extra
+        last.cut = True
         note = "a last step cut short (drafts accepted past the end of the output)"
     return steps, not spec, note
 
@@ -165,7 +172,8 @@ def _windows(acc: list[int], D: int, K: int, where: str) -> list[int]:
     return w
 
 
-def server_request(d: Any, where: str) -> PeerRequest:
+def server_request(d: Any, where: str, left: Budget | None = None) -> PeerRequest:
+    left = left or Budget()
     if not isinstance(d, dict) or not isinstance(d.get("timings"), dict):
         fail(where, "timings", "missing: not a llama.cpp server response")
     t = d["timings"]
@@ -182,11 +190,12 @@ def server_request(d: Any, where: str) -> PeerRequest:
     if COUNTERS in d:
         if A > D:
             fail(where, names["A"], f"{A} accepted > {D} drafted ({names['D']})")
-        steps, ordered, note = _counter_steps(d[COUNTERS], N, D, A, where)
+        steps, ordered, note = _counter_steps(d[COUNTERS], N, D, A, where, left)
         _time(steps, prompt_ms, decode_ms)
         calls = len(steps)
     else:
         calls = _check_totals(N, D, A, None, True, where, names)
+        left.take(calls, where, "timings.predicted_n")
         steps = _split(calls, D, A, True, prompt_ms, decode_ms)
     if decode_ms is not None and calls > 1 and decode_ms / (calls - 1) > 3_600_000.0:
         fail(where, "timings.predicted_ms", f"{decode_ms} ms makes a step longer than an hour")
@@ -197,12 +206,16 @@ def server_request(d: Any, where: str) -> PeerRequest:
     if text is not None and type(text) is not str:
         fail(where, "content", f"expected a string, got {type(text).__name__}")
     fin = d.get("stop_type", choice.get("finish_reason"))
+    finished = check_finished(fin, where, "stop_type", FINISH)
+    if steps[-1].cut:  # the output ended inside the last step: it finished the request, whatever the record says
+        finished, why = cut_finish(finished, N, None)
+        note = "; ".join(x for x in (note, why) if x)
     wall = None if prompt_ms is None and decode_ms is None else (prompt_ms or 0.0) + (decode_ms or 0.0)
     prompt = d.get("prompt") if type(d.get("prompt")) is str else ""
-    qid = d.get("question_id", d.get("id"))
-    return PeerRequest(steps, prompt_text=prompt, output_text=text or "", category=str(d.get("category") or ""),
-                       question_id=qid if type(qid) in (int, str) else None,
-                       finished=check_finished(fin, where, "stop_type", FINISH), wall_ms=wall,
+    qid = ident(d, "question_id", where) if "question_id" in d else ident(d, "id", where)
+    return PeerRequest(steps, prompt_text=prompt, output_text=text or "", category=label(d, "category", where),
+                       question_id=qid,
+                       finished=finished, wall_ms=wall,
                        reported={"timings": dict(t), "model": d.get("model"),
                                  **({COUNTERS: d[COUNTERS]} if COUNTERS in d else {}), **({"note": note} if note else {})},
                        ordered=ordered)
@@ -215,6 +228,7 @@ def log_requests(data: bytes, name: str) -> list[PeerRequest]:
     except UnicodeDecodeError as e:
         raise PeerError(f"{name}: not UTF-8 text (byte {e.start})") from None
     reqs, cur, timed, start = [], {}, {}, 0
+    left = Budget()
     for i, line in enumerate(text.split("\n"), start=1):
         where = f"{name}: line {i}"
         m = TIMED.search(line)
@@ -229,8 +243,13 @@ def log_requests(data: bytes, name: str) -> list[PeerRequest]:
         for k, v in LOG_LINE.findall(line):
             if not cur:
                 start = i
+            if not re.fullmatch(r"[0-9]{1,9}", v):
+                fail(where, k, f"expected a whole count, got {v[:20]!r}")
+            if LOG_KEYS[k] in cur:  # a run's summary without its 'accept = …%' line: never merge two runs
+                fail(where, k, f"a second {k} before the run that began at line {start} ended with 'accept = …%' "
+                               f"(a cut-off or garbled summary)")
             cur[LOG_KEYS[k]] = int(v)
-            if int(v) < 0 or int(v) > (1 << 24):
+            if int(v) > (1 << 24):
                 fail(where, k, f"{v} outside [0, 2^24]")
         m = ACCEPT.search(line)
         if m and cur:
@@ -252,6 +271,7 @@ def log_requests(data: bytes, name: str) -> list[PeerRequest]:
             if not math.isfinite(pct) or abs(pct - want) > 0.0006 + 1e-9 * want:
                 fail(where, "accept", f"{pct}% but n_accept / n_drafted = {want:.3f}%")
             calls = _check_totals(N, D, A, K, False, where, {"A": "n_accept", "D": "n_drafted"})
+            left.take(calls, where, "n_predict")
             steps = _split(calls, D, A, False, timed.get("encoded"), timed.get("decoded"))
             wall = None if not timed else timed.get("encoded", 0.0) + timed.get("decoded", 0.0)
             reqs.append(PeerRequest(steps, question_id=len(reqs), wall_ms=wall, ordered=True,
@@ -262,6 +282,9 @@ def log_requests(data: bytes, name: str) -> list[PeerRequest]:
     if cur:
         raise PeerError(f"{name}: line {start}: field 'accept': the run's summary has no 'accept = …%' line "
                         f"(a cut-off log?)")
+    if timed:  # the last run's timings without its summary: the log was cut inside that run
+        raise PeerError(f"{name}: field '{next(iter(timed))}': a run's timings after the last summary, with no "
+                        f"n_predict / n_drafted / n_accept lines (a cut-off log?)")
     if not reqs:
         raise PeerError(f"{name}: no run summary (n_drafted / n_accept lines) in the log")
     return reqs
@@ -270,13 +293,13 @@ def log_requests(data: bytes, name: str) -> list[PeerRequest]:
 def llamacpp_records(data: bytes, name: str, command: str = "", meta: dict | None = None) -> list[dict[str, Any]]:
     """Trace records for a llama.cpp file: server responses (JSONL or a JSON list) or an example's log."""
     meta = dict(meta or {})
-    if is_server(data[: 1 << 20]):
-        reqs, kind = [], "server"
+    if data.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):  # JSON: responses (a log is never JSON)
+        reqs, kind, left = [], "server", Budget()
         for where, d in json_lines(data, name, "llama.cpp responses"):
             if isinstance(d, dict) and d.get("type") == "speclab.peer_header":
                 meta.update(d)
                 continue
-            reqs.append(server_request(d, where))
+            reqs.append(server_request(d, where, left))
         if not reqs:
             raise PeerError(f"{name}: no llama.cpp responses in the file")
         timing = ("step 0's t_prefill_ms = timings.prompt_ms; timings.predicted_ms split evenly over the later calls")
@@ -303,4 +326,7 @@ def llamacpp_records(data: bytes, name: str, command: str = "", meta: dict | Non
                         target=str(meta.get("target") or "(llama.cpp model)"),
                         draft=str(meta.get("draft") or "(llama.cpp draft)") if drafted else None,
                         spec=f"llamacpp:{kind}" + (f":K={K}" if K is not None else ""), lacks=lacks, timing=timing,
-                        notes=notes, source=name, command=command)
+                        notes=notes, source=name, command=command, sampling=sampling_of(meta),
+                        created=meta.get("created"),
+                        max_new_tokens=meta.get("max_tokens") if type(meta.get("max_tokens")) is int and
+                        0 < meta["max_tokens"] <= 1 << 24 else None)

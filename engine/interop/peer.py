@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.trace.assemble import build_trace
-from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX, TraceError
+from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX, TraceError, check_depth
 from engine.trace.format import Trace, summarize
 from engine.trace.jsonio import write_text_atomic
 
@@ -96,6 +96,8 @@ def counts(d: dict, k: str, where: str, hi: int = MAX_CONTEXT, prefix: str = "",
         fail(where, f"{prefix}{k}", f"expected a list of counts, got {type(v).__name__}")
     if len(v) > max_len:
         fail(where, f"{prefix}{k}", f"{len(v)} entries exceeds the limit {max_len}")
+    if v and set(map(type, v)) == {int} and min(v) >= 0 and max(v) <= hi:
+        return v  # the common case at C speed (a long request has thousands of steps)
     return [as_count(x, f"{prefix}{k}[{i}]", where, 0, hi) for i, x in enumerate(v)]
 
 
@@ -127,20 +129,50 @@ def json_lines(data: bytes, name: str, what: str) -> list[tuple[str, dict]]:
         raise PeerError(f"{name}: empty file (no {what})")
     if body[0] == "[":
         items = _loads(body, f"{name}: line 1")
-        return [(f"{name}: record {i}", x) for i, x in enumerate(items)] if isinstance(items, list) else [
+        out = [(f"{name}: record {i}", x) for i, x in enumerate(items)] if isinstance(items, list) else [
             (f"{name}: line 1", items)]
+        for where, d in out[1:]:
+            if isinstance(d, dict) and d.get("type") == HEADER:
+                raise PeerError(f"{where}: field 'type': a second {HEADER} record (one run per file)")
+        return out
     out = []
     for i, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             out.append((f"{name}: line {i}", _loads(line, f"{name}: line {i}")))
+    for where, d in out[1:]:  # a header mid-file: two reports pasted together, two runs posing as one
+        if isinstance(d, dict) and d.get("type") == HEADER:
+            raise PeerError(f"{where}: field 'type': a second {HEADER} line (two files concatenated? one run per file)")
     return out
 
 
+def ident(d: dict, k: str, where: str, prefix: str = "") -> int | str | None:
+    """A request or question id: an integer (|id| < 2⁶³) or a string of at most 256 characters, or None.
+    Anything else is refused rather than dropped, so a garbled id never silently loses its request's label."""
+    v = d.get(k)
+    if v is None:
+        return None
+    if type(v) is int and -(1 << 63) < v < (1 << 63) or type(v) is str and len(v) <= 256:
+        return v
+    fail(where, f"{prefix}{k}", f"expected an integer or a string id, got {_short(v)}")
+
+
+def label(d: dict, k: str, where: str, prefix: str = "", max_len: int = 256) -> str:
+    """A short text label (category, model name): a string or absent; never str() of another type."""
+    v = d.get(k)
+    if v is None:
+        return ""
+    if type(v) is not str or len(v) > max_len:
+        fail(where, f"{prefix}{k}", f"expected a string of at most {max_len} characters, got {_short(v)}")
+    return v
+
+
 def _text(data: bytes, name: str) -> str:
+    """UTF-8 text of a report; a byte-order mark (Windows editors write one) is dropped, CRLF is
+    whitespace to JSON and to the line readers alike."""
     if b"\0" in data[:65536]:
         raise PeerError(f"{name}: not a text report (binary data)")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise PeerError(f"{name}: not UTF-8 text (byte {e.start})") from None
 
@@ -149,41 +181,99 @@ def _reject_constant(c: str):
     raise ValueError(f"{c} is not a number a report may hold")
 
 
+def _finite(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):  # 1e400 parses to inf: as untrustworthy as a literal Infinity
+        raise ValueError(f"{s[:20]} is not a finite number")
+    return v
+
+
 def _loads(s: str, where: str) -> Any:
+    """One JSON value of a report: no NaN / Infinity / overflowing literals, nested at most MAX_DEPTH
+    levels, no lone surrogate escapes (they cannot be written back as UTF-8)."""
     try:
-        return json.loads(s, parse_constant=_reject_constant)
+        v = json.loads(s, parse_constant=_reject_constant, parse_float=_finite)
     except RecursionError:
         raise PeerError(f"{where}: nested too deeply") from None
     except ValueError as e:
         raise PeerError(f"{where}: invalid JSON ({getattr(e, 'msg', e)}; a cut-off file?)") from None
-
-
-def first_json(head: bytes) -> Any:
-    """The first JSON record of a file (its first line — after a peer header line — or the first element
-    of a JSON list), or None."""
     try:
-        text = head.decode("utf-8", errors="strict").lstrip()
-    except UnicodeDecodeError:
-        return None
-    if text.startswith("["):
-        try:
-            v = json.loads(text)  # the whole head: a saved list of responses is small
-            return v[0] if isinstance(v, list) and v else None
-        except ValueError:
-            text = text[1:].lstrip()
-            dec = json.JSONDecoder()
+        check_depth(s, v, where)
+    except TraceError as e:
+        raise PeerError(str(e)) from None
+    if "\\ud" in s or "\\uD" in s:
+        bad = _surrogate(v)
+        if bad is not None:
+            raise PeerError(f"{where}: field '{bad}': a lone surrogate escape (not a character)")
+    return v
+
+
+def _surrogate(v: Any) -> str | None:
+    """The key path of the first string holding a lone surrogate, or None (iterative: no recursion)."""
+    stack = [("", v)]
+    while stack:
+        path, x = stack.pop()
+        if isinstance(x, str):
             try:
-                return dec.raw_decode(text)[0]
-            except ValueError:
-                return None
-    lines = text.split("\n", 2)
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "(value)"
+        elif isinstance(x, dict):
+            for k, y in x.items():
+                if isinstance(k, str) and any("\ud800" <= ch <= "\udfff" for ch in k):
+                    return f"{path}.{k!r}".lstrip(".")
+                stack.append((f"{path}.{k}".lstrip("."), y))
+        elif isinstance(x, list):
+            stack.extend((f"{path}[{i}]", y) for i, y in enumerate(x) if isinstance(y, (str, dict, list)))
+    return None
+
+
+def first_json(data: bytes) -> Any:
+    """The first JSON record of a file — its first non-blank line (after a peer header line), or the
+    first element of a JSON list — or None. Reads only as far as that record, so it may be given the
+    whole file: a first record over any fixed head size is still found (detection must accept what
+    the importers accept). A cut multi-byte character at the end of a head is ignored."""
+    text = data.decode("utf-8", errors="ignore").removeprefix("\ufeff").lstrip()
+    dec = json.JSONDecoder()
     try:
-        v = json.loads(lines[0])
-        if isinstance(v, dict) and v.get("type") == HEADER and len(lines) > 1:
-            v = json.loads(lines[1])  # the run scripts' header line: the records follow it
-        return v
-    except ValueError:
+        if text.startswith("["):
+            rest = text[1:].lstrip()
+            v, end = dec.raw_decode(rest)
+            if isinstance(v, dict) and v.get("type") == HEADER:  # a header element: the records follow it
+                rest = rest[end:].lstrip().removeprefix(",").lstrip()
+                v = dec.raw_decode(rest)[0]
+            return v
+        pos, first = 0, True
+        while pos < len(text):
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            line = text[pos:end].strip()
+            pos = end + 1
+            if not line:
+                continue
+            v = json.loads(line)
+            if first and isinstance(v, dict) and v.get("type") == HEADER:
+                first = False  # the run scripts' header line: the records follow it
+                continue
+            return v
+    except (ValueError, RecursionError):
         return None
+    return None
+
+
+class Budget:
+    """Steps one import may still build (MAX_STEPS in all). Importers take a request's steps from it
+    as soon as its counts are read and before any step exists, so a 70-byte record claiming 2²⁴
+    tokens is refused in microseconds instead of after gigabytes of steps."""
+
+    def __init__(self, limit: int = MAX_STEPS) -> None:
+        self.limit, self.left = limit, limit
+
+    def take(self, n: int, where: str, fld: str) -> None:
+        if n > self.left:
+            fail(where, fld, f"{n} steps would take the import past its limit of {self.limit} steps "
+                             f"({self.limit - self.left} already)")
+        self.left -= n
 
 
 # ------------------------------------------------------------------ the trace
@@ -199,6 +289,7 @@ class PeerStep:
     t_verify_ms: float = 0.0
     t_prefill_ms: float = 0.0
     fields: dict = field(default_factory=dict)
+    cut: bool = False  # the output ended inside this step (emitted < accepted + 1): it must finish the request
 
 
 @dataclass
@@ -226,7 +317,8 @@ def even_split(total: int, n: int) -> list[int]:
 
 def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str, draft: str | None, spec: str,
                  lacks: list[str], timing: str, notes: list[str], source: str, command: str = "",
-                 max_new_tokens: int | None = None, sampling: dict | None = None) -> list[dict[str, Any]]:
+                 max_new_tokens: int | None = None, sampling: dict | None = None,
+                 created: Any = None) -> list[dict[str, Any]]:
     """Trace records (header … footer) for the requests. Token ids go into the steps only when every
     request has them and its steps are in order; a step's context_len only when every prompt's ids are
     known. `lacks` is completed with what the requests turn out to lack."""
@@ -241,7 +333,9 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
         if not have:
             lacks.append(k)
     lacks = list(dict.fromkeys(lacks))
-    header = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    # the run's own date (a report's header line says it), never the import's: "unknown" when not said
+    run_created = created if type(created) is str and 0 < len(created) <= 64 else "unknown"
+    header = {"created": run_created,
               "target": {"name": target, "vocab_size": None, "dtype": None, "device": None, "reduced_vocab": None},
               "draft": None if draft is None else {"name": draft, "vocab_size": None, "dtype": None, "device": None,
                                                    "reduced_vocab": None},
@@ -251,6 +345,7 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
                           for i, r in enumerate(reqs)],
               "software": {"engine": engine}, "command": command, "prompts_file": None,
               "imported": {"format": fmt, "source": Path(source).name, "engine": engine, "lacks": lacks,
+                           "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "timing": timing, "notes": notes}}
     out: list[dict[str, Any]] = [{"type": "header", "schema": "speclab.trace", "version": 1, **header}]
     for rid, r in enumerate(reqs):
@@ -290,6 +385,21 @@ def check_finished(v: Any, where: str, fld: str, mapping: dict[str, str | None])
     return out
 
 
+def cut_finish(stated: str | None, n_out: int, budget: int | None) -> tuple[str, str]:
+    """How a request whose last step was cut ended, and a note when the record did not say.
+
+    A cut step is the request's end by construction (an engine stops a request at the budget or a
+    stop string inside a step, after counting the step's accepted drafts), so it is always finished:
+    the record's own reason when it gives one; else 'max_new_tokens' when the output length equals
+    the run's budget (the header's max_tokens, when known), else 'eos' (a stop token or string ended it)."""
+    if stated is not None:
+        return stated, ""
+    if budget is not None and n_out >= budget:
+        return "max_new_tokens", f"no finish reason: the output reached max_tokens = {budget}, so 'max_new_tokens'"
+    return "eos", ("no finish reason: the output was cut inside its last step short of any known budget, "
+                   "so it stopped at a stop token or string ('eos')")
+
+
 def to_trace(records: list[dict[str, Any]], name: str) -> Trace:
     """Validate importer records with the loader's own rules (the import is refused whole on any error)."""
     if sum(1 for r in records if r["type"] == "step") > MAX_STEPS:
@@ -297,10 +407,27 @@ def to_trace(records: list[dict[str, Any]], name: str) -> Trace:
     return build_trace(((f"{name}: imported record {i}", r) for i, r in enumerate(records)), source=name)
 
 
-def write_trace(records: list[dict[str, Any]], out: str | os.PathLike) -> Trace:
-    """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one."""
-    t = to_trace(records, Path(out).name)
+def write_trace(records: list[dict[str, Any]], out: str | os.PathLike, source: str | None = None) -> Trace:
+    """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one.
+    A refusal names `source` (the report read), not the trace that was not written."""
+    t = to_trace(records, Path(source).name if source else Path(out).name)
     text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
     write_text_atomic(text, out)
     return t
 
+
+
+def sampling_of(meta: dict) -> dict:
+    """The sampling a report's header line states (temperature; top_p / top_k when given and in range),
+    else {} — an unknown temperature stays unknown, it is never taken as greedy."""
+    out: dict[str, Any] = {}
+    t = meta.get("temperature")
+    if type(t) in (int, float) and math.isfinite(t) and 0 <= t <= 100:
+        out["temperature"] = float(t)
+    p = meta.get("top_p")
+    if type(p) in (int, float) and 0 < p <= 1:
+        out["top_p"] = float(p)
+    k = meta.get("top_k")
+    if type(k) is int and 0 <= k <= TOKEN_MAX:
+        out["top_k"] = k
+    return out

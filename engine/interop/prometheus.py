@@ -48,10 +48,7 @@ MAX_COUNT = float(1 << 40)
 
 def is_scrape(head: bytes) -> bool:
     """True when the text has a vLLM speculative-decoding counter line (a scrape of /metrics)."""
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
+    text = head.decode("utf-8", errors="ignore")  # a head may end inside a character
     return any(line.startswith(PREFIX) or line.startswith(f"# TYPE {PREFIX}") for line in text.splitlines()[:4000])
 
 
@@ -60,10 +57,14 @@ def parse_samples(data: bytes, name: str) -> list[tuple[str, dict[str, str], flo
     if b"\0" in data[:65536]:
         raise PeerError(f"{name}: not a Prometheus text scrape (binary data)")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise PeerError(f"{name}: not UTF-8 text (byte {e.start})") from None
-    out = []
+    if text and not text.endswith("\n"):
+        # the exposition format ends every line with a line feed: without one the last value may be cut
+        n = text.count("\n") + 1
+        raise PeerError(f"{name}: line {n}: the scrape does not end with a newline (cut off mid-value?)")
+    out, seen = [], {}
     for i, line in enumerate(text.split("\n"), start=1):
         s = line.strip()
         if not s or s.startswith("#"):
@@ -84,6 +85,11 @@ def parse_samples(data: bytes, name: str) -> list[tuple[str, dict[str, str], flo
             v = float(m.group(4))
         except ValueError:
             raise PeerError(f"{where}: field '{m.group(1)}': value {m.group(4)[:40]!r} is not a number") from None
+        key = (m.group(1), tuple(sorted(labels.items())))
+        if key in seen:  # a series twice: a scrape pasted twice or two scrapes in one file, never one scrape
+            raise PeerError(f"{where}: field '{m.group(1)}': the same series as line {seen[key]} (two scrapes in "
+                            f"one file? diff them with --before instead)")
+        seen[key] = i
         out.append((m.group(1), labels, v, where))
     return out
 
@@ -108,7 +114,8 @@ def counters(data: bytes, name: str, model: str | None = None) -> dict[str, Any]
             key = base[len(PREFIX):]
             n = _value(v, metric, where)
             if key == PER_POS:
-                if "position" not in labels or not labels["position"].isdigit() or int(labels["position"]) > 1024:
+                # ASCII digits only: str.isdigit() also takes '²' and '٣', which int() then refuses
+                if not re.fullmatch(r"[0-9]{1,4}", labels.get("position", "")) or int(labels["position"]) > 1024:
                     raise PeerError(f"{where}: field '{metric}': label position must be 0 … 1024, got "
                                     f"{labels.get('position')!r}")
                 p = int(labels["position"])
@@ -125,7 +132,7 @@ def counters(data: bytes, name: str, model: str | None = None) -> dict[str, Any]
     if not per:
         raise PeerError(f"{name}: no {PREFIX}* counters (was speculative decoding on when this was scraped?)")
     if model is None and len(per) > 1:
-        raise PeerError(f"{name}: counters of {len(per)} models ({', '.join(sorted(per))}); pick one with --model")
+        raise PeerError(f"{name}: counters of {len(per)} models ({', '.join(sorted(per))}); pick one with --model (python -m engine import vllm-prom … --model NAME)")
     if model is not None and model not in per:
         raise PeerError(f"{name}: no counters for model {model!r} (the scrape has {', '.join(sorted(per))})")
     mname = model if model is not None else next(iter(per))

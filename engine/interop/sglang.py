@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.interop.peer import (MAX_STEPS, PER_STEP, PeerError, PeerRequest, PeerStep, check_finished, count,
-                                 counts, even_split, fail, first_json, json_lines, number, peer_records)
+from engine.interop.peer import (MAX_STEPS, PER_STEP, Budget, PeerError, PeerRequest, PeerStep, check_finished, count,
+                                 counts, even_split, fail, first_json, ident, json_lines, label, number,
+                                 peer_records, sampling_of)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "sglang"
@@ -38,9 +39,13 @@ def meta_of(d: Any) -> dict | None:
     return d if isinstance(d, dict) and "spec_verify_ct" in d else None
 
 
-def is_sglang(head: bytes) -> bool:
-    m = meta_of(first_json(head))
+def is_sglang_record(d: Any) -> bool:
+    m = meta_of(d)
     return m is not None and "spec_verify_ct" in m
+
+
+def is_sglang(head: bytes) -> bool:
+    return is_sglang_record(first_json(head))
 
 
 def _histogram(m: dict, V: int, C: int, where: str) -> list[int] | None:
@@ -58,7 +63,7 @@ def _histogram(m: dict, V: int, C: int, where: str) -> list[int] | None:
     fail(where, "meta_info.spec_accept_histogram", f"agrees with neither reading of completion_tokens = {C}")
 
 
-def parse_record(d: Any, where: str) -> tuple[PeerRequest, bool]:
+def parse_record(d: Any, where: str, left: Budget | None = None) -> tuple[PeerRequest, bool]:
     m = meta_of(d)
     if m is None:
         fail(where, "meta_info", "missing: not an SGLang response")
@@ -71,6 +76,7 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, bool]:
     if C == 0:
         fail(where, "meta_info.completion_tokens", "no output tokens")
     n = V or C  # no verify passes: an autoregressive run, one call per token
+    (left or Budget()).take(n, where, "meta_info.spec_verify_ct" if V else "meta_info.completion_tokens")
     emitted = _histogram(m, V, C, where) if V else None
     exact = emitted is not None or V == 0
     emitted = emitted if emitted is not None else even_split(C, n)
@@ -81,6 +87,8 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, bool]:
         v = number(m, k, where, 0.0, MAX_WINDOW + 1.0, prefix="meta_info.")
         if v is not None and V and not math.isclose(v, C / V, rel_tol=1e-6):
             fail(where, f"meta_info.{k}", f"states {v}, completion_tokens / spec_verify_ct = {C / V}")
+    # SGLang's rate (accepted drafts / drafted) needs the tree's size, which the record lacks: range only
+    number(m, "spec_accept_rate", where, 0.0, 1.0, prefix="meta_info.")
     lat = number(m, "e2e_latency", where, 0.0, MAX_REQUEST_MS / 1e3, prefix="meta_info.")
     steps = [PeerStep(None, e - 1, e) for e in emitted]
     if lat:
@@ -94,9 +102,9 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, bool]:
     text = d.get("text") if isinstance(d, dict) and "meta_info" in d else None
     if text is not None and type(text) is not str:
         fail(where, "text", f"expected a string, got {type(text).__name__}")
-    qid = d.get("question_id", m.get("id"))
-    return PeerRequest(steps, output_text=text or "", category=str(d.get("category") or ""),
-                       question_id=qid if type(qid) in (int, str) else None, finished=fin,
+    qid = ident(d, "question_id", where) if "question_id" in d else ident(m, "id", where, prefix="meta_info.")
+    return PeerRequest(steps, output_text=text or "", category=label(d, "category", where), question_id=qid,
+                       finished=fin,
                        wall_ms=lat * 1e3 if lat is not None else None, ordered=False,
                        reported={k: m.get(k) for k in ("id", "prompt_tokens", "completion_tokens", "spec_verify_ct",
                                                        "spec_accept_length", "spec_accept_rate",
@@ -104,12 +112,12 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, bool]:
 
 
 def sglang_records(data: bytes, name: str, command: str = "") -> list[dict[str, Any]]:
-    reqs, all_exact, meta = [], True, {}
+    reqs, all_exact, meta, left = [], True, {}, Budget()
     for where, d in json_lines(data, name, "SGLang responses"):
         if isinstance(d, dict) and d.get("type") == "speclab.peer_header":
             meta = d
             continue
-        r, exact = parse_record(d, where)
+        r, exact = parse_record(d, where, left)
         reqs.append(r)
         all_exact = all_exact and exact
     if not reqs:
@@ -123,4 +131,5 @@ def sglang_records(data: bytes, name: str, command: str = "") -> list[dict[str, 
                         draft=str(meta.get("draft") or "(sglang draft)") if spec else None,
                         spec="sglang" + (f":{meta['algorithm']}" if meta.get("algorithm") else ""), lacks=lacks,
                         timing="e2e_latency split evenly over the verify passes (prefill not separated)",
-                        notes=notes, source=name, command=command)
+                        notes=notes, source=name, command=command, sampling=sampling_of(meta),
+                        created=meta.get("created"))

@@ -24,7 +24,9 @@ Steps of a request: step 0 is the prefill call (window 0, emits the first token)
 verify step (window = drafted, accepted, emitted = accepted + 1); then the steps that drafted
 nothing, which vLLM does not record in order — `n_out − 1 − Σ(accepted + 1)` of them, appended
 (window 0, emitted 1). vLLM counts accepted drafts before it cuts an output at the token budget or
-a stop, so when Σ(accepted + 1) + 1 > n_out the last step emits the remainder. A summary record has
+a stop, so when Σ(accepted + 1) + 1 > n_out the last step emits the remainder and finishes the
+request — with the record's finish reason, or, where it has none, 'max_new_tokens' when n_out is the
+header's max_tokens and 'eos' otherwise (`cut_finish`). A summary record has
 no per-step order: its steps come from the histogram (window K when drafted = steps · K).
 
 Checks (one line naming the record and field on failure): every count a whole number in range;
@@ -42,8 +44,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.interop.peer import (MAX_STEPS, PeerError, PeerRequest, PeerStep, check_finished, count, counts, fail,
-                                 first_json, json_lines, number, peer_records, token_ids)
+from engine.interop.peer import (MAX_STEPS, Budget, PeerError, PeerRequest, PeerStep, check_finished, count, counts,
+                                 cut_finish, fail, first_json, ident, json_lines, label, number, peer_records,
+                                 sampling_of, token_ids)
 from engine.trace.check import MAX_REQUEST_MS, MAX_WINDOW
 
 FORMAT = "vllm"
@@ -92,6 +95,10 @@ def spec_metrics(m: Any, where: str, prefix: str) -> dict[str, Any]:
                                                           f"{sum(j * x for j, x in enumerate(h))}")
     if A > D:
         fail(where, prefix + "num_accepted_draft_tokens", f"{A} accepted > {D} drafted")
+    # a spec step drafts 1 … K tokens (a step that drafted nothing is not one): n ≤ D ≤ n·K
+    if not n <= D <= n * K:
+        fail(where, prefix + "num_draft_tokens", f"{D} drafted over {n} steps of at most num_spec_tokens = {K} "
+                                                 f"(expected {n} … {n * K})")
     acc = counts(m, "per_step_accepted", where, hi=MAX_WINDOW, prefix=prefix, optional=True)
     dr = counts(m, "per_step_drafted", where, hi=MAX_WINDOW, prefix=prefix, optional=True)
     if (acc is None) != (dr is None):
@@ -146,6 +153,7 @@ def _steps(s: dict[str, Any], n_out: int | None, where: str, fld: str) -> tuple[
             fail(where, fld, f"{n_out} output tokens, but the verify steps emitted {n_out - extra} "
                              f"(more than the last step's cut can explain)")
         last.emitted += extra
+        last.cut = True  # the request ended inside this step: parse_record marks it finished
         note = f"the last step emitted {last.emitted} of its {last.accepted + 1} (the output was cut at the budget)"
     return steps, ordered, note
 
@@ -170,8 +178,11 @@ def _times(steps: list[PeerStep], metrics: dict, where: str) -> float | None:
     return (ttft or 0.0) + (gen or 0.0)
 
 
-def parse_record(d: Any, where: str) -> tuple[PeerRequest, dict[str, Any], str]:
-    """One vLLM record → (request, its validated spec metrics, a note)."""
+def parse_record(d: Any, where: str, budget: int | None = None,
+                 steps_left: Budget | None = None) -> tuple[PeerRequest, dict[str, Any], str]:
+    """One vLLM record → (request, its validated spec metrics, a note). `budget`: the run's max_tokens
+    when a header line gives it (only read to name how a cut request without a finish reason ended);
+    `steps_left`: the import's step budget, charged before any step is built."""
     kind = kind_of(d)
     if kind is None:
         fail(where, "spec_decode_metrics", "missing: not a vLLM record with per-request spec-decode metrics "
@@ -183,7 +194,9 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, dict[str, Any], str]:
         out = token_ids(d, "token_ids", where)
         if out is None:
             fail(where, "token_ids", "missing: the output token ids")
-        n_out, metrics = len(out), d.get("metrics") if isinstance(d.get("metrics"), dict) else {}
+        if d.get("metrics") is not None and not isinstance(d["metrics"], dict):
+            fail(where, "metrics", f"expected an object of times, got {type(d['metrics']).__name__}")
+        n_out, metrics = len(out), d.get("metrics") or {}
         text, fin_raw, fin_field = d.get("text"), d.get("finish_reason"), "finish_reason"
         fld = "token_ids"
     else:
@@ -204,20 +217,23 @@ def parse_record(d: Any, where: str) -> tuple[PeerRequest, dict[str, Any], str]:
         msg = c0.get("message") if isinstance(c0.get("message"), dict) else {}
         text = c0.get("text") if c0.get("text") is not None else msg.get("content")
         fin_raw, fin_field, fld = c0.get("finish_reason"), "choices[0].finish_reason", "usage.completion_tokens"
+    # prefill + verify steps + undrafted ones (see _steps), counted before one is built
+    planned = 1 + s["n"] + (max(0, n_out - 1 - s["A"] - s["n"]) if n_out is not None else 0)
+    (steps_left or Budget()).take(planned, where, fld)
     steps, ordered, note = _steps(s, n_out, where, fld)
+    finished = check_finished(fin_raw, where, fin_field, FINISH)
+    if steps[-1].cut:
+        finished, why = cut_finish(finished, n_out, budget)
+        note = "; ".join(x for x in (note, why) if x)
     wall = _times(steps, metrics, where)
     if text is not None and type(text) is not str:
         fail(where, "text", f"expected a string, got {type(text).__name__}")
-    rid = d.get("request_id", d.get("id"))
-    qid = d.get("question_id")
-    if qid is not None and (type(qid) not in (int, str)):
-        fail(where, "question_id", f"expected an integer or a string, got {type(qid).__name__}")
-    cat = d.get("category") or ""
-    if type(cat) is not str:
-        fail(where, "category", f"expected a string, got {type(cat).__name__}")
+    rid = ident(d, "request_id", where) if "request_id" in d else ident(d, "id", where)
+    qid = ident(d, "question_id", where)
+    cat = label(d, "category", where)
     req = PeerRequest(steps, prompt_ids=prompt, output_ids=out, prompt_text=str(d.get("prompt") or ""),
                       output_text=text or "", category=cat, question_id=qid if qid is not None else rid,
-                      finished=check_finished(fin_raw, where, fin_field, FINISH), wall_ms=wall,
+                      finished=finished, wall_ms=wall,
                       reported={"request_id": rid, **s["raw"]}, ordered=ordered)
     return req, s, note
 
@@ -226,11 +242,13 @@ def parse_records(data: bytes, name: str) -> tuple[list[PeerRequest], list[dict]
     """Every record of a vLLM file; all must be one kind (offline or served) and one K."""
     reqs, specs, notes, kinds = [], [], [], set()
     meta: dict[str, Any] = {}
+    left = Budget()
     for where, d in json_lines(data, name, "vLLM records"):
         if isinstance(d, dict) and d.get("type") == "speclab.peer_header":  # the run script's first line
             meta = d
             continue
-        r, s, note = parse_record(d, where)
+        r, s, note = parse_record(d, where, meta.get("max_tokens") if type(meta.get("max_tokens")) is int else None,
+                                  left)
         kinds.add(kind_of(d))
         if specs and s["K"] != specs[0]["K"]:
             fail(where, "num_spec_tokens", f"{s['K']}, but earlier records have {specs[0]['K']} (one run per file)")
@@ -262,5 +280,4 @@ def vllm_records(data: bytes, name: str, command: str = "") -> list[dict[str, An
                         draft=(str(meta.get("draft") or f"(vllm {method})") if K else None),
                         spec=f"vllm:{method}:K={K}", lacks=lacks, timing=timing, notes=notes, source=name,
                         command=command, max_new_tokens=meta.get("max_tokens") if type(meta.get("max_tokens")) is int
-                        else None, sampling={"temperature": meta["temperature"]} if type(
-                            meta.get("temperature")) in (int, float) and 0 <= meta["temperature"] <= 100 else {})
+                        else None, sampling=sampling_of(meta), created=meta.get("created"))

@@ -125,6 +125,7 @@ def _short(v: Any) -> str:
 # Fields an imported run (engine.interop, header `imported.lacks`) may leave null in its steps.
 LACKABLE = ("context_len", "window_cap", "window", "draft_tokens", "q_draft", "p_target", "accept_probs",
             "draft_entropy", "emitted_tokens", "correction", "bonus")
+_LACKABLE = frozenset(LACKABLE)
 
 
 def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
@@ -133,8 +134,10 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
 
     `lacks`: fields the header says this (imported) trace does not have; they may be null, and the
     checks that need them are skipped. Everything present is checked as usual."""
+    lackable = lacks & _LACKABLE if lacks else lacks
+
     def gone(k: str) -> bool:  # only LACKABLE fields: a header cannot excuse request_id, step or accepted
-        return k in lacks and k in LACKABLE and d.get(k) is None
+        return k in lackable and d.get(k) is None
 
     for k, (lo, hi) in INT_FIELDS.items():
         if not gone(k):

@@ -60,7 +60,7 @@ def test_hostile_scrapes(kw, field):
 
 def test_hostile_scrape_text():
     for data, field in ((scrape().replace(b" 19.0", b" NaN"), "num_accepted_tokens_total"),
-                        (scrape()[:-60], "not a Prometheus sample line"),  # cut mid-line... or a missing counter
+                        (scrape()[:-60], "cut off"),  # cut mid-line: no final newline
                         (scrape().replace(b'position="2"', b'position="x"'), "position"),
                         (b"# nothing\nother_metric 1\n", "no vllm:spec_decode"),
                         (scrape(extra='vllm:spec_decode_num_drafts_total{model_name="b"} 1.0'), "--model"),
