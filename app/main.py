@@ -11,6 +11,7 @@ PAGES = [
     st.Page("pages/windows.py", title="Windows", icon=":material/query_stats:"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("pages/multidraft.py", title="Multi-draft", icon=":material/account_tree:"),
+    st.Page("pages/speedups.py", title="Speedups", icon=":material/balance:"),
     st.Page("pages/live.py", title="Live", icon=":material/bolt:"),
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:"),
     st.Page("pages/sweeps.py", title="Sweeps", icon=":material/grid_on:"),
