@@ -3,7 +3,10 @@ thin file in app/pages/, shared loading lives in app/data.py and every figure in
 
 import streamlit as st
 
+from app import style
+
 st.set_page_config(page_title="speclab", page_icon=":material/fast_forward:", layout="wide")
+style.apply()  # contrast, focus ring, token cards (app/style.py)
 
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),

@@ -266,7 +266,7 @@ def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None 
                                     line=dict(width=1, color="#222222")),
                         hovertemplate=f"{row['policy']}<br>mean window %{{x:.2f}}<br>speedup %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(dtick=1)
-    return layout(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive (×)",
+    return layout(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup (× AR)",
                   height=420)
 
 

@@ -4,7 +4,7 @@ trace, prompt and step live in the URL (app.share), so a copied link opens this 
 import pandas as pd
 import streamlit as st
 
-from app import costaware_view, data, downloads, imported, plots, runs, share, tokens
+from app import costaware_view, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share, tokens
 
 st.title("Replay")
 ss = st.session_state
@@ -40,7 +40,8 @@ n = len(raw)
 notes.append(share.adopt("step", "replay_step", list(range(n)), "step", int, page="replay"))
 if note := share.note(notes):
     head.caption(f":orange[{note}]")
-head.info(runs.trace_conclusion(runs.runs_frame(entries), label)
+head.info(reconcile.linkify(runs.trace_conclusion(runs.runs_frame(entries), label), reconcile_sources.rows(entries),
+                            reconcile.pair_id(runs.model_name(e.info["target"])), [reconcile.run_id(label)])
           + (f" This prompt: {n} target calls for {int(steps['emitted'].sum())} tokens." if n else ""),
           icon=":material/lightbulb:")
 if not raw:
