@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, imported, plots, reconcile, reconcile_sources, share
+from app import autocorrelation, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share
 from app import window_story as story
 
 st.title("Windows")
@@ -141,8 +141,15 @@ oh = ot[ot["cost"] == wt["cost"].iloc[0]]
 cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
 adv = advise.from_window_table(wt, story.pair_label((target, draft)),
                                "measured" if mode != "flat ratio c" else f"flat c = {c:g}", ceiling=cc)
+# Does acceptance persist step to step? Fixed-window traces of this pair only: an adaptive policy's own
+# windows would feed its decisions back into the series.
+fixed_traces = [e for e in data.all_traces().values() if e.info["draft"] == draft and str(e.info["policy"]).startswith(
+    "fixed:") and runs.model_name(e.info["target"]) == runs.model_name(target)]
+persist = autocorrelation.sentence(autocorrelation.of_traces([e.steps for e in fixed_traces]),
+                                   f"this pair's {len(fixed_traces)} fixed-window decode traces") if fixed_traces else ""
 head.info(linked(f"**{story.pair_label((target, draft))}: which window?** {adv.line().rstrip('.')}. **Oracle gain.** "
-                 f"{story.oracle_gain(oh)}", "advice-windows"), icon=":material/lightbulb:")
+                 f"{story.oracle_gain(oh)}" + (f" **Does acceptance persist?** {persist}" if persist else ""),
+                 "advice-windows"), icon=":material/lightbulb:")
 with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"):  # the papers' other questions
     gaps = story.gap_closed(oh)
     st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
