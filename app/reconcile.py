@@ -194,6 +194,17 @@ def pacer_rows(pair: str, position: Mapping[str, float] | None, oracle: float | 
     return out
 
 
+def dpace_rows(name: str, summary: Mapping[str, Any], pair: str) -> list[dict]:
+    """D-PACE's CPU decode speedups (`python -m engine dpace report`): each objective timed on the CPU."""
+    out = []
+    for r in summary.get("summary") or []:
+        if r.get("speedup_cpu_mean") is not None:
+            out.append(_row(pair, f"dpace-{name}-{r['label']}", f"block drafter trained with {r['label']}, CPU decode",
+                            r["speedup_cpu_mean"], "run", WALL, "fp32", "dense", None, None, f"{name}/summary.json",
+                            "D-PACE"))
+    return out
+
+
 def advice_rows(pair: str, speedup: float | None, k: int | None, source: str, units: str, page: str,
                 dtype: str) -> list[dict]:
     """The advised fixed window's speedup (engine.offline.advise): modelled from the traces or a reference."""

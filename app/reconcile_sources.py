@@ -109,6 +109,28 @@ def _advice_rows(entries: dict) -> list[dict]:
                                  f"from decode traces, {adv.units}", "Overview", "—")
 
 
+# D-PACE's bundled results (app/pages/dpace.py): folder -> the target its speedups are over
+DPACE = {"dpace-smollm2": "smollm2-135m", "dpace": "tiny byte-level target (B = 16)",
+         "dpace-b8": "tiny byte-level target (B = 8)"}
+
+
+def dpace_pair(folder: str) -> str:
+    return reconcile.pair_id(DPACE.get(Path(folder).name, Path(folder).name))
+
+
+def _dpace_rows() -> list[dict]:
+    import json
+
+    out = []
+    for folder in DPACE:
+        try:
+            summary = json.loads((data.RESULTS / folder / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        out += reconcile.dpace_rows(folder, summary, dpace_pair(folder))
+    return out
+
+
 def _peer_rows() -> list[dict]:
     from app import peer_view
 
@@ -119,7 +141,7 @@ def _peer_rows() -> list[dict]:
 def _static() -> pd.DataFrame:
     """Rows from committed results (bench, peers, multi-draft, references): the same for every session."""
     rows = []
-    for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows):
+    for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows, _dpace_rows):
         try:
             rows += part()
         except Exception as e:  # one unreadable source must not hide the others' rows
@@ -141,6 +163,9 @@ def pair_labels(df: pd.DataFrame) -> dict[str, str]:
     out = {}
     for pair in dict.fromkeys(df["pair"]):
         out[pair] = pair
+    for folder, target in DPACE.items():
+        if dpace_pair(folder) in out:
+            out[dpace_pair(folder)] = f"{target} ← D-PACE block drafter"
     refs_all, _ = data.references()
     for r, _ in refs_all.values():
         t, d = story.pair_of(r.header)

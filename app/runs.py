@@ -166,7 +166,7 @@ def conclusion(df: pd.DataFrame) -> str:
     if losers:
         worst = min(losers, key=lambda r: r["×AR"])
         out += (f" On {worst['Pair']} every speculative run is slower than AR (best {worst['Policy']}, "
-                f"{worst['×AR']:.2f}×): {why_slower(worst)}.")
+                f"{worst['×AR']:.2f}× AR): {why_slower(worst)}.")
     return out
 
 
