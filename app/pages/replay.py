@@ -4,7 +4,8 @@ trace, prompt and step live in the URL (app.share), so a copied link opens this 
 import pandas as pd
 import streamlit as st
 
-from app import costaware_view, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share, tokens
+from app import (costaware_view, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share, time_plots,
+                 tokens)
 
 st.title("Replay")
 ss = st.session_state
@@ -154,16 +155,26 @@ def step_view() -> None:
     m[4].metric("verify ms", f"{s['t_verify_ms']:.2f}")
     st.markdown(f"**Stop reason:** {stop_reason(s)}", help="why the drafter stopped drafting at this step")
     block = pos[pos["step"] == k].assign(text=lambda d: d["token"].map(texts))
-    tabs = st.tabs(["Tokens per call", "Accept probability", "Drafted block", "Policy fields"])
+    tabs = st.tabs(["Tokens per call", "Time per step", "Accept probability", "Drafted block", "Policy fields"])
     with tabs[0]:
         st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, width="stretch", key="replay_timeline")
     with tabs[1]:
+        st.plotly_chart(time_plots.step_time_bars(steps, cursor=k), theme=None, width="stretch", key="replay_time")
+        ar = ar_steps()
+        if ar is not None:
+            st.plotly_chart(time_plots.two_lanes({"autoregressive": ar, f"{info['policy']}": steps}), theme=None,
+                            width="stretch", key="replay_lanes")
+            st.caption("The same prompt in this trace's autoregressive run (same day, machine, dtype), laid out on one "
+                       "clock: striped = drafting, solid = verifying, grey = prefill.")
+        else:
+            st.caption("No autoregressive trace of this run holds this prompt, so there is no lane to set beside it.")
+    with tabs[2]:
         if len(pos):
             st.plotly_chart(plots.position_heatmap(pos, cursor=k, steps=steps), theme=None, width="stretch",
                             key="replay_heatmap")
         else:
             st.caption("Nothing was drafted for this prompt.")
-    with tabs[2]:
+    with tabs[3]:
         if len(block):
             names = {"pos": "position", "text": "token text", "token": "token id", "fate": "fate",
                      "q_draft": "draft prob q", "p_target": "target prob p", "accept_prob": "accept prob min(1, p/q)",
@@ -173,8 +184,19 @@ def step_view() -> None:
                                                            for c in list(names.values())[4:]})
         else:
             st.caption("Nothing drafted: an autoregressive target call.")
-    with tabs[3]:
+    with tabs[4]:
         policy_fields(s, k)
+
+
+def ar_steps():
+    """This prompt's steps in the autoregressive trace of the same run (app.runs), or None."""
+    ar = runs.runs_frame(entries).set_index("label").at[label, "ar"] if e.info["draft"] else None
+    if not ar or ar not in entries:
+        return None
+    other = entries[ar]
+    want = list(reqs.at[rid, "prompt_ids"])
+    match = [r["request_id"] for r in other.trace.requests if list(r.get("prompt_ids") or []) == want]
+    return other.steps[other.steps["request_id"] == match[0]] if match else None
 
 
 step_view()
