@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import autocorrelation, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share
+from app import autocorrelation, data, whatif, downloads, imported, plots, reconcile, reconcile_sources, runs, share
 from app import window_story as story
 
 st.title("Windows")
@@ -105,7 +105,8 @@ def linked(text: str, *prefer: str) -> str:
 
 
 # One section per run (st.tabs would build every chart of every tab on each run: 4.5 s first loads here).
-SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling"]
+SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling",
+            "What if: threshold × K"]
 notes.append(share.adopt("section", "win_section", SECTIONS, "section", page="windows"))
 data.pick("win_section", SECTIONS, SECTIONS[0])
 shown = st.segmented_control("Section", SECTIONS, key="win_section") or SECTIONS[0]
@@ -263,3 +264,15 @@ if shown == SECTIONS[4]:
                        "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
                        "reaches the oracle as the draft's cost f → 0. Its oracle is the accepted-length bound of these recorded "
                        "steps, not the replay oracle above (engine.offline.oracles says why they differ).")
+
+if shown == SECTIONS[5]:
+    with body:
+        if not all(r.greedy for r in refs):
+            st.caption("The grid replays the draft's recorded confidence: it needs greedy references.")
+        else:
+            cells = whatif.grid(whatif.compute(refs, key, cost))
+            st.markdown(whatif.sentence(cells, float(best["speedup"]), int(best["gamma"])))
+            st.plotly_chart(whatif.heatmap(cells, wt["cost"].iloc[0]), theme=None, width="stretch", key="win_whatif")
+            st.caption(f"Each cell: `{whatif.SPEC}` replayed exactly over the references (greedy), priced by the "
+                       "cost model above — by default what this pair's decode traces paid per verify, by window (the "
+                       "measured verify curve), so a long K pays its real verify cost.")
