@@ -10,7 +10,16 @@ import math
 WORDS = {"weight_share": "share of the loss weight", "max_lossless_error": "largest lossless error",
          "mass_error": "probability mass error", "blocks.t_before": "draft cost before the block (ms)",
          "mb_ms": "pre-verifier ms per call", "t_draft_ms": "draft ms", "t_verify_ms": "verify ms",
-         "speedup_vs_ar": "speedup vs AR", "tau": "τ (accepted per block)", "alpha": "α"}
+         "speedup_vs_ar": "speedup vs AR", "tau": "τ (accepted per block)", "alpha": "α",
+         "t_before": "threshold before the block", "t_after": "threshold after the block", "blocks": "PACER blocks",
+         "max_first_token_error": "largest first-token error", "max_mass_error": "largest mass error",
+         "min_deficit": "smallest deficit", "max_fallback_mass": "largest fallback mass", "worst_case": "worst toy",
+         "worst_vocab": "worst toy's V", "worst_gamma": "worst toy's γ", "worst_k": "worst toy's K"}
+
+
+def labelled(df):
+    """A frame whose column names are raw fields, with headers in words (for st.dataframe)."""
+    return df.rename(columns={c: words(c) for c in df.columns})
 
 
 def words(name: str) -> str:

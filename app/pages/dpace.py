@@ -58,7 +58,8 @@ c1, c2 = tab_w.columns([3, 1])
 default = pick["label"] if pick and pick["label"] in labels else next(
     (lab for lab in labels if lab.startswith("dpace(")), labels[0])
 label = c1.selectbox("Objective", labels, index=labels.index(default), key="dpace_label")
-value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True)
+value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True,
+                 format_func={"weight_share": "share of the loss weight", "q": "drafter probability q"}.get)
 tab_w.plotly_chart(dp.weight_heatmap(logs, label, value), theme=None, width="stretch")
 tab_w.plotly_chart(dp.share_profiles(logs, label), theme=None, width="stretch")
 

@@ -4,7 +4,7 @@ trace, prompt and step live in the URL (app.share), so a copied link opens this 
 import pandas as pd
 import streamlit as st
 
-from app import (costaware_view, data, downloads, imported, plots, reconcile, reconcile_sources, runs, share, time_plots,
+from app import (costaware_view, data, downloads, fmt, imported, plots, reconcile, reconcile_sources, runs, share, time_plots,
                  tokens)
 
 st.title("Replay")
@@ -106,10 +106,10 @@ def policy_fields(s: dict, k: int) -> None:
         st.markdown(costaware_view.caption(fields))
     records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
     for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
-        st.caption(f"`{name}`")
-        downloads.table(pd.DataFrame(v), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
+        st.caption(fmt.words(name))
+        downloads.table(fmt.labelled(pd.DataFrame(v)), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
     if rest := {f: v for f, v in fields.items() if f not in records}:
-        st.dataframe(pd.DataFrame({"field": list(rest), "value": [str(v) for v in rest.values()]}),
+        st.dataframe(pd.DataFrame({"field": [fmt.words(f) for f in rest], "value": [str(v) for v in rest.values()]}),
                      hide_index=True, width="stretch", placeholder=downloads.MISSING)
     if not fields:
         st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
