@@ -48,7 +48,8 @@ def adopt_list(param: str, key: str, options: list, what: str, page: str = "") -
     if raw is None or not first:
         return None
     picks = [x for x in raw.split(",") if x]
-    st.session_state[key] = [x for x in picks if x in options]
+    if any(x in options for x in picks):  # nothing loaded among them: the default view
+        st.session_state[key] = [x for x in picks if x in options]
     gone = [x for x in picks if x not in options]
     return f"{what} `{', '.join(gone)}`" if gone else None
 
