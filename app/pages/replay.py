@@ -195,7 +195,8 @@ def ar_steps():
         return None
     other = entries[ar]
     want = list(reqs.at[rid, "prompt_ids"])
-    match = [r["request_id"] for r in other.trace.requests if list(r.get("prompt_ids") or []) == want]
+    reqs_other = other.trace.requests.values() if isinstance(other.trace.requests, dict) else other.trace.requests
+    match = [r["request_id"] for r in reqs_other if list(r.get("prompt_ids") or []) == want]
     return other.steps[other.steps["request_id"] == match[0]] if match else None
 
 
