@@ -336,11 +336,12 @@ def linkify(text: str, df: pd.DataFrame | None, pairs: str | Iterable[str], pref
 
 
 def figure_link(pair: str, row: str, x: float | None) -> str | None:
-    """A table cell that is a speedup and its link at once: the URL ends in the figure, which a
-    LinkColumn shows (display_text=FIGURE_TEXT); None where there is no figure."""
+    """A table cell that is a speedup and its link at once: the URL carries the figure first, which a
+    LinkColumn shows (display_text=FIGURE_TEXT) and which makes the column sort by value (the cells
+    compare as text: 'speedups?x=0.64…' < 'speedups?x=1.02…'); None where there is no figure."""
     if x is None or pd.isna(x):
         return None
-    return f"{href(pair, row)}&x={x:.2f}"
+    return f"{PAGE}?x={x:05.2f}&{urlencode({'pair': pair, 'row': row}, quote_via=quote)}"
 
 
-FIGURE_TEXT = r"x=([0-9.]+)$"  # LinkColumn(display_text=…): the figure at the end of figure_link's URL
+FIGURE_TEXT = r"x=0?([0-9]+\.[0-9]+)"  # LinkColumn(display_text=…): the figure in figure_link's URL

@@ -86,7 +86,7 @@ pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.pro
                                                      suffixes=("_a", "_b"))
 share.publish(a=la, b=lb)
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
+    head.caption(f"⚠ {note}")
 conclusion = runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["target_calls_a"].sum()),
                                      int(pairs["target_calls_b"].sum())), (float(pairs["decode_ms_a"].sum()),
                                      float(pairs["decode_ms_b"].sum())), len(pairs), same_run, mismatch)
@@ -131,7 +131,7 @@ n = max(len(v) for v in steps.values())
 k = by_step.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
 share.publish(request=row)
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
+    head.caption(f"⚠ {note}")
 cols = by_step.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
     seq = steps[side]

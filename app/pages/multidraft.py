@@ -29,7 +29,7 @@ if md_rows is not None:
     md_t = st.radio("Temperature", temps, horizontal=True, key="md_temp", format_func=lambda t: f"T = {t:g}")
     share.publish(t=f"{md_t:g}")
     if note := share.note(notes):
-        conclusion.caption(f":orange[{note}]")
+        conclusion.caption(f"⚠ {note}")
     speedups = reconcile_sources.rows()
     conclusion.info(reconcile.linkify(f"{multidraft_view.headline(md_rows, md_t)} "
                                       f"{multidraft_view.wall_clock(md_rows, md_t)}", speedups,

@@ -40,7 +40,7 @@ pos = e.positions[e.positions["request_id"] == rid]
 n = len(raw)
 notes.append(share.adopt("step", "replay_step", list(range(n)), "step", int, page="replay"))
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
+    head.caption(f"⚠ {note}")
 head.info(reconcile.linkify(runs.trace_conclusion(runs.runs_frame(entries), label), reconcile_sources.rows(entries),
                             reconcile.pair_id(runs.model_name(e.info["target"])), [reconcile.run_id(label)])
           + (f" This prompt: {n} target calls for {int(steps['emitted'].sum())} tokens." if n else ""),

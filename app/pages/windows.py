@@ -112,7 +112,7 @@ data.pick("win_section", SECTIONS, SECTIONS[0])
 shown = st.segmented_control("Section", SECTIONS, key="win_section") or SECTIONS[0]
 share.publish(refs=",".join(chosen), cost=mode, c=f"{c:g}", task=task, section=shown)
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
+    head.caption(f"⚠ {note}")
 body = st.container()  # the chosen section sits here, above the glance below
 if shown == SECTIONS[0]:
     with body:
