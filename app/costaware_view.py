@@ -65,6 +65,16 @@ def pick_pair(entries: dict) -> tuple[str, list]:
     return f"{key[2]} ← {key[3]}", [e.trace for e in groups[key] + ar]
 
 
+def advice(traces: list):
+    """engine.offline.advise's Advice for these traces, or None when it refuses them."""
+    from engine.offline.advise import advise
+
+    try:
+        return advise(traces)
+    except ValueError:
+        return None
+
+
 def advice_line(traces: list) -> str:
     """One markdown line of advice (engine.offline.advise) for these traces, or why there is none."""
     from engine.offline.advise import advise

@@ -225,7 +225,7 @@ def schema_of(head: bytes) -> str | None:
 
     try:
         d = json.loads(head.split(b"\n", 1)[0])
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: a line nested thousands deep
         return None
     return d.get("schema") if isinstance(d, dict) else None
 
@@ -310,6 +310,8 @@ def add_trace_bytes(name: str, data: bytes, origin: str = "uploaded",
             return None, f"{name}: not a vLLM, llama.cpp or SGLang report (see the formats listed on this page)"
     except TraceError as e:
         return None, str(e)
+    except RecursionError:
+        return None, f"{name}: a record is nested too deeply to read (thousands of [ or {{ levels); not a trace"
     except Exception as e:  # a parser bug must still not take the page down; say what and where
         return None, f"{name}: could not be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     entry = make_entry(label, origin, trace)

@@ -103,39 +103,14 @@ def pair_options() -> tuple[list[str], str]:
 # While a pair loads: (stage, fraction done) for the page's progress bar, and how long loading took
 # last time on this machine (LOAD_TIMES_FILE), so the bar can say about how long is left.
 LOAD_STAGE: dict[str, tuple[str, float]] = {}
-LOAD_TIMES_FILE = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "live-load-seconds.json"
-LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "qwen2.5-coder-quantized": 120.0, "tiny": 5.0}  # first load ever: a 2-core CPU's order
+# How long a load takes here (learned from this machine's past loads): app.live_explain.
+from app.live_explain import LOAD_GUESS_S, LOAD_TIMES_FILE, load_estimate, record_load  # noqa: E402,F401
 
 
 def _stage(which: str, text: str, frac: float) -> None:
     LOAD_STAGE[which] = (text, frac)
 
 
-def load_estimate(which: str) -> tuple[float, bool]:
-    """(seconds a load of `which` takes here, measured?) — the last recorded load, else LOAD_GUESS_S."""
-    import json
-
-    try:
-        took = json.loads(LOAD_TIMES_FILE.read_text()).get(which)
-        if isinstance(took, (int, float)) and took > 0:
-            return float(took), True
-    except (OSError, ValueError, AttributeError):
-        pass
-    return LOAD_GUESS_S.get(which, 30.0), False
-
-
-def record_load(which: str, seconds: float) -> None:
-    import json
-
-    try:
-        old = json.loads(LOAD_TIMES_FILE.read_text()) if LOAD_TIMES_FILE.is_file() else {}
-        LOAD_TIMES_FILE.parent.mkdir(parents=True, exist_ok=True)
-        LOAD_TIMES_FILE.write_text(json.dumps({**(old if isinstance(old, dict) else {}), which: round(seconds, 1)}))
-    except (OSError, ValueError):
-        pass  # an estimate is a courtesy: never fail the page for it
-
-
-@st.cache_resource(show_spinner=False)  # the Live page draws its own progress bar (LOAD_STAGE)
 def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
@@ -192,7 +167,7 @@ def get_pair_with_progress(which: str, show: Callable[[float, str], None]) -> De
     if which in LOADED:
         return get_pair(which)
     key = "tiny" if os.environ.get(MODELS_ENV) == "tiny" else which
-    est, measured = load_estimate(key)
+    est, how = load_estimate(key)
     box: dict[str, Any] = {}
     t0 = time.monotonic()
 
@@ -212,7 +187,7 @@ def get_pair_with_progress(which: str, show: Callable[[float, str], None]) -> De
         show(min(0.97, max(frac, took / est if est else 0.0)),
              f"Loading the models: {stage} · {took:.0f} s so far, "
              + (f"about {left:.0f} s left" if left else "almost done")
-             + ("" if measured else " (a first estimate: later loads on this machine are timed)"))
+             + f" ({how})")
     if "error" in box:
         raise box["error"]
     took = time.monotonic() - t0

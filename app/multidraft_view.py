@@ -98,7 +98,7 @@ def wall_clock(rows: pd.DataFrame, temperature: float) -> str:
     out = (f"On the wall clock the fastest lossless cell is {LABELS[best['method']]}, K = {int(best['k'])}, "
            f"L = {int(best['L'])} at {best['sr_model']:.2f}× AR (BE {best['be']:.2f})")
     if sd_best is not None and best["method"] != "token":
-        out += f", against SD's best {sd_best['sr_model']:.2f}× at L = {int(sd_best['L'])}"
+        out += f", against SD's best {sd_best['sr_model']:.2f}× AR at L = {int(sd_best['L'])}"
         if best["sr_model"] < sd_best["sr_model"] * 1.02:
             out += ": the extra drafts buy tokens per call but not time"
     elif sd_best is not None:

@@ -80,7 +80,7 @@ def restore(add: Callable[[str, bytes], tuple[str | None, str | None]], seen: di
         except OSError as e:
             key, err = None, f"{p.name}: could not be read ({e.strerror or type(e).__name__})"
         if err:
-            err = f"Kept upload {err if err.startswith(p.name) else f'{p.name}: {err}'} — left as it is in {folder()}"
+            err = f"Kept upload {err if err.startswith(p.name) else f'{p.name}: {err}'} — left as it is in the upload folder (the server's ${ENV}, never shown to visitors)"
             errors[p.name] = err
         seen[p.name] = (key, err)
     for gone in set(seen) - {p.name for p in files()}:

@@ -15,6 +15,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.fmt import words
+
 COLORS = {
     "accepted": "#2e9d4f",
     "rejected": "#d62728",
@@ -173,7 +175,7 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
         if k in PER_WINDOW:  # indexed by window k = 0.., not by drafted token: costaware_view plots it
             continue
         if isinstance(v, list) and v and all(_is_num(x) for x in v):
-            fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=k, mode="lines+markers",
+            fig.add_scatter(x=list(range(1, len(v) + 1)), y=v, name=words(k), mode="lines+markers",
                             line=dict(color=colors[n % 24]))
             n += 1
         elif isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
@@ -184,7 +186,7 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
             ends = sizes.cumsum()
             for c in score_cols:
                 xs = [int(e - len(row) + j + 1) for e, row in zip(ends, df[c]) for j in range(len(row))]
-                fig.add_scatter(x=xs, y=[y for row in df[c] for y in row], name=f"{k}.{c}", mode="markers",
+                fig.add_scatter(x=xs, y=[y for row in df[c] for y in row], name=f"{words(k)} · {words(c)}", mode="markers",
                                 marker=dict(color=colors[n % 24], size=8))
                 n += 1
             for c in df:
@@ -192,7 +194,7 @@ def policy_scores(fields: dict[str, Any], window: int) -> go.Figure | None:
                     continue
                 dash = "dash" if _threshold_like(c) else None
                 color = "#222222" if dash else colors[n % 24]
-                fig.add_scatter(x=list(ends), y=list(df[c]), name=f"{k}.{c}", mode="lines+markers",
+                fig.add_scatter(x=list(ends), y=list(df[c]), name=f"{words(k)} · {words(c)}", mode="lines+markers",
                                 line=dict(color=color, dash=dash, shape="hv" if dash else "linear"))
                 n += dash is None
     if not fig.data:
@@ -266,7 +268,7 @@ def speedup_vs_window(fixed: pd.DataFrame, x: str, y: str, oracle: float | None 
                                     line=dict(width=1, color="#222222")),
                         hovertemplate=f"{row['policy']}<br>mean window %{{x:.2f}}<br>speedup %{{y:.3f}}<extra></extra>")
     fig.update_xaxes(dtick=1)
-    return layout(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup over autoregressive (×)",
+    return layout(fig, "Speedup vs window", "window γ (drafted tokens per call)", "speedup (× AR)",
                   height=420)
 
 
@@ -394,6 +396,8 @@ def audit_errors(verdicts: pd.DataFrame, tol: float) -> go.Figure:
     x = verdicts["max_lossless_error"].clip(lower=1e-18)
     fig = go.Figure(go.Bar(y=verdicts["verifier"], x=x, orientation="h",
                            marker_color=[COLORS["accepted"] if v else COLORS["rejected"] for v in ok],
+                           # hatched when NOT lossless: the verdict does not rest on red vs green alone
+                           marker_pattern_shape=["" if v else "x" for v in ok],
                            customdata=verdicts[["verdict", "worst_case"]].values,
                            hovertemplate="%{y}<br>max lossless error %{x:.1e}<br>%{customdata[0]} · worst toy "
                                          "%{customdata[1]}<extra></extra>"))

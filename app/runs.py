@@ -24,8 +24,9 @@ import pandas as pd
 # One name per model: the SmolLM2 traces name the same weights two ways.
 ALIASES = {"smollm2-135m-instruct": "smollm2-135m"}
 DRAFTER_KINDS = ("lookup", "suffix", "phrase")
-COLUMNS = ["Pair", "Drafter", "Policy", "Sampling", "Dtype", "Machine", "Prompts", "Target calls",
-           "Emitted / call", "Acceptance", "Tokens/s", "×AR"]
+# ×AR first: it is what a reader scans the table for (the Run column, pinned, sits before it).
+COLUMNS = ["×AR", "Pair", "Drafter", "Policy", "Sampling", "Dtype", "Machine", "Prompts", "Target calls",
+           "Emitted / call", "Acceptance", "Tokens/s"]
 
 
 def model_name(name: str | None) -> str | None:
@@ -165,7 +166,7 @@ def conclusion(df: pd.DataFrame) -> str:
     if losers:
         worst = min(losers, key=lambda r: r["×AR"])
         out += (f" On {worst['Pair']} every speculative run is slower than AR (best {worst['Policy']}, "
-                f"{worst['×AR']:.2f}×): {why_slower(worst)}.")
+                f"{worst['×AR']:.2f}× AR): {why_slower(worst)}.")
     return out
 
 
@@ -220,9 +221,9 @@ def compare_conclusion(df: pd.DataFrame, a: str, b: str, calls: tuple[int, int],
                     else " — more calls, yet faster: B's calls are cheaper")
     else:
         out += " (timed in different runs: compare the calls, not the clock)"
-    xs = [f"{side} {r['×AR']:.2f}×" for side, r in (("A", ra), ("B", rb))
+    xs = [f"{side} {r['×AR']:.2f}× AR" for side, r in (("A", ra), ("B", rb))
           if r["×AR"] is not None and not pd.isna(r["×AR"]) and r["speculative"]]
-    out += "." + (f" Against their runs' AR: {', '.join(xs)}." if xs else "")
+    out += "." + (f" Against their runs' autoregressive traces: {', '.join(xs)}." if xs else "")
     if mismatch:
         out += f" Not like for like: {'; '.join(mismatch)}."
     return out

@@ -38,6 +38,22 @@ def adopt(param: str, key: str, options: list, what: str, parse: Callable[[str],
     return f"{what} `{raw}`"
 
 
+def adopt_list(param: str, key: str, options: list, what: str, page: str = "") -> str | None:
+    """adopt for a multiselect: the URL holds the picks comma-separated; the loaded ones are taken, the
+    others named for `note`."""
+    raw = st.query_params.get(param)
+    done = st.session_state.setdefault(ADOPTED, set())
+    first = (page, param) not in done
+    done.add((page, param))
+    if raw is None or not first:
+        return None
+    picks = [x for x in raw.split(",") if x]
+    if any(x in options for x in picks):  # nothing loaded among them: the default view
+        st.session_state[key] = [x for x in picks if x in options]
+    gone = [x for x in picks if x not in options]
+    return f"{what} `{', '.join(gone)}`" if gone else None
+
+
 def note(missing: list[str | None]) -> str | None:
     """One line for every part of a link that names nothing loaded (adopt's returns), or None."""
     gone = [m for m in missing if m]

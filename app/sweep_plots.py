@@ -76,9 +76,14 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
     fig = go.Figure()
     if not m.empty:
         text = [[f"{v:.2f}×" if pd.notna(v) else "" for v in row] for row in m.to_numpy()]
-        fig.add_heatmap(z=m.to_numpy(), x=[str(c) for c in m.columns], y=[str(i) for i in m.index], text=text,
-                        texttemplate="%{text}", zmid=1.0, colorbar=colorbar("speedup over autoregressive (×)"),
-                        colorscale=[[0, COLORS["rejected"]], [0.5, "#ffffff"], [1, COLORS["accepted"]]],
+        z = m.to_numpy(dtype=float)
+        # A ratio cannot be negative: the bar runs from 0 (or the smallest value) to the largest, white at 1×
+        # wherever 1 falls inside it (zmid would mirror the top around 1 and print −4…6).
+        lo, hi = min(0.0, float(pd.Series(z.ravel()).min())), max(1.0, float(pd.Series(z.ravel()).max()))
+        mid = (1.0 - lo) / (hi - lo) if hi > lo else 0.5
+        fig.add_heatmap(z=z, x=[str(c) for c in m.columns], y=[str(i) for i in m.index], text=text,
+                        texttemplate="%{text}", zmin=lo, zmax=hi, colorbar=colorbar("speedup over autoregressive (×)"),
+                        colorscale=[[0, "#b2182b"], [mid, "#ffffff"], [1, "#2166ac"]],  # red–blue: safe for red–green blindness
                         hovertemplate="%{y}<br>task %{x}<br>speedup %{z:.3f}×<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     ylabel = "drafter · policy" if (~df["drafter"].isin([NO_DRAFTER, MODEL_DRAFTER])).any() else "policy"

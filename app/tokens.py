@@ -31,6 +31,29 @@ def _text(tok: str) -> str:
 UNCHOSEN = "unchosen"  # a multi-draft block the verifier did not follow: grey (the pending colour), dashed
 
 
+# The second cue besides colour (WCAG 1.4.1): each fate has its own underline style and, where two fates
+# would otherwise share one, a mark after the token. Struck through: never emitted.
+CUES = {"accepted": ("solid", ""), "rejected": ("solid", "✗"), "correction": ("dotted", "↻"),
+        "bonus": ("double", "+"), "pending": ("dashed", ""), "autoregressive": ("none", "")}
+
+
+def card(q: float | None, p: float | None, h: float | None = None, entropy: float | None = None) -> str:
+    """The hover card of a drafted token: draft q, target p, min(1, p/q) (the acceptance probability of
+    standard speculative sampling; the verifier's own h when it differs) and the draft's entropy."""
+    rows = []
+    if q is not None:
+        rows.append(f"draft q = {q:.3f}")
+    if p is not None:
+        rows.append(f"target p = {p:.3f}")
+    if q and p is not None:
+        rows.append(f"min(1, p/q) = {min(1.0, p / q):.3f}")
+    if h is not None and not (q and p is not None and abs(h - min(1.0, p / q)) < 5e-4):
+        rows.append(f"verifier's accept prob = {h:.3f}")
+    if entropy is not None:
+        rows.append(f"draft entropy = {entropy:.2f} nats")
+    return "\n".join(rows)
+
+
 def span(tok: str, fate: str | None, tip: str = "") -> str:
     t = _text(tok)
     if fate is None:
@@ -38,11 +61,18 @@ def span(tok: str, fate: str | None, tip: str = "") -> str:
     if fate == UNCHOSEN:
         c = COLORS["pending"]
         style = f"background:{rgba(c, FATE_ALPHA / 2)};border-bottom:2px dashed {c};border-radius:3px;color:#555;"
-        return f'<span class="tok-{UNCHOSEN}" style="{style}" title="{html.escape(tip or UNCHOSEN)}">{t}</span>'
-    style = f"background:{rgba(COLORS[fate], FATE_ALPHA)};border-bottom:2px solid {COLORS[fate]};border-radius:3px;"
+        return f'<span class="tok tok-{UNCHOSEN}" style="{style}" title="{html.escape(tip or UNCHOSEN)}">{t}</span>'
+    line, mark = CUES.get(fate, ("solid", ""))
+    width = 3 if line == "double" else 2
+    style = f"background:{rgba(COLORS[fate], FATE_ALPHA)};border-radius:3px;" + (
+        f"border-bottom:{width}px {line} {COLORS[fate]};" if line != "none" else "")
     if fate in ("rejected", "pending"):
         style += "text-decoration:line-through;"
-    return f'<span class="tok-{fate}" style="{style}" title="{html.escape(tip or fate)}">{t}</span>'
+    cue = (f'<sup class="tok-cue" aria-hidden="true" style="font-size:0.7em;margin-left:1px;">{mark}</sup>'
+           if mark else "")
+    text = html.escape(tip or fate)
+    return (f'<span class="tok tok-{fate}" data-fate="{fate}" style="{style}" tabindex="0" '
+            f'data-card="{text}" title="{text}">{t}{cue}</span>')
 
 
 def strip(pieces: list[tuple[str, str | None, str]], current: list[tuple[str, str | None, str]] | None = None) -> str:
@@ -71,8 +101,9 @@ def step_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]
     out = []
     fates = draft_fates(step["accepted"], step["window"])
     for i, (tok, fate) in enumerate(zip(step["draft_tokens"], fates)):
-        tip = (f"position {i + 1} · {fate} · draft q={step['q_draft'][i]:.3f} · target p={step['p_target'][i]:.3f}"
-               f" · accept h={step['accept_probs'][i]:.3f}")
+        ent = step.get("draft_entropy")
+        tip = f"position {i + 1} · {fate}\n" + card(step["q_draft"][i], step["p_target"][i], step["accept_probs"][i],
+                                                   ent[i] if isinstance(ent, list) and i < len(ent) else None)
         out.append((texts[tok], fate, tip))
     if len(step["emitted_tokens"]) > step["accepted"]:
         last = step["emitted_tokens"][-1]

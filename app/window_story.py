@@ -101,9 +101,11 @@ def verdict(ratio: float, paper: float = PAPER_RATIO, tol: float = PAPER_TOL) ->
 
 
 def oracle_gain(ot: pd.DataFrame, oracle: str = HEADLINE_ORACLE) -> str:
-    """One sentence: oracle ÷ best fixed window overall and its per-task range, the paper's 1.4× beside
-    it, and whether the best of them (the paper says "up to") reaches it. `ot` = oracle_ratio_table
-    rows of one cost model (task 'all' plus one row per task)."""
+    """One or two sentences: oracle ÷ best fixed window overall and its per-task range, the paper's 1.4×
+    beside it — the overall figure and the best task each get their own verdict, so "exceeds" never stands
+    beside an overall figure below 1.4× — and, where a task's ratio is below 1, why the oracle loses to a
+    fixed window there (the advice's long K on that task is the same fact). `ot` = oracle_ratio_table rows
+    of one cost model (task 'all' plus one row per task)."""
     col = f"ratio_{oracle}"
     overall = ot.loc[ot["task"] == "all", col]
     tasks = ot[ot["task"] != "all"].sort_values(col)
@@ -114,8 +116,23 @@ def oracle_gain(ot: pd.DataFrame, oracle: str = HEADLINE_ORACLE) -> str:
         head += f", {num(lo[col])}× ({lo['task']}) to {num(hi[col])}× ({hi['task']}) per task"
     elif len(tasks) == 1:
         head += f", {num(tasks.iloc[0][col])}× on {tasks.iloc[0]['task']}"
-    top = float(ot[col].max())
-    return f"{head} — paper: up to {PAPER_RATIO:g}×; this {verdict(top)} the paper's figure."
+    paper = f" — paper: up to {PAPER_RATIO:g}×"
+    if len(overall):
+        out = f"{head}{paper}. Overall this {verdict(float(overall.iloc[0]))} the paper's figure"
+        if len(tasks) > 1 and verdict(float(tasks.iloc[-1][col])) != verdict(float(overall.iloc[0])):
+            out += f"; the best task ({tasks.iloc[-1]['task']}) {verdict(float(tasks.iloc[-1][col]))} it"
+        out += "."
+    else:
+        out = f"{head}{paper}; this {verdict(float(ot[col].max()))} the paper's figure."
+    losers = tasks[tasks[col] < 1]
+    if len(losers):
+        names = ", ".join(f"{r['task']} ({num(r[col])}×, best fixed γ = {int(r['best_gamma'])})" if "best_gamma" in r
+                          else f"{r['task']} ({num(r[col])}×)" for _, r in losers.iterrows())
+        out += (f" Below 1 on {names}: oracle ({oracle}) ends every window at the accepted run, so it pays one verify "
+                "per run, while a long fixed window there amortises one verify over several runs — which is why the "
+                "advice picks that long K for the task; the cost-optimal hindsight schedule (oracle (c)) may choose "
+                "long windows too and never falls below the best fixed one.")
+    return out
 
 
 def oracle_help(ot: pd.DataFrame) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import audit_view, downloads, plots
+from app import audit_view, downloads, fmt, plots
 
 st.title("Losslessness audit")
 head = st.container()
@@ -35,18 +35,18 @@ for _, r in bad.iterrows():
     st.warning(f"**{r['verifier']}** is NOT lossless: lossless error {r['max_lossless_error']:.2e} on toy "
              f"'{r['worst_case']}' (V = {r['worst_vocab']}, γ = {r['worst_gamma']}, K = {r['worst_k']}).")
 st.subheader("Verdict per verifier")
-downloads.table(table, "audit-verdicts", "audit_verdicts",
-                column_config={c: st.column_config.NumberColumn(format="%.1e")
+downloads.table(fmt.labelled(table), "audit-verdicts", "audit_verdicts",
+                column_config={fmt.words(c): st.column_config.NumberColumn(format="%.1e")
                                for c in ("max_lossless_error", "max_first_token_error", "max_mass_error",
                                          "min_deficit", "max_fallback_mass")})
-st.caption(f"lossless ⇔ lossless error and mass error ≤ {audit_view.TOL:g} on every row; worst_* = the toy "
+st.caption(f"lossless ⇔ lossless error and mass error ≤ {audit_view.TOL:g} on every row; worst toy = the toy "
            f"(case, V, γ, K) with the largest lossless error. Names marked 'near-miss' are deliberately wrong "
            f"variants kept in the audit for contrast.")
 st.plotly_chart(plots.audit_errors(table, audit_view.TOL), theme=None, width="stretch", key="audit_plot")
 with st.expander(f"Every row ({len(rows)})"):
     pick = st.selectbox("Verifier", ["all", *table["verifier"]], key="audit_pick")
     view = rows if pick == "all" else rows[rows["verifier"] == pick]
-    downloads.table(view, f"audit-rows-{pick}", "audit_rows")
+    downloads.table(fmt.labelled(view), f"audit-rows-{pick}", "audit_rows")
 
 st.page_link("pages/multidraft.py", label="What each lossless rule buys per target call: the Multi-draft page",
              icon=":material/account_tree:")

@@ -4,7 +4,7 @@ per-position acceptance of both. A and B (and the prompt) live in the URL (app.s
 import pandas as pd
 import streamlit as st
 
-from app import acceptance, data, downloads, imported, plots, runs, share, tokens
+from app import acceptance, data, fmt, downloads, imported, plots, reconcile, reconcile_sources, runs, share, tokens
 
 st.title("Compare")
 entries = data.all_traces()
@@ -30,8 +30,11 @@ if only and not fits:
 # B defaults to another policy on the same pair with the same sampling and prompts.
 b_default = next((k for k in fits if entries[k].info["policy"] != base["policy"] and entries[k].info["draft"]),
                  fits[0] if fits else b_names[0])
-if st.session_state.get("cmp_b") in names and st.session_state.get("cmp_b") not in b_names:
-    b_names = [st.session_state["cmp_b"], *b_names]  # a linked B outside the filter stays pickable
+if st.query_params.get("b") == st.session_state.get("cmp_b") and "cmp_b_linked_for" not in st.session_state:
+    st.session_state["cmp_b_linked_for"] = la  # the link's own A: its B is kept even outside the filter
+linked = st.session_state.get("cmp_b_linked_for") == la
+if linked and st.session_state.get("cmp_b") in names and st.session_state.get("cmp_b") not in b_names:
+    b_names = [st.session_state["cmp_b"], *b_names]  # a linked B outside the filter stays, until A changes
 data.pick("cmp_b", b_names, b_default)
 lb = c2.selectbox("Trace B", b_names, key="cmp_b", format_func=titles.get)
 A, B = entries[la], entries[lb]
@@ -47,24 +50,29 @@ sa, sb = A.info["summary"], B.info["summary"]
 overview, by_pos, by_prompt, by_step = st.tabs(["Totals", "Acceptance by position", "Per prompt", "Step by step"])
 overview.markdown("**Hardware-free** — the same on any machine")
 m = overview.columns(4)
-m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], sb["target_calls"] - sa["target_calls"],
+calls_d, calls_arrow = fmt.delta(sb["target_calls"] - sa["target_calls"], f"{abs(sb['target_calls'] - sa['target_calls'])}")
+m[0].metric(f"target calls · B ({B.info['policy']})", sb["target_calls"], calls_d, delta_arrow=calls_arrow,
             delta_color="inverse", help=f"delta vs A ({A.info['policy']}): {sa['target_calls']} calls")
-m[1].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}",
-            f"{sb['mean_emitted_per_call_incl_bonus'] - sa['mean_emitted_per_call_incl_bonus']:+.2f}",
+emit_d, emit_arrow = fmt.delta(sb["mean_emitted_per_call_incl_bonus"] - sa["mean_emitted_per_call_incl_bonus"])
+m[1].metric("emitted per call · B", f"{sb['mean_emitted_per_call_incl_bonus']:.2f}", emit_d, delta_arrow=emit_arrow,
             help=f"incl. bonus; A: {sa['mean_emitted_per_call_incl_bonus']:.2f}")
 acc_a, acc_b = sa["draft_acceptance_rate"], sb["draft_acceptance_rate"]  # None: an imported run without drafts
-m[2].metric("acceptance · B", imported.pct(acc_b), None if None in (acc_a, acc_b) else f"{(acc_b - acc_a) * 100:+.0f} pts",
+acc_d, acc_arrow = fmt.delta(None if None in (acc_a, acc_b) else (acc_b - acc_a) * 100,
+                             None if None in (acc_a, acc_b) else f"{abs(acc_b - acc_a) * 100:.0f} pts")
+m[2].metric("acceptance · B", imported.pct(acc_b), acc_d, delta_arrow=acc_arrow,
             help=f"accepted ÷ drafted, excl. bonus; A: {imported.pct(acc_a)}")
-m[3].metric("tokens · B", sb["new_tokens"], sb["new_tokens"] - sa["new_tokens"], delta_color="off",
-            help=f"A: {sa['new_tokens']}")
+tok_d, tok_arrow = fmt.delta(sb["new_tokens"] - sa["new_tokens"], f"{abs(sb['new_tokens'] - sa['new_tokens'])}")
+m[3].metric("tokens · B", sb["new_tokens"], tok_d, delta_arrow=tok_arrow, delta_color="off", help=f"A: {sa['new_tokens']}")
 same_machine = A.info["context"].split(" · ", 1)[-1] == B.info["context"].split(" · ", 1)[-1]
 same_run = same_machine and A.info["created"][:10] == B.info["created"][:10]
 overview.markdown("**Wall clock** — depends on the machine and its load at the time")
 m = overview.columns(4)
-m[0].metric("decode time · B (ms)", f"{sb['decode_ms']:.0f}", f"{sb['decode_ms'] - sa['decode_ms']:+.0f} ms",
+ms_d, ms_arrow = fmt.delta(sb["decode_ms"] - sa["decode_ms"], fmt.duration(abs(sb["decode_ms"] - sa["decode_ms"])))
+m[0].metric("decode time · B", fmt.duration(sb["decode_ms"]), ms_d, delta_arrow=ms_arrow,
             delta_color="inverse" if same_run else "off",
-            help=f"A: {sa['decode_ms']:.0f} ms (draft + verify + prefill)")
-m[1].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", f"{sb['tokens_per_s'] - sa['tokens_per_s']:+.1f}",
+            help=f"A: {fmt.duration(sa['decode_ms'])} (draft + verify + prefill)")
+tps_d, tps_arrow = fmt.delta(sb["tokens_per_s"] - sa["tokens_per_s"], f"{abs(sb['tokens_per_s'] - sa['tokens_per_s']):.1f}")
+m[1].metric("tokens/s · B", f"{sb['tokens_per_s']:.1f}", tps_d, delta_arrow=tps_arrow,
             delta_color="normal" if same_run else "off", help=f"A: {sa['tokens_per_s']:.1f}")
 overview.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"
            + ("" if same_run else " · **recorded on different days or machine settings: the wall-clock difference "
@@ -78,10 +86,13 @@ pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.pro
                                                      suffixes=("_a", "_b"))
 share.publish(a=la, b=lb)
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
-head.info(runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["target_calls_a"].sum()), int(pairs["target_calls_b"].sum())),
-                                  (float(pairs["decode_ms_a"].sum()), float(pairs["decode_ms_b"].sum())), len(pairs),
-                                  same_run, mismatch), icon=":material/lightbulb:")
+    head.caption(f"⚠ {note}")
+conclusion = runs.compare_conclusion(runs.runs_frame(entries), la, lb, (int(pairs["target_calls_a"].sum()),
+                                     int(pairs["target_calls_b"].sum())), (float(pairs["decode_ms_a"].sum()),
+                                     float(pairs["decode_ms_b"].sum())), len(pairs), same_run, mismatch)
+head.info(reconcile.linkify(conclusion, reconcile_sources.rows(entries),
+                            [reconcile.pair_id(runs.model_name(x.info["target"])) for x in (A, B)],
+                            [reconcile.run_id(la), reconcile.run_id(lb)]), icon=":material/lightbulb:")
 with by_pos:
     pos = acceptance.frame(entries, [la, lb], {la: f"A · {A.info['policy']}", lb: f"B · {B.info['policy']}"})
     if gone := acceptance.totals_only(entries, [la, lb]):
@@ -107,7 +118,8 @@ table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
 by_prompt.subheader(f"{len(pairs)} shared prompts")
 downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table", where=by_prompt,
-                column_config={k: st.column_config.NumberColumn(format="%.1f") for k in ("ms A", "ms B", "Δ ms")})
+                column_config={k: st.column_config.NumberColumn(format="%.0f", help="decode time in ms")
+                               for k in ("ms A", "ms B", "Δ ms")})
 if not all(same):
     by_prompt.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
 
@@ -122,7 +134,7 @@ n = max(len(v) for v in steps.values())
 k = by_step.slider("Step (same number of target calls on both sides)", 0, n - 1, 0, key="cmp_step") if n > 1 else 0
 share.publish(request=row)
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
+    head.caption(f"⚠ {note}")
 cols = by_step.columns(2)
 for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
     seq = steps[side]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import downloads
+from app import downloads, reconcile, reconcile_sources
 from app import dpace_plots as dp
 
 st.title("D-PACE training")
@@ -36,7 +36,8 @@ if not traces:
 logs, evals = dp.logs_frame(traces), dp.evals_frame(traces)
 labels = list(dict.fromkeys(logs["label"]))
 pick = dp.chosen(summary)
-head.info(dp.conclusion(summary) if summary.get("summary") else "No summary.json in this directory: the training "
+head.info(reconcile.linkify(dp.conclusion(summary), reconcile_sources.rows(), reconcile_sources.dpace_pair(directory))
+          if summary.get("summary") else "No summary.json in this directory: the training "
           "curves below, without the seed-pooled comparison.", icon=":material/lightbulb:")
 tab_sum, tab_w, tab_tau, tab_alpha = st.tabs(["τ per objective", "Position weights", "τ during training", "α sweep"])
 if summary.get("summary"):
@@ -57,7 +58,8 @@ c1, c2 = tab_w.columns([3, 1])
 default = pick["label"] if pick and pick["label"] in labels else next(
     (lab for lab in labels if lab.startswith("dpace(")), labels[0])
 label = c1.selectbox("Objective", labels, index=labels.index(default), key="dpace_label")
-value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True)
+value = c2.radio("Value", ["weight_share", "q"], key="dpace_value", horizontal=True,
+                 format_func={"weight_share": "share of the loss weight", "q": "drafter probability q"}.get)
 tab_w.plotly_chart(dp.weight_heatmap(logs, label, value), theme=None, width="stretch")
 tab_w.plotly_chart(dp.share_profiles(logs, label), theme=None, width="stretch")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import data, downloads, live, tokens
+from app import data, downloads, live, live_explain, tokens
 from engine.trace.format import TraceError, load_trace, summarize
 
 st.title("Live")
@@ -316,7 +316,8 @@ if res:
         raw = open(res["paths"][side], "rb").read()
         downloads.trace_buttons(t, name, f"live_{side}", where=col, jsonl=raw)
         if col.button(f"Open {side} in Replay", key=f"live_open_{side}"):
-            label, err = data.add_trace_bytes(name, raw, origin="live")
+            # the baseline goes along: Replay's ×AR and its conclusion use the AR this run just measured
+            label, err = live_explain.open_in_replay(res["paths"], side, live.BASE)
             if err:
                 col.error(err)
             else:
@@ -329,7 +330,10 @@ if res:
         said = [f"{side} ({(traces[side].header.get('policy') or {}).get('spec', '?')}) "
                 f"{summarize(traces[side].steps)['tokens_per_s'] / base_sum['tokens_per_s']:.2f}× AR"
                 for side in live.SIDES if side in traces and traces[side].steps]
+        losses = [live_explain.loss_sentence(side, (traces[side].header.get("policy") or {}).get("spec", "?"),
+                                             summarize(traces[side].steps), base_sum)
+                  for side in live.SIDES if side in traces and traces[side].steps]
         if said:
             live_head.info(f"Last run, on this machine: {', '.join(said)} (tokens/s over the autoregressive baseline "
-                           "of the same prompt" + ("; the run was interrupted" if res["state"] == "stopped" else "") + ").",
-                           icon=":material/lightbulb:")
+                           "of the same prompt" + ("; the run was interrupted" if res["state"] == "stopped" else "") + ")."
+                           + "".join(f" {x}" for x in losses if x), icon=":material/lightbulb:")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import downloads, multidraft_view, plots
+from app import data, downloads, multidraft_view, plots, reconcile, reconcile_sources, share
 
 st.title("Multi-draft")
 REPO = Path(__file__).resolve().parents[2]
@@ -24,10 +24,17 @@ except ValueError as e:
     md_rows = None
 if md_rows is not None:
     temps = sorted(md_rows["temperature"].unique())
-    md_t = st.radio("Temperature", temps, index=len(temps) - 1, horizontal=True, key="md_temp",
-                    format_func=lambda t: f"T = {t:g}")
-    conclusion.info(f"{multidraft_view.headline(md_rows, md_t)} {multidraft_view.wall_clock(md_rows, md_t)}",
-                    icon=":material/lightbulb:")
+    notes = [share.adopt("t", "md_temp", temps, "temperature", float, page="multidraft")]
+    data.pick("md_temp", temps, temps[-1])
+    md_t = st.radio("Temperature", temps, horizontal=True, key="md_temp", format_func=lambda t: f"T = {t:g}")
+    share.publish(t=f"{md_t:g}")
+    if note := share.note(notes):
+        conclusion.caption(f"⚠ {note}")
+    speedups = reconcile_sources.rows()
+    conclusion.info(reconcile.linkify(f"{multidraft_view.headline(md_rows, md_t)} "
+                                      f"{multidraft_view.wall_clock(md_rows, md_t)}", speedups,
+                                      reconcile.pair_id(md_head["target"]),
+                                      [r for r in speedups["row"] if r.startswith("md-")]), icon=":material/lightbulb:")
     st.caption(multidraft_view.DEFINITIONS)
     st.caption(f"{md_head['target']} ← {md_head['draft']} ({md_head['dtype']}), {md_head['prompts']} Spec-Bench dev "
                "prompts. Every (verifier, K) is judged on the same steps' drafts (paired verification: one real run "

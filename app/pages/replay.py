@@ -4,7 +4,8 @@ trace, prompt and step live in the URL (app.share), so a copied link opens this 
 import pandas as pd
 import streamlit as st
 
-from app import costaware_view, data, downloads, imported, plots, runs, share, tokens
+from app import (costaware_view, data, downloads, fmt, imported, plots, reconcile, reconcile_sources, runs, share, time_plots,
+                 tokens)
 
 st.title("Replay")
 ss = st.session_state
@@ -41,8 +42,9 @@ pos = e.positions[e.positions["request_id"] == rid]
 n = len(raw)
 notes.append(share.adopt("step", "replay_step", list(range(n)), "step", int, page="replay"))
 if note := share.note(notes):
-    head.caption(f":orange[{note}]")
-head.info(runs.trace_conclusion(runs.runs_frame(entries), label)
+    head.caption(f"⚠ {note}")
+head.info(reconcile.linkify(runs.trace_conclusion(runs.runs_frame(entries), label), reconcile_sources.rows(entries),
+                            reconcile.pair_id(runs.model_name(e.info["target"])), [reconcile.run_id(label)])
           + (f" This prompt: {n} target calls for {int(steps['emitted'].sum())} tokens." if n else ""),
           icon=":material/lightbulb:")
 if not raw:
@@ -108,10 +110,10 @@ def policy_fields(s: dict, k: int) -> None:
         st.markdown(costaware_view.caption(fields))
     records = {f: v for f, v in fields.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)}
     for name, v in records.items():  # e.g. PACER's per-block scores, thresholds and decisions
-        st.caption(f"`{name}`")
-        downloads.table(pd.DataFrame(v), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
+        st.caption(fmt.words(name))
+        downloads.table(fmt.labelled(pd.DataFrame(v)), f"{downloads.stem(label)}-req{rid}-step{k}-{name}", f"replay_rec_{name}")
     if rest := {f: v for f, v in fields.items() if f not in records}:
-        st.dataframe(pd.DataFrame({"field": list(rest), "value": [str(v) for v in rest.values()]}),
+        st.dataframe(pd.DataFrame({"field": [fmt.words(f) for f in rest], "value": [str(v) for v in rest.values()]}),
                      hide_index=True, width="stretch", placeholder=downloads.MISSING)
     if not fields:
         st.caption(f"The policy `{info['policy']}` logged nothing for this step.")
@@ -157,16 +159,26 @@ def step_view() -> None:
     m[4].metric("verify ms", f"{s['t_verify_ms']:.2f}")
     st.markdown(f"**Stop reason:** {stop_reason(s)}", help="why the drafter stopped drafting at this step")
     block = pos[pos["step"] == k].assign(text=lambda d: d["token"].map(texts))
-    tabs = st.tabs(["Tokens per call", "Accept probability", "Drafted block", "Policy fields"])
+    tabs = st.tabs(["Tokens per call", "Time per step", "Accept probability", "Drafted block", "Policy fields"])
     with tabs[0]:
         st.plotly_chart(plots.step_timeline(steps, cursor=k), theme=None, width="stretch", key="replay_timeline")
     with tabs[1]:
+        st.plotly_chart(time_plots.step_time_bars(steps, cursor=k), theme=None, width="stretch", key="replay_time")
+        ar = ar_steps()
+        if ar is not None:
+            st.plotly_chart(time_plots.two_lanes({"autoregressive": ar, f"{info['policy']}": steps}), theme=None,
+                            width="stretch", key="replay_lanes")
+            st.caption("The same prompt in this trace's autoregressive run (same day, machine, dtype), laid out on one "
+                       "clock: striped = drafting, solid = verifying, grey = prefill.")
+        else:
+            st.caption("No autoregressive trace of this run holds this prompt, so there is no lane to set beside it.")
+    with tabs[2]:
         if len(pos):
             st.plotly_chart(plots.position_heatmap(pos, cursor=k, steps=steps), theme=None, width="stretch",
                             key="replay_heatmap")
         else:
             st.caption("Nothing was drafted for this prompt.")
-    with tabs[2]:
+    with tabs[3]:
         if len(block):
             names = {"pos": "position", "text": "token text", "token": "token id", "fate": "fate",
                      "q_draft": "draft prob q", "p_target": "target prob p", "accept_prob": "accept prob min(1, p/q)",
@@ -176,8 +188,20 @@ def step_view() -> None:
                                                            for c in list(names.values())[4:]})
         else:
             st.caption("Nothing drafted: an autoregressive target call.")
-    with tabs[3]:
+    with tabs[4]:
         policy_fields(s, k)
+
+
+def ar_steps():
+    """This prompt's steps in the autoregressive trace of the same run (app.runs), or None."""
+    ar = runs.runs_frame(entries).set_index("label").at[label, "ar"] if e.info["draft"] else None
+    if not ar or ar not in entries:
+        return None
+    other = entries[ar]
+    want = list(reqs.at[rid, "prompt_ids"])
+    reqs_other = other.trace.requests.values() if isinstance(other.trace.requests, dict) else other.trace.requests
+    match = [r["request_id"] for r in reqs_other if list(r.get("prompt_ids") or []) == want]
+    return other.steps[other.steps["request_id"] == match[0]] if match else None
 
 
 step_view()

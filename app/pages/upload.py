@@ -11,12 +11,17 @@ head = st.empty()  # filled once this run's files are in
 st.write(f"Takes **.jsonl** or **.parquet** traces (`python -m engine decode`, `python -m engine export`), "
          f"reference runs (.jsonl) for the Windows page, Spec-Bench answer files (.jsonl), and serving engines' "
          f"reports — vLLM, llama.cpp, SGLang as {', '.join(data.PEER_SUFFIXES)} — imported on the way in. Limit "
-         f"**{data.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why.")
+         f"**{data.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why; any other "
+         f"type (.csv, .txt of something else) is read and refused here with its reason, and a file over "
+         f"{data.MAX_UPLOAD_MB} MB is stopped by the browser before it is sent (convert it to Parquet: "
+         "`python -m engine export T.jsonl T.parquet`, about 3.5× smaller).")
 for err in restored.values():
     st.warning(err)
 peer_view.formats_help()
 
-files = st.file_uploader("Trace files", type=["jsonl", "parquet", *(s[1:] for s in data.PEER_SUFFIXES)],
+# No `type=` filter: the browser would refuse a .csv with only a tooltip on a red chip; here it is read and
+# refused with a line of text (app.data.add_trace_bytes), like any other file that does not load.
+files = st.file_uploader("Trace files", type=None,
                          accept_multiple_files=True, key="upload_files", max_upload_size=data.MAX_UPLOAD_MB)
 before = set(data.uploads())
 for f in files or []:
@@ -50,11 +55,11 @@ for f in files or []:
 
 ups = data.uploads()
 refs = st.session_state.get(data.REF_UPLOADS, {})
-head.info(f"**{len(ups)} uploaded traces and {len(refs)} reference runs** are loaded; uploads are kept in "
-          f"`{persist.folder()}` (set `{persist.ENV}` to move it) and come back after a reload until you remove "
-          "them below.", icon=":material/lightbulb:")
+head.info(f"**{len(ups)} uploaded traces and {len(refs)} reference runs** are loaded; uploads are kept on the "
+          f"server's disk (its `{persist.ENV}` folder) and come back after a reload until you remove them below.",
+          icon=":material/lightbulb:")
 st.subheader(f"Kept uploads: {len(ups)} traces, {len(refs)} reference runs")
-st.caption(f"Stored in `{persist.folder()}`; Remove deletes the kept copy too.")
+st.caption("Remove deletes the kept copy too.")
 for label, e in list(ups.items()):
     s = e.info["summary"]
     a, b = st.columns([5, 1])

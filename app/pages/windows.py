@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import data, downloads, imported, plots
+from app import autocorrelation, data, whatif, downloads, imported, plots, reconcile, reconcile_sources, runs, share
 from app import window_story as story
 
 st.title("Windows")
@@ -39,7 +39,11 @@ if not refs_all:
 c1, c2, c3 = st.columns([3, 2, 2])
 # One pair by default (the Qwen pair when present): references of two pairs would blend their numbers.
 headers = {k: r.header for k, (r, _) in refs_all.items()}
-chosen = c1.multiselect("Reference runs", list(refs_all), default=story.default_references(headers), key="win_refs")
+# The view lives in the URL (app.share): references, cost model, c, task and section.
+notes = [share.adopt_list("refs", "win_refs", list(refs_all), "references", page="windows")]
+if "win_refs" not in st.session_state:
+    st.session_state["win_refs"] = story.default_references(headers)
+chosen = c1.multiselect("Reference runs", list(refs_all), key="win_refs")
 if not chosen:
     st.info("Pick at least one reference run.")
     st.stop()
@@ -63,13 +67,18 @@ path_costs = cost_paths.path_timings(pair_names[0].get("name", ""), pair_names[1
 path_models = cost_paths.cost_models(path_costs)
 modes = ((["in-run"] if in_run is not None else []) + (["measured"] if timed else [])
          + [f"{w} weights path" for w in path_models] + ["flat ratio c"])
-mode = c2.radio("Cost model", modes, key="win_mode", index=len(modes) - 1 if demo else 0,
+notes.append(share.adopt("cost", "win_mode", modes, "cost model", page="windows"))
+data.pick("win_mode", modes, modes[-1] if demo else modes[0])
+mode = c2.radio("Cost model", modes, key="win_mode",
                 help="in-run: per-step costs fitted from this pair's decode traces (what real runs paid); "
                      "measured: the timing block recorded in the reference; WEIGHTS path: c and the verify "
                      "curve measured on that weights path (python -m engine costs --weights dense,quantized); "
                      "flat: Leviathan's model, verify costs one target forward whatever the window")
 c_default = analysis.CostModel().c
-c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, c_default, 0.01, key="win_c",
+notes.append(share.adopt("c", "win_c", [round(x * 0.01, 2) for x in range(101)], "cost ratio",
+                         lambda v: round(float(v), 2), page="windows"))
+st.session_state.setdefault("win_c", float(c_default))
+c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, step=0.01, key="win_c",
               disabled=mode != "flat ratio c", help="cost of drafting one token relative to one target forward")
 cost = (in_run if mode == "in-run" else "measured" if mode == "measured"
         else path_models[mode.removesuffix(" weights path")] if mode.endswith(" weights path") else float(c))
@@ -79,7 +88,9 @@ if demo:
 
 wt = data.window_table(refs, key, cost)
 tasks = list(dict.fromkeys(wt["task"]))
-task = st.segmented_control("Task", tasks, default="all", key="win_task") or "all"
+notes.append(share.adopt("task", "win_task", tasks, "task", page="windows"))
+data.pick("win_task", tasks, "all")
+task = st.segmented_control("Task", tasks, key="win_task") or "all"
 g = wt[wt["task"] == task]
 fixed = g[g["kind"] == "fixed"].sort_values("gamma")
 best = fixed.loc[fixed["speedup"].idxmax()]
@@ -91,9 +102,23 @@ alpha = float((pos if task == "all" else pos[pos["task"] == task])["beta"].mean(
 cm = analysis.cost_for(refs[0], cost)
 theory = analysis.iid_theory(min(alpha, 1 - 1e-9), cm.c, [int(x) for x in fixed["gamma"]])
 
+speedups, pid = reconcile_sources.rows(), reconcile.pair_id(story.pair_of(refs[0].header)[0])
+
+
+def linked(text: str, *prefer: str) -> str:
+    """The page's sentences with every speedup linked to its row on the Speedups page."""
+    return reconcile.linkify(text, speedups, pid, prefer)
+
+
 # One section per run (st.tabs would build every chart of every tab on each run: 4.5 s first loads here).
-SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling"]
-shown = st.segmented_control("Section", SECTIONS, default=SECTIONS[0], key="win_section") or SECTIONS[0]
+SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling",
+            "What if: threshold × K"]
+notes.append(share.adopt("section", "win_section", SECTIONS, "section", page="windows"))
+data.pick("win_section", SECTIONS, SECTIONS[0])
+shown = st.segmented_control("Section", SECTIONS, key="win_section") or SECTIONS[0]
+share.publish(refs=",".join(chosen), cost=mode, c=f"{c:g}", task=task, section=shown)
+if note := share.note(notes):
+    head.caption(f"⚠ {note}")
 body = st.container()  # the chosen section sits here, above the glance below
 if shown == SECTIONS[0]:
     with body:
@@ -105,6 +130,9 @@ if shown == SECTIONS[0]:
         m[3].metric("oracle ÷ best fixed", f"{oracle_a / best['speedup']:.2f}×",
                     help=f"oracle (b), window = run + 1: {oracle_b / best['speedup']:.2f}×")
         m[4].metric("α (per-token acceptance)", f"{alpha:.2f}")
+        st.caption(linked(f"On the Speedups page, beside every other figure for this pair: best fixed "
+                          f"{best['speedup']:.2f}× AR, oracle (a) {oracle_a:.2f}× AR.", "replay-best-fixed",
+                          "replay-oracle-a"))
         st.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
                                                       theory=theory), theme=None, width="stretch", key="win_speedup")
         st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
@@ -120,8 +148,15 @@ oh = ot[ot["cost"] == wt["cost"].iloc[0]]
 cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
 adv = advise.from_window_table(wt, story.pair_label((target, draft)),
                                "measured" if mode != "flat ratio c" else f"flat c = {c:g}", ceiling=cc)
-head.info(f"**{story.pair_label((target, draft))}: which window?** {adv.line().rstrip('.')}. **Oracle gain.** "
-          f"{story.oracle_gain(oh)}", icon=":material/lightbulb:")
+# Does acceptance persist step to step? Fixed-window traces of this pair only: an adaptive policy's own
+# windows would feed its decisions back into the series.
+fixed_traces = [e for e in data.all_traces().values() if e.info["draft"] == draft and str(e.info["policy"]).startswith(
+    "fixed:") and runs.model_name(e.info["target"]) == runs.model_name(target)]
+persist = autocorrelation.sentence(autocorrelation.of_traces([e.steps for e in fixed_traces]),
+                                   f"this pair's {len(fixed_traces)} fixed-window decode traces") if fixed_traces else ""
+head.info(linked(f"**{story.pair_label((target, draft))}: which window?** {adv.line().rstrip('.')}. **Oracle gain.** "
+                 f"{story.oracle_gain(oh)}" + (f" **Does acceptance persist?** {persist}" if persist else ""),
+                 "advice-windows"), icon=":material/lightbulb:")
 with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"):  # the papers' other questions
     gaps = story.gap_closed(oh)
     st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
@@ -129,14 +164,14 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
     if gaps["position"].notna().any():
         st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
     if cc is not None:
-        st.markdown(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}",
+        st.markdown(linked(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}", "replay-confidence-ceiling"),
                     help=f"the {oracles.CONFIDENCE_CEILING} (engine.offline.oracles): survival, Bayes and HF-threshold "
                          "rules over a grid, each bin's acceptance from these references, chosen on all tasks")
     sweep = data.pacer_sweep_for(draft)
     pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(sweep), data.pacer_ceiling_model(sweep))
     pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)
     wall = story.pacer_wall_clock_sentence(*pb) if pb else None
-    st.markdown(f"**PACER.** {pacer}" + (f" {wall}" if wall else ""))
+    st.markdown(linked(f"**PACER.** {pacer}" + (f" {wall}" if wall else "")))
     if uncal := story.pacer_calibration(draft, data.pacer_models()):
         st.caption(uncal)
     wall_gaps = story.bench_gap_closed(pb[1]) if pb else pd.DataFrame()
@@ -151,8 +186,8 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
     # Both sides take their best fixed window from the γs the bench ran, so the ratios compare.
     replayed = story.replayed_oracle_ratio(wt, bench_gammas) or story.replayed_oracle_ratio(wt)
     if replayed:
-        st.markdown(f"**Replayed vs real.** {story.reconcile_sentence(replayed, real_r, bench_gammas)}"
-                    + (f" {story.WHY_DIFFER}" if real_r else ""),
+        st.markdown(linked(f"**Replayed vs real.** {story.reconcile_sentence(replayed, real_r, bench_gammas)}"
+                           + (f" {story.WHY_DIFFER}" if real_r else ""), "replay-oracle-a"),
                     help=(f"replayed: {', '.join(chosen)} at {wt['cost'].iloc[0]}"
                           + (f"; real: docs/results/{found[0]}, temperature 0, all tasks" if found else "")))
     st.markdown(f"**Cost.** {story.cost_sentence(cm.c, mode == 'measured', timed, demo, n_in_run if mode == 'in-run' else 0)}")
@@ -235,3 +270,15 @@ if shown == SECTIONS[4]:
                        "that is never wrong: it still drafts the token it drops, which the oracle never does, so it only "
                        "reaches the oracle as the draft's cost f → 0. Its oracle is the accepted-length bound of these recorded "
                        "steps, not the replay oracle above (engine.offline.oracles says why they differ).")
+
+if shown == SECTIONS[5]:
+    with body:
+        if not all(r.greedy for r in refs):
+            st.caption("The grid replays the draft's recorded confidence: it needs greedy references.")
+        else:
+            cells = whatif.grid(whatif.compute(refs, key, cost))
+            st.markdown(whatif.sentence(cells, float(best["speedup"]), int(best["gamma"])))
+            st.plotly_chart(whatif.heatmap(cells, wt["cost"].iloc[0]), theme=None, width="stretch", key="win_whatif")
+            st.caption(f"Each cell: `{whatif.SPEC}` replayed exactly over the references (greedy), priced by the "
+                       "cost model above — by default what this pair's decode traces paid per verify, by window (the "
+                       "measured verify curve), so a long K pays its real verify cost.")

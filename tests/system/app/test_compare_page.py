@@ -40,10 +40,36 @@ def test_compare_pairs_like_with_like_and_warns_on_mismatch(app):
     assert len(options) >= 2 and all(not data.comparable(entries[a].info, entries[k].info) for k in options)
     assert not at.warning
     labels = [m.label for m in at.metric]
-    assert labels.index("emitted per call · B") < labels.index("decode time · B (ms)")
+    assert labels.index("emitted per call · B") < labels.index("decode time · B")
     assert labels[0].startswith("target calls")
     at.toggle(key="cmp_only").set_value(False).run()
     at.selectbox(key="cmp_b").set_value("demo-tiny-rbv-k3-t07.jsonl").run()
     warn = " ".join(w.value for w in at.warning)
     assert "not a like-for-like pair" in warn and "different sampling (greedy vs T = 0.7)" in warn
     assert any("timed" in c.value and "float32" in c.value for c in at.caption)  # wall clock with its context
+
+
+def test_only_comparable_drops_a_linked_incomparable_b_once_a_changes(trace_dir, monkeypatch):
+    """A link may pair A with an incomparable B (kept, and warned about); once A changes with the filter on,
+    B is chosen among A's comparable traces again — the issue's B that outlived its A."""
+    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    at.switch_page("pages/compare.py")
+    at.query_params = {"a": "demo-tiny-fixed4.jsonl", "b": "demo-tiny-rbv-k3-t07.jsonl"}  # B samples at T = 0.7
+    at.run()
+    assert not at.exception
+    entries = data.all_traces()
+    assert at.selectbox(key="cmp_b").value == "demo-tiny-rbv-k3-t07.jsonl"  # the link's B, though incomparable
+    assert any("not a like-for-like pair" in w.value for w in at.warning)
+    at.selectbox(key="cmp_a").set_value("demo-tiny-fixed2.jsonl").run()
+    b = at.selectbox(key="cmp_b").value
+    assert b != "demo-tiny-rbv-k3-t07.jsonl" and data.comparable(entries["demo-tiny-fixed2.jsonl"].info, entries[b].info) == []
+    assert not any("not a like-for-like pair" in w.value for w in at.warning)
+
+
+def test_decode_time_reads_in_seconds_and_deltas_carry_no_doubled_sign():
+    from app import fmt
+
+    assert fmt.duration(410321.0) == "6.8 min" and fmt.duration(41032.1) == "41.0 s" and fmt.duration(412.4) == "412 ms"
+    assert fmt.delta(-1.04) == ("1.04", "down") and fmt.delta(2.5, "2.5 s") == ("2.5 s", "up")
+    assert fmt.delta(0.0) == ("±0", "off") and fmt.delta(None) == (None, "off")

@@ -103,7 +103,7 @@ def test_a_broken_kept_upload_is_one_line_and_left_alone(app, trace_dir, uploads
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
     lines = [w.value for w in at.warning if "broken.jsonl" in w.value]
-    assert len(lines) == 1 and "\n" not in lines[0] and str(persist.folder()) in lines[0]
+    assert len(lines) == 1 and "\n" not in lines[0] and str(persist.folder()) not in lines[0]
     assert (uploads_dir / "broken.jsonl").read_bytes() == broken  # left exactly as it was
     assert "uploaded: good.jsonl" in at.session_state[data.UPLOADS]  # the rest loads
     for page in ("replay", "compare", "upload"):

@@ -85,7 +85,7 @@ def draft_rows(html: str) -> list[dict]:
     """Parse app.tokens.multi_draft_html back into rows: draft index, chosen flag, token ids and fates."""
     rows = []
     for m in re.finditer(r'<div class="draft-row" data-draft="(\d+)" data-chosen="(true|false)"(.*?)</div>', html):
-        spans = re.findall(r'<span class="tok-(\w+)"[^>]*>⟨(\d+)⟩</span>', m.group(3))
+        spans = re.findall(r'<span class="tok tok-(\w+)"[^>]*>⟨(\d+)⟩(?:<sup[^>]*>[^<]*</sup>)?</span>', m.group(3))
         rows.append({"draft": int(m.group(1)), "chosen": m.group(2) == "true",
                      "fates": [f for f, _ in spans], "ids": [int(t) for _, t in spans]})
     return rows

@@ -70,13 +70,25 @@ def test_verdict_against_the_papers_figure():
 def test_oracle_gain_sentence():
     assert story.oracle_gain(ratio_table()) == (
         "Oracle (a) ÷ best fixed window: **1.50×** overall, 1.30× (qa) to 1.62× (rag) per task — paper: up to "
-        "1.4×; this exceeds the paper's figure.")
+        "1.4×. Overall this exceeds the paper's figure.")
     low = ratio_table().assign(ratio_a=[1.1, 1.05, 1.2])
-    assert story.oracle_gain(low).endswith("this falls short of the paper's figure.")
+    assert story.oracle_gain(low).endswith("Overall this falls short of the paper's figure.")
     one = ratio_table().iloc[:2].assign(ratio_a=[1.38, 1.41])
     assert story.oracle_gain(one) == ("Oracle (a) ÷ best fixed window: **1.38×** overall, 1.41× on qa — paper: up "
-                                      "to 1.4×; this reaches the paper's figure.")
+                                      "to 1.4×. Overall this reaches the paper's figure.")
     assert story.oracle_gain(ratio_table(), oracle="b").startswith("Oracle (b) ÷ best fixed window: **1.27×**")
+
+
+def test_oracle_gain_never_says_exceeds_beside_an_overall_figure_below_the_papers():
+    """The issue's contradiction: overall 1.22× < 1.4× with "this exceeds the paper's figure" (it meant the
+    best task). Each figure gets its own verdict, and a task below 1 is explained beside the advice's K."""
+    ot = ratio_table().assign(ratio_a=[1.22, 0.74, 1.6], best_gamma=[3, 8, 2])
+    ot["task"] = ["all", "math_reasoning", "rag"]
+    text = story.oracle_gain(ot)
+    assert "Overall this falls short of the paper's figure; the best task (rag) exceeds it." in text
+    assert "this exceeds the paper's figure" not in text
+    assert "Below 1 on math_reasoning (0.74×, best fixed γ = 8)" in text and "oracle (c)" in text
+    assert "Below 1" not in story.oracle_gain(ratio_table())
 
 
 def test_oracle_help_names_both_oracles():

@@ -131,6 +131,12 @@ def test_windows(page):
     shot(page, "windows")
 
 
+def test_speedups(page):
+    nav(page, "Speedups")
+    expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("speculation runs at")
+    shot(page, "speedups")
+
+
 def test_compare(page):
     nav(page, "Compare")
     expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("shared prompts")

@@ -27,7 +27,8 @@ from playwright.sync_api import expect  # noqa: E402
 SCREEN = {"width": 1400, "height": 900}
 # sidebar title -> (url path, the page's h1)
 PAGES = {"Overview": ("", "speclab"), "Replay": ("replay", "Replay"), "Windows": ("windows", "Windows"),
-         "Compare": ("compare", "Compare"), "Multi-draft": ("multidraft", "Multi-draft"), "Live": ("live", "Live"),
+         "Compare": ("compare", "Compare"), "Multi-draft": ("multidraft", "Multi-draft"),
+         "Speedups": ("speedups", "Speedups"), "Live": ("live", "Live"),
          "Upload": ("upload", "Upload"), "Sweeps": ("sweeps", "Sweeps"), "D-PACE": ("dpace", "D-PACE training"),
          "Audit": ("audit", "Losslessness audit")}
 TARGET_WARM_S, TARGET_FIRST_S = 1.5, 3.5

@@ -1,0 +1,177 @@
+"""Where the reconciliation table's rows come from: the same loaders and defaults each page uses, so a
+row equals the figure its page prints by default. Streamlit-cached through app.data; the arithmetic
+lives in app.reconcile (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app import data, reconcile, runs
+from app import window_story as story
+
+MULTIDRAFT_JSON = "docs/results/multibench-qwen-paired-bf16.json"
+
+
+def window_cost(refs: list, key: tuple):
+    """The Windows page's default cost model: in-run when decode traces of the pair exist, else the
+    references' measured timings, else a flat c (tiny demo references open on flat)."""
+    from engine.offline import analysis
+
+    in_run, _ = data.in_run_cost(refs, key)
+    if all(r.header.get("demo") for r in refs):
+        return float(analysis.CostModel().c)
+    if in_run is not None:
+        return in_run
+    return "measured" if analysis.has_timings(refs) else float(analysis.CostModel().c)
+
+
+def _reference_rows() -> list[dict]:
+    from engine.offline import advise
+
+    refs_all, _ = data.references()
+    headers = {k: r.header for k, (r, _) in refs_all.items()}
+    out = []
+    for (target, draft), labels in story.group_by_pair(headers).items():
+        refs = [refs_all[k][0] for k in labels]
+        key = tuple(refs_all[k][1] for k in labels)
+        pair = reconcile.pair_id(target)
+        try:
+            cost = window_cost(refs, key)
+            wt = data.window_table(refs, key, cost)
+        except Exception:  # a reference the analysis refuses is reported on Windows, not here
+            continue
+        cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
+        h = refs[0].header
+        prompts = sum(len(r.requests) for r in refs) or None
+        dtype = reconcile.dtype_of((h.get("target") or {}).get("dtype"))
+        out += reconcile.window_rows(pair, wt, wt["cost"].iloc[0], ", ".join(labels), prompts,
+                                     h.get("max_new_tokens"), dtype, cc)
+        adv = advise.from_window_table(wt, story.pair_label((target, draft)), "measured", ceiling=cc)
+        out += reconcile.advice_rows(pair, adv.speedup if adv.k else None, adv.k, ", ".join(labels),
+                                     "replayed reference, page's cost model", "Windows", dtype)
+        sweep = data.pacer_sweep_for(draft)
+        model = data.pacer_ceiling_model(sweep)
+        if data.pacer_models().get(model or "", ("", ""))[1] == draft:
+            ceil = data.pacer_ceiling(sweep)
+            if ceil.empty:
+                continue
+            at = story.pacer_position(ceil)
+            o = ceil[(ceil["split"] == "all") & (ceil["f"] == 1.0) & (ceil["rule"] == "oracle")]["speedup"]
+            out += reconcile.pacer_rows(pair, at, float(o.iloc[0]) if len(o) else None, Path(sweep).name, None, dtype)
+    return out
+
+
+def _bench_rows() -> list[dict]:
+    benches = data.bench_results()
+    seen, out = set(), []
+    for b in benches.values():
+        pair = (b.get("target"), b.get("draft"))
+        if pair in seen:
+            continue
+        seen.add(pair)
+        if found := story.find_bench(benches, *pair):
+            real = story.bench_oracle_ratio(found[1])
+            out += reconcile.bench_rows(found[0], found[1], ["oracle", f"fixed:{real['best_gamma']}"])
+        if found := story.find_bench(benches, *pair, need=story.bench_pacer_standing):
+            g = story.bench_pacer_standing(found[1])
+            out += reconcile.bench_rows(found[0], found[1], [g["config"], f"fixed:{g['best_gamma']}", "oracle"])
+            if (s := story.bench_pacer_standing(found[1], temperature=0.7)) is not None:
+                out += reconcile.bench_rows(found[0], found[1], [s["config"], f"fixed:{s['best_gamma']}"], 0.7)
+    return out
+
+
+def _multidraft_rows() -> list[dict]:
+    import os
+
+    from app import multidraft_view
+
+    path = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or MULTIDRAFT_JSON
+    p = Path(path) if Path(path).is_absolute() else data.REPO / path
+    try:
+        rows, real, head = multidraft_view.load_paired(p)
+    except ValueError:
+        return []
+    return reconcile.multidraft_rows(p.name, rows, real, head, multidraft_view.LOSSLESS_MULTI)
+
+
+def _advice_rows(entries: dict) -> list[dict]:
+    from app import costaware_view
+
+    label, traces = costaware_view.pick_pair(entries)
+    adv = costaware_view.advice(traces) if traces else None
+    if adv is None or not adv.k:
+        return []
+    target = label.split(" ← ")[0]
+    return reconcile.advice_rows(reconcile.pair_id(target), adv.speedup, adv.k, "loaded decode traces",
+                                 f"from decode traces, {adv.units}", "Overview", "—")
+
+
+# D-PACE's bundled results (app/pages/dpace.py): folder -> the target its speedups are over
+DPACE = {"dpace-smollm2": "smollm2-135m", "dpace": "tiny byte-level target (B = 16)",
+         "dpace-b8": "tiny byte-level target (B = 8)"}
+
+
+def dpace_pair(folder: str) -> str:
+    return reconcile.pair_id(DPACE.get(Path(folder).name, Path(folder).name))
+
+
+def _dpace_rows() -> list[dict]:
+    import json
+
+    out = []
+    for folder in DPACE:
+        try:
+            summary = json.loads((data.RESULTS / folder / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        out += reconcile.dpace_rows(folder, summary, dpace_pair(folder))
+    return out
+
+
+def _peer_rows() -> list[dict]:
+    from app import peer_view
+
+    return [r for name, res in peer_view.peers_results().items() for r in reconcile.peer_rows(name, res)]
+
+
+@st.cache_data(ttl=600, show_spinner="Collecting every speedup the app shows…")
+def _static() -> pd.DataFrame:
+    """Rows from committed results (bench, peers, multi-draft, references): the same for every session."""
+    rows = []
+    for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows, _dpace_rows):
+        try:
+            rows += part()
+        except Exception as e:  # one unreadable source must not hide the others' rows
+            rows += []
+            st.session_state.setdefault("reconcile_errors", []).append(f"{part.__name__}: {type(e).__name__}")
+    return reconcile.frame(rows)
+
+
+def rows(entries: dict | None = None) -> pd.DataFrame:
+    """Every speedup row: committed results plus this session's traces (bundled, uploaded, live)."""
+    entries = data.all_traces() if entries is None else entries
+    df = runs.runs_frame(entries)
+    live = reconcile.run_rows(df, entries) + _advice_rows(entries)
+    return reconcile.frame([*_static().to_dict("records"), *live])
+
+
+def pair_labels(df: pd.DataFrame) -> dict[str, str]:
+    """pair id -> 'target ← draft' (the draft model the most rows name, else the target alone)."""
+    out = {}
+    for pair in dict.fromkeys(df["pair"]):
+        out[pair] = pair
+    for folder, target in DPACE.items():
+        if dpace_pair(folder) in out:
+            out[dpace_pair(folder)] = f"{target} ← D-PACE block drafter"
+    refs_all, _ = data.references()
+    for r, _ in refs_all.values():
+        t, d = story.pair_of(r.header)
+        out[reconcile.pair_id(t)] = story.pair_label((runs.model_name(t), d))
+    for b in data.bench_results().values():
+        pid = reconcile.pair_id(b.get("target"))
+        if pid in out and out[pid] == pid and ":" not in str(b.get("draft")):
+            out[pid] = f"{runs.model_name(b.get('target'))} ← {b.get('draft')}"
+    return out

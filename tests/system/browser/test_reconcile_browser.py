@@ -1,0 +1,232 @@
+"""Every page at 1400×900 in Chromium (the server and browser fixtures are tests/conftest.py's), as a
+demanding reader checks it: no page taller than three screens by default, no raw None / nan or field
+identifiers, every speedup printed "N.NN× AR" a link to its pair's row on the Speedups page (and the
+link lands on that row), the contrast of every text style measured (≥ 4.5:1, WCAG AA), a visible
+keyboard focus ring, token outcomes told apart by more than colour, and the URL restoring Windows,
+Overview and Multi-draft in a new browser context.
+
+Contrast is measured on HTML text (each element with its own text): its colour, alpha and the opacity
+of its ancestors composited over the first opaque background behind it. Chart text (SVG) is left out.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.conftest import browser_missing, settle
+
+if browser_missing():
+    pytest.skip(browser_missing(), allow_module_level=True)
+from playwright.sync_api import expect  # noqa: E402
+
+SCREEN = {"width": 1400, "height": 900}
+# sidebar title -> (url path, the page's h1)
+PAGES = {"Overview": ("", "speclab"), "Replay": ("replay", "Replay"), "Windows": ("windows", "Windows"),
+         "Compare": ("compare", "Compare"), "Multi-draft": ("multidraft", "Multi-draft"),
+         "Speedups": ("speedups", "Speedups"), "Live": ("live", "Live"), "Upload": ("upload", "Upload"),
+         "Sweeps": ("sweeps", "Sweeps"), "D-PACE": ("dpace", "D-PACE training"), "Audit": ("audit", "Losslessness audit")}
+RAW = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|T \?")
+# Field names that reached a label in the issue, and any snake_case word outside code.
+IDENTIFIER = re.compile(r"\b(?:weight_share|max_lossless_error|blocks\.t_before|mb_ms)\b|\b[a-z]+_[a-z0-9]+(?:_[a-z0-9]+)*\b")
+AA = 4.5
+
+# Visible text outside <code>/<pre>/inputs, for the raw-value and identifier checks.
+PLAIN_TEXT = """() => {
+  const root = document.querySelector('[data-testid="stMain"]');
+  const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const out = [];
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest('code, pre, script, style, svg, [data-testid="stCode"], textarea, input')) continue;
+    if (!el.getClientRects().length) continue;
+    out.push(n.textContent);
+  }
+  return out.join(' ');
+}"""
+
+# Every "N.NN× AR" in markdown text: the href of the link it sits in ('' when none).
+SPEEDUPS = """() => {
+  const out = [];
+  for (const box of document.querySelectorAll('[data-testid="stMarkdownContainer"]')) {
+    if (!box.getClientRects().length) continue;
+    const walk = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      for (const m of n.textContent.matchAll(/\\d+\\.\\d\\d× AR/g)) {
+        const a = n.parentElement.closest('a');
+        out.push([m[0], a ? a.getAttribute('href') : '']);
+      }
+    }
+  }
+  return out;
+}"""
+
+CONTRAST = """() => {
+  const rgba = s => { const m = s.match(/[\\d.]+/g) || [0, 0, 0]; return [+m[0], +m[1], +m[2], m.length > 3 ? +m[3] : 1]; };
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+                     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const over = (top, bot) => [0, 1, 2].map(i => top[i] * top[3] + bot[i] * (1 - top[3])).concat([1]);
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const b = rgba(getComputedStyle(e).backgroundColor);
+      if (b[3] > 0) { layers.push(b); if (b[3] >= 1) break; }
+    }
+    let c = [255, 255, 255, 1];
+    for (const l of layers.reverse()) c = over(l, c);
+    return c;
+  };
+  const styles = {};
+  for (const el of document.querySelectorAll('[data-testid="stApp"] *')) {
+    if (el.closest('svg, [aria-hidden="true"], :disabled, [aria-disabled="true"], [data-testid="stSkeleton"]')) continue;
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length) continue;
+    const cs = getComputedStyle(el);
+    if (cs.visibility === 'hidden') continue;
+    let alpha = 1;
+    for (let e = el; e; e = e.parentElement) alpha *= +getComputedStyle(e).opacity;
+    const fg0 = rgba(cs.color), bg = background(el);
+    const fg = over([fg0[0], fg0[1], fg0[2], fg0[3] * alpha], bg);
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    const ratio = (a + 0.05) / (b + 0.05);
+    const key = `${cs.color} on ${bg.slice(0, 3).map(Math.round)} · ${cs.fontSize} ${cs.fontWeight} · α ${alpha.toFixed(2)}`;
+    if (!(key in styles) || ratio < styles[key].ratio)
+      styles[key] = {ratio, text: el.textContent.trim().slice(0, 40), tag: el.tagName,
+                     testid: (el.closest('[data-testid]') || {}).dataset ? el.closest('[data-testid]').dataset.testid : ''};
+  }
+  return styles;
+}"""
+
+
+def drawn(pg, h1: str) -> None:
+    pg.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", state="attached")
+    expect(pg.get_by_role("heading", name=h1, exact=True).first).to_be_visible()
+    pg.wait_for_timeout(500)
+    expect(pg.get_by_test_id("stSkeleton")).to_have_count(0)
+    expect(pg.get_by_test_id("stException")).to_have_count(0)
+
+
+def fresh(browser, url: str):
+    pg = browser.new_context(viewport=SCREEN).new_page()
+    pg.set_default_timeout(120_000)
+    pg.goto(url)
+    return pg
+
+
+@pytest.mark.parametrize("title", list(PAGES))
+def test_page_reads_cleanly_and_links_every_speedup(browser, server, title):
+    path, h1 = PAGES[title]
+    pg = fresh(browser, f"{server}/{path}")
+    try:
+        drawn(pg, h1)
+        height = pg.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+        assert height <= 3 * SCREEN["height"], f"{title}: {height} px tall by default (> 3 screens)"
+        text = pg.evaluate(PLAIN_TEXT)
+        assert not RAW.search(text), f"{title}: raw value {RAW.search(text).group(0)!r} near …{text[max(0, RAW.search(text).start() - 60):RAW.search(text).end() + 20]}…"
+        bad = sorted(set(IDENTIFIER.findall(text)))
+        assert not bad, f"{title}: raw identifiers in the text: {bad}"
+        for figure, href in pg.evaluate(SPEEDUPS):
+            assert href, f"{title}: {figure} is not linked to its row on the Speedups page"
+            url = urlparse(href)
+            q = parse_qs(url.query)
+            assert url.path.endswith("speedups") and q.get("pair") and q.get("row"), (title, figure, href)
+        styles = pg.evaluate(CONTRAST)
+        assert styles, f"{title}: no text measured"
+        low = {k: v for k, v in styles.items() if v["ratio"] < AA}
+        assert not low, f"{title}: text below {AA}:1 — " + "; ".join(
+            f"{v['ratio']:.2f}:1 {v['tag']} in {v['testid']} ({k}) “{v['text']}”" for k, v in low.items())
+    finally:
+        pg.context.close()
+
+
+def test_a_speedup_link_lands_on_its_row(browser, server):
+    pg = fresh(browser, server)
+    try:
+        drawn(pg, "speclab")
+        link = pg.locator('[data-testid="stAlertContentInfo"] a[href*="speedups?"]').first
+        figure, href = link.inner_text(), link.get_attribute("href")
+        pg.goto(f"{server}/{href}")
+        drawn(pg, "Speedups")
+        expect(pg.get_by_text("The figure you followed:")).to_be_visible()
+        expect(pg.get_by_text("The figure you followed:").locator("..")).to_contain_text(figure)
+        q = parse_qs(urlparse(href).query)
+        expect(pg.get_by_test_id("stAlertContentInfo").first).to_contain_text("speculation runs at")
+        assert q["row"][0] in pg.url  # the view keeps the row in the URL
+    finally:
+        pg.context.close()
+
+
+def _restore(browser, server, path: str, h1: str, act, check) -> None:
+    """Change the view with `act`, then open the URL it left in a new browser context: `check` holds there."""
+    pg = fresh(browser, f"{server}/{path}")
+    try:
+        drawn(pg, h1)
+        act(pg)
+        settle(pg)
+        pg.wait_for_timeout(500)
+        url = pg.url
+    finally:
+        pg.context.close()
+    again = fresh(browser, url)
+    try:
+        drawn(again, h1)
+        check(again)
+    finally:
+        again.context.close()
+
+
+def test_url_restores_windows_overview_and_multidraft(browser, server):
+    def windows_act(pg):
+        pg.get_by_test_id("stButtonGroup").filter(has_text="Cost model").get_by_role("button", name="Cost model").first.click()
+
+    def windows_check(pg):
+        assert "section=" in pg.url
+        expect(pg.locator(".js-plotly-plot").filter(has_text="Cost of one speculative step").first).to_be_visible()
+
+    _restore(browser, server, "windows", "Windows", windows_act, windows_check)
+
+    def overview_act(pg):
+        pg.get_by_text(re.compile(r"^Cards: one per trace")).click()
+
+    def overview_check(pg):
+        assert "cards=1" in pg.url
+        expect(pg.get_by_test_id("stMetricLabel").filter(has_text="emitted / call").first).to_be_visible()
+
+    _restore(browser, server, "", "speclab", overview_act, overview_check)
+
+    def md_act(pg):
+        pg.get_by_text("T = 0.4", exact=True).click()
+
+    def md_check(pg):
+        assert "t=0.4" in pg.url
+        expect(pg.locator("label:has(input[type=radio]:checked)")).to_contain_text("T = 0.4")
+
+    _restore(browser, server, "multidraft", "Multi-draft", md_act, md_check)
+
+
+def test_token_outcomes_have_a_second_cue_and_focus_is_visible(browser, server):
+    pg = fresh(browser, f"{server}/replay")
+    try:
+        drawn(pg, "Replay")
+        cues = pg.evaluate("""() => Object.fromEntries(['accepted', 'rejected', 'correction', 'bonus', 'pending',
+              'autoregressive'].map(f => { const el = document.querySelector('.tok-' + f);
+              if (!el) return [f, null]; const cs = getComputedStyle(el);
+              const mark = el.querySelector('.tok-cue');
+              return [f, [cs.borderBottomStyle, cs.textDecorationLine, mark ? mark.textContent : '']]; }))""")
+        legend = {f: c for f, c in cues.items() if c is not None}
+        assert {"accepted", "correction", "bonus"} <= set(legend), legend  # the legend shows every fate
+        seen = [tuple(legend[f]) for f in legend]
+        assert len(set(seen)) == len(seen), f"two outcomes differ by colour alone: {legend}"
+        card = pg.locator(".tok[data-card*='min(1, p/q)']").first
+        card.focus()
+        after = pg.evaluate("el => getComputedStyle(el, '::after').content", card.element_handle())
+        assert "min(1, p/q)" in after and "draft q" in after and "target p" in after
+        # keyboard focus: a 3 px ring, not the nav's grey highlight
+        pg.keyboard.press("Tab")
+        ring = pg.evaluate("() => { const cs = getComputedStyle(document.activeElement); "
+                           "return [cs.outlineStyle, parseFloat(cs.outlineWidth), cs.outlineColor]; }")
+        assert ring[0] == "solid" and ring[1] >= 2, ring
+    finally:
+        pg.context.close()
