@@ -90,7 +90,7 @@ def _kv_bytes(model: torch.nn.Module) -> int:
 def bytes_per_token(lm: Any) -> TokenBytes:
     """The weight bytes a one-token forward of `lm` reads: an engine LM (engine.core.lm.HFModel: its
     `.model`, and `vocab_subset` for a reduced head) or a bare torch module."""
-    model = getattr(lm, "model", lm)
+    model = lm if isinstance(lm, torch.nn.Module) else getattr(lm, "model", None)  # a causal LM's .model is its decoder
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"{type(lm).__name__} holds no torch model: no weight bytes to count")
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
