@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 
+def size(nbytes: float) -> str:
+    """3.09e9 → '3.090 GB'; a tiny model's 82,000 → '0.082 MB' (decimal units, as bandwidths)."""
+    return f"{nbytes / 1e9:.3f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3f} MB"
+
+
 def _f(v: Any, fmt: str) -> str:
     return "–" if v is None else format(v, fmt)
 
@@ -44,7 +49,7 @@ def roofline_lines(files: list[Path], machine) -> list[str]:
         if d is None or d.get("kind") != "roofline":
             continue
         for r in d.get("rows", []):
-            out.append(f"| {machine(d.get('machine'))} | {r['model']} | {r['path']} | {r['bytes_per_token'] / 1e9:.3f} GB | "
+            out.append(f"| {machine(d.get('machine'))} | {r['model']} | {r['path']} | {size(r['bytes_per_token'])} | "
                        f"{d['bandwidth_gb_per_s']:.1f} GB/s | {_f(r.get('roofline_tokens_per_s'), '.2f')} | "
                        f"{r['decode_tokens_per_s']:.2f} | {_f(r.get('decode_roofline_fraction'), '.2f')} | "
                        f"{_f(r.get('roofline_fraction'), '.2f')} | {_busy(d)} | [{p.name}](results/{p.name}) |")

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from engine.bench import bandwidth as bw_probe
 from engine.bench import busy
 from engine.bench.roofline import bytes_per_token, fraction, roofline_tokens_per_s
+from engine.bench.roofline_report import size
 
 # path name → (dtype, weights): what `load_model` is given for it
 PATHS = {"bf16": ("bf16", "dense"), "fp32": ("fp32", "dense"), "quantized": ("auto", "quantized"),
@@ -168,7 +169,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     out = ["| model | path | kernel | bytes/token | roofline tok/s | decode tok/s | fraction (decode) | "
            "tok/s incl. prefill | fraction (incl. prefill) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['path']} | {r['kernel']} | {r['bytes_per_token'] / 1e9:.3f} GB | "
+        out.append(f"| {r['model']} | {r['path']} | {r['kernel']} | {size(r['bytes_per_token'])} | "
                    f"{_f(r['roofline_tokens_per_s'], '.2f')} | {r['decode_tokens_per_s']:.2f} | "
                    f"{_f(r['decode_roofline_fraction'], '.2f')} | {r['tokens_per_s']:.2f} | "
                    f"{_f(r['roofline_fraction'], '.2f')} |")
