@@ -42,9 +42,10 @@ from app.data import REPO
 DEMO_TARGET, DEMO_DRAFT = "smollm2-135m", "smollm2-draft"
 QWEN_TARGET, QWEN_DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 PAIRS = {"smollm2": (DEMO_TARGET, DEMO_DRAFT), "qwen2.5-coder": (QWEN_TARGET, QWEN_DRAFT),
-         "qwen2.5-coder-quantized": (QWEN_TARGET, QWEN_DRAFT)}
-# the weights path (engine.core.quant) of each pair: the Qwen pair also runs on the quantized fast path
-PAIR_WEIGHTS = {"qwen2.5-coder-quantized": "quantized"}
+         "qwen2.5-coder-quantized": (QWEN_TARGET, QWEN_DRAFT), "qwen2.5-coder-mixed": (QWEN_TARGET, QWEN_DRAFT)}
+# the weights path (engine.core.quant) of each pair: the Qwen pair also runs on the quantized fast path, and as a
+# mixed pair (engine.core.pair_weights): the dense target with the quantized draft, whose bytes fall ~3×
+PAIR_WEIGHTS = {"qwen2.5-coder-quantized": "quantized", "qwen2.5-coder-mixed": "target=dense,draft=quantized"}
 INSTALL_HINT = "run `make models`"
 MODELS_ENV = "SPECLAB_LIVE_MODELS"  # "tiny" forces the tiny random pair (tests; machines without weights)
 DEV_QUESTIONS = REPO.parent / "shared" / "spec_bench" / "questions_dev.jsonl"
@@ -118,12 +119,15 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     _stage(which, "importing torch and transformers", 0.05)
     if which.startswith("qwen2.5-coder"):
         from engine.core.load import eos_token_ids, load_model
+        from engine.core.pair_weights import parse
 
         w = PAIR_WEIGHTS.get(which, "dense")
-        _stage(which, f"loading the target {QWEN_TARGET}" + (" and packing its weights" if w != "dense" else ""), 0.3)
-        t = load_model(QWEN_TARGET, role="target", weights=w)
-        _stage(which, f"loading the draft {QWEN_DRAFT}", 0.75)
-        d = load_model(QWEN_DRAFT, role="draft", target=t)
+        pw = parse(w)  # each model's own path
+        _stage(which, f"loading the target {QWEN_TARGET}" + (" and packing its weights" if pw.target != "dense" else ""),
+               0.3)
+        t = load_model(QWEN_TARGET, role="target", weights=pw.target)
+        _stage(which, f"loading the draft {QWEN_DRAFT}" + (" and packing its weights" if pw.draft != "dense" else ""), 0.75)
+        d = load_model(QWEN_DRAFT, role="draft", target=t, weights=pw.draft)
         label = f"{QWEN_TARGET} ← {QWEN_DRAFT}" + (f" ({w} weights)" if w != "dense" else "")
         return DemoPair(label, True, "", QWEN_TARGET, QWEN_DRAFT,
                         _sides(t.lm, d.lm, QWEN_TARGET, QWEN_DRAFT), t.tokenizer, eos_token_ids(t))

@@ -63,7 +63,8 @@ def open_in_replay(paths: dict[str, str], side: str, base: str) -> tuple[str | N
 LOAD_TIMES_FILE = Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "live-load-seconds.json"
 # A 2-core CPU's order for a pair's first load ever; once any pair has loaded here, the guess for another
 # is scaled by how this machine compared with its own guess (a slow disk slows every pair alike).
-LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "qwen2.5-coder-quantized": 120.0, "tiny": 5.0}
+LOAD_GUESS_S = {"smollm2": 20.0, "qwen2.5-coder": 60.0, "qwen2.5-coder-quantized": 120.0,
+                "qwen2.5-coder-mixed": 90.0, "tiny": 5.0}
 KEEP = 5  # loads remembered per pair: the median of the last five
 
 

@@ -10,6 +10,7 @@ commands share are defined once in engine/cli/common.py.
     audit       exact losslessness audit of every verifier                         cli/audit.py
     sweep       a grid of decode configurations on Ray; sweep-bench: 1 vs N workers  cli/sweep.py
     step-probe, gpu-check, loadbench   measurement probes                          cli/probes.py
+    roofline    read bandwidth and each model and path against the memory roofline cli/roofline.py
     advise      which window K to use per pair and task, and the oracle's headroom cli/advise.py
     costs, analysis, pacer, dpace, import, diagnose, models, vocab                 cli/<name>.py (diagnose: cli/interop.py)
     experiment  list | show | run a recipe of experiments/ (TOML)                  cli/experiment.py

@@ -45,7 +45,7 @@ def model_info(lm, source: str = "") -> dict[str, Any] | None:
     info = {"name": source or lm.name, "vocab_size": lm.vocab_size, "dtype": str(lm.dtype).replace("torch.", ""),
             "device": str(lm.device),
             "reduced_vocab": int(lm.vocab_subset.numel()) if getattr(lm, "vocab_subset", None) is not None else None}
-    if getattr(lm, "weights", "dense") != "dense":  # the quantized fast path (engine.core.quant)
+    if hasattr(lm, "weights"):  # each model's own weights path (engine.core.quant): a pair may mix them
         info["weights"] = lm.weights
     return info
 

@@ -7,7 +7,9 @@ loads, in one line each — every reason it cannot run.
                                            DecodeConfig (engine.drafters.make_drafter loads the draft)
 
 The rules, in the order `check` states them:
-    weights    a path of engine.core.quant.WEIGHTS (dense, quantized, int8, int4)
+    weights    a path of engine.core.quant.WEIGHTS (dense, quantized, int8, int4) for the target and,
+               in `draft_weights`, the draft model's own (a mixed pair: engine.core.pair_weights); only a
+               draft model has weights of its own; a path this machine cannot run (pair_weights.refusal)
     numbers    max_new_tokens ∈ [1, 100000], temperature ∈ [0, 100], top_k ≥ 0, top_p ∈ (0, 1],
                k ∈ [1, 16] (MultiDraftConfig's ceiling), seed ∈ [0, 2⁶³)
     verifier   a name of engine.verify.VERIFIERS; shadow verifiers "NAME:k" (engine.verify.shadow)
@@ -88,7 +90,8 @@ class RunSpec:
     device: str = "auto"
     shadow: tuple[str, ...] = ()  # paired verification ("VERIFIER:k"), see engine.verify.shadow
     draft_hidden_size: int | None = None  # the draft's hidden size when known (a loaded pair)
-    weights: str = "dense"  # the weights path of both models (engine.core.quant): dense is the exactness reference
+    weights: str = "dense"  # the target's weights path (engine.core.quant): dense is the exactness reference
+    draft_weights: str | None = None  # the draft model's path when it differs (a mixed pair); None = the target's
 
     @property
     def greedy(self) -> bool:
@@ -128,8 +131,9 @@ class RunSpec:
         from engine.verify import MULTI_DRAFT, VERIFIERS
         from engine.verify.shadow import parse_shadow
 
-        if check_weights(self.weights):
-            errors.append(check_weights(self.weights))
+        for w in (self.weights, self.draft_weights):
+            if w is not None and check_weights(w):
+                errors.append(check_weights(w))
         if self.verifier not in VERIFIERS:
             errors.append(f"unknown verifier {self.verifier!r}; choose from {', '.join(VERIFIERS)}")
         for name in self.shadow:
@@ -139,6 +143,7 @@ class RunSpec:
                 errors.append(_first_line(e))
         if errors:
             return errors  # the rules below read these numbers
+        errors += self._weights_errors(lab)
         multi = self.verifier in MULTI_DRAFT
         if not self.draft:
             if self.k != 1:
@@ -161,6 +166,21 @@ class RunSpec:
         if needs.lookahead and kind != "model":
             errors.append(f"{self.policy!r} replays a plain draft model; the {kind} drafter is not one")
         return errors
+
+    def _weights_errors(self, lab: Callable[[str], str]) -> list[str]:
+        """A path this machine cannot run; a draft path given to a drafter that has no weights of its own."""
+        from engine.core.pair_weights import refusal
+
+        out = [r for r in dict.fromkeys(refusal(w, self.dtype, self.device) for w in (self.weights, self.draft_weights) if w) if r]
+        if self.draft_weights is not None and self.draft_weights != self.weights:
+            from engine.drafters.factory import drafter_kind
+
+            kind = drafter_kind(self.draft)
+            if kind not in ("model", "phrase"):
+                out.append(f"{lab('weights')} draft={self.draft_weights}: "
+                           + ("autoregressive decoding has no draft" if kind == "none"
+                              else f"the {kind} drafter {self.draft} has no weights of its own"))
+        return out
 
     def _drafter_errors(self, target: Any, multi: bool, lab: Callable[[str], str]) -> list[str]:
         from engine.drafters.factory import MULTI_VERIFIERS, block_path, drafter_kind, eagle_path
@@ -205,7 +225,8 @@ class RunSpec:
 
         pol = self.parsed_policy()
         target_lm, draft = make_drafter(self.draft, loaded_target, verifier=self.verifier, k=self.k, dtype=self.dtype,
-                                        device=self.device, want_hidden=bool(pol is not None and pol.needs().hidden))
+                                        device=self.device, want_hidden=bool(pol is not None and pol.needs().hidden),
+                                        weights=self.draft_weights)
         if draft is not None:
             from engine.policies.costaware import check_drafter
 

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from engine.bench.runner import (RunResult, _hf_needs_draft, applies, hf_kwargs, measure_costs, policy_specs,
-                                 run_config, set_hf_mode, split_config)
+from engine.bench.runner import (RunResult, _forward_lm, _hf_needs_draft, applies, hf_kwargs, measure_costs,
+                                 policy_specs, run_config, set_hf_mode, split_config)
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig
 from engine.bench.modelled import modelled_speedup
@@ -60,13 +60,23 @@ class BenchConfig:
     warmup: int = 1  # untimed runs per configuration on the first prompt
 
 
-def load_draft(spec: str, target, dtype: str, device: str, want_hidden: bool):
+def load_draft(spec: str, target, dtype: str, device: str, want_hidden: bool, weights: str | None = None):
     """The bench's drafter for `--draft SPEC` (engine.drafters.make_drafter): a draft model checked
     against the target's tokenizer, a model-free drafter (lookup / suffix), a draft model plus phrases
-    (phrase:…) or a block drafter (block:PATH, which verifies with its own feature view of the target)."""
+    (phrase:…) or a block drafter (block:PATH, which verifies with its own feature view of the target).
+    `weights`: the draft model's own path (a mixed pair), None = the target's."""
     from engine.drafters import make_drafter
 
-    return make_drafter(spec, target, dtype=dtype, device=device, want_hidden=want_hidden)[1]
+    return make_drafter(spec, target, dtype=dtype, device=device, want_hidden=want_hidden, weights=weights)[1]
+
+
+def path_label(target, draft) -> str:
+    """The pair's weights path as rows and folders name it: 'dense', or 'target=dense,draft=quantized' when
+    the draft model runs on another path than its target (engine.core.pair_weights)."""
+    from engine.core.pair_weights import PairWeights
+
+    tw = getattr(target, "weights", "dense")
+    return PairWeights(tw, getattr(_forward_lm(draft), "weights", None) or tw).label
 
 
 def aggregate(results: list[RunResult], costs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -210,9 +220,9 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     from engine.drafters import make_drafter
     from engine.policies.costaware import check_drafter, prime_costs
 
-    paths = {getattr(target, "weights", "dense"): (target, draft)}
+    paths = {path_label(target, draft): (target, draft)}
     for t, d in more_paths:
-        w = getattr(t, "weights", "dense")
+        w = path_label(t, d)
         if w in paths:
             raise ValueError(f"--weights lists the {w} path twice")
         paths[w] = (t, d)
@@ -246,9 +256,11 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     results: list[RunResult] = []
     mismatches: list[str] = []
     multi = len(paths) > 1
+    from engine.core.pair_weights import parse
+
     traces = {}
     for w, (t, d) in paths.items():  # several paths: one trace folder per path
-        traces[w] = _Traces(Path(trace_dir) / w if (trace_dir and multi) else trace_dir, t, d, encoded, cfg,
+        traces[w] = _Traces(Path(trace_dir) / parse(w).slug if (trace_dir and multi) else trace_dir, t, d, encoded, cfg,
                             {**(header_extra or {}), "weights": w})
         traces[w].drafts = {s: dr for (pw, s), dr in own.items() if pw == w}
     decode_text = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else None

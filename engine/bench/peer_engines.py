@@ -54,9 +54,10 @@ class SpeclabEngine:
 
     def __init__(self, target: str, draft: str, configs: tuple[str, ...], dtype: str = "bf16",
                  device: str = "cpu", threads: int | None = 2, name: str = "speclab", weights: str | None = None,
-                 load_kwargs: dict[str, Any] | None = None):
+                 load_kwargs: dict[str, Any] | None = None, draft_weights: str | None = None):
         """`load_kwargs` go to the target's load_model (another weights path of the same model: one more
-        entry named e.g. "speclab-quantized", with `weights` saying what it runs)."""
+        entry named e.g. "speclab-quantized", with `weights` saying what it runs); `draft_weights`: the draft
+        model's own path (a mixed pair, engine.core.pair_weights), None = the target's."""
         from engine.bench.runner import split_config
 
         for c in configs:
@@ -64,6 +65,8 @@ class SpeclabEngine:
         self.name, self.configs, self.weights = name, tuple(configs), weights or dtype
         self.target_name, self.draft_name, self.dtype, self.device, self.threads = target, draft, dtype, device, threads
         self.load_kwargs = dict(load_kwargs or {})
+        self.draft_weights = draft_weights
+        self.bytes_per_token: int | None = None  # the target's one-token read (engine.bench.roofline), once started
 
     def start(self) -> dict[str, Any]:
         import torch
@@ -77,11 +80,15 @@ class SpeclabEngine:
         t0 = time.perf_counter()
         self.target = load_model(self.target_name, self.dtype, self.device, role="target", **self.load_kwargs)
         spec = [c for c in self.configs if c != "ar"]
-        self.draft = load_draft(self.draft_name, self.target, self.dtype, self.device, want_hidden=False) if spec else None
+        self.draft = (load_draft(self.draft_name, self.target, self.dtype, self.device, want_hidden=False,
+                                 weights=self.draft_weights) if spec else None)
         self.eos = eos_token_ids(self.target)
+        from engine.bench.roofline import bytes_per_token
         from engine.core.dense_kernel import kernel_of
 
+        self.bytes_per_token = bytes_per_token(self.target.lm).total
         return {"versions": software_versions(), "start_s": round(time.perf_counter() - t0, 1),
+                "bytes_per_token": self.bytes_per_token,
                 "target": self.target_name, "draft": self.draft_name if spec else None,
                 "dense_kernel": kernel_of(self.target.lm.model),
                 "dtype": str(self.target.lm.dtype).replace("torch.", "")}

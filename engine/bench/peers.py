@@ -216,14 +216,17 @@ def _f(v, fmt: str) -> str:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The peers table as Markdown."""
+    """The peers table as Markdown (a roofline column where the rows carry the fraction: engine.bench.roofline)."""
+    roof = any("roofline_fraction" in r for r in rows)
     out = ["| engine | weights | config | tokens/s | speedup vs own AR | mean acceptance length | acceptance rate | "
-           "accepted per position | same output as AR |", "|---|---|---|---|---|---|---|---|---|"]
+           "accepted per position | same output as AR |" + (" roofline fraction |" if roof else ""),
+           "|---|---|---|---|---|---|---|---|---|" + ("---|" if roof else "")]
     for r in rows:
         pos = "–" if not r["per_position_acceptance"] else " ".join(f"{x:.2f}" for x in r["per_position_acceptance"])
         out.append(f"| {r['engine']} | {r['weights']} | `{r['config']}` | {r['tokens_per_s']:.2f} | "
                    f"{_f(r['speedup_vs_own_ar'], '.2f')}× | {_f(r['mean_acceptance_length'], '.3f')} | "
-                   f"{_f(r['draft_acceptance_rate'], '.3f')} | {pos} | {r['same_output_as_ar'] or '–'} |")
+                   f"{_f(r['draft_acceptance_rate'], '.3f')} | {pos} | {r['same_output_as_ar'] or '–'} |"
+                   + (f" {_f(r.get('roofline_fraction'), '.2f')} |" if roof else ""))
     return "\n".join(out)
 
 

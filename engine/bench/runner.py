@@ -365,6 +365,8 @@ def measure_costs(target, draft, ids: list[int], reps: int = 5) -> dict[str, Any
     t_draft = min(r[0] for r in rounds)
     tk = {k: min(r[1][k] for r in rounds) for k in rounds[0][1]}
     return {"t_draft_ms": t_draft, "t_target_ms": tk, "c": t_draft / tk[1],
+            # each model's own weights path: a mixed pair's c is a quantized draft's time over a dense target's
+            "target_weights": getattr(target, "weights", "dense"), "draft_weights": getattr(lm, "weights", None),
             "verify_growth": {k: v / tk[1] for k, v in tk.items()},
             "t_draft_prefill_ms": min(r[2] for r in rounds), "t_draft_step_ms": block_step_ms(target, draft, ids, reps)}
 

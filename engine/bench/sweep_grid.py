@@ -15,7 +15,8 @@ Grid format (docs/examples/sweep-tiny.toml is a runnable one):
     drafters = ["model", "lookup:n=10,ngram=2", {name = "suffix", params = {n = 16}}]   # default ["model"]
     seed = 0, top_k = 0, top_p = 1.0, chat = true, device = "auto", threads = 1 (torch threads per worker)
     [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name,
-                  weights (dense | quantized | int8 | int4: engine.core.quant; default dense)
+                  weights (dense | quantized | int8 | int4: engine.core.quant; default dense; or
+                  "target=dense,draft=quantized": each model its own path, engine.core.pair_weights)
     [[prompts]]   file = "...", per_task = 2 (or per_category), limit = 12, categories = ["qa"], name = "label"
 
 Relative model and prompt paths are resolved against the grid file's folder (then the current
@@ -272,11 +273,12 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
         dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
         if dtype is None:
             raise ValueError(f"grid: unknown dtype {pair.get('dtype')!r}; choose from fp32, bf16, fp16, auto")
-        from engine.core.quant import check_weights
+        from engine.core.pair_weights import parse
 
-        weights = str(pair.get("weights", "dense"))
-        if check_weights(weights):
-            raise ValueError(f"grid: pair {pair.get('name') or pair['target']!r}: {check_weights(weights)}")
+        try:
+            weights = parse(str(pair.get("weights", "dense")), "weights").label
+        except ValueError as e:
+            raise ValueError(f"grid: pair {pair.get('name') or pair['target']!r}: {e}") from None
         target, draft = str(pair["target"]), (str(pair["draft"]) if pair.get("draft") else None)
         label = pair.get("name") or (f"{Path(target).name}+{Path(draft).name}" if draft else Path(target).name)
         models = {"target": _model_ref(target, base), "draft": _model_ref(draft, base) if draft else None}

@@ -79,13 +79,15 @@ class SweepWorker:
             return self._pairs[key]
         while len(self._pairs) >= self.cache_pairs:
             self._pairs.pop(next(iter(self._pairs)))
+        from engine.core.pair_weights import parse
+
         dtype = task.config["dtype"]
-        target = load_model(_resolve_ref(task.models["target"]), dtype, self.device, role="target",
-                            weights=task.config.get("weights", "dense"))
+        pw = parse(task.config.get("weights", "dense"))  # each model's own path (a mixed pair)
+        target = load_model(_resolve_ref(task.models["target"]), dtype, self.device, role="target", weights=pw.target)
         draft = None
         if task.models["draft"] is not None:
             draft = load_model(_resolve_ref(task.models["draft"]), dtype, self.device, role="draft", target=target,
-                               want_hidden=want_hidden)
+                               want_hidden=want_hidden, weights=pw.draft)
             check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
         self._pairs[key] = (target, draft)
         return target, draft

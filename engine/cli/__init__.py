@@ -10,8 +10,8 @@ import importlib
 # One module per command group; each provides add_parser(sub), whose parsers set `func`.
 CLI_MODULES = ("engine.cli.decode", "engine.cli.trace", "engine.cli.bench", "engine.cli.multibench",
                "engine.cli.audit", "engine.cli.sweep", "engine.cli.probes", "engine.cli.costs",
-               "engine.cli.analysis", "engine.cli.advise", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.eagle", "engine.cli.interop",
-               "engine.cli.peers",
+               "engine.cli.analysis", "engine.cli.advise", "engine.cli.pacer", "engine.cli.dpace", "engine.cli.eagle",
+               "engine.cli.interop", "engine.cli.peers", "engine.cli.roofline",
                "engine.cli.models", "engine.cli.experiment", "engine.cli.results")
 
 

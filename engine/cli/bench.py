@@ -37,7 +37,15 @@ def add_parser(sub) -> None:
     p.add_argument("--machine", default=None, help="machine description (default: CPU model, cores and flags)")
     p.add_argument("--trace-dir", default=None,
                    help="also write one trace per configuration and temperature here (e.g. traces/qwen)")
+    add_bandwidth(p)
     p.set_defaults(func=cmd_bench)
+
+
+def add_bandwidth(p) -> None:
+    """--bandwidth-mib: the read-bandwidth probe recorded with the result (engine.bench.bandwidth)."""
+    p.add_argument("--bandwidth-mib", type=int, default=512,
+                   help="MiB the read-bandwidth probe streams before the run, for each row's roofline fraction "
+                        "(0: no probe)")
 
 
 def cmd_bench(a) -> int:
@@ -56,21 +64,34 @@ def cmd_bench(a) -> int:
         raise ValueError("the benchmark needs 'ar' in --configs: every speedup is relative to it")
     check_configs(cfg, a.draft)  # every configuration × temperature: engine.spec.RunSpec.check, before any load
     paths = common.weights_list(a.weights)
+    from engine.bench.roofline_record import check_pair_paths, probe, record
+
+    check_pair_paths(paths, a.draft, a.dtype, a.device)  # refusals and fallbacks, one line each, before any load
+    bandwidth = probe(a.bandwidth_mib, a.threads)
     hidden = any(parse_policy(s).needs().hidden for s in policy_specs(cfg.configs))
-    target = load_model(a.target, a.dtype, a.device, role="target", weights=paths[0])
-    draft_lm = load_draft(a.draft, target, a.dtype, a.device, want_hidden=hidden)
+    target = load_model(a.target, a.dtype, a.device, role="target", weights=paths[0].target)
+    draft_lm = load_draft(a.draft, target, a.dtype, a.device, want_hidden=hidden, weights=paths[0].draft)
     more = []
-    for w in paths[1:]:  # the same pair on each further path (the draft follows its target's path)
-        t = load_model(a.target, a.dtype, a.device, role="target", weights=w)
-        more.append((t.lm, load_draft(a.draft, t, a.dtype, a.device, want_hidden=hidden)))
+    for pw in paths[1:]:  # the same pair on each further path (each model on its own path: PairWeights)
+        t = load_model(a.target, a.dtype, a.device, role="target", weights=pw.target)
+        more.append((t.lm, load_draft(a.draft, t, a.dtype, a.device, want_hidden=hidden, weights=pw.draft)))
     command = common.command_line()
     machine = a.machine or machine_description()
     extra = {"command": command, "machine": machine, "prompts_file": str(a.prompts)}
-    checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None  # a kill keeps the prompts done
+    from engine.bench import busy
+
+    s0 = busy.sample()
+    pairs = [(target.lm, draft_lm), *more]
+    checkpoint = ((lambda r: write_json_atomic(record(r, pairs, bandwidth) | extra, a.out))
+                  if a.out else None)  # a kill keeps the prompts done
     result = run_bench(target.lm, draft_lm, target.tokenizer, a.prompts, cfg, eos=eos_token_ids(target),
                        trace_dir=a.trace_dir, header_extra=extra, checkpoint=checkpoint, more_paths=tuple(more))
+    result = record(result, pairs, bandwidth, busy.busy_between(s0, busy.sample()))
     result.update(extra)
     print(format_table(result))
+    from engine.bench.roofline_record import summary_line
+
+    print(summary_line(result))
     if a.out:
         write_json_atomic(result, a.out)
     if a.markdown:

@@ -39,11 +39,15 @@ def split_specs(text: str, what: str = "--configs") -> list[str]:
 
 
 def decode_spec(a) -> RunSpec:
-    """The run `python -m engine decode` asks for (engine.spec.RunSpec)."""
+    """The run `python -m engine decode` asks for (engine.spec.RunSpec); `--weights target=…,draft=…` gives
+    the draft model its own path (engine.core.pair_weights)."""
+    from engine.core.pair_weights import parse
+
+    pw = parse(getattr(a, "weights", "dense"))
     return RunSpec(target=a.target, draft=a.draft or None, policy=a.policy, verifier=a.verifier, k=a.k,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
                    max_new_tokens=a.max_new_tokens, dtype=a.dtype, device=a.device,
-                   weights=getattr(a, "weights", "dense"))
+                   weights=pw.target, draft_weights=pw.draft if pw.mixed else None)
 
 
 def check_decode_args(a) -> RunSpec:

@@ -45,27 +45,24 @@ def add_device(p: argparse.ArgumentParser, dtype: str = "auto", device: str = "a
 
 
 WEIGHTS_HELP = ("dense (de-quantised weights: the exactness reference) | quantized (each linear at its GGUF "
-                "tensor's precision: int4 / int8 kernels, the CPU fast path) | int8 | int4; engine.core.quant")
+                "tensor's precision: int4 / int8 kernels, the CPU fast path) | int8 | int4 (engine.core.quant); "
+                "target=PATH,draft=PATH gives each model its own (a mixed pair, engine.core.pair_weights)")
 
 
 def add_weights(p: argparse.ArgumentParser, several: bool = False) -> None:
-    """--weights: the weights path of every forward (both models of a pair run on the same one)."""
+    """--weights: the weights path of both models, or of each (`target=dense,draft=quantized`)."""
     p.add_argument("--weights", default="dense",
-                   help=WEIGHTS_HELP + (" — comma-separated to run every configuration on each path, interleaved"
+                   help=WEIGHTS_HELP + (" — comma-separated to run every configuration on each path, interleaved "
+                                        "(';' between paths when one is mixed: 'dense;target=dense,draft=quantized')"
                                         if several else ""))
 
 
-def weights_list(text: str) -> list[str]:
-    """`dense,quantized` → ['dense', 'quantized'], each checked (one line naming a bad one)."""
-    from engine.core.quant import check_weights
+def weights_list(text: str) -> list:
+    """`dense,quantized` → [PairWeights('dense', 'dense'), PairWeights('quantized', 'quantized')]; a mixed
+    pair `target=dense,draft=quantized` → one PairWeights; each checked (one line naming a bad one)."""
+    from engine.core.pair_weights import parse_list
 
-    out = [w.strip() for w in text.split(",") if w.strip()]
-    for w in out:
-        if check_weights(w):
-            raise ValueError("--weights: " + check_weights(w))
-    if not out or len(set(out)) != len(out):
-        raise ValueError(f"--weights {text!r}: name each path once")
-    return out
+    return parse_list(text)
 
 
 def add_per_task(p: argparse.ArgumentParser, default: int | None = None, dest: str = "per_task") -> None:

@@ -43,7 +43,11 @@ def run_costs(target, draft, tokenizer, threads: list[int], max_window: int, rep
             t = measure_timings(t_lm, d_lm, ids, max_tokens=max_window + 1, repeats=repeats)
             cm = CostModel.from_timings(t)
             table = requirements(cm, gammas, speedups)
-            out["by_threads"].append({"threads": n, "weights": getattr(t_lm, "weights", "dense"), "timings": t,
+            from engine.bench.bench import path_label
+
+            out["by_threads"].append({"threads": n, "weights": path_label(t_lm, d_lm), "timings": t,
+                                      "target_weights": getattr(t_lm, "weights", "dense"),
+                                      "draft_weights": getattr(d_lm, "weights", "dense"),
                                       "c": cm.c, "rows": json.loads(table.to_json(orient="records"))})
     return out
 
@@ -54,8 +58,10 @@ def format_costs(result: dict) -> str:
         t = block["timings"]
         rows = block["rows"]
         keys = [k for k in rows[0] if k.startswith("alpha_for_")]
-        lines += [f"\n{block['threads']} thread(s), {block.get('weights', 'dense')} weights: target forward {t['target_ms_by_tokens'][0]:.1f} ms (1 token), "
-                  f"draft {t['draft_ms_per_token']:.1f} ms/token, c = {block['c']:.3f}\n",
+        tw, dw = block.get("target_weights", block.get("weights", "dense")), block.get("draft_weights")
+        lines += [f"\n{block['threads']} thread(s), {block.get('weights', 'dense')} weights: target forward "
+                  f"{t['target_ms_by_tokens'][0]:.1f} ms (1 token, {tw}), draft {t['draft_ms_per_token']:.1f} ms/token"
+                  f"{f' ({dw})' if dw else ''}, c = {block['c']:.3f}\n",
                   "| γ | v(γ) = t(γ+1)/t(1) | cost(γ) = γc + v | ceiling (γ+1)/cost | "
                   + " | ".join(f"α for {k[len('alpha_for_'):]}" for k in keys) + " |",
                   "|---|---|---|---|" + "---|" * len(keys)]
@@ -104,10 +110,13 @@ def cmd_costs(a) -> int:
     if max(threads) > (os.cpu_count() or 1):
         raise ValueError(f"--threads {max(threads)} is more than this machine's {os.cpu_count()} cores")
     paths = common.weights_list(a.weights)
+    from engine.bench.roofline_record import check_pair_paths
+
+    check_pair_paths(paths, a.draft, a.dtype, a.device)  # refusals and fallbacks, before any load
     pairs, tokenizer = [], None
-    for w in paths:  # the draft follows its target's weights path
-        target = load_model(a.target, a.dtype, a.device, role="target", weights=w)
-        draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
+    for pw in paths:  # each model on its own path (a mixed pair: engine.core.pair_weights)
+        target = load_model(a.target, a.dtype, a.device, role="target", weights=pw.target)
+        draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, weights=pw.draft)
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
         pairs.append((target.lm, draft.lm))
         tokenizer = tokenizer or target.tokenizer

@@ -46,9 +46,13 @@ def cmd_decode(a) -> int:
     from engine.trace.prompts import encode, load_prompts
     from engine.run import Request, run_requests
 
+    from engine.core.pair_weights import announce
+
+    for w in dict.fromkeys((spec.weights, spec.draft_weights or spec.weights)):
+        announce(w, a.dtype, a.device)  # a fallback kernel said in one line, before a model loads
     common.set_threads(a.threads)
     prompts = load_prompts(a.prompts, limit=a.limit, per_category=a.per_task)
-    target = load_model(a.target, a.dtype, a.device, role="target", weights=a.weights)
+    target = load_model(a.target, a.dtype, a.device, role="target", weights=spec.weights)
     run = spec.build(target)
     tok = target.tokenizer
     if tok is None:

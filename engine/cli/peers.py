@@ -34,6 +34,11 @@ def add_parser(sub) -> None:
     p.add_argument("--speclab-quantized", default="",
                    help="speclab's configs on the quantized fast path (--weights quantized: the GGUF's own "
                         "precision per tensor), a second speclab entry 'speclab-quantized' ('' : none)")
+    p.add_argument("--speclab-weights", default="dense",
+                   help="the 'speclab' entry's weights: a path, or target=PATH,draft=PATH (a mixed pair, e.g. "
+                        "target=dense,draft=quantized; engine.core.pair_weights)")
+    p.add_argument("--bandwidth-mib", type=int, default=512,
+                   help="MiB the read-bandwidth probe streams before the run, for each row's roofline fraction (0: none)")
     p.add_argument("--vllm", default="ar,draft:2,ngram:4", help="vLLM's configs: ar, draft:K, ngram:K ('': leave vLLM out)")
     p.add_argument("--llamacpp", default="ar,draft:2,draft:4", help="llama.cpp's configs: ar, draft:K ('': leave it out)")
     p.add_argument("--vllm-python", default=None, help="the vLLM venv's python (default: <cache>/peers/vllm/bin/python)")
@@ -86,9 +91,14 @@ def build_engines(a) -> list:
     from engine.bench.peer_engines import LlamaCppEngine, SpeclabEngine, VllmEngine
     from engine.core.provision import cache_root
 
+    from engine.core.pair_weights import parse
+
     engines = []
     if _configs(a.speclab):
-        engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab), a.dtype, a.device, a.threads))
+        pw = parse(getattr(a, "speclab_weights", "dense"), "--speclab-weights")
+        engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab), a.dtype, a.device, a.threads,
+                                     weights=a.dtype if pw.label == "dense" else f"{a.dtype}, {pw.label}",
+                                     load_kwargs={"weights": pw.target}, draft_weights=pw.draft))
     if _configs(a.speclab_quantized):
         engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab_quantized), a.dtype, a.device, a.threads,
                                      name="speclab-quantized", weights=f"{a.dtype}, quantized linears",
@@ -127,8 +137,22 @@ def cmd_peers(a) -> int:
                for p in load_prompts(a.prompts, per_category=a.per_task)]
     extra = {"command": common.command_line(), "machine": machine_description(), "lscpu": lscpu(),
              "prompts_file": str(a.prompts), "target": a.target, "draft": a.draft}
-    checkpoint = (lambda r: write_json_atomic(r | extra, a.out)) if a.out else None
-    result = run_peers(engines, prompts, a.max_new_tokens, a.warmup_tokens, checkpoint) | extra
+    from engine.bench import busy
+    from engine.bench.roofline_record import peer_fractions, probe
+
+    bandwidth = probe(getattr(a, "bandwidth_mib", 0), a.threads)
+
+    def with_roofline(r: dict) -> dict:
+        nbytes = engine_bytes(engines, a.dtype)
+        return r | {"bandwidth": bandwidth.to_dict() if bandwidth else None,
+                    "bandwidth_gb_per_s": bandwidth.gb_per_s if bandwidth else None, "bytes_per_token": nbytes,
+                    "rows": peer_fractions(r["rows"], nbytes, bandwidth)}
+
+    checkpoint = (lambda r: write_json_atomic(with_roofline(r) | extra, a.out)) if a.out else None
+    s0 = busy.sample()
+    result = with_roofline(run_peers(engines, prompts, a.max_new_tokens, a.warmup_tokens, checkpoint)) | extra
+    report = busy.busy_between(s0, busy.sample())
+    result["busy"] = report.to_dict() if report is not None else None  # peer servers' cores count as others here
     from engine.bench.peers import ar_ratio
 
     result["target_check"] = {"vllm": target_check(result["rows"], peer="vllm"),
@@ -149,6 +173,25 @@ def cmd_peers(a) -> int:
         write_text_atomic(log_entry(result), a.markdown)
         print(f"wrote {a.markdown}: add the question, the answer and the reading")
     return 0
+
+
+def engine_bytes(engines: list, dtype: str) -> dict[str, int | None]:
+    """Each engine's target bytes per token: ours as counted on the loaded model, llama.cpp's from its GGUF,
+    vLLM's as our dense target's at the same dtype (the same safetensors); None where unknown."""
+    from engine.bench.peer_engines import LlamaCppEngine, SpeclabEngine
+    from engine.bench.roofline import gguf_bytes_per_token
+
+    dense = next((e.bytes_per_token for e in engines if isinstance(e, SpeclabEngine) and e.bytes_per_token
+                  and e.load_kwargs.get("weights", "dense") == "dense" and e.dtype == dtype), None)
+    out: dict[str, int | None] = {}
+    for e in engines:
+        if isinstance(e, SpeclabEngine):
+            out[e.name] = e.bytes_per_token
+        elif isinstance(e, LlamaCppEngine):
+            out[e.name] = gguf_bytes_per_token(e.target)
+        else:
+            out[e.name] = dense
+    return out
 
 
 def lscpu() -> dict[str, str]:

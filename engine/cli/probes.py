@@ -103,7 +103,7 @@ def cmd_overhead(a) -> int:
     common.set_threads(a.threads)
     paths = common.weights_list(a.weights)
     rows = []
-    for w in paths:
+    for w in dict.fromkeys(pw.target for pw in paths):  # one model: the target's path of each
         t = load_model(a.target, a.dtype, a.device, role="target", weights=w)
         ids = encode(t.tokenizer, measure.__doc__ * 40, chat=False)[: a.context]
         rows.append(measure(t.lm, ids, a.steps, a.repeats))

@@ -98,12 +98,13 @@ def drafter_kind(spec: str | None) -> str:
 
 
 def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 1, want_hidden: bool = False,
-                 dtype: str = "auto", device: str = "auto", draft_lm=None):
+                 dtype: str = "auto", device: str = "auto", draft_lm=None, weights: str | None = None):
     """(target LM to decode with, drafter or None) for a `--draft` spec; see the module doc.
 
     `verifier` / `k`: the multi-draft verifiers take a draft model only (K i.i.d. blocks);
     `want_hidden`: the policy reads draft hidden states (pacer); `draft_lm`: an already loaded draft
-    model for a plain DRAFT spec (the Live page's shared weights)."""
+    model for a plain DRAFT spec (the Live page's shared weights); `weights`: the draft model's own weights
+    path (engine.core.pair_weights: a mixed pair), None = the target's."""
     target_lm = getattr(target, "lm", target)
     kind = drafter_kind(spec)
     multi = verifier in MULTI_DRAFT
@@ -128,13 +129,13 @@ def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 
     if kind == "phrase":  # a draft model extended with phrases: the target may become a TreeTarget
         from engine.drafters.phrase import load_phrase_drafter
 
-        return load_phrase_drafter(spec, target, dtype, device, want_hidden, verifier)
+        return load_phrase_drafter(spec, target, dtype, device, want_hidden, verifier, weights=weights)
     if draft_lm is None:
         from engine.core.load import check_pair, load_model
 
         if not hasattr(target, "lm"):
             raise ValueError(f"--draft {spec}: loading a draft model needs the loaded target (a LoadedModel)")
-        draft = load_model(spec, dtype, device, role="draft", target=target, want_hidden=want_hidden)
+        draft = load_model(spec, dtype, device, role="draft", target=target, want_hidden=want_hidden, weights=weights)
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
         draft_lm = draft.lm
     if multi:

@@ -297,7 +297,7 @@ def phrase_target(target_lm, drafter: PhraseDrafter, verifier: str):
 
 
 def load_phrase_drafter(spec: str, target, dtype: str = "auto", device: str = "auto", want_hidden: bool = False,
-                        verifier: str = "token"):
+                        verifier: str = "token", weights: str | None = None):
     """`--draft phrase:model=…`: load the draft model next to `target` (an engine.core.load.LoadedModel) and
     return (target LM to decode with, PhraseDrafter). The one call the CLI and the benchmark make."""
     from engine.core.load import check_pair, load_model
@@ -306,7 +306,7 @@ def load_phrase_drafter(spec: str, target, dtype: str = "auto", device: str = "a
     if verifier not in PHRASE_VERIFIERS or kw.get("k", 1) > 1 and verifier != "onehot-tree":
         raise ValueError(f"--draft {spec}: verifier {verifier!r} cannot verify it; use "
                          + ("onehot-tree (k > 1)" if kw.get("k", 1) > 1 else ", ".join(PHRASE_VERIFIERS)))
-    draft = load_model(name, dtype, device, role="draft", target=target, want_hidden=want_hidden)
+    draft = load_model(name, dtype, device, role="draft", target=target, want_hidden=want_hidden, weights=weights)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     drafter = PhraseDrafter(draft.lm, **kw)
     return phrase_target(target.lm, drafter, verifier), drafter

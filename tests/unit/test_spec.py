@@ -137,3 +137,19 @@ def test_weights_path_is_checked_before_anything_loads():
     assert RunSpec(weights="quantized").check() == []
     assert RunSpec(weights="int3").check(labels=FLAGS) == [
         "unknown weights path 'int3'; choose from dense, quantized, int8, int4"]
+
+
+def test_a_mixed_pair_is_checked_before_anything_loads(monkeypatch):
+    """The draft's own weights path (engine.core.pair_weights): only a draft model has one; a path the
+    machine cannot run is refused with the rest of the spec."""
+    monkeypatch.delenv("SPECLAB_QGEMM", raising=False)
+    assert RunSpec(draft="d", weights="dense", draft_weights="quantized", device="cpu").check() == []
+    assert "unknown weights path 'fp8'" in one(RunSpec(draft="d", draft_weights="fp8"))
+    assert one(RunSpec(draft=None, draft_weights="quantized"), labels=FLAGS) == (
+        "--weights draft=quantized: autoregressive decoding has no draft")
+    assert "the model-free drafter lookup:n=10 has no weights of its own" in one(
+        RunSpec(draft="lookup:n=10", draft_weights="int8"))
+    assert RunSpec(draft="lookup:n=10", weights="int8", draft_weights="int8", device="cpu").check() == []
+    assert "runs on CPU kernels, not on cuda" in one(RunSpec(draft="d", draft_weights="quantized", device="cuda"))
+    monkeypatch.setenv("SPECLAB_QGEMM", "no-such-build")
+    assert "not a qgemm build" in one(RunSpec(draft="d", weights="quantized", device="cpu"))

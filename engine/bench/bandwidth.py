@@ -1,0 +1,89 @@
+"""The machine's memory read bandwidth, measured the way a one-token decode step reads its weights.
+
+A decode step of a model this size streams every weight once from memory (far more bytes than any
+cache holds) on the run's threads, so its floor is bytes ÷ bandwidth (engine.bench.roofline). This
+probe measures that bandwidth in the same regime:
+
+    B = nbytes ÷ t,   t = median over `repeats` of the wall time of one reduction x.sum() over a
+                      float32 tensor x of nbytes (≥ 512 MB: 10–100× any L3 a 2-core VM sees), on
+                      `threads` torch threads, after one untimed pass that faults every page in.
+
+Worked example: 536,870,912 bytes summed in 0.0537 s (median of 7) → B = 10.0 GB/s, the ~10 GB/s a
+2-core AMX Xeon gives; 21.5 ms → 25.0 GB/s, an EPYC of the same size.
+
+Why a torch reduction: it is the same library, the same OpenMP pool and the same thread count the
+decode steps run on, and a sum does one add per 4 bytes read — far below what two AVX2 cores compute —
+so the memory is the limit, as it is for a GEMV. Why the median: on a shared 2-core machine a repeat
+disturbed by another process reads slow, never fast, and the median of an odd count ignores a
+minority of such repeats (the minimum would report a burst the steady state never sees).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+MB = 1_000_000  # bandwidths are in decimal GB/s (10⁹ bytes), as memory vendors and llama.cpp state them
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    nbytes: int = 512 * 2**20  # ≥ 512 MiB: every cache level many times over, a decode step's regime
+    threads: int = 2  # the thread count the lab's decode runs use on its 2-core machines
+    repeats: int = 7  # odd, so the median is one measured pass; ~0.4–0.7 s in all at 10–25 GB/s
+    warmup: int = 1  # untimed passes: the first touches every page (page faults are not bandwidth)
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """One probe's result: `gb_per_s` = nbytes ÷ median seconds ÷ 10⁹."""
+
+    gb_per_s: float
+    nbytes: int
+    threads: int
+    repeats: int
+    seconds: tuple[float, ...] = field(default_factory=tuple)  # every timed pass, in order
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["seconds"] = [round(s, 6) for s in self.seconds]
+        d["method"] = "median wall time of x.sum() over a float32 tensor of nbytes, torch threads as given"
+        return d
+
+
+def gb_per_s(nbytes: int, seconds: float) -> float:
+    """nbytes read in `seconds` as GB/s (10⁹ bytes/s): gb_per_s(10**9, 0.1) = 10.0."""
+    if not seconds > 0:
+        raise ValueError(f"a read of {nbytes} bytes cannot take {seconds} s")
+    return nbytes / seconds / 1e9
+
+
+def check(cfg: BandwidthConfig) -> None:
+    """One line for a configuration the probe cannot run."""
+    if cfg.nbytes < 4 or cfg.nbytes % 4:
+        raise ValueError(f"bandwidth probe: nbytes must be a positive multiple of 4, got {cfg.nbytes}")
+    if cfg.threads < 1 or cfg.repeats < 1 or cfg.warmup < 0:
+        raise ValueError(f"bandwidth probe: threads and repeats must be ≥ 1 and warmup ≥ 0, got {cfg}")
+
+
+def measure(cfg: BandwidthConfig = BandwidthConfig()) -> Bandwidth:
+    """The read bandwidth on `cfg.threads` threads (torch's thread count is restored afterwards)."""
+    check(cfg)
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        x = torch.ones(cfg.nbytes // 4, dtype=torch.float32)  # written once: every page is resident
+        for _ in range(cfg.warmup):
+            x.sum()
+        times = []
+        for _ in range(cfg.repeats):
+            t0 = time.perf_counter()
+            x.sum()
+            times.append(time.perf_counter() - t0)
+        del x
+    finally:
+        torch.set_num_threads(before)
+    return Bandwidth(gb_per_s(cfg.nbytes, statistics.median(times)), cfg.nbytes, cfg.threads, cfg.repeats, tuple(times))

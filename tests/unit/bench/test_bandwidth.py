@@ -1,0 +1,51 @@
+"""engine.bench.bandwidth: the read-bandwidth probe's arithmetic and a real probe on a tiny size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.bench import bandwidth
+from engine.bench.bandwidth import BandwidthConfig, gb_per_s
+
+
+def test_gb_per_s_is_bytes_over_seconds_in_decimal_gigabytes():
+    assert gb_per_s(10**9, 0.1) == pytest.approx(10.0)
+    assert gb_per_s(536_870_912, 0.0537) == pytest.approx(10.0, rel=1e-3)  # the module doc's worked example
+    with pytest.raises(ValueError, match="cannot take 0"):
+        gb_per_s(10, 0.0)
+
+
+def test_a_tiny_probe_reports_the_median_pass_and_restores_the_threads(monkeypatch):
+    before = torch.get_num_threads()
+    r = bandwidth.measure(BandwidthConfig(nbytes=4 * 2**20, threads=1, repeats=3, warmup=1))
+    assert torch.get_num_threads() == before
+    assert r.nbytes == 4 * 2**20 and r.threads == 1 and r.repeats == 3 and len(r.seconds) == 3
+    median = sorted(r.seconds)[1]
+    assert r.gb_per_s == pytest.approx(r.nbytes / median / 1e9)
+    d = r.to_dict()
+    assert d["gb_per_s"] == r.gb_per_s and len(d["seconds"]) == 3 and "median" in d["method"]
+
+
+def test_the_probe_times_a_reduction_over_the_whole_buffer(monkeypatch):
+    """The timed call reads every byte: a sum over nbytes / 4 float32 ones equals their count."""
+    seen = []
+    real_sum = torch.Tensor.sum
+
+    def spy(x, *a, **k):
+        out = real_sum(x, *a, **k)
+        seen.append((x.numel(), float(out)))
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "sum", spy)
+    bandwidth.measure(BandwidthConfig(nbytes=4096, threads=1, repeats=3, warmup=2))
+    assert seen == [(1024, 1024.0)] * 5  # two warm-up passes and three timed ones, each over the whole buffer
+
+
+@pytest.mark.parametrize("cfg, words", [(BandwidthConfig(nbytes=6), "multiple of 4"),
+                                        (BandwidthConfig(nbytes=0), "multiple of 4"),
+                                        (BandwidthConfig(threads=0), "threads and repeats"),
+                                        (BandwidthConfig(repeats=0), "threads and repeats")])
+def test_bad_configs_are_refused_in_one_line(cfg, words):
+    with pytest.raises(ValueError, match=words):
+        bandwidth.measure(cfg)

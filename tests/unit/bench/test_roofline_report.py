@@ -1,0 +1,44 @@
+"""engine.bench.roofline_report: the results page's Memory roofline section from result files."""
+
+from __future__ import annotations
+
+import json
+
+from engine.bench.roofline_report import section
+
+
+def write(path, d):
+    path.write_text(json.dumps(d))
+    return path
+
+
+def test_no_file_with_a_bandwidth_means_no_section(tmp_path):
+    f = write(tmp_path / "bench-x.json", {"rows": [{"config": "ar", "tokens_per_s": 1.0}]})
+    assert section([f]) == []
+
+
+def test_roofline_and_bench_files_each_get_their_table(tmp_path):
+    roof = write(tmp_path / "roofline-amd-epyc.json", {
+        "kind": "roofline", "machine": "AMD EPYC", "bandwidth_gb_per_s": 25.0, "busy": {"busy": False, "others_cores": 0.1},
+        "rows": [{"model": "qwen2.5-coder-1.5b", "path": "bf16", "bytes_per_token": 3.09e9, "roofline_tokens_per_s": 8.09,
+                  "decode_tokens_per_s": 7.2, "decode_roofline_fraction": 0.89, "roofline_fraction": 0.85}]})
+    bench = write(tmp_path / "bench-mixed.json", {
+        "bandwidth_gb_per_s": 10.0, "busy": {"busy": True, "others_cores": 0.95},
+        "rows": [{"temperature": 0.0, "task": "overall", "config": "ar", "weights": "dense", "tokens_per_s": 2.8,
+                  "roofline_fraction": 0.86},
+                 {"temperature": 0.0, "task": "overall", "config": "fixed:2", "weights": "dense", "tokens_per_s": 4.4,
+                  "roofline_fraction": 1.36},
+                 {"temperature": 0.0, "task": "overall", "config": "fixed:4", "weights": "dense", "tokens_per_s": 4.0,
+                  "roofline_fraction": 1.24},
+                 {"temperature": 0.0, "task": "qa", "config": "ar", "weights": "dense", "tokens_per_s": 9.0,
+                  "roofline_fraction": 2.0},
+                 {"temperature": 0.7, "task": "overall", "config": "ar", "weights": "dense", "tokens_per_s": 2.0,
+                  "roofline_fraction": 0.6}]})
+    lines = section([roof, bench], machine=lambda m: f"<{m}>")
+    text = "\n".join(lines)
+    assert lines[0] == "## Memory roofline"
+    assert ("| <AMD EPYC> | qwen2.5-coder-1.5b | bf16 | 3.090 GB | 25.0 GB/s | 8.09 | 7.20 | 0.89 | 0.85 | quiet | "
+            "[roofline-amd-epyc.json](results/roofline-amd-epyc.json) |") in lines
+    assert "| [bench-mixed.json](results/bench-mixed.json) | dense | `ar` | 2.80 | 10.0 GB/s | 0.86 | busy (0.95 cores) |" in lines
+    assert "`fixed:2` | 4.40" in text and "fixed:4" not in text  # AR and the fastest configuration only
+    assert "9.00" not in text and "0.60" not in text  # per-task rows and T > 0 stay in the file

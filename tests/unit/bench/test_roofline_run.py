@@ -1,0 +1,87 @@
+"""engine.bench.roofline_run: every (model, path) of a tiny model through the real decode loop, with the
+bandwidth probe on a tiny size, and the rows' arithmetic checked against their own measurements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from engine.bench.bandwidth import BandwidthConfig
+from engine.bench.roofline_run import RooflineConfig, check, format_rows, run_roofline, summarize
+from engine.core.lm import HFModel
+from engine.core.load import LoadedModel
+from engine.core.quant import quantize_model
+from engine.core.tiny import tiny_llama
+
+TINY = RooflineConfig(models=("tiny-a", "tiny-b"), paths=("fp32", "int8"), per_task=1, max_new_tokens=6, threads=1,
+                      warmup_tokens=2, bandwidth=BandwidthConfig(nbytes=2**20, threads=1, repeats=3))
+
+
+@dataclass
+class P:
+    text: str
+    question_id: int
+
+
+PROMPTS = [P("1 5 9 3", 1), P("7 2", 2), P("4 4 8", 3)]
+
+
+def tiny_load(calls):
+    def load(model, dtype, weights):
+        calls.append((model, dtype, weights))
+        m = tiny_llama(0 if model == "tiny-a" else 1)
+        if weights != "dense":
+            quantize_model(m, weights, kernel="torch")
+        return LoadedModel(HFModel(m, name=model), None, model, 0.0)
+    return load
+
+
+def encode(tok, text):
+    return [int(x) for x in text.split()]
+
+
+def test_every_model_and_path_is_measured_and_its_fractions_follow_from_its_own_figures():
+    calls, said = [], []
+    res = run_roofline(TINY, PROMPTS, tiny_load(calls), encode, say=said.append)
+    assert calls == [("tiny-a", "fp32", "dense"), ("tiny-a", "auto", "int8"), ("tiny-b", "fp32", "dense"),
+                     ("tiny-b", "auto", "int8")]
+    bw = res["bandwidth_gb_per_s"]
+    assert bw == res["bandwidth"]["gb_per_s"] > 0 and res["bandwidth_after"]["gb_per_s"] > 0
+    assert [(r["model"], r["path"]) for r in res["rows"]] == [("tiny-a", "fp32"), ("tiny-a", "int8"),
+                                                                ("tiny-b", "fp32"), ("tiny-b", "int8")]
+    for r in res["rows"]:
+        assert r["prompts"] == 3 and r["new_tokens"] == 18 and [x["question_id"] for x in r["runs"]] == [1, 2, 3]
+        tps = sum(x["new_tokens"] / x["wall_s"] for x in r["runs"]) / 3
+        assert r["tokens_per_s"] == pytest.approx(tps)
+        assert r["decode_tokens_per_s"] >= r["tokens_per_s"]  # the prefill is left out of the decode-only speed
+        assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * r["bytes_per_token"] / (bw * 1e9))
+        assert r["decode_roofline_fraction"] == pytest.approx(r["decode_tokens_per_s"] / r["roofline_tokens_per_s"])
+    fp32, int8 = res["rows"][:2]
+    assert int8["bytes_per_token"] < fp32["bytes_per_token"] / 2.5 and fp32["kernel"] == "torch"
+    assert "Int8Linear" in int8["kernel"] and fp32["weights"] == "dense" and int8["weights"] == "int8"
+    assert res["config"]["question_ids"] == [1, 2, 3] and res["kind"] == "roofline"
+    assert any("read bandwidth" in s for s in said) and any("tiny-b [int8] q3" in s for s in said)
+    table = format_rows(res["rows"])
+    assert table.count("\n") == 5 and "| tiny-a | int8 |" in table
+
+
+def test_summarize_means_over_prompts_like_the_bench():
+    runs = [{"new_tokens": 10, "wall_s": 2.0, "prefill_s": 1.0}, {"new_tokens": 10, "wall_s": 1.0, "prefill_s": 0.0}]
+    s = summarize(runs, 10**9, 10.0)
+    assert s["tokens_per_s"] == pytest.approx((5 + 10) / 2) and s["decode_tokens_per_s"] == pytest.approx(10.0)
+    assert s["roofline_tokens_per_s"] == pytest.approx(10.0) and s["decode_roofline_fraction"] == pytest.approx(1.0)
+    assert summarize(runs, 10**9, None)["roofline_fraction"] is None
+
+
+@pytest.mark.parametrize("cfg, words", [
+    (replace(TINY, paths=("bf16", "fp8")), "unknown path 'fp8'"),
+    (replace(TINY, paths=("bf16", "bf16")), "once"),
+    (replace(TINY, models=()), "at least one model"),
+    (replace(TINY, per_task=0), "must be ≥ 1"),
+    (replace(TINY, bandwidth=BandwidthConfig(nbytes=3)), "multiple of 4")])
+def test_bad_configs_are_refused_before_anything_runs(cfg, words):
+    with pytest.raises(ValueError, match=words):
+        check(cfg)
+    with pytest.raises(ValueError, match=words):
+        run_roofline(cfg, PROMPTS, lambda *a: pytest.fail("loaded a model"), encode)
