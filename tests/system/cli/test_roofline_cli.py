@@ -95,3 +95,12 @@ def test_multibench_records_the_bandwidth_and_each_rows_fraction(model_dirs, tmp
     target_bytes = res["bytes_per_token"]["dense"]["target"]["bytes_per_token"]
     for r in res["rows"]:
         assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * target_bytes / (res["bandwidth_gb_per_s"] * 1e9))
+
+
+def test_the_default_file_is_named_after_the_cpu():
+    from engine.cli.roofline import cpu_slug
+
+    assert cpu_slug("AMD EPYC 9R14 96-Core Processor") == "amd-epyc-9r14"
+    assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C") == "intel-xeon-platinum-8488c"
+    assert cpu_slug("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == "intel-core-i7-8700"
+    assert cpu_slug("") == "unknown-cpu"
