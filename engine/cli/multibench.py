@@ -45,6 +45,9 @@ def add_parser(sub) -> None:
     p.add_argument("--machine", default=None, help="machine description (default: CPU model, cores and flags)")
     p.add_argument("--from-json", default=None, help="render (and --markdown append) an earlier or partial result; "
                    "comma-separated files are merged (e.g. one per temperature)")
+    from engine.cli.bench import add_bandwidth
+
+    add_bandwidth(p)
     p.set_defaults(func=cmd_multibench)
 
 
@@ -105,12 +108,19 @@ def cmd_multibench(a) -> int:
                             max_new_tokens=cfg.max_new_tokens, per_category=cfg.per_category, limit=cfg.limit,
                             seed=cfg.seed, driver=a.driver, check=tuple(c.strip() for c in a.check.split(",") if c.strip()))
     common.set_threads(a.threads)
+    from engine.bench import busy
+    from engine.bench.roofline_record import probe, record
+
+    bandwidth = probe(a.bandwidth_mib, a.threads) if not a.modes_only else None
     target = load_model(a.target, a.dtype, a.device, role="target")
     draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target)
     check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)
     command = common.command_line()
+    s0 = busy.sample()
 
     def save(result: dict) -> None:
+        if bandwidth is not None:  # the machine's bandwidth, each row's roofline fraction, busy cores so far
+            result.update(record(result, [(target.lm, draft.lm)], bandwidth, busy.busy_between(s0, busy.sample())))
         if a.out:
             result["command"] = command
             result["machine"], result["versions"] = machine, versions

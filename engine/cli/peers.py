@@ -89,13 +89,16 @@ def model_path(name: str) -> Path:
 def build_engines(a) -> list:
     """The run's engine entries, in the order they start; each checks its install before anything loads."""
     from engine.bench.peer_engines import LlamaCppEngine, SpeclabEngine, VllmEngine
+    from engine.bench.roofline_record import check_pair_paths
+    from engine.core.pair_weights import PairWeights, parse
     from engine.core.provision import cache_root
 
-    from engine.core.pair_weights import parse
-
     engines = []
+    pw = parse(getattr(a, "speclab_weights", "dense"), "--speclab-weights")
+    ours = ([pw] if _configs(a.speclab) else []) + ([PairWeights("quantized", "quantized")] if _configs(a.speclab_quantized)
+                                                    else [])
+    check_pair_paths(ours, a.draft, a.dtype, a.device)  # refusals and fallbacks, one line each, before any load
     if _configs(a.speclab):
-        pw = parse(getattr(a, "speclab_weights", "dense"), "--speclab-weights")
         engines.append(SpeclabEngine(a.target, a.draft, _configs(a.speclab), a.dtype, a.device, a.threads,
                                      weights=a.dtype if pw.label == "dense" else f"{a.dtype}, {pw.label}",
                                      load_kwargs={"weights": pw.target}, draft_weights=pw.draft))

@@ -66,11 +66,10 @@ def cmd_roofline(a) -> int:
         print(f"read bandwidth {r.gb_per_s:.2f} GB/s ({a.bandwidth_mib} MiB, {a.threads} threads, median of {a.repeats}: "
               + ", ".join(f"{s * 1e3:.1f}" for s in r.seconds) + " ms)")
         return 0
+    from engine.bench.roofline_run import PATHS
     from engine.core.pair_weights import announce
 
     for p in cfg.paths:  # a path this CPU cannot run: refused, or its fallback said in one line, before loading
-        from engine.bench.roofline_run import PATHS
-
         announce(PATHS[p][1], PATHS[p][0])
     prompts = load_prompts(a.prompts, per_category=a.per_task)
     cpu = lscpu()

@@ -80,7 +80,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
     `qwen2.5-coder-0.5b-full` / `-reduced` to pick the draft head explicitly.
 
     `weights` (engine.core.quant.WEIGHTS): 'dense', or a quantized fast path; None = the target's path
-    when a target is given (a pair runs on one path), else 'dense'.
+    when a target is given, else 'dense' (a draft given its own path: a mixed pair, engine.core.pair_weights).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from engine.__main__ import main
 
 SMALL_PROBE = ["--bandwidth-mib", "1"]
@@ -28,7 +30,7 @@ def test_roofline_writes_every_model_and_path_with_the_machine(model_dirs, tmp_p
     assert res["bandwidth_gb_per_s"] > 0 and res["command"].startswith("python -m engine")
     assert "python" in res["software"] and "machine" in res and "lscpu" in res and res["created"]
     for r in res["rows"]:
-        assert r["roofline_fraction"] == r["tokens_per_s"] * r["bytes_per_token"] / (res["bandwidth_gb_per_s"] * 1e9)
+        assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * r["bytes_per_token"] / (res["bandwidth_gb_per_s"] * 1e9))
     printed = capsys.readouterr().out
     assert "| model | path | kernel | bytes/token |" in printed and f"wrote {out}" in printed
 
@@ -80,3 +82,25 @@ def test_bench_runs_a_plain_and_a_mixed_path_and_records_the_roofline(model_dirs
     assert all(r["roofline_fraction"] > 0 for r in overall.values())
     assert (tmp_path / "traces" / "dense-int8" / "fixed-2-t0.jsonl").is_file()
     assert "read bandwidth" in capsys.readouterr().out
+
+
+def test_multibench_records_the_bandwidth_and_each_rows_fraction(model_dirs, tmp_path):
+    t, d, prompts = model_dirs
+    out = tmp_path / "mb.json"
+    assert main(["multibench", "--target", str(t), "--draft", str(d), "--dtype", "fp32", "--threads", "1",
+                 "--prompts", str(prompts), "--per-task", "1", "--max-new-tokens", "4", "--temperatures", "0.7",
+                 "--methods", "token", "--ks", "1", "--ls", "2", *SMALL_PROBE, "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["bandwidth_gb_per_s"] > 0 and res["busy"] is not None
+    target_bytes = res["bytes_per_token"]["dense"]["target"]["bytes_per_token"]
+    for r in res["rows"]:
+        assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * target_bytes / (res["bandwidth_gb_per_s"] * 1e9))
+
+
+def test_the_default_file_is_named_after_the_cpu():
+    from engine.cli.roofline import cpu_slug
+
+    assert cpu_slug("AMD EPYC 9R14 96-Core Processor") == "amd-epyc-9r14"
+    assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C") == "intel-xeon-platinum-8488c"
+    assert cpu_slug("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == "intel-core-i7-8700"
+    assert cpu_slug("") == "unknown-cpu"
