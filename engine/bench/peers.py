@@ -94,9 +94,14 @@ def rounds(engines: list[PeerEngine]) -> list[list[tuple[PeerEngine, str]]]:
 
 
 def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_tokens: int, warmup_tokens: int = 8,
-              checkpoint: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+              checkpoint: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
+              core_check: Callable[[], dict] | None = None) -> dict[str, Any]:
     """Every (engine, config) on every prompt, interleaved, round by round (`rounds`); within a round
-    the slots are rotated by one per prompt; `checkpoint(result)` after each prompt."""
+    the slots are rotated by one per prompt; `checkpoint(result)` after each prompt.
+
+    An engine that cannot start is reported in one line naming it (`failed` in the result) and left
+    out; the others run. `core_check` (default engine.bench.cores.busy_cores) runs once after the
+    engines start and before any timing; its verdict is the result's `cores`, and a busy core is said."""
     if not prompts:
         raise ValueError("no prompts")
     names = [e.name for e in engines]
@@ -119,12 +124,29 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
                 "engines": {e.name: {"weights": e.weights, "configs": list(e.configs), **infos.get(e.name, {})}
                             for e in engines},
                 "rows": aggregate(runs, {e.name: e.weights for e in engines}),
-                "runs": [r.__dict__ for r in runs]}
+                "runs": [r.__dict__ for r in runs], "failed": dict(failed), "cores": cores}
 
+    failed: dict[str, str] = {}
+    cores: dict[str, Any] = {}
     try:
         for e in engines:
             say(f"starting {e.name} ({', '.join(e.configs)})")
-            infos[e.name] = e.start()
+            try:
+                infos[e.name] = e.start()
+            except Exception as err:  # a peer that dies at start (a crashing build): name it, keep the rest
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+                failed[e.name] = f"{e.name} could not start: {type(err).__name__}: {first}"
+                say(failed[e.name])
+        if len(failed) == len(engines):
+            raise RuntimeError("; ".join(failed.values()))
+        if failed:
+            plan = rounds([e for e in engines if e.name not in failed])
+        if core_check is None:
+            from engine.bench.cores import busy_cores as core_check
+        cores.update(core_check())
+        if cores.get("ok") is False:
+            say(f"cores busy before timing: {cores.get('busy')} — another process holds a core; timings of engines "
+                f"whose threads spin (llama.cpp) suffer most (recorded in the result)")
         for rnd, slots in enumerate(plan):
             for e, c in slots:
                 if getattr(e, "one_at_a_time", False):

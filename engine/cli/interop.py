@@ -27,6 +27,10 @@ def add_parser(sub) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="local tokenizer directory for speed.py's baseline recount (len(input_ids) − 1 per turn); "
                         "without it the baseline's own new_tokens are used, which speed.py does not do")
+    p.add_argument("--before", default=None,
+                   help="vllm-prom: the scrape taken just before the run; the run is the difference (a single "
+                        "scrape counts everything since the server started)")
+    p.add_argument("--model", default=None, help="vllm-prom: the model_name to read from a multi-model scrape")
     p.set_defaults(func=cmd_import)
     d = sub.add_parser("diagnose", help="per-position acceptance, fitted α, recommended window and the "
                                         "accepted-length bound of a trace (imported or our own)")
@@ -85,7 +89,8 @@ def import_peer(a) -> int:
     if a.baseline or a.questions or a.tokenizer:
         raise ValueError("--baseline, --questions and --tokenizer are for Spec-Bench answer files")
     try:
-        t = run(a.format, a.file, a.out, command=" ".join(["python -m engine", *sys.argv[1:]]))
+        t = run(a.format, a.file, a.out, command=" ".join(["python -m engine", *sys.argv[1:]]),
+                before=getattr(a, "before", None), model=getattr(a, "model", None))
     except TraceError as e:
         raise ValueError(str(e)) from None
     s, imp = t.summary, t.header["imported"]

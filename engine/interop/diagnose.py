@@ -72,12 +72,14 @@ def acceptance_lengths(trace: Trace) -> dict[str, float | None]:
     """Mean acceptance length (1 + accepted ÷ drafting steps, bonus included) two ways, as benchmark
     harnesses report it: averaged over requests (each request's own mean, then the mean of those), and
     token-weighted (pooled over every drafting step of the run). They differ when requests of
-    different lengths accept differently; vLLM's /metrics gives the token-weighted one."""
+    different lengths accept differently; vLLM's /metrics gives the token-weighted one. A request that
+    drafted nothing counts 1.0 in the per-request mean, the value vLLM states for it."""
     spec = drafting_steps(trace)
-    by: dict[int, list[int]] = {}
+    by: dict[int, list[int]] = {rid: [] for rid in trace.requests}
     for s in spec:
         by.setdefault(s["request_id"], []).append(s["accepted"])
-    per_req = [1.0 + sum(a) / len(a) for a in by.values() if a]
+    # a request that never drafted has 1.0, as vLLM states it (its own mean_acceptance_length)
+    per_req = [1.0 + sum(a) / len(a) if a else 1.0 for a in by.values()] if spec else []
     return {"per_request_mean": sum(per_req) / len(per_req) if per_req else None,
             "token_weighted": 1.0 + sum(s["accepted"] for s in spec) / len(spec) if spec else None,
             "requests": len(per_req)}

@@ -84,8 +84,11 @@ def loads_peer(data: bytes, name: str, fmt: str | None = None) -> Trace:
     return to_trace(records(fmt, data, name), name)
 
 
-def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, command: str = "") -> Trace:
-    """Write `src` (a `fmt` report) as a trace at `out`, or raise PeerError and write nothing."""
+def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, command: str = "",
+                before: str | os.PathLike | None = None, model: str | None = None) -> Trace:
+    """Write `src` (a `fmt` report) as a trace at `out`, or raise PeerError and write nothing.
+    `before` / `model`: a Prometheus scrape taken before the run (the run is the difference) and the
+    model to read from a multi-model scrape (vllm-prom only)."""
     p = Path(src)
     if not p.is_file():
         raise PeerError(f"{p.name}: no such file")
@@ -93,4 +96,13 @@ def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, comman
     got = detect(data)
     if got is not None and got != fmt:
         raise PeerError(f"{p.name}: this is a {got} report, not {fmt} (python -m engine import {got} …)")
+    if (before is not None or model is not None) and fmt != "vllm-prom":
+        raise PeerError(f"{p.name}: --before and --model are for Prometheus scrapes (vllm-prom)")
+    if fmt == "vllm-prom":
+        b = Path(before) if before is not None else None
+        if b is not None and not b.is_file():
+            raise PeerError(f"{b.name}: no such file")
+        recs = prometheus.scrape_records(data, p.name, model, command, before=b.read_bytes() if b else None,
+                                         before_name=b.name if b else "before")
+        return write_trace(recs, out, source=p.name)
     return write_trace(records(fmt, data, p.name, command), out, source=p.name)

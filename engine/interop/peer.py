@@ -36,7 +36,7 @@ from typing import Any
 from engine.trace.assemble import build_trace
 from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX, TraceError, check_depth
 from engine.trace.format import Trace, summarize
-from engine.trace.jsonio import write_text_atomic
+from engine.trace.jsonio import atomic_path
 
 # Not a step field: a peer that reports totals only has no per-step accepted counts (the steps'
 # `accepted` is then an even split of the total, see the module docstring).
@@ -411,8 +411,11 @@ def write_trace(records: list[dict[str, Any]], out: str | os.PathLike, source: s
     """Validate, then write the trace atomically: a bad report leaves no file, a good one a whole one.
     A refusal names `source` (the report read), not the trace that was not written."""
     t = to_trace(records, Path(source).name if source else Path(out).name)
-    text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
-    write_text_atomic(text, out)
+    # line by line into the temporary file: the whole text at once doubled a large import's memory
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(", ", ": ")).encode
+    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(dumps(r) + "\n")
     return t
 
 

@@ -164,18 +164,62 @@ def counters(data: bytes, name: str, model: str | None = None) -> dict[str, Any]
     return {"model": mname, "N": N, "D": D, "A": A, "P": P, "G": c["G"], "R": c["R"], "prompt": c["prompt"]}
 
 
+def diff(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str, Any]:
+    """The counters of one run: a scrape taken after it minus one taken before it (counters count
+    since the server started, so a single scrape is every request the server ever served). A counter
+    that went down means the server restarted between the scrapes: refused, naming the counter."""
+    if after["model"] != before["model"]:
+        raise PeerError(f"{name}: the scrapes are of different models ({before['model']!r} before, "
+                        f"{after['model']!r} after)")
+    out = {"model": after["model"]}
+    for k, metric in (("N", "num_drafts"), ("D", "num_draft_tokens"), ("A", "num_accepted_tokens"),
+                      ("G", "generation_tokens"), ("R", "request_success"), ("prompt", "prompt_tokens")):
+        a, b = after[k], before[k]
+        if a is None or b is None:
+            out[k] = None if a is None else a if k not in ("N", "D", "A") else a - (b or 0)
+            continue
+        if a < b:
+            raise PeerError(f"{name}: field '{metric}': {a} after < {b} before — a counter went down (the server "
+                            f"restarted between the scrapes?)")
+        out[k] = a - b
+    Pb = before["P"] + [0] * max(0, len(after["P"]) - len(before["P"]))
+    if len(before["P"]) > len(after["P"]):
+        raise PeerError(f"{name}: field '{PREFIX}{PER_POS}_total': {len(before['P'])} positions before, "
+                        f"{len(after['P'])} after (another K: not the same server run)")
+    for i, (a, b) in enumerate(zip(after["P"], Pb)):
+        if a < b:
+            raise PeerError(f"{name}: field 'position {i}': {a} after < {b} before — a counter went down")
+    out["P"] = [a - b for a, b in zip(after["P"], Pb)]
+    P, N = out["P"], out["N"]
+    # the difference of two valid scrapes is a valid run; a pair that is not (edited, or not one server) is refused
+    if P and P[0] > N or any(y > x for x, y in zip(P, P[1:])) or sum(P) != out["A"] or out["A"] > out["D"] or \
+            (P and out["D"] > N * len(P)):
+        raise PeerError(f"{name}: field '{PREFIX}{PER_POS}_total': the differences (drafts {N}, drafted {out['D']}, "
+                        f"accepted {out['A']}, per position {P}) are not one run's counts")
+    return out
+
+
 def histogram(N: int, P: list[int]) -> list[int]:
     """h_j = steps that accepted exactly j drafts, from the per-position counts (prefix acceptance)."""
     bounds = [N, *P, 0]
     return [bounds[j] - bounds[j + 1] for j in range(len(P) + 1)]
 
 
-def scrape_records(data: bytes, name: str, model: str | None = None, command: str = "") -> list[dict[str, Any]]:
+def scrape_records(data: bytes, name: str, model: str | None = None, command: str = "",
+                   before: bytes | None = None, before_name: str = "before") -> list[dict[str, Any]]:
+    """Trace records of a scrape — of one run when `before` (a scrape taken just before the run) is
+    given: the run is the difference (`diff`); else everything the server counted since it started,
+    which the header's notes say."""
     c = counters(data, name, model)
+    if before is not None:
+        c = diff(c, counters(before, before_name, c["model"]), f"{name} − {before_name}")
     N, D, A, P, G = c["N"], c["D"], c["A"], c["P"], c["G"]
     K = len(P)
     fixed = K > 0 and D == N * K
-    notes = [f"{N} drafts, {D} drafted, {A} accepted tokens; per position {P}"]
+    notes = [f"{N} drafts, {D} drafted, {A} accepted tokens; per position {P}",
+             f"the run: this scrape minus {before_name}, taken before it" if before is not None else
+             "one scrape: counters since the server started (every request it served, warm-up included); give the "
+             "scrape taken before the run (--before) to import that run alone"]
     steps = [PeerStep(K if fixed else None, j, j + 1) for j, n in enumerate(histogram(N, P)) for _ in range(n)]
     if G is not None:
         rest = G - N - A

@@ -45,18 +45,26 @@ def test_peer_reports_load_diagnose_and_render_everywhere(app):
     assert not at.error, [e.value for e in at.error]
     assert len([s for s in at.success if "Loaded" in s.value]) == 5
     assert "Diagnose a run" in [h.value for h in at.subheader]
-    assert any("mean acceptance length" in m.label for m in at.metric)
+    assert any("acceptance length, token-weighted" in m.label for m in at.metric)
+    assert any("acceptance length, per-request mean" in m.label for m in at.metric)
+    # the diagnosis shows a file just uploaded (the last with drafts), not a bundled trace
+    assert at.selectbox(key="peer_diag_trace").value == "uploaded: sglang.jsonl"
     for label in ("uploaded: vllm-draft-k4.jsonl", "uploaded: llama.json", "uploaded: vllm-draft-k2.prom"):
         at.selectbox(key="peer_diag_trace").set_value(label).run()
         assert not at.exception, (label, [e.value for e in at.exception])
     for page in ("overview", "compare", "windows", "sweeps", "audit"):
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
+        if page == "windows" and any(c.key == "win_in_run_imported" for c in at.checkbox):
+            # uploads stay out of the in-run cost model until the user opts in
+            assert at.checkbox(key="win_in_run_imported").value is False
     at.switch_page("pages/replay.py").run()
     for name in ("vllm-draft-k4.jsonl", "llama.json", "sglang.jsonl"):
         at.session_state["replay_trace"] = f"uploaded: {name}"
         at.run()
         assert not at.exception, (name, [e.value for e in at.exception])
+        assert at.query_params.get("trace") in (f"uploaded: {name}", [f"uploaded: {name}"])  # a copied link opens it
+        assert not any("verifier None" in c.value for c in at.caption)
 
 
 def test_hostile_reports_are_one_line_and_the_session_survives(app):
