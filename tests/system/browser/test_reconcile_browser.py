@@ -31,6 +31,8 @@ PAGES = {"Overview": ("", "speclab"), "Replay": ("replay", "Replay"), "Windows":
 RAW = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|T \?")
 # Field names that reached a label in the issue, and any snake_case word outside code.
 IDENTIFIER = re.compile(r"\b(?:weight_share|max_lossless_error|blocks\.t_before|mb_ms)\b|\b[a-z]+_[a-z0-9]+(?:_[a-z0-9]+)*\b")
+# Spec-Bench's own task names are proper names (the benchmark's categories), not field identifiers.
+TASK_NAMES = {"mt_bench", "math_reasoning"}
 AA = 4.5
 
 # Visible text outside <code>/<pre>/inputs, for the raw-value and identifier checks.
@@ -40,7 +42,8 @@ PLAIN_TEXT = """() => {
   const out = [];
   for (let n = walk.nextNode(); n; n = walk.nextNode()) {
     const el = n.parentElement;
-    if (!el || el.closest('code, pre, script, style, svg, [data-testid="stCode"], textarea, input')) continue;
+    if (!el || el.closest('code, pre, script, style, svg, [data-testid="stCode"], textarea, input, ' +
+                          '[data-testid="stIconMaterial"], [translate="no"], details:not([open])')) continue;
     if (!el.getClientRects().length) continue;
     out.push(n.textContent);
   }
@@ -80,7 +83,8 @@ CONTRAST = """() => {
   };
   const styles = {};
   for (const el of document.querySelectorAll('[data-testid="stApp"] *')) {
-    if (el.closest('svg, [aria-hidden="true"], :disabled, [aria-disabled="true"], [data-testid="stSkeleton"]')) continue;
+    if (el.closest('svg, [aria-hidden="true"], :disabled, [aria-disabled="true"], [data-testid="stSkeleton"], ' +
+                   'details:not([open]) > :not(summary)')) continue;
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
     if (!own || !el.getClientRects().length) continue;
     const cs = getComputedStyle(el);
@@ -121,22 +125,26 @@ def test_page_reads_cleanly_and_links_every_speedup(browser, server, title):
     pg = fresh(browser, f"{server}/{path}")
     try:
         drawn(pg, h1)
+        problems = []  # every check runs and reports, so one run shows all that is wrong with a page
         height = pg.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-        assert height <= 3 * SCREEN["height"], f"{title}: {height} px tall by default (> 3 screens)"
+        if height > 3 * SCREEN["height"]:
+            problems.append(f"{height} px tall by default (> 3 screens)")
         text = pg.evaluate(PLAIN_TEXT)
-        assert not RAW.search(text), f"{title}: raw value {RAW.search(text).group(0)!r} near …{text[max(0, RAW.search(text).start() - 60):RAW.search(text).end() + 20]}…"
-        bad = sorted(set(IDENTIFIER.findall(text)))
-        assert not bad, f"{title}: raw identifiers in the text: {bad}"
+        if m := RAW.search(text):
+            problems.append(f"raw value {m.group(0)!r} near …{text[max(0, m.start() - 60):m.end() + 20]}…")
+        if bad := sorted(set(IDENTIFIER.findall(text)) - TASK_NAMES):
+            problems.append(f"raw identifiers in the text: {bad}")
         for figure, href in pg.evaluate(SPEEDUPS):
-            assert href, f"{title}: {figure} is not linked to its row on the Speedups page"
-            url = urlparse(href)
+            url = urlparse(href or "")
             q = parse_qs(url.query)
-            assert url.path.endswith("speedups") and q.get("pair") and q.get("row"), (title, figure, href)
+            if not (url.path.endswith("speedups") and q.get("pair") and q.get("row")):
+                problems.append(f"{figure} is not linked to its row on the Speedups page ({href or 'no link'})")
         styles = pg.evaluate(CONTRAST)
-        assert styles, f"{title}: no text measured"
-        low = {k: v for k, v in styles.items() if v["ratio"] < AA}
-        assert not low, f"{title}: text below {AA}:1 — " + "; ".join(
-            f"{v['ratio']:.2f}:1 {v['tag']} in {v['testid']} ({k}) “{v['text']}”" for k, v in low.items())
+        if not styles:
+            problems.append("no text measured")
+        problems += [f"text at {v['ratio']:.2f}:1 (< {AA}:1): {v['tag']} in {v['testid']} ({k}) “{v['text']}”"
+                     for k, v in styles.items() if v["ratio"] < AA]
+        assert not problems, f"{title}: " + " | ".join(problems)
     finally:
         pg.context.close()
 
@@ -179,7 +187,7 @@ def _restore(browser, server, path: str, h1: str, act, check) -> None:
 
 def test_url_restores_windows_overview_and_multidraft(browser, server):
     def windows_act(pg):
-        pg.get_by_test_id("stButtonGroup").filter(has_text="Cost model").get_by_role("button", name="Cost model").first.click()
+        pg.get_by_test_id("stButtonGroup").filter(has_text="PACER's ceiling").get_by_text("Cost model", exact=True).click()
 
     def windows_check(pg):
         assert "section=" in pg.url
