@@ -71,9 +71,13 @@ CONTRAST = """() => {
   const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
                      return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
   const over = (top, bot) => [0, 1, 2].map(i => top[i] * top[3] + bot[i] * (1 - top[3])).concat([1]);
+  // What is painted behind the text's centre (not its ancestors: a slider's value label sits outside its thumb).
   const background = el => {
+    const r = el.getBoundingClientRect();
+    const behind = document.elementsFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    const start = behind.indexOf(el);
     const layers = [];
-    for (let e = el; e; e = e.parentElement) {
+    for (const e of (start >= 0 ? behind.slice(start) : behind)) {
       const b = rgba(getComputedStyle(e).backgroundColor);
       if (b[3] > 0) { layers.push(b); if (b[3] >= 1) break; }
     }
@@ -91,6 +95,7 @@ CONTRAST = """() => {
     if (cs.visibility === 'hidden') continue;
     let alpha = 1;
     for (let e = el; e; e = e.parentElement) alpha *= +getComputedStyle(e).opacity;
+    if (alpha < 0.05) continue;  // faded out entirely (a transition's end state): not shown
     const fg0 = rgba(cs.color), bg = background(el);
     const fg = over([fg0[0], fg0[1], fg0[2], fg0[3] * alpha], bg);
     const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
