@@ -76,8 +76,10 @@ CONTRAST = """() => {
     const r = el.getBoundingClientRect();
     const behind = document.elementsFromPoint(r.left + r.width / 2, r.top + r.height / 2);
     const start = behind.indexOf(el);
+    const chain = [];  // below the fold elementsFromPoint sees nothing: the element's ancestors instead
+    for (let e = el; e; e = e.parentElement) chain.push(e);
     const layers = [];
-    for (const e of (start >= 0 ? behind.slice(start) : behind)) {
+    for (const e of (start >= 0 ? behind.slice(start) : chain)) {
       const b = rgba(getComputedStyle(e).backgroundColor);
       if (b[3] > 0) { layers.push(b); if (b[3] >= 1) break; }
     }
