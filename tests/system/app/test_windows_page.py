@@ -79,7 +79,8 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     pair = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
     found = story.find_bench(data.bench_results(), *pair)  # the newest bench of the pair with an oracle row
     real = story.bench_oracle_ratio(found[1])
-    assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle {story.num(real['oracle'])}× AR)" in said
+    # the oracle's speedup links to its row on the Speedups page
+    assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle [{story.num(real['oracle'])}× AR](speedups?" in said
     pb = story.find_bench(data.bench_results(), *pair, need=story.bench_pacer_standing)
     assert pb is not None and story.pacer_wall_clock_sentence(*pb) in said  # PACER on the wall clock
     assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
