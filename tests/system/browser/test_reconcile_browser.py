@@ -73,6 +73,8 @@ CONTRAST = """() => {
   const over = (top, bot) => [0, 1, 2].map(i => top[i] * top[3] + bot[i] * (1 - top[3])).concat([1]);
   // What is painted behind the text's centre (not its ancestors: a slider's value label sits outside its thumb).
   const background = el => {
+    // a slider's value floats above its thumb, on the page: what is behind it is the page, not the thumb
+    if (el.closest('[data-testid="stSliderThumbValue"]')) return [255, 255, 255, 1];
     const r = el.getBoundingClientRect();
     const behind = document.elementsFromPoint(r.left + r.width / 2, r.top + r.height / 2);
     const start = behind.indexOf(el);
@@ -91,6 +93,8 @@ CONTRAST = """() => {
   for (const el of document.querySelectorAll('[data-testid="stApp"] *')) {
     if (el.closest('svg, [aria-hidden="true"], :disabled, [aria-disabled="true"], [data-testid="stSkeleton"], ' +
                    'details:not([open]) > :not(summary)')) continue;
+    const slider = el.closest('[data-testid="stSlider"]');  // a disabled slider's value: a disabled control (exempt)
+    if (slider && slider.querySelector('[role="slider"][aria-disabled="true"]')) continue;
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
     if (!own || !el.getClientRects().length) continue;
     const cs = getComputedStyle(el);
