@@ -166,9 +166,20 @@ def peers_section(directory: str | None = None) -> None:
                f"{cfg.get('max_new_tokens', '?')} tokens, greedy, interleaved per prompt · each engine's speedup is "
                f"over its own AR; the engines' weights differ where the weights column says so")
     df = peers_frame(r)
-    downloads.table(df, downloads.stem(name), "peers_table",
+    from app import reconcile
+
+    shown = df.copy()
+    if "speedup vs own AR" in df and "engine" in df:  # each figure links to its row on the Speedups page
+        pair = reconcile.pair_id(r.get("target"))
+        ids = [reconcile.slug(f"peer-{reconcile._stem(name)}-{e}-{c}") for e, c in zip(df["engine"], df["config"])]
+        shown["speedup vs own AR"] = [None if c == "ar" else reconcile.figure_link(pair, i, x)
+                                      for i, c, x in zip(ids, df["config"], df["speedup vs own AR"])]
+    downloads.table(shown, downloads.stem(name), "peers_table",
                     column_config={"tokens/s": st.column_config.NumberColumn(format="%.2f"),
-                                   "speedup vs own AR": st.column_config.NumberColumn(format="%.2f×"),
+                                   "speedup vs own AR": st.column_config.LinkColumn(
+                                       display_text=reconcile.FIGURE_TEXT,
+                                       help="over the engine's own AR (its AR row is the 1.00 baseline); opens the "
+                                            "figure's row on the Speedups page"),
                                    "mean acceptance length": st.column_config.NumberColumn(format="%.3f"),
                                    "acceptance rate": st.column_config.NumberColumn(format="%.3f")})
     st.plotly_chart(speedup_bars(df), theme=None, width="stretch", key="peers_bars")

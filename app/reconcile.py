@@ -222,9 +222,12 @@ def frame(rows: Iterable[dict]) -> pd.DataFrame:
     return df.drop_duplicates(["pair", "row"]).reset_index(drop=True)
 
 
+def _count(x: Any) -> float:
+    return 0.0 if x is None or pd.isna(x) else float(x)
+
+
 def sample_size(r: Mapping[str, Any]) -> float:
-    p, t = r.get("prompts"), r.get("tokens")
-    return (p or 0) * (t or 0)
+    return _count(r.get("prompts")) * _count(r.get("tokens"))
 
 
 def _timed(df: pd.DataFrame, pair: str) -> pd.DataFrame:
@@ -290,7 +293,7 @@ def _join(xs: list[str]) -> str:
 
 
 def _sample(r: Mapping[str, Any]) -> str:
-    p, t = r.get("prompts"), r.get("tokens")
+    p, t = _count(r.get("prompts")), _count(r.get("tokens"))
     if p and t:
         return f"{int(p)} prompts × {int(t)} tokens"
     return f"{int(p)} prompts" if p else (f"{int(t)} tokens" if t else "sample not recorded")

@@ -18,6 +18,8 @@ TEXT_MUTED = "#4b5260"  # 7.6:1 on white: captions, labels, hints
 GOOD = "#1a7a3a"  # 5.3:1: metric delta "better"
 BAD = "#b3261e"  # 6.2:1: metric delta "worse"
 FOCUS = "#1f4fd1"
+CODE = "#0b5d2a"  # 7:1 on the inline-code chip
+SELECTED = "#8f1d2c"  # a selected segment's label: 7.5:1 on its tint
 
 CSS = f"""
 [data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p,
@@ -25,6 +27,13 @@ CSS = f"""
 [data-testid="stTooltipIcon"], [data-testid="InputInstructions"], small,
 [data-testid="stFileUploaderDropzoneInstructions"] span, [data-testid="stFileUploaderDropzoneInstructions"] small {{
   color: {TEXT_MUTED} !important; opacity: 1 !important;
+}}
+[data-testid="stMarkdownContainer"] code, [data-testid="stCaptionContainer"] code {{
+  color: {CODE} !important;  /* Streamlit's green inline code is about 2.8:1 on its grey chip */
+}}
+[data-testid="stButtonGroup"] button[kind$="Active"] p, [data-testid="stButtonGroup"] button[aria-checked="true"] p,
+[data-testid="stButtonGroup"] button[aria-pressed="true"] p {{
+  color: {SELECTED} !important;  /* the theme's red on its own 10 % tint is 4.48:1 */
 }}
 [data-testid="stMetricDelta"] {{ opacity: 1 !important; }}
 [data-testid="stMetricDelta"]:has(svg[data-testid="stMetricDeltaIcon-Up"]) {{ color: {GOOD} !important; }}

@@ -70,7 +70,7 @@ def span(tok: str, fate: str | None, tip: str = "") -> str:
         style += "text-decoration:line-through;"
     cue = (f'<sup class="tok-cue" aria-hidden="true" style="font-size:0.7em;margin-left:1px;">{mark}</sup>'
            if mark else "")
-    text = html.escape(tip or fate)
+    text = html.escape(tip or fate).replace("\n", "&#10;")  # the card's lines, with no raw newline in the HTML
     return (f'<span class="tok tok-{fate}" data-fate="{fate}" style="{style}" tabindex="0" '
             f'data-card="{text}" title="{text}">{t}{cue}</span>')
 

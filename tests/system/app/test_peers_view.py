@@ -43,7 +43,14 @@ def test_compare_page_shows_the_peers_table_and_bars(app, tmp_path, monkeypatch,
     at = goto(app, "compare")
     assert any(s.value.startswith("Peers") for s in at.subheader)
     table = next(d.value for d in at.dataframe if "speedup vs own AR" in d.value.columns)
-    assert list(table["speedup vs own AR"]) == [r["speedup_vs_own_ar"] for r in result["rows"]]
+    import re
+
+    from app import reconcile
+
+    shown = [float(re.search(reconcile.FIGURE_TEXT, u).group(1)) if isinstance(u, str) else None
+             for u in table["speedup vs own AR"]]
+    assert shown == [None if r["config"] == "ar" else round(r["speedup_vs_own_ar"], 2) for r in result["rows"]]
+    assert all("row=peer-" in u for u in table["speedup vs own AR"] if isinstance(u, str))  # each figure links to its row
     assert any("×" in m.value and "tokens/s" in m.value for m in at.markdown)
 
 

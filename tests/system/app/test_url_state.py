@@ -11,10 +11,15 @@ from tests.system.app.conftest import goto
 
 
 def reopen(page: str, params: dict) -> AppTest:
-    link = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    link.switch_page(f"pages/{page}.py")
-    link.query_params = params
-    link.run()
+    link = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    if page == "overview":  # the landing page: the link's parameters are there on the very first run
+        link.query_params = params
+        link.run()
+    else:
+        link.run()
+        link.switch_page(f"pages/{page}.py")
+        link.query_params = params
+        link.run()
     assert not link.exception, [e.value for e in link.exception]
     return link
 
