@@ -208,7 +208,8 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     its speedup against that path's own AR (and the dense path's, `speedup_vs_dense_ar`)."""
     check_configs(cfg)  # refuse what the decoder would refuse mid-run, before any timing
     from engine.drafters import make_drafter
-    from engine.policies.costaware import check_drafter, prime_costs
+    from engine.run import pair_book
+    from engine.spec import check_drafter
 
     paths = {getattr(target, "weights", "dense"): (target, draft)}
     for t, d in more_paths:
@@ -228,7 +229,7 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     by_path = {w: measure_costs(t, d, encoded[0][1]) for w, (t, d) in paths.items()}
     for w, (t, d) in paths.items():  # the cost-aware window prices its first request with this run's costs
-        prime_costs(t, d, by_path[w])
+        pair_book(t, d).prime(by_path[w])
     costs = dict(next(iter(by_path.values())))
     if len(paths) > 1:
         costs["by_weights"] = by_path
