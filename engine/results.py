@@ -391,8 +391,14 @@ def rendered_files(results_dir: Path = RESULTS_DIR, page: Path = PAGE, readme: P
     """What `python -m engine results` writes: the page, and the README with its block re-rendered."""
     runs, skipped = read_all(results_dir)
     return {page: render_page(runs, skipped),
-            readme: splice(splice(readme.read_text(encoding="utf-8"), render_readme_block(runs)),
-                           render_headline(runs), HEAD_BEGIN, HEAD_END, "headline")}
+            readme: with_headline(splice(readme.read_text(encoding="utf-8"), render_readme_block(runs)), runs)}
+
+
+def with_headline(text: str, runs: list[Run]) -> str:
+    """The README with its headline block re-rendered; a README without one gets it above its results block."""
+    if HEAD_BEGIN not in text:
+        text = text.replace(BEGIN, f"{HEAD_BEGIN}\n{HEAD_END}\n\n{BEGIN}", 1)
+    return splice(text, render_headline(runs), HEAD_BEGIN, HEAD_END, "headline")
 
 
 def stale_files(files: dict[Path, str]) -> list[Path]:
