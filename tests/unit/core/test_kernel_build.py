@@ -15,6 +15,7 @@ needs_cc = pytest.mark.skipif(shutil.which(kb.compile_command(next(iter(kb.BUILD
 
 
 @needs_cc
+@pytest.mark.slow  # ~10 s of compiler on 2 cores: `make test` (CI) runs it, `make test-quick` leaves it out
 def test_every_build_compiles_whatever_this_cpu_runs(tmp_path):
     """All builds at once (AVX-512 ones too on an AVX2-only CPU): compiling needs the compiler's flags, not the
     CPU's. A compile error in any kernel fails here, on every machine."""

@@ -15,9 +15,11 @@ def test_the_worked_example_and_the_shape():
     assert warmup_cosine(100, 100, 1e-3, 0.04) == pytest.approx(0.0, abs=1e-12)
     lrs = [warmup_cosine(s, 100, 1e-3, 0.04) for s in range(4, 101)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # after the warm-up it only falls
-    w = 4  # the formula the trainers wrote by hand, bit for bit
-    assert all(warmup_cosine(s, 100, 1e-3, 0.04) == 1e-3 * 0.5 * (1 + math.cos(math.pi * (s - w) / 96))
+    w = 4  # the formula D-PACE's trainer wrote by hand, bit for bit (the block trainer's, to rounding)
+    assert all(warmup_cosine(s, 100, 1e-3, 0.04) == 1e-3 * 0.5 * (1 + math.cos(math.pi * ((s - w) / 96)))
                for s in range(4, 100))
+    assert all(warmup_cosine(s, 100, 1e-3, 0.04) == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * (s - w) / 96)),
+                                                                  rel=1e-12) for s in range(4, 100))
 
 
 def test_a_step_is_the_hand_written_tail():
