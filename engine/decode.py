@@ -37,6 +37,7 @@ from engine.core.sampling import SamplingConfig, probs_from_logits
 from engine.drafters.autoregressive import as_drafter
 from engine.drafters.base import Keep, Proposal
 from engine.measure import sync
+from engine.trace.check import MAX_NEW_TOKENS
 from engine.policies.base import WindowPolicy
 from engine.verify import MULTI_DRAFT, VERIFIERS, uniforms_needed
 from engine.verify.shadow import parse_shadow, shadow_generator, shadow_verify
@@ -95,8 +96,8 @@ class DecodeConfig:
     shadow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_new_tokens <= 100_000:
-            raise ValueError(f"max_new_tokens must be in [1, 100000], got {self.max_new_tokens}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must be in [1, {MAX_NEW_TOKENS}], got {self.max_new_tokens}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"unknown verifier {self.verifier!r}; choose from {', '.join(VERIFIERS)}")
         for name in self.shadow:

@@ -28,6 +28,7 @@ from engine.core.load import software_versions
 from engine.measure import sync
 from engine.hindsight import hindsight
 from engine.policies.base import RequestContext, WindowPolicy
+from engine.policies.pair_costs import PairBook, PairBooks
 from engine.trace.format import TraceWriter
 
 
@@ -64,16 +65,30 @@ def make_header(target, draft, policy: WindowPolicy | None, cfg: DecodeConfig, r
     }
 
 
+# The process's pair books (engine.policies.pair_costs): one per loaded (target, drafter) pair, weakly keyed on
+# the target, so every request of a pair — across runs, configs and bench rotations in this process — prices
+# with the same measured costs and pooled acceptance. The run owns them and hands each request its pair's
+# book in RequestContext.book; a policy keeps no registry. The bench primes a pair's book (pair_book(...).prime).
+BOOKS = PairBooks()
+
+
+def pair_book(target, draft) -> PairBook:
+    """The shared state of one loaded pair in this process (BOOKS)."""
+    return BOOKS.of(target, draft)
+
+
 def policy_for(policy: WindowPolicy | None, target, draft, cfg: DecodeConfig, prompt_ids: list[int],
-               eos_ids=()) -> WindowPolicy | None:
-    """The policy of one request (`WindowPolicy.for_request`); call it before the request's clock."""
+               eos_ids=(), book: PairBook | None = None) -> WindowPolicy | None:
+    """The policy of one request (`WindowPolicy.for_request`); call it before the request's clock. `book`:
+    the pair's shared state (default: this process's book of the pair, `pair_book`)."""
     if policy is None or draft is None:
         return policy
     eos = tuple(eos_ids)
     lookahead = (hindsight(target, draft, list(prompt_ids), cfg.max_new_tokens, eos)
                  if policy.needs().lookahead else None)
+    book = pair_book(target, draft) if book is None else book
     return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead,
-                                             float(cfg.sampling.temperature)))
+                                             float(cfg.sampling.temperature), book))
 
 
 class RequestRun:

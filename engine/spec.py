@@ -38,8 +38,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from engine.trace.check import MAX_NEW_TOKENS  # the one ceiling (DecodeConfig's too); re-exported for cli/checks
+
 MAX_K = 16  # drafts per step: engine.drafters.multi.MultiDraftConfig's own ceiling
-MAX_NEW_TOKENS = 100_000  # DecodeConfig's ceiling
 FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
          "top_p": "--top-p", "k": "--k", "seed": "--seed", "draft": "--draft", "policy": "--policy",
          "verifier": "--verifier", "weights": "--weights"}  # `python -m engine decode`'s names for the fields
@@ -228,7 +229,23 @@ class RunSpec:
                                         device=self.device, want_hidden=bool(pol is not None and pol.needs().hidden),
                                         weights=self.draft_weights)
         if draft is not None:
-            from engine.policies.costaware import check_drafter
-
             check_drafter(pol, draft)  # a costaware window past the drafter's limit: refused before decoding
         return Run(target_lm, draft, pol, self.decode_config())
+
+
+def drafter_limit(drafter: Any) -> int | None:
+    """The most tokens a drafter proposes per step: B − 1 for a block drafter, n for lookup / suffix, None
+    for a draft model (or a loaded LM standing in for one)."""
+    block = getattr(drafter, "block_size", None)
+    return int(block) - 1 if block else getattr(drafter, "max_tokens", None)
+
+
+def check_drafter(policy: Any, drafter: Any) -> None:
+    """Refuse before decoding a costaware window the drafter can never fill (its plan would price it), in
+    one line (CostAware.window_refusal states the rule; this reads the drafter's limit)."""
+    from engine.policies.costaware import CostAware
+
+    if isinstance(policy, CostAware):
+        why = policy.window_refusal(drafter_limit(drafter), getattr(drafter, "name", type(drafter).__name__))
+        if why:
+            raise ValueError(why)

@@ -218,7 +218,8 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     its speedup against that path's own AR (and the dense path's, `speedup_vs_dense_ar`)."""
     check_configs(cfg)  # refuse what the decoder would refuse mid-run, before any timing
     from engine.drafters import make_drafter
-    from engine.policies.costaware import check_drafter, prime_costs
+    from engine.run import pair_book
+    from engine.spec import check_drafter
 
     paths = {path_label(target, draft): (target, draft)}
     for t, d in more_paths:
@@ -238,7 +239,7 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
     by_path = {w: measure_costs(t, d, encoded[0][1]) for w, (t, d) in paths.items()}
     for w, (t, d) in paths.items():  # the cost-aware window prices its first request with this run's costs
-        prime_costs(t, d, by_path[w])
+        pair_book(t, d).prime(by_path[w])
     # drafters named after '@' that run forwards of their own (eagle): their c, probed and primed the same way
     by_own = {}
     for (w, s), dr in own.items():
@@ -246,8 +247,8 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
         probe = measure_costs(t, dr, encoded[0][1])
         if probe["t_draft_ms"] == probe["t_draft_ms"]:  # nan: a model-free or block drafter (priced per step)
             by_own[f"{s} [{w}]" if len(paths) > 1 else s] = probe
-            prime_costs(t, dr, probe)
-            prime_costs(dr.verify_target(t), dr, probe)
+            pair_book(t, dr).prime(probe)
+            pair_book(dr.verify_target(t), dr).prime(probe)  # the book the decode loop's policy reads
     costs = dict(next(iter(by_path.values())))
     if len(paths) > 1:
         costs["by_weights"] = by_path

@@ -28,7 +28,7 @@ QWEN_SHAPES = ((1536, 8960), (8960, 1536), (1536, 1536), (1536, 151936))  # (K i
 def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]]:
     """{name: (layer, weight bytes it reads per call)} for one dense weight [N, K]."""
     from engine.core import dense_kernel, qkernel
-    from engine.core.fast_layer import use_dense_kernel
+    from engine.core.accelerate import accelerate
     from engine.core.quant import Int4Linear, Int8Linear
 
     n, k = weight.shape
@@ -40,7 +40,7 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
     if dense_kernel.available() is None:
         fast = torch.nn.Linear(k, n, bias=False, dtype=torch.bfloat16)
         fast.weight = lin.weight
-        use_dense_kernel(fast)
+        accelerate(fast)  # the dense bf16 path: its linear onto our kernel
         out["bgemv"] = (fast, 2.0 * n * k)
     if qkernel.available() is None:
         out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)

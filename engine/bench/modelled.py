@@ -1,4 +1,5 @@
-"""The modelled speedup of a bench row: the run's own counts priced at the run's own median costs.
+"""The modelled speedup of a bench row: the run's own counts priced at the run's own median costs, in the
+terms of engine.cost (t(m) = forward_ms, t_d, t_p, t_step: the one cost vocabulary's milliseconds view).
 
 Wall clock on a shared CPU moves by more than the gaps between policies (two configurations making
 identical target calls have read 1.22× and 0.73× on one prompt), so every bench row also gives a
@@ -33,36 +34,25 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
+from engine.cost import forward_ms, probe_ms
+
 
 def target_ms(costs: Mapping[str, Any], tokens: int) -> float:
-    """t_target(tokens) from the run's measured curve (keys 1, 2, 4, …; str keys after JSON)."""
-    from engine.offline.costmodel import isotonic
-
-    raw = sorted((int(k), float(v)) for k, v in costs["t_target_ms"].items())
-    curve = list(zip([k for k, _ in raw], isotonic([v for _, v in raw])))
-    for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
-        if tokens <= k1:
-            return v0 + (v1 - v0) * (max(tokens, k0) - k0) / (k1 - k0)
-    if len(curve) == 1:
-        return curve[0][1]
-    (k0, v0), (k1, v1) = curve[-2], curve[-1]
-    return v1 + max(0.0, (v1 - v0) / (k1 - k0)) * (tokens - k1)
+    """t_target(tokens) from the run's measured curve (engine.cost.forward_ms: keys 1, 2, 4, …, isotonic)."""
+    return forward_ms(costs, tokens)
 
 
 def draft_ms(costs: Mapping[str, Any], config: str) -> float:
     """t_draft for a config: the run's draft forward; for a `POLICY@DRAFTER` config the probe of that
     drafter (costs["by_drafter"]: an EAGLE-style head), else 0 (model-free: its scan is bookkeeping)."""
-    if "@" in config:
-        own = (costs.get("by_drafter") or {}).get(config) or {}
-        t = float(own.get("t_draft_ms", math.nan))
-    else:
-        t = float(costs.get("t_draft_ms", math.nan))
+    t = probe_ms((costs.get("by_drafter") or {}).get(config) or {}, "t_draft_ms") if "@" in config else \
+        probe_ms(costs, "t_draft_ms")
     return 0.0 if not math.isfinite(t) else t
 
 
 def prefill_ms(costs: Mapping[str, Any], config: str) -> float:
     """t_prefill: the probe's draft prefill per token; 0 without one (older results) or without a draft model."""
-    t = float(costs.get("t_draft_prefill_ms", math.nan))
+    t = probe_ms(costs, "t_draft_prefill_ms")
     return 0.0 if "@" in config or not math.isfinite(t) else t
 
 
@@ -73,7 +63,7 @@ def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
         return None
     verify = sum(int(n) * target_ms(costs, int(k) + 1) for k, n in windows.items())
     catchup = getattr(run, "draft_prefill_tokens", 0) * prefill_ms(costs, run.config)
-    t_step = float(costs.get("t_draft_step_ms", math.nan))
+    t_step = probe_ms(costs, "t_draft_step_ms")
     blocks = 0.0
     if math.isfinite(t_step) and "@" not in run.config:  # a model-free drafter after '@' runs no block forward
         blocks = t_step * sum(int(n) for k, n in windows.items() if int(k) > 0)

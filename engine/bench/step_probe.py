@@ -48,13 +48,13 @@ def _hf_style(lm, tokens: list[int]) -> None:
 
 
 def _linears(lm, skinny: bool) -> None:
-    """Switch the (W xᵀ)ᵀ linears (engine.core.lm.use_skinny_linears) on or off for `lm`."""
+    """Switch the (W xᵀ)ᵀ linears of a dense fp32 model (engine.core.accelerate: its fp32 path) on or off."""
     import torch
 
-    from engine.core.lm import use_skinny_linears
+    from engine.core.accelerate import accelerate
 
     if skinny:
-        use_skinny_linears(lm.model)
+        accelerate(lm.model, "dense")
         return
     for m in lm.model.modules():
         if isinstance(m, torch.nn.Linear) and "forward" in m.__dict__:

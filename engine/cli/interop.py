@@ -17,7 +17,7 @@ import sys
 def add_parser(sub) -> None:
     p = sub.add_parser("import", help="import another tool's run as a trace (Spec-Bench answers, vLLM, llama.cpp, "
                                       "SGLang reports)")
-    p.add_argument("format", choices=["specbench", *PEER_FORMATS], help="the source format")
+    p.add_argument("format", choices=["specbench", *peer_formats()], help="the source format")
     p.add_argument("file", help="Spec-Bench answer file (data/spec_bench/model_answer/<model-id>.jsonl), or a vLLM / "
                                 "llama.cpp / SGLang report (docs/interop.md)")
     p.add_argument("--questions", default=None, help="Spec-Bench question.jsonl: prompt texts for the trace")
@@ -42,14 +42,18 @@ def add_parser(sub) -> None:
     d.set_defaults(func=cmd_diagnose)
 
 
-PEER_FORMATS = ("vllm", "vllm-prom", "llamacpp", "sglang")
+def peer_formats() -> tuple[str, ...]:
+    """The serving-engine formats `import` takes: the readers' registry itself (engine.interop.formats.READERS)."""
+    from engine.interop.formats import READERS
+
+    return tuple(READERS)
 
 
 def cmd_import(a) -> int:
     from engine.interop import specbench, speed
     from engine.metrics import EMITTED_PER_CALL, LABELS
 
-    if a.format in PEER_FORMATS:
+    if a.format in peer_formats():
         return import_peer(a)
     if not a.out and not a.baseline:
         raise ValueError("nothing to do: give --out (write a trace) and/or --baseline (print the speedup)")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.cli import common
 from engine.paths import REPO_ROOT, SPEC_BENCH_DEV
+from engine.trace.parse import read_jsonl
 import engine.policies.pacer  # noqa: F401  (registers the policy)
 
 
@@ -243,7 +244,7 @@ def _variant_class(tag: str, path: str):
 def _question_ids(path: Path, prompts) -> list:
     """The selected prompts' question_id as the file spells it (None where a line has none), in order:
     the selection itself is load_prompts'; this only reads back the raw field."""
-    raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    raw = read_jsonl(path)  # the one JSONL reader
     out, i = [], 0
     for p in prompts:
         while i < len(raw) and ((raw[i].get("turns") or [raw[i].get("prompt")])[0] != p.text

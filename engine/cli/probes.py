@@ -10,6 +10,8 @@
                                                        (engine.bench.overhead)
     python -m engine kernels                           the weight-only matmul kernels side by side
                                                        (engine.bench.kernels)
+    python -m engine kernels --status [--model NAME]   which kernel path each model runs on here, and why
+                                                       (engine.core.accelerate)
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def add_parser(sub) -> None:
     kp.add_argument("--ms", default="1,2,4,8,16", help="rows per call (1 = AR step, k+1 = verify of k drafts)")
     kp.add_argument("--repeats", type=int, default=20)
     kp.add_argument("--threads", type=int, default=2)
+    kp.add_argument("--status", action="store_true",
+                    help="time nothing: say which kernel path each weights path (and --model) runs on here, and why")
+    kp.add_argument("--model", action="append", default=[], metavar="NAME",
+                    help="with --status: load this model (repeatable) and print the path it got")
+    kp.add_argument("--weights", default="dense", help="with --status --model: the weights path to load on")
+    kp.add_argument("--dtype", default="auto", help="with --status --model: fp32, bf16 or auto")
     common.add_out(kp, "write the result as JSON")
     kp.set_defaults(func=cmd_kernels)
 
@@ -78,6 +86,10 @@ def cmd_kernels(a) -> int:
     from engine.core.load import machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
 
+    if a.model and not a.status:
+        raise ValueError("--model goes with --status (the timing table runs on random weights)")
+    if a.status:
+        return _kernel_status(a)
     ms = tuple(common.ints(a.ms, "--ms"))
     if a.repeats < 1 or min(ms) < 1 or max(ms) > 64:
         raise ValueError("--repeats must be ≥ 1 and every M in 1..64")
@@ -178,3 +190,15 @@ def cmd_importbench(a) -> int:
     if a.out:
         write_json_atomic(res, a.out)
     return 0 if res["import"]["error"] is None and res["over_limit_claim"]["error"] else 1
+
+
+def _kernel_status(a) -> int:
+    """`kernels --status`: the builds, the path per weights path, and each --model's KernelReport."""
+    from engine.core.accelerate import status
+    from engine.core.load import load_model
+
+    print("\n".join(status()))
+    for name in a.model:
+        loaded = load_model(name, a.dtype, "cpu", role="model", weights=a.weights)
+        print(f"{name}: {loaded.kernels.summary()}")
+    return 0

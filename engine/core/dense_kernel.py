@@ -32,19 +32,19 @@ from pathlib import Path
 
 import torch
 
-from engine.core.qkernel import build_library, cpu_flags, load_library
+from engine.core.kernel_build import BUILDS, cpu_flags, library, load_library
 
 SOURCE = Path(__file__).with_name("bf16_kernels.c")
-NEEDS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")
-CFLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16")
+NEEDS, CFLAGS = BUILDS["bgemv"].needs, BUILDS["bgemv"].cflags  # one table of builds (engine.core.kernel_build)
 MAX_ROWS = 64  # a verify of up to 63 drafts; a longer forward is a prefill (torch's compute-bound GEMM)
 _lib = None
 _why: str | None = None
+_built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
 
 
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (opted out, CPU flags, no compiler)."""
-    global _lib, _why
+    global _lib, _why, _built
     if _lib is not None or _why is not None:
         return _why
     if os.environ.get("SPECLAB_DENSE_KERNEL", "auto") == "torch":
@@ -55,13 +55,19 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing)}"
         return _why
     try:
-        _lib = load_library(build_library(SOURCE, "bgemv", CFLAGS), {
+        path, _built = library(BUILDS["bgemv"])
+        _lib = load_library(path, {
             "speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
             "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
                                                                           ctypes.c_void_p, ctypes.c_int]})
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
+
+
+def built() -> str | None:
+    """'installed' or 'cache' once `available()` loaded the library, else None."""
+    return _built if _lib is not None else None
 
 
 def bgemv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:

@@ -137,12 +137,8 @@ class HFModel(TargetBase):
 
         params = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if self.device.type == "cpu" and self.dtype == torch.float32 and self.weights == "dense":
-            use_skinny_linears(self.model)
-        if self.device.type == "cpu" and self.dtype == torch.bfloat16 and self.weights == "dense":
-            from engine.core.fast_layer import use_dense_kernel
-
-            use_dense_kernel(self.model)  # our bf16 GEMV for short forwards, where this CPU runs it
+        # The fast paths (kernels, fused layers, row-wise attention) are chosen before this wrapper, once per
+        # model, by engine.core.accelerate (load_model calls it): this class drives whatever model it is handed.
         self.vocab_subset = None
         self.base_subset = None
         self.subset_adds_prompt = subset_adds_prompt

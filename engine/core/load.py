@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from engine.core.accelerate import KernelReport
 from engine.core.lm import HFModel
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
@@ -68,6 +69,7 @@ class LoadedModel:
     tokenizer: object | None
     source: str  # short name, local path or hub id
     load_s: float
+    kernels: KernelReport | None = None  # which path the model runs on and why (engine.core.accelerate)
 
 
 def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str = "auto",
@@ -132,19 +134,21 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         except (OSError, ValueError, TypeError):
             tok = None
         model = model.to(dev)
+    types, act = None, None
     if weights != "dense":
         from engine.core.gguf_types import types_for
-        from engine.core.quant import quantize_model
 
         q = qwen_name(name_or_path)
         types = types_for(q[0]) if (weights == "quantized" and q is not None) else None
         # bf16 activations where bf16 is native: the int4 kernel in fp32 is ~25× slower (engine.core.quant)
         act = torch.bfloat16 if (dt == torch.bfloat16 or native_bf16(dev)) else dt
-        quantize_model(model, weights, types, act_dtype=act)
+    from engine.core.accelerate import accelerate
+
+    kernels = accelerate(model, weights, types, act_dtype=act)  # the one switch onto the fast paths, per model
     # The Qwen draft's reduced head also scores each request's prompt tokens (HFModel.add_request_tokens).
     adds = subset is not None and qwen_name(name_or_path) is not None
     lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden, subset_adds_prompt=adds)
-    return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0)
+    return LoadedModel(lm, tok, name_or_path, time.perf_counter() - t0, kernels)
 
 
 def is_block_bundle(name_or_path: str) -> bool:

@@ -1,6 +1,6 @@
 """Our own weight-only quantized matmul (engine/core/qgemm.c) for x86 CPUs: built once with the system C
-compiler into the user cache (an AVX-512 VNNI build where the CPU has it, else an AVX2 build), called
-through ctypes on tensors' raw memory.
+compiler by the install step (engine.core.kernel_build; else once into the user cache), an AVX-512 VNNI
+build where the CPU has it, else an AVX2 build, called through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
@@ -21,36 +21,20 @@ as q = round(8.2) = 8 and read back as 0.1·8 − 0.3 = 0.5.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import subprocess
 from pathlib import Path
 
 import torch
 
+from engine.core.kernel_build import BUILDS, cpu_flags, library, load_library  # cpu_flags: tests stub it here
+
 SOURCE = Path(__file__).with_name("qgemm.c")
-VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins
-    "avx512vnni": (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"),
-                   ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma")),
-    "avx2": (("avx2", "f16c", "fma"), ("-mavx2", "-mf16c", "-mfma")),
-}
+VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.core.kernel_build)
+    name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 GROUP = 32
 _lib = None
 _why: str | None = None
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SPECLAB_CACHE", Path.home() / ".cache" / "speclab")) / "kernels"
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in open("/proc/cpuinfo", encoding="ascii", errors="ignore"):
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+_built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
 
 
 def variant() -> str | None:
@@ -63,45 +47,9 @@ def variant() -> str | None:
     return None
 
 
-def build_library(source: Path, stem: str, cflags: tuple[str, ...] | list[str]) -> Path:
-    """The shared library of a C source built with `cflags` into the cache, named by the source's hash
-    (compiled once; a half-written one is never loaded). Raises OSError in one line."""
-    src = source.read_bytes() + b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))  # its headers
-    tag = hashlib.sha256(src + " ".join(cflags).encode()).hexdigest()[:16]
-    out = cache_dir() / f"{stem}-{tag}.so"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [os.environ.get("CC", "cc"), "-O3", "-shared", "-fPIC", "-fopenmp", *cflags, "-o", str(tmp), str(source),
-           "-lm"]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise OSError("no C compiler (cc) found") from None
-    except subprocess.CalledProcessError as e:
-        raise OSError(f"compiling {source.name} failed: {(e.stderr or '').strip().splitlines()[:1]}") from None
-    os.replace(tmp, out)
-    return out
-
-
-def _build(name: str) -> Path:
-    return build_library(SOURCE, f"qgemm-{name}", VARIANTS[name][1])
-
-
-def load_library(path: Path, functions: dict[str, list]) -> ctypes.CDLL:
-    """The built library at `path` with each function's argument types set (its return type: int)."""
-    lib = ctypes.CDLL(str(path))
-    for name, argtypes in functions.items():
-        f = getattr(lib, name)
-        f.restype = ctypes.c_int
-        f.argtypes = argtypes
-    return lib
-
-
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (missing CPU flags, no compiler)."""
-    global _lib, _why
+    global _lib, _why, _built
     if _lib is not None or _why is not None:
         return _why
     if os.environ.get("SPECLAB_NO_QGEMM"):
@@ -113,12 +61,18 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_QGEMM'))}"
         return _why
     try:
-        _lib = load_library(_build(name), {
+        path, _built = library(BUILDS[f"qgemm-{name}"])
+        _lib = load_library(path, {
             "speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
             "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]})
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
+
+
+def built() -> str | None:
+    """'installed' or 'cache' once `available()` loaded the library, else None."""
+    return _built if _lib is not None else None
 
 
 def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

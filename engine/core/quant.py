@@ -119,12 +119,6 @@ class Int4Linear(torch.nn.Module):
         return y.reshape(*shape[:-1], self.out_features).to(dt)
 
 
-def _quant_layers():
-    from engine.core.qkernel import QGemmLinear
-
-    return (Int8Linear, Int4Linear, QGemmLinear)
-
-
 def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str,
                      act_dtype: torch.dtype = torch.bfloat16, kernel: str = "auto") -> torch.nn.Module:
     """The layer for `fmt` ('int8' | 'int4'). kernel 'auto': our qgemm kernel (engine.core.qkernel: 4 / 8
@@ -193,7 +187,8 @@ def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None
 @torch.inference_mode()
 def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None = None,
                    act_dtype: torch.dtype | None = None, kernel: str = "auto") -> QuantReport:
-    """Swap each nn.Linear of `model` for its quantized layer per `plan` (in place); the report.
+    """Swap each nn.Linear of `model` for its quantized layer per `plan` (in place); the report. Model loading
+    calls it through engine.core.accelerate.accelerate, which also switches the attention it needs.
     `act_dtype`: the kernels' activation dtype (default the model's; engine.core.load passes bf16 where
     bf16 is native).
 
@@ -224,10 +219,7 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
         dense_b += lin.weight.numel() * lin.weight.element_size()
         quant_b += _layer_bytes(q)
         setattr(parent, attr, q)
-    if all(getattr(m, "batch_invariant", False) for m in model.modules() if isinstance(m, _quant_layers())):
-        from engine.core.rowwise_attention import use_rowwise
-
-        use_rowwise(model)  # with every linear batch-invariant, attention is what is left (its module doc)
+    # The attention of a model whose every linear is batch-invariant is switched by engine.core.accelerate.
     return QuantReport(weights, counts, dense_b, quant_b)
 
 

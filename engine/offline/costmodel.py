@@ -1,4 +1,5 @@
-"""Cost model of one speculative step, and the Leviathan / i.i.d.-oracle closed forms.
+"""Cost model of one speculative step, and the Leviathan / i.i.d.-oracle closed forms. The model itself is
+engine.cost.StepCost (the one cost vocabulary); CostModel adds the ways the analysis side builds it.
 
 Units: one target forward of a single token = 1 (so autoregressive decoding costs 1 per token).
 A step with window γ (γ drafted tokens, γ+1 tokens verified by one target forward) costs
@@ -28,24 +29,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from engine.cost import StepCost, isotonic  # noqa: F401  (isotonic: read here by the app and the bench)
+
 
 @dataclass(frozen=True)
-class CostModel:
-    c: float = 0.05  # draft/target cost ratio per token: a ~10–20× smaller draft, memory-bound regime
-    verify: tuple[float, ...] = ()  # v(γ) for γ = 0..len−1; empty = flat (every verify costs one forward)
-    target_ms: float | None = None  # ms of one single-token target forward, to report simulated ms
-    label: str = ""  # how the app and tables name this model ("c=0.05 flat", "measured")
-    mb: float = 0.0  # one pre-verifier (M_B) call ÷ t(1); 0 for every policy but PACER
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.c <= 100.0:
-            raise ValueError(f"cost ratio c must be in [0, 100], got {self.c}")
-        if any(not v > 0 for v in self.verify):
-            raise ValueError("verify costs must be positive")
-        if not self.mb >= 0:
-            raise ValueError(f"pre-verifier call cost must be ≥ 0, got {self.mb}")
-        if not self.label:
-            object.__setattr__(self, "label", f"c={self.c:g} " + ("measured-verify" if self.verify else "flat"))
+class CostModel(StepCost):
+    """engine.cost.StepCost (the one cost vocabulary: fields, v, step, the ms view) with the constructors
+    the analysis side builds it by: flat, from a reference's timings, from wall times, from decode traces."""
 
     @classmethod
     def flat(cls, c: float) -> "CostModel":
@@ -127,33 +117,6 @@ class CostModel:
         verify = tuple(max((tk[g] + (a if g else 0.0)) / t1, 1e-9) for g in grid)
         return cls(c=b / t1, verify=verify, target_ms=t1,
                    label=label or f"in-run c={b / t1:.3g} (+{a / t1:.2f} per step)")
-
-    def v(self, window: int) -> float:
-        """Relative cost of verifying `window` drafts (a forward of window+1 tokens)."""
-        if not self.verify:
-            return 1.0
-        if window < len(self.verify):
-            return self.verify[window]
-        if len(self.verify) == 1:
-            return self.verify[0]
-        slope = max(0.0, self.verify[-1] - self.verify[-2])
-        return self.verify[-1] + slope * (window - len(self.verify) + 1)
-
-    def step(self, window: int) -> float:
-        """cost(γ) = γ·c + v(γ), in target single-token forwards."""
-        return window * self.c + self.v(window)
-
-
-def isotonic(y: Sequence[float]) -> list[float]:
-    """Least-squares non-decreasing fit (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in y:
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            m2, n2 = blocks.pop()
-            m1, n1 = blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return [m for m, n in blocks for _ in range(int(n))]
 
 
 def expected_emitted(alpha: float, gamma: int) -> float:

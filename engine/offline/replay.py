@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Protocol, Sequence, runtime_checkable
 
 import pandas as pd
 
@@ -238,7 +238,7 @@ def walk(source: StepSource, pol: WindowPolicy | OracleSpec, cost: CostModel,
     PACER) is fed each step's recorded pre-verifier scores (`use_scores`) and reports its M_B calls
     (`mb_calls`); trace fields (step_fields) are not collected."""
     oracle = isinstance(pol, OracleSpec)
-    if hasattr(pol, "price_with"):  # a policy that prices its own steps (costaware) prices the replay's instead
+    if not oracle:  # a policy that prices its own steps (costaware) prices the replay's instead (WindowPolicy.price_with)
         pol.price_with(cost)
     # A policy that never overrides keep_drafting (fixed, heuristic) drafts up to its cap unasked.
     asks = not oracle and type(pol).keep_drafting is not WindowPolicy.keep_drafting
@@ -299,11 +299,17 @@ def walk_reference(req: dict, pol: WindowPolicy | OracleSpec, budget: int, cost:
     return [{"request_id": req["request_id"], **s} for s in walk(source, pol, cost, plan)]
 
 
-def steps_for(ref: Reference, req: dict) -> StepSource:
-    """One request's step source: the run's own (`ref.step_source`: engine.offline.copy_source) or a
+@runtime_checkable
+class OwnSteps(Protocol):
+    """A replayable run that carries its own step source (engine.offline.copy_source's runs)."""
+
+    def step_source(self, req: dict) -> StepSource: ...
+
+
+def steps_for(ref: "Reference | OwnSteps", req: dict) -> StepSource:
+    """One request's step source: the run's own (`OwnSteps.step_source`: engine.offline.copy_source) or a
     reference's positions."""
-    own = getattr(ref, "step_source", None)
-    return own(req) if own is not None else reference_steps(req, ref.max_new_tokens)
+    return ref.step_source(req) if isinstance(ref, OwnSteps) else reference_steps(req, ref.max_new_tokens)
 
 
 # ---------------------------------------------------------------- references: per-step and per-request tables

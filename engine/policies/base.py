@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # policies themselves never need torch; keeps the app's analysis pages torch-free
     import torch
 
+    from engine.cost import StepCost
+
 
 @dataclass(frozen=True)
 class Needs:
@@ -99,6 +101,9 @@ class RequestContext:
     # this floor cannot run the decode loop itself.
     lookahead: tuple[list[int], list[int]] | None = None
     temperature: float = 0.0  # the request's sampling temperature: acceptance learnt at one does not hold at another
+    # The pair's shared state (engine.policies.pair_costs.PairBook: its measured costs, pooled acceptance),
+    # handed in by the run (engine.run.policy_for) so that a policy keeps no registry of its own; None: no pair.
+    book: Any = None  # a PairBook (not imported here: pair_costs stands on this module)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,11 @@ class WindowPolicy:
         keep state only within a request (reset), so the default is this instance."""
         return self
 
+    def price_with(self, cost: "StepCost") -> None:
+        """The offline replay (engine.offline.replay.walk) prices its steps with `cost` (engine.cost.StepCost)
+        before walking this policy. A policy that prices its own steps from timings (costaware) prices with
+        the replay's costs instead; every other policy ignores costs (the default)."""
+
     def keep_block(self, infos: list[DraftInfo]) -> tuple[int, dict[str, Any]]:
         """(tokens kept, fields) for a run of tokens the drafter scored itself (a phrase: q = δ, the
         drafter's score in `info.score`, no hidden states). Default: keep_drafting token by token,
@@ -212,7 +222,7 @@ class _Spec:
         if isinstance(self.target, type):
             return self.target
         module, _, name = self.target.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return vars(importlib.import_module(module))[name]  # the lazy "module:Class" of the registry
 
 
 # PACER's spec keys (also its weight variants, engine.cli.pacer)

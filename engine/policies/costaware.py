@@ -48,13 +48,14 @@ tokens − λ·time. Then
                 accepted (13 % on the SmolLM2 pair at T = 0.7) stops paying catch-ups for probes.
 
 Costs belong to the pair, not the request: with a RequestContext (engine.run.policy_for) the policy
-prices with the StepCosts shared by every costaware policy on the same (target, drafter) objects in this
-process (`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`), so a
-bench's first request is already priced with the run's own costs. Acceptance is learnt per request, but
-from the pair's second request on its prior is the pair's pooled per-bin acceptance at that temperature
-(`shared_stats`, once PAIR_MIN drafts are labelled; trusted as a reference run) instead of 0.7·m, and a
-temperature's first request starts from the pair's pooled acceptance at the nearest other temperature
-(`nearest_stats`, half the weight) where one exists.
+prices with the StepCosts of the pair's book (`ctx.book`, engine.policies.pair_costs.PairBook: one per
+loaded (target, drafter) pair, kept by the run), which the bench primes with its start-of-run cost probe
+(`PairBook.prime`), so a bench's first request is already priced with the run's own costs. Acceptance is
+learnt per request, but from the pair's second request on its prior is the pair's pooled per-bin acceptance
+at that temperature (`PairBook.stats_at`, once PAIR_MIN drafts are labelled; trusted as a reference run)
+instead of 0.7·m, and a temperature's first request starts from the pair's pooled acceptance at the nearest
+other temperature (`PairBook.nearest`, half the weight) where one exists. The costs are engine.cost's terms
+(the one cost vocabulary) measured in ms; a replay prices with a StepCost instead (`price_with`).
 
 Lossless: every decision reads only what is fixed before the verify call (past verify outcomes,
 timings, the confidence m_i), so ordinary speculative sampling stays exact; the one drop reads m_i,
@@ -75,10 +76,10 @@ from typing import Any, Callable
 from engine.policies.base import DraftInfo, WindowPolicy, is_whole
 from engine.policies.calibration import (NONE, N_BINS, PRIOR_N, PRIOR_NONE, PRIOR_SHRINK, REF_N, Calibration,
                                          PairStats, bin_of, mid, reference_prior)
-from engine.policies.pair_costs import (PRIOR_C, PRIOR_V, StepCosts, nearest_stats, prime_costs, shared_costs,
-                                        shared_stats)
+from engine.cost import StepCost
+from engine.policies.pair_costs import PRIOR_C, PRIOR_V, StepCosts
 
-__all__ = ["CostAware", "NONE", "bin_of", "check_drafter", "prime_costs", "shared_costs"]
+__all__ = ["CostAware", "NONE", "bin_of"]
 
 BASELINE = 64  # steps of drafting between timed AR steps (the first one as soon as anything was timed)
 RATE_STEPS = 16  # steps in λ's window: long enough to smooth one lucky step, short enough to follow a task
@@ -139,28 +140,24 @@ class CostAware(WindowPolicy):
                "probe": self.probe, "ref": self.ref, "measure": None if self.measure else 0}
         return {k: v for k, v in out.items() if v is not None}
 
-    def price_with(self, cost) -> None:
-        """Replay (engine.offline.replay.walk): price with a CostModel's curve — T(k) = v(k), t_d = c, in ms
+    def price_with(self, cost: StepCost) -> None:
+        """Replay (engine.offline.replay.walk): price with a StepCost's curve — T(k) = v(k), t_d = c, in ms
         when it knows t(1) — instead of timing calls that a replay does not make, and pool acceptance over
-        the requests this policy object walks, as a bench's requests of one pair do (`shared_stats`)."""
+        the requests this policy object walks, as a bench's requests of one pair do (the pair's book)."""
         if self._priced_by is cost:
             return
-        t1 = cost.target_ms or 1.0
-        costs = StepCosts(self.c0, self.v0)
-        for k in range(self.max_window + 1):
-            costs.add_verify(k, cost.v(k) * t1)
-        costs.add_draft(False, max(cost.c, 1e-9) * t1)
-        self.costs, self.measure, self._in_ms, self._priced_by = costs, 0, cost.target_ms is not None, cost
+        self.costs = StepCosts.from_view(cost, self.max_window, self.c0, self.v0)
+        self.measure, self._in_ms, self._priced_by = 0, cost.target_ms is not None, cost
         self.pair = self.pair or PairStats()
 
     def for_request(self, ctx) -> "CostAware":
         """This policy for one request: its prompt and length (the catch-up rule) and, when measuring,
-        the pair's shared costs (`shared_costs`)."""
+        the pair's shared costs and pooled acceptance from the pair's book (`ctx.book`, a PairBook)."""
         self._prompt_len, self._max_new = len(ctx.prompt_ids), int(ctx.max_new_tokens)
-        if self.measure and ctx.target is not None and ctx.draft is not None:
-            self.costs = shared_costs(ctx.target, ctx.draft, self.c0, self.v0)
-            self.pair = shared_stats(ctx.target, ctx.draft, ctx.temperature)
-            self.near = nearest_stats(ctx.target, ctx.draft, ctx.temperature)
+        if self.measure and ctx.book is not None:
+            self.costs = ctx.book.costs(self.c0, self.v0)
+            self.pair = ctx.book.stats_at(ctx.temperature)
+            self.near = ctx.book.nearest(ctx.temperature)
         return self  # the decode loop resets the policy at the request's start (calibration from self.pair)
 
     def reset(self) -> None:
@@ -344,11 +341,10 @@ class CostAware(WindowPolicy):
             self._fields["stop"] = self._stop or "cap"
 
 
-def check_drafter(policy: Any, drafter: Any) -> None:
-    """Refuse before decoding a costaware window the drafter can never fill (its plan would price it):
-    the drafter's limit is B − 1 for a block drafter, n for lookup / suffix (none for draft models)."""
-    limit = int(drafter.block_size) - 1 if getattr(drafter, "block_size", None) else getattr(drafter, "max_tokens", None)
-    if isinstance(policy, CostAware) and limit is not None and policy.max_window > limit:
-        name = getattr(drafter, "name", type(drafter).__name__)
-        raise ValueError(f"costaware:max={policy.max_window} is beyond the {name} drafter's limit of {limit} "
-                         f"tokens per step: use costaware:max={limit} or less")
+    def window_refusal(self, limit: int | None, drafter_name: str) -> str | None:
+        """One line refusing a window the drafter can never fill (its plan would price it), else None;
+        `limit`: the drafter's most tokens per step (engine.spec.check_drafter reads it off the drafter)."""
+        if limit is not None and self.max_window > limit:
+            return (f"costaware:max={self.max_window} is beyond the {drafter_name} drafter's limit of {limit} "
+                    f"tokens per step: use costaware:max={limit} or less")
+        return None

@@ -1,14 +1,16 @@
 """The cost model of the cost-aware window (engine.policies.costaware): T(k), the time of a step that
-verifies k drafts, measured in this run, and the per-pair book that shares it across requests.
+verifies k drafts, measured in this run, and the per-pair book (`PairBook`) that shares it across requests.
 
     T(k) = t_v(k) + k·t_d + [k > 0]·t_a     t_v(k): verify of k drafts, t_d: per drafted token, t_a: the
     prior: t_v(k) = 1 + v·k, t_d = c, t_a = 0   first draft forward's steady catch-up (1–3 tokens)
 
 plus n·t_p, the catch-up of a drafter that has not run for n ≥ CATCHUP_MIN tokens (its prefill is lazy),
-measured from such first forwards. Each cost is the lower quartile (`low`) of its last 32 samples. Costs belong to the pair, not the request: every costaware policy on
-the same loaded (target, drafter) objects in one process reads and adds to one StepCosts
-(`shared_costs`), which the bench primes with its start-of-run cost probe (`prime_costs`); the pair's
-pooled acceptance per temperature lives beside it (`shared_stats`). Worked example: primed with
+measured from such first forwards. Each cost is the lower quartile (`low`) of its last 32 samples. These are
+the terms of engine.cost (the one cost vocabulary) measured in ms: `StepCosts.view` gives their normalised
+StepCost, `StepCosts.from_view` prices with one (the replay). Costs belong to the pair, not the request:
+they live in the pair's `PairBook` (with its pooled acceptance per temperature), an explicit object the run
+hands every request's policy in `RequestContext.book` (engine.run keeps one per loaded pair, `PairBooks`),
+which the bench primes with its start-of-run cost probe (`PairBook.prime`). Worked example: primed with
 t(1) = 70 ms, t(2) = 100 ms and t_d = 30 ms, T(0) = 70 and T(1) = 100 + 30 = 130 ms.
 """
 
@@ -19,6 +21,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from engine.cost import StepCost
 from engine.policies.calibration import PAIR_MIN, PairStats
 
 REFIT = 8  # new timing samples between refits of the cost table
@@ -86,6 +89,26 @@ class StepCosts:
         if math.isfinite(t_draft_ms) and t_draft_ms > 0:
             self.add_draft(False, float(t_draft_ms))
 
+    def view(self, kmax: int) -> StepCost:
+        """The normalised view of these costs (engine.cost.StepCost, units of t(1) = T(0)): v(k) = (t_v(k) +
+        [k > 0]·t_a) / t(1), c = t_d / t(1), prefill = t_p / t(1); `target_ms` = t(1) once anything was measured."""
+        tv, _, td, ta = self.table(kmax)
+        t1 = tv[0]
+        tp = low(self.tp) if self.tp else 0.0
+        return StepCost(c=min(td / t1, 100.0), verify=tuple((x + (ta if k else 0.0)) / t1 for k, x in enumerate(tv)),
+                        target_ms=t1 if self.measured else None, label="in-run", prefill=tp / t1)
+
+    @classmethod
+    def from_view(cls, cost: StepCost, kmax: int, c: float = PRIOR_C, v: float = PRIOR_V) -> "StepCosts":
+        """Costs priced by a StepCost rather than timed (the replay): T(k) = v(k)·t(1), t_d = c·t(1), in ms when
+        the StepCost knows t(1), else in units of t(1)."""
+        t1 = cost.target_ms or 1.0
+        out = cls(c, v)
+        for k in range(kmax + 1):
+            out.add_verify(k, cost.v(k) * t1)
+        out.add_draft(False, max(cost.c, 1e-9) * t1)
+        return out
+
     def table(self, kmax: int) -> tuple[list[float], list[float], float, float]:
         """`fit(kmax)`, refitted every REFIT samples or new window (per step it costs ~1 % of a small step)."""
         c = self._cached
@@ -128,57 +151,56 @@ class StepCosts:
         return tv, total, td, ta
 
 
-class _PairBook:
-    def __init__(self, c: float, v: float) -> None:
-        self.costs = StepCosts(c, v)
+class PairBook:
+    """One (target, drafter) pair's shared state: its StepCosts (made by the first policy that prices with
+    them, with that policy's prior) and its pooled acceptance per temperature. The run hands it to every
+    request's policy in `RequestContext.book` (engine.run.policy_for); a policy only reads and adds to it."""
+
+    def __init__(self) -> None:
+        self._costs: StepCosts | None = None
         self.stats: dict[float, PairStats] = {}
 
+    def costs(self, c: float = PRIOR_C, v: float = PRIOR_V) -> StepCosts:
+        """The pair's StepCosts; the prior (c, v) of the first caller makes them (later callers share them)."""
+        if self._costs is None:
+            self._costs = StepCosts(c, v)
+        return self._costs
 
-_BOOK: "weakref.WeakKeyDictionary[Any, dict[int, _PairBook]]" = weakref.WeakKeyDictionary()
+    def stats_at(self, temperature: float) -> PairStats:
+        """The pair's pooled acceptance at this temperature (PairStats)."""
+        return self.stats.setdefault(round(float(temperature), 6), PairStats())
 
+    def nearest(self, temperature: float) -> PairStats | None:
+        """The pooled acceptance at the nearest *other* temperature with at least PAIR_MIN labels (None if
+        none): a temperature's first request starts from it rather than from the identity prior. Why: its bins'
+        rates are the same pair's (a confident draft is accepted about as often greedy as sampled), where 0.7·m
+        kept the Qwen pair's first request at T = 0.7 autoregressive or at 1-token windows for tens of steps."""
+        t = round(float(temperature), 6)
+        near = [(abs(k - t), k) for k, s in self.stats.items() if k != t and sum(s.n) >= PAIR_MIN]
+        return self.stats[min(near)[1]] if near else None
 
-def _book(target: Any, drafter: Any, c: float, v: float) -> "_PairBook | None":
-    try:
-        per_target = _BOOK.setdefault(target, {})
-    except TypeError:  # an unhashable or un-weakref-able stand-in: nothing shared
-        return None
-    book = per_target.get(id(drafter))
-    if book is None:
-        book = per_target[id(drafter)] = _PairBook(c, v)
-    return book
-
-
-def shared_costs(target: Any, drafter: Any, c: float, v: float) -> StepCosts:
-    """The StepCosts of one (target, drafter) pair in this process: every costaware policy on those two
-    loaded objects prices with, and adds to, the same measurements (the module doc). Keyed weakly on
-    the target, so unloading a model drops its costs."""
-    book = _book(target, drafter, c, v)
-    return StepCosts(c, v) if book is None else book.costs
-
-
-def shared_stats(target: Any, drafter: Any, temperature: float) -> PairStats:
-    """The pair's pooled acceptance at this temperature (PairStats), shared like its costs."""
-    book = _book(target, drafter, PRIOR_C, PRIOR_V)
-    if book is None:
-        return PairStats()
-    return book.stats.setdefault(round(float(temperature), 6), PairStats())
+    def prime(self, probe: dict) -> None:
+        """Seed the costs with a start-of-run cost probe ({t_draft_ms, t_target_ms, t_draft_prefill_ms}); a
+        no-op for a probe without a draft timing (model-free drafts: nan)."""
+        if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
+            return
+        self.costs().prime(float(probe["t_draft_ms"]), probe["t_target_ms"], float(probe.get("t_draft_prefill_ms", math.nan)))
 
 
-def nearest_stats(target: Any, drafter: Any, temperature: float) -> PairStats | None:
-    """The pair's pooled acceptance at the nearest *other* temperature with at least PAIR_MIN labels (None if
-    none): a temperature's first request starts from it rather than from the identity prior. Why: its bins'
-    rates are the same pair's (a confident draft is accepted about as often greedy as sampled), where 0.7·m
-    kept the Qwen pair's first request at T = 0.7 autoregressive or at 1-token windows for tens of steps."""
-    book = _book(target, drafter, PRIOR_C, PRIOR_V)
-    t = round(float(temperature), 6)
-    near = [(abs(k - t), k) for k, s in (book.stats.items() if book else ()) if k != t and sum(s.n) >= PAIR_MIN]
-    return book.stats[min(near)[1]] if near else None
+class PairBooks:
+    """The books of the pairs one owner drives (engine.run keeps the process's; a test or a tool may keep its
+    own): `of(target, drafter)` is the same PairBook for the same two loaded objects. Keyed weakly on the
+    target, so unloading a model drops its book; a stand-in that cannot be weakly keyed gets a fresh book."""
 
+    def __init__(self) -> None:
+        self._books: "weakref.WeakKeyDictionary[Any, dict[int, PairBook]]" = weakref.WeakKeyDictionary()
 
-def prime_costs(target: Any, drafter: Any, probe: dict) -> None:
-    """Seed the pair's shared costs with a start-of-run cost probe ({t_draft_ms, t_target_ms}); a
-    no-op for a probe without a draft timing (model-free drafts: nan)."""
-    if not math.isfinite(float(probe.get("t_draft_ms", float("nan")))):
-        return
-    shared_costs(target, drafter, PRIOR_C, PRIOR_V).prime(float(probe["t_draft_ms"]), probe["t_target_ms"],
-                                                           float(probe.get("t_draft_prefill_ms", math.nan)))
+    def of(self, target: Any, drafter: Any) -> PairBook:
+        try:
+            per_target = self._books.setdefault(target, {})
+        except TypeError:  # an unhashable or un-weakref-able stand-in: nothing shared
+            return PairBook()
+        book = per_target.get(id(drafter))
+        if book is None:
+            book = per_target[id(drafter)] = PairBook()
+        return book

@@ -24,6 +24,7 @@ MAX_WINDOW = 1024  # larger windows are certainly corrupt: no verifier drafts th
 MAX_LINE = 8 << 20  # 8 MiB per record: a real step is a few kB
 MAX_DEPTH = 64  # nesting of any JSON value; real records nest ≤ 6 (PACER's block list)
 TOKEN_MAX = 10_000_000  # larger ids than any vocabulary we know of
+MAX_NEW_TOKENS = 100_000  # the one ceiling of a request's new tokens: decode, RunSpec and reference files read it
 MAX_CONTEXT = 1 << 24  # tokens in one sequence (prompt + output): 16.7M, far past any model's context
 MAX_REQUEST_ID = 1 << 24
 MAX_STEP = 1 << 24  # verify calls in one request (each emits ≥ 1 token, so ≤ MAX_CONTEXT)

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.metrics import summarize_steps
-from engine.trace.check import (LACKABLE, MAX_DEPTH, MAX_LINE, MAX_WINDOW, SCHEMA,  # noqa: F401 (re-exported)
-                                TOKEN_MAX, VERSION, TraceError)
+from engine.trace.check import (LACKABLE, MAX_DEPTH, MAX_LINE, MAX_NEW_TOKENS, MAX_WINDOW,  # noqa: F401 (re-exported)
+                                SCHEMA, TOKEN_MAX, VERSION, TraceError)
 from engine.trace.model import Progress, Trace  # noqa: F401 (re-exported)
 from engine.trace.parquet import to_parquet  # noqa: F401 (re-exported)
 from engine.trace.read import load_trace, loads_trace  # noqa: F401 (re-exported)

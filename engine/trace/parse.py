@@ -105,6 +105,15 @@ def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress 
     return out
 
 
+def read_jsonl(path, warnings: list[str] | None = None) -> list:
+    """The records of a JSONL file (any, not only traces) through `parse_jsonl`'s refusals, each a one-line
+    TraceError naming the file and line; a cut-off last line is dropped (noted in `warnings` if given)."""
+    from pathlib import Path
+
+    p = Path(path)
+    return [d for _, d in parse_jsonl(p.read_bytes(), p.name, [] if warnings is None else warnings)]
+
+
 def _resume_gc(was_enabled: bool) -> None:
     """Re-enable the collector without making it scan what was just loaded.
 

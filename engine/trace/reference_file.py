@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from engine.trace.fields import number_list
-from engine.trace.format import TOKEN_MAX, TraceError
+from engine.trace.format import MAX_NEW_TOKENS, TOKEN_MAX, TraceError
 from engine.trace.prompts import task_of
 
 
@@ -81,7 +81,7 @@ def _check_header(d: dict, where: str) -> None:
         _fail(where, "version", f"unsupported version {d.get('version')!r} (this build reads {VERSION})")
     if d.get("mode") not in ("greedy", "sampling"):
         _fail(where, "mode", f"expected 'greedy' or 'sampling', got {d.get('mode')!r}")
-    for k, lo, hi in (("max_new_tokens", 1, 100_000), ("max_window", 1, 64)):
+    for k, lo, hi in (("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_window", 1, 64)):
         v = d.get(k)
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             _fail(where, k, f"expected an integer in [{lo}, {hi}], got {v!r}")

@@ -169,3 +169,34 @@ def test_prefill_caches_without_logits(tiny_target):
     table = TableLM(8, seed=3)  # an LM without prefill: extended, logits dropped
     prefill(table, [1, 2, 3])
     assert table.tokens == [1, 2, 3]
+
+
+def test_one_step_runs_the_files_the_map_names(tiny_target, tiny_draft):
+    """docs/architecture.md's "one path of a decode step" names every engine file one speculative step runs
+    (fp32, heuristic window, a draft model, token verify) and says how many: profiled here, not counted by hand."""
+    import re
+    import sys
+
+    from tests.conftest import REPO
+
+    gen = decode(HFModel(tiny_target, "t"), HFModel(tiny_draft, "d"), [1, 5, 9, 3], parse_policy("heuristic"),
+                 DecodeConfig(max_new_tokens=12))
+    next(gen)  # the first step also prefills: the steady step is the second
+    ran: set[str] = set()
+
+    def seen(frame, event, arg):
+        name = frame.f_code.co_filename
+        if event == "call" and "/engine/" in name:
+            ran.add(name.split("/engine/", 1)[1])
+
+    sys.setprofile(seen)
+    try:
+        next(gen)
+    finally:
+        sys.setprofile(None)
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text[text.index("## The one path of a decode step"):text.index("## How to add")]
+    named = {m.removeprefix("engine/") for m in re.findall(r"`((?:engine/)?[a-z_/]+\.py)", section)}
+    assert ran and not ran - named, f"files a step runs that the map does not name: {sorted(ran - named)}"
+    words = {10: "Ten", 11: "Eleven", 12: "Twelve", 13: "Thirteen", 14: "Fourteen", 15: "Fifteen"}
+    assert f"{words.get(len(ran), len(ran))} files hold every line that runs" in section, sorted(ran)

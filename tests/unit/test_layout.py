@@ -167,7 +167,7 @@ def test_decode_calls_declared_protocol_methods_only():
 # "__main__":` (the `python -m engine.x.y` shims that forward to engine/__main__.py) run only as a
 # script, so they are not edges. A new package or top-level module goes on a floor here.
 FLOORS: list[tuple[str, ...]] = [
-    ("engine", "paths", "config", "metrics", "measure"),  # leaf modules: constants, flags, formulas, timing
+    ("engine", "paths", "config", "metrics", "measure", "cost"),  # leaf modules: constants, flags, formulas, timing, step costs
     ("trace",),             # the record format: readers, writers, the one atomic write
     ("core",),              # models, sampling, loading, tokenizer-side data
     ("verify",),            # acceptance rules
@@ -231,6 +231,61 @@ def test_floors_go_one_way():
             if a != b and level.get(b, -1) >= level.get(a, len(FLOORS)):
                 up.append(f"{name} -> {m}")
     assert not up, f"imports that run up (or sideways) the floors {[f[0] for f in FLOORS]}: {up}"
+
+
+# ------------------------------------------------------------------ the library and the lab
+
+# The library is what a user imports to trace a decode: the floors up to run/spec (and the leaf modules,
+# engine.cost among them). The lab stands on it: analysis, other tools' files, benchmarks, training,
+# recipes, results and the command line. The floors already order them; these tests name the cut.
+LIBRARY_TOP = ("run", "spec")
+LIBRARY = {u for floor in FLOORS[:FLOORS.index(LIBRARY_TOP) + 1] for u in floor}
+LAB = {u for floor in FLOORS[FLOORS.index(LIBRARY_TOP) + 1:] for u in floor}
+
+
+def _library_modules() -> dict[str, Path]:
+    return {m: p for m, p in _sources().items() if _unit(m) in LIBRARY}
+
+
+def test_the_lab_is_every_floor_above_run_and_spec():
+    assert LAB == {"offline", "interop", "bench", "train", "experiment", "results", "cli", "__main__"}
+    assert "cost" in LIBRARY and "core" in LIBRARY and not LIBRARY & LAB
+
+
+def test_the_library_never_imports_the_lab():
+    """Walks every library module's imports (deferred ones too): none reaches offline/, interop/, bench/,
+    train/, experiment, results or cli/."""
+    bad = {m: sorted(i for i in _imports_outside_main_guard(p) if _unit(i) in LAB)
+           for m, p in _library_modules().items()}
+    bad = {m: i for m, i in bad.items() if i}
+    assert not bad, f"the library imports the lab: {bad}"
+    assert len(_library_modules()) > 50  # the walk sees the library
+
+
+def test_replay_and_the_policies_probe_no_optional_attributes():
+    """Seams are typed (WindowPolicy.price_with, replay.OwnSteps, RequestContext.book): no getattr/hasattr."""
+    files = [ENGINE / "offline" / "replay.py", *sorted((ENGINE / "policies").glob("*.py"))]
+    counts = {str(f.relative_to(REPO)): f.read_text().count("getattr") + f.read_text().count("hasattr")
+              for f in files}
+    assert not {f: n for f, n in counts.items() if n}, counts
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def test_architecture_names_every_library_module():
+    """docs/architecture.md names every library module by its file (`core/lm.py`, `decode.py`, …), so the map
+    cannot fall behind the library."""
+    text = ARCHITECTURE.read_text()
+    missing = []
+    for m, p in _library_modules().items():
+        rel = p.relative_to(ENGINE)
+        if p.name == "__init__.py" and rel.parent != Path("."):
+            continue  # a package is named by its folder's modules
+        short = str(rel) if len(rel.parts) == 1 else f"{rel.parent.name}/{rel.name}"
+        if short not in text and rel.name not in text:
+            missing.append(str(rel))
+    assert not missing, f"name these library modules in docs/architecture.md: {missing}"
 
 
 # ------------------------------------------------------------------ the tests mirror the tree

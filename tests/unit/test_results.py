@@ -156,3 +156,20 @@ def test_a_bench_on_two_weights_paths_is_two_regimes(tmp_path):
     assert [r.regime for r in runs] == ["bf16 · AMD EPYC, avx512_bf16 · all tasks",
                                         "bf16 · quantized weights · AMD EPYC, avx512_bf16 · all tasks"]
     assert {r.config: r.speedup for r in runs[1].rows} == {"ar": 1.0, "fixed:2": 0.9}
+
+
+def test_the_headline_says_plain_ar_where_nothing_beats_it(tmp_path, rdir):
+    """The headline sentence names the best lossless method per pair and regime in words, and "plain AR"
+    where no method beats 1.00×; the README carries it (inserted above the results block if it had none)."""
+    runs, _ = rs.read_all(rdir)
+    lines = rs.headline_sentences(runs)
+    assert lines and all(line.startswith("- **") and line.endswith(".") for line in lines)
+    best = rs.headline(runs)
+    assert any(e.method in " ".join(lines) for _, e in best)
+    slow = rs.Entry(best[0][1].run, "fixed:2", "fixed γ (best)",
+                    rs.Row("fixed:2", "fixed γ (best)", 0.0, 0.996, None, None), None)
+    assert rs._best_words(slow, warm=False).startswith("plain AR")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{rs.BEGIN}\n{rs.END}\n")
+    text = rs.rendered_files(rdir, tmp_path / "results.md", readme)[readme]
+    assert text.index(rs.HEAD_BEGIN) < text.index(rs.BEGIN) and rs.render_headline(runs) in text

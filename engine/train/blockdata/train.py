@@ -32,6 +32,7 @@ from engine.trace.jsonio import write_json_atomic
 from engine.train.blockdata.extract import QWEN, QWEN_LAYERS, default_dir
 from engine.train.blockdata.shards import FeatureSpec, dataset_spec
 from engine.train.dpace.objectives import StepStats, make_objective
+from engine.train.loop import train_step, warmup_cosine
 
 MASK_TOKEN = "<|fim_pad|>"  # a FIM control token: never in chat text; its row exists in the frozen embedding
 
@@ -88,10 +89,7 @@ def qwen_runs_dir(cfg: QwenTrainConfig) -> Path:
 
 
 def _lr(cfg: QwenTrainConfig, step: int) -> float:
-    w = max(1, int(cfg.warmup * cfg.steps))
-    if step < w:
-        return cfg.lr * (step + 1) / w
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, cfg.steps - w)))
+    return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup)  # engine.train.loop: the shared schedule
 
 
 def _target_dir(cfg: QwenTrainConfig) -> Path:
@@ -258,8 +256,6 @@ def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut
     last_ck = time.perf_counter()
     while step < cfg.steps:
         lr = _lr(cfg, step)
-        for g in opt.param_groups:
-            g["lr"] = lr
         epoch, j = divmod(step, max(1, n // cfg.batch))
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.data_seed * 7919 + epoch))
         rows = [data.train[int(i)] for i in perm[j * cfg.batch:(j + 1) * cfg.batch]]
@@ -268,10 +264,7 @@ def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut
         anchors = sample_anchors(ln, plen, len(rows), cfg.anchors, gen, B)
         with amp():
             loss, ce, valid, w = block_step(lm, obj, ids, lab, feats, plen, ln, anchors, B, lut)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
+        train_step(opt, loss, model.parameters(), lr, cfg.clip)
         step += 1
         acc.add(ce, valid, w, loss)
         bar.update(1)

@@ -11,7 +11,6 @@ engine/train/dpace/report.py.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from engine.trace.jsonio import atomic_path, write_json_atomic
 from engine.train.dpace.features import FeatureData, offline_tau, sample_anchors
 from engine.train.dpace.objectives import StepStats, make_objective
 from engine.train.dpace.training_trace import TrainingTraceWriter
+from engine.train.loop import train_step, warmup_cosine
 
 # ------------------------------------------------------------------ config
 
@@ -104,11 +104,7 @@ def runs_dir(cfg: BlockTrainConfig) -> Path:
 
 
 def _lr(cfg: BlockTrainConfig, step: int) -> float:
-    w = max(1, int(cfg.warmup * cfg.steps))
-    if step < w:
-        return cfg.lr * (step + 1) / w
-    p = (step - w) / max(1, cfg.steps - w)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * p))
+    return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup)  # engine.train.loop: the shared schedule
 
 
 def build_drafter(cfg: BlockTrainConfig, hidden: int, vocab: int, mask_id: int):
@@ -197,8 +193,6 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
     t0 = time.perf_counter() - wall
     while step < cfg.steps:
         lr = _lr(cfg, step)
-        for g in opt.param_groups:
-            g["lr"] = lr
         idx = batch_ids(step)
         # Rows are right-padded to the longest sequence of the data; cut the batch to its own longest
         # row (positions past every row's length are invalid anyway, and context costs per position).
@@ -219,10 +213,7 @@ def train_run(cfg: BlockTrainConfig, data: FeatureData | None = None, progress: 
         # instead of ce·valid keeps inf·0 = nan out of the loss. Answer labels are always in the head.
         ce = torch.where(valid, ce, torch.zeros_like(ce))
         loss, w = obj.loss(ce, valid, cfg.batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
+        train_step(opt, loss, model.parameters(), lr, cfg.clip)
         step += 1
         acc.add(ce, valid, w, loss)
         bar.update(1)

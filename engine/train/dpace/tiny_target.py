@@ -27,6 +27,7 @@ import torch
 
 from engine.core.tiny import BOS, EOS, PAD, VOCAB, load_target
 from engine.trace.jsonio import atomic_path, write_json_atomic
+from engine.train.loop import train_step
 
 
 # ------------------------------------------------------------------ config
@@ -138,14 +139,9 @@ def train_target(cfg: TinyConfig) -> Path:
         x = torch.stack([data[i:i + cfg.ctx + 1] for i in ix.tolist()])
         frac = min(1.0, (time.perf_counter() - t0) / cfg.time_budget_s)
         lr = cfg.lr * (min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
-        for pg in opt.param_groups:
-            pg["lr"] = lr
         out = model(input_ids=x[:, :-1])
         loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(opt, loss, model.parameters(), lr, 1.0)  # engine.train.loop: the shared step
         step += 1
         bar.update(1)
         if step % 50 == 0:

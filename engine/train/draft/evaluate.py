@@ -94,7 +94,9 @@ def specbench_eval(per_category: int = 3, max_new_tokens: int = 64, draft_dir: s
 
     torch.set_num_threads(threads)
     qpath = SPEC_BENCH_DEV
-    rows = [json.loads(line) for line in qpath.read_text().splitlines() if line.strip()]
+    from engine.trace.parse import read_jsonl
+
+    rows = read_jsonl(qpath)  # the one JSONL reader
     picked, seen = [], {}
     for r in rows:
         c = r["category"]

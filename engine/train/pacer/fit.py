@@ -31,6 +31,7 @@ from engine.offline.steps import StepData, load_split, make_batch, pack_steps, s
 from engine.policies.pacer import PreVerifier, PreVerifierConfig, save_weights
 from engine.trace.jsonio import atomic_path
 from engine.train.pacer.data import batch_loss
+from engine.train.loop import train_step
 
 
 @dataclass(frozen=True)
@@ -160,14 +161,9 @@ def train(cfg: PacerTrainConfig, progress: bool = True) -> dict[str, Any]:
             order = [[perm[i] for i in g] for g in pack_steps([wins[i] for i in perm], cfg.pack_len)]
         groups, order = order[: cfg.batch_rows], order[cfg.batch_rows:]
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.55 + 0.45 * math.cos(math.pi * step / cfg.steps))
-        for g in opt.param_groups:
-            g["lr"] = lr
         model.train()
         loss = batch_loss(model, make_batch(tr, groups, cfg.pack_len, cfg.labels))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(opt, loss, model.parameters(), lr, 1.0)  # engine.train.loop: the shared step
         step += 1
         bar.update(1)
         if step % 10 == 0:

@@ -6,7 +6,7 @@ import torch
 from engine.bench.overhead import format_overhead, measure
 from engine.core import qkernel
 from engine.core.lm import HFModel
-from engine.core.quant import quantize_model
+from engine.core.accelerate import accelerate
 from tests.conftest import tiny_llama
 
 
@@ -14,7 +14,7 @@ from tests.conftest import tiny_llama
                          marks=pytest.mark.skipif(qkernel.available() is not None, reason="no qgemm kernel here"))])
 def test_shares_add_up_and_the_model_is_restored(weights, kernel):
     m = tiny_llama(0).to(torch.bfloat16)
-    quantize_model(m, weights, act_dtype=torch.bfloat16, kernel=kernel)
+    accelerate(m, weights, act_dtype=torch.bfloat16, kernel=kernel)  # what model loading runs
     lm = HFModel(m, "tiny")
     before = lm.extend([1, 2, 3])[-1].clone()
     r = measure(lm, list(range(1, 20)), steps=3, repeats=2)

@@ -9,6 +9,7 @@ import torch
 
 from engine.core import qkernel
 from engine.core.lm import HFModel
+from engine.core.accelerate import accelerate
 from engine.core.quant import (GROUP, Int4Linear, Int8Linear, plan, quantize_model, quantized_linear, weights_of)
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig, decode
@@ -23,8 +24,8 @@ def quantized_pair(weights="int4", vocab=64, seed=0, sharpen=1.0, kernel="auto")
     with torch.no_grad():
         for m in (t, d):
             m.get_output_embeddings().weight.mul_(sharpen)
-    quantize_model(t, weights, act_dtype=torch.bfloat16, kernel=kernel)
-    quantize_model(d, weights, act_dtype=torch.bfloat16, kernel=kernel)
+    for m in (t, d):  # what model loading runs: the quantizer and, on our kernel, the row-wise attention
+        accelerate(m, weights, act_dtype=torch.bfloat16, kernel=kernel)
     return t, d
 
 

@@ -6,7 +6,7 @@ import torch
 
 from engine.core import qkernel
 from engine.core.lm import HFModel
-from engine.core.quant import quantize_model
+from engine.core.accelerate import accelerate
 from engine.core.rowwise_attention import NAME, _plain_causal, rowwise_attention
 from tests.conftest import tiny_llama
 
@@ -17,7 +17,7 @@ needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgem
 @pytest.mark.parametrize("weights", ["int4", "int8"])
 def test_a_verify_block_equals_its_one_token_steps_bit_for_bit(weights):
     m = tiny_llama(0, layers=3).to(torch.bfloat16)
-    quantize_model(m, weights, act_dtype=torch.bfloat16)
+    accelerate(m, weights, act_dtype=torch.bfloat16)  # what model loading runs
     assert m.config._attn_implementation == NAME
     lm = HFModel(m)
     prompt, block = [4, 8, 15, 16, 23, 42, 7], [3, 1, 4, 1, 5, 9, 2, 6]
@@ -30,7 +30,7 @@ def test_a_verify_block_equals_its_one_token_steps_bit_for_bit(weights):
 
 def test_torch_kernels_keep_sdpa():
     m = tiny_llama(0).to(torch.bfloat16)
-    quantize_model(m, "int8", act_dtype=torch.bfloat16, kernel="torch")  # not batch-invariant: nothing to gain
+    accelerate(m, "int8", act_dtype=torch.bfloat16, kernel="torch")  # not batch-invariant: nothing to gain
     assert m.config._attn_implementation != NAME
 
 

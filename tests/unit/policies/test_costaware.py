@@ -14,6 +14,18 @@ from engine.policies.base import DraftInfo, parse_policy
 from engine.policies.costaware import NONE, CostAware, bin_of
 from tests.conftest import chi_square_of_loop
 
+from engine.policies.pair_costs import PairBooks
+
+BOOKS = PairBooks()  # these tests' pair books (a run's are engine.run.BOOKS), handed in as RequestContext.book
+
+
+def shared_costs(target, draft, c, v):
+    return BOOKS.of(target, draft).costs(c, v)
+
+
+def shared_stats(target, draft, temperature):
+    return BOOKS.of(target, draft).stats_at(temperature)
+
 
 class Model:
     """A stand-in for a loaded model: hashable and weakly referenceable, as the engine's are."""
@@ -267,7 +279,6 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
     pair's shared costs, which a new request's policy reads."""
     from types import SimpleNamespace
 
-    from engine.policies.costaware import shared_costs
 
     target, draft = Model(), Model()
     costs = shared_costs(target, draft, 0.3, 0.05)
@@ -276,7 +287,7 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
 
     def windows(prompt_len):
         clock = Clock()
-        ctx = SimpleNamespace(prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft,
+        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft,
                               temperature=0.0)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
@@ -298,7 +309,7 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
 
     def first_decision(temperature, steps_before=0):
         clock = Clock()
-        ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
+        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
                               temperature=temperature)
         pol = CostAware(clock=clock, probe=2, c=0.4, v=0.1).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
@@ -323,7 +334,7 @@ def test_an_untimed_drafter_is_probed_whatever_its_context():
 
     target, draft = Model(), Model()
     clock = Clock()
-    ctx = SimpleNamespace(prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
+    ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
     pol = CostAware(clock=clock, probe=2).for_request(ctx)
     pol.reset()  # as the decode loop does at the request's start
     for _ in range(3):  # the first steps find no match: nothing drafted, only AR verifies timed
@@ -344,7 +355,7 @@ def test_a_pair_whose_drafts_are_rarely_accepted_stops_paying_for_probes():
 
     def run(target, draft, accept_p, steps=150):
         clock = Clock()
-        ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=400, target=target, draft=draft, temperature=0.7)
+        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=400, target=target, draft=draft, temperature=0.7)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
         decisions = []
@@ -387,8 +398,6 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
     changes (`PairStats.remaining` is None)."""
     from types import SimpleNamespace
 
-    from engine.policies.costaware import shared_costs
-    from engine.policies.pair_costs import shared_stats
 
     def pair_after(answer_len):
         target, draft = Model(), Model()
@@ -397,7 +406,7 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
         costs.tp.extend([5.0] * 4)
         for _ in range(4):  # earlier requests of the pair, short prompts (no catch-up), answers of answer_len
             clock = Clock()
-            ctx = SimpleNamespace(prompt_ids=[1] * 3, max_new_tokens=answer_len, target=target, draft=draft,
+            ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=answer_len, target=target, draft=draft,
                                   temperature=0.0)
             pol = CostAware(clock=clock, probe=2).for_request(ctx)
             pol.reset()
@@ -406,7 +415,7 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
         stats = shared_stats(target, draft, 0.0)
         assert sorted(stats.lengths.values())[0] >= answer_len
         clock = Clock()
-        ctx = SimpleNamespace(prompt_ids=[1] * 300, max_new_tokens=96, target=target, draft=draft, temperature=0.0)
+        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 300, max_new_tokens=96, target=target, draft=draft, temperature=0.0)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()
         pol.propose()

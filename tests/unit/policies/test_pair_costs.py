@@ -4,7 +4,25 @@ per-pair book that shares it across requests."""
 import pytest
 
 from engine.policies.calibration import PAIR_MIN
-from engine.policies.pair_costs import CATCHUP_MIN, StepCosts, nearest_stats, prime_costs, shared_costs, shared_stats
+from engine.policies.pair_costs import CATCHUP_MIN, PairBooks, StepCosts
+
+BOOKS = PairBooks()  # these tests' pair books (a run's are engine.run.BOOKS)
+
+
+def shared_costs(target, draft, c, v):
+    return BOOKS.of(target, draft).costs(c, v)
+
+
+def shared_stats(target, draft, temperature):
+    return BOOKS.of(target, draft).stats_at(temperature)
+
+
+def nearest_stats(target, draft, temperature):
+    return BOOKS.of(target, draft).nearest(temperature)
+
+
+def prime_costs(target, draft, probe):
+    BOOKS.of(target, draft).prime(probe)
 
 
 class Model:

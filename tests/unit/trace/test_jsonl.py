@@ -240,3 +240,20 @@ def test_summary_is_cached_but_never_shared():
     assert t.summary["new_tokens"] == sum(x["emitted"] for x in t.steps)
     t.steps = t.steps[:10]  # another step list: computed afresh
     assert t.summary["target_calls"] == 10
+
+
+def test_read_jsonl_is_the_one_reader_of_any_jsonl_file(tmp_path):
+    """engine.trace.parse.read_jsonl: records of any JSONL file (prompt files, logs) with the trace readers'
+    refusals; a cut-off last line is dropped and noted."""
+    import pytest
+
+    from engine.trace.check import TraceError
+    from engine.trace.parse import read_jsonl
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question_id": 1}\n\n{"question_id": 2}\n{"question_')
+    notes: list[str] = []
+    assert read_jsonl(f, notes) == [{"question_id": 1}, {"question_id": 2}] and "cut off" in notes[0]
+    f.write_text('{"a": 1}\n{oops}\n{"b": 2}\n')
+    with pytest.raises(TraceError, match="q.jsonl: line 2: invalid JSON"):
+        read_jsonl(f)
