@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
     d.set_defaults(func=cmd_diagnose)
 
 
-PEER_FORMATS = ("vllm", "vllm-prom", "llamacpp", "sglang")
+PEER_FORMATS = ("vllm", "vllm-prom", "llamacpp", "sglang", "llamacpp-speclog")
 
 
 def cmd_import(a) -> int:
