@@ -31,6 +31,7 @@ def base_files() -> dict[str, bytes]:
     out["sglang.jsonl"] = SGLANG
     out["vllm-draft-k4.prom"] = (FIX / "vllm-draft-k4.prom").read_bytes()
     out["llamacpp-k4.log"] = (FIX / "llamacpp-speculative-simple-k4.log").read_bytes()
+    out["llamacpp-speclog.jsonl"] = (FIX / "llamacpp-speclog.jsonl").read_bytes()
     return out
 
 

@@ -3,6 +3,7 @@
     vllm       vLLM per-request metrics: offline records or saved OpenAI-API responses   engine.interop.vllm
     vllm-prom  a vLLM Prometheus text scrape (vllm:spec_decode_*)                         engine.interop.prometheus
     llamacpp   llama.cpp server responses (`timings`) or a llama-speculative-simple log   engine.interop.llamacpp
+    llamacpp-speclog  a llama.cpp fork's --spec-log-file JSONL (one object per round)    engine.interop.speclog
     sglang     SGLang `meta_info` records                                                 engine.interop.sglang
 
 `detect` reads the head of a file only (the Upload page calls it on every upload; a speclab trace,
@@ -17,19 +18,21 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.interop import llamacpp, prometheus, sglang, vllm
+from engine.interop import llamacpp, prometheus, sglang, speclog, vllm
 from engine.interop.peer import PeerError, first_json, to_trace, write_trace
 from engine.trace.format import Trace
 
 READERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "vllm": vllm.vllm_records, "vllm-prom": prometheus.scrape_records, "llamacpp": llamacpp.llamacpp_records,
-    "sglang": sglang.sglang_records}
+    "sglang": sglang.sglang_records, "llamacpp-speclog": speclog.speclog_records}
 DESCRIPTIONS = {
     "vllm": "vLLM per-request spec-decode metrics: offline records (request_id, prompt_token_ids, token_ids, "
             "spec_decode_metrics) or saved `vllm serve` responses (metrics.speculative_decoding)",
     "vllm-prom": "a vLLM Prometheus scrape (/metrics text with vllm:spec_decode_* counters)",
     "llamacpp": "llama.cpp server responses (timings.draft_n / draft_n_accepted) or a llama-speculative-simple log",
     "sglang": "SGLang /generate responses (meta_info.spec_verify_ct, completion_tokens)",
+    "llamacpp-speclog": "a llama.cpp fork's --spec-log-file JSONL: one object per speculation round (draft tokens "
+                        "with p, entropy and top-k; n_accepted, rej_pos, target_id; draft and verify µs)",
 }
 # One short record of each, as the Upload page shows them.
 EXAMPLES = {
@@ -46,6 +49,11 @@ EXAMPLES = {
                 '"predicted_n": 48, "predicted_ms": 3480.5, "draft_n": 52, "draft_n_accepted": 29}}',
     "sglang": '{"text": "…", "meta_info": {"prompt_tokens": 40, "completion_tokens": 48, "spec_verify_ct": 21, '
               '"finish_reason": {"type": "length"}, "e2e_latency": 2.9}}',
+    "llamacpp-speclog": '{"ts_ms": 1703001234567, "slot_id": 0, "prompt_pos": 125, "round_id": 42, "draft": {"n": 2, '
+                        '"stop_reason": "n_max", "tokens": [{"pos": 0, "id": 1234, "p": 0.85, "entropy": 0.45, '
+                        '"top_k": [[1234, 0.85], [5678, 0.08]]}, {"pos": 1, "id": 99, "p": 0.4, "entropy": 1.2, '
+                        '"top_k": []}]}, "verify": {"n_accepted": 1, "rej_pos": 1, "target_id": 7890}, '
+                        '"timing": {"t_draft_us": 12500, "t_verify_us": 45000}}',
 }
 
 
@@ -56,8 +64,8 @@ def detect(data: bytes) -> str | None:
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark: the readers drop it too
     if data[:4096].lstrip()[:1] in (b"{", b"["):  # JSON: a record's keys say whose it is
         first = first_json(data)
-        for fmt, test in (("vllm", vllm.kind_of), ("llamacpp", llamacpp.is_server_record),
-                          ("sglang", sglang.is_sglang_record)):
+        for fmt, test in (("vllm", vllm.kind_of), ("llamacpp-speclog", speclog.is_round),
+                          ("llamacpp", llamacpp.is_server_record), ("sglang", sglang.is_sglang_record)):
             if test(first):
                 return fmt
         return None

@@ -290,6 +290,7 @@ class PeerStep:
     t_prefill_ms: float = 0.0
     fields: dict = field(default_factory=dict)
     cut: bool = False  # the output ended inside this step (emitted < accepted + 1): it must finish the request
+    record: dict = field(default_factory=dict)  # step fields a richer log has (draft_tokens, q_draft, …): kept as is
 
 
 @dataclass
@@ -318,11 +319,11 @@ def even_split(total: int, n: int) -> list[int]:
 def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str, draft: str | None, spec: str,
                  lacks: list[str], timing: str, notes: list[str], source: str, command: str = "",
                  max_new_tokens: int | None = None, sampling: dict | None = None,
-                 created: Any = None) -> list[dict[str, Any]]:
+                 created: Any = None, has: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Trace records (header … footer) for the requests. Token ids go into the steps only when every
     request has them and its steps are in order; a step's context_len only when every prompt's ids are
     known. `lacks` is completed with what the requests turn out to lack."""
-    lacks = list(dict.fromkeys([*ALWAYS_LACKS, *lacks]))
+    lacks = list(dict.fromkeys(k for k in [*ALWAYS_LACKS, *lacks] if k not in has))  # `has`: what the steps carry
     with_prompts = all(r.prompt_ids for r in reqs)
     with_tokens = all(r.output_ids is not None and r.ordered and
                       sum(s.emitted for s in r.steps) == len(r.output_ids) for r in reqs)
@@ -332,7 +333,7 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
                     ("emitted_tokens", with_tokens), ("output_ids", with_tokens)):
         if not have:
             lacks.append(k)
-    lacks = list(dict.fromkeys(lacks))
+    lacks = [k for k in dict.fromkeys(lacks) if k not in has]
     # the run's own date (a report's header line says it), never the import's: "unknown" when not said
     run_created = created if type(created) is str and 0 < len(created) <= 64 else "unknown"
     header = {"created": run_created,
@@ -363,7 +364,7 @@ def peer_records(fmt: str, reqs: list[PeerRequest], *, engine: dict, target: str
                         "stop_reason": "none" if s.window == 0 else "unknown", "t_draft_ms": 0.0,
                         "t_verify_ms": s.t_verify_ms, "t_prefill_ms": s.t_prefill_ms if j == 0 else 0.0,
                         "finished": r.finished if last else None, "policy_fields": dict(s.fields),
-                        "all_drafts": None, "chosen": 0, "decisions": None})
+                        "all_drafts": None, "chosen": 0, "decisions": None, **s.record})
             pos += s.emitted
             ctx = None if ctx is None else ctx + s.emitted
         out.append({"type": "request_end", "request_id": rid, "output_ids": list(r.output_ids) if with_tokens else [],

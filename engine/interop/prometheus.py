@@ -132,7 +132,8 @@ def counters(data: bytes, name: str, model: str | None = None) -> dict[str, Any]
     if not per:
         raise PeerError(f"{name}: no {PREFIX}* counters (was speculative decoding on when this was scraped?)")
     if model is None and len(per) > 1:
-        raise PeerError(f"{name}: counters of {len(per)} models ({', '.join(sorted(per))}); pick one with --model (python -m engine import vllm-prom … --model NAME)")
+        raise PeerError(f"{name}: counters of {len(per)} models ({', '.join(sorted(per))}); pick one with --model "
+                        f"(python -m engine import vllm-prom … --model NAME)")
     if model is not None and model not in per:
         raise PeerError(f"{name}: no counters for model {model!r} (the scrape has {', '.join(sorted(per))})")
     mname = model if model is not None else next(iter(per))

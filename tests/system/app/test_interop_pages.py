@@ -51,9 +51,15 @@ def test_replay_says_what_the_file_lacks(at):
 
 def test_windows_shows_the_accepted_length_bound(at):
     goto(at, "windows")
+    # a Spec-Bench file has no draft timings and the lab has not measured its pair: nothing is priced
+    # until c is given (no silent default), and then every figure names the c it used
+    assert not {m.label for m in at.metric} & {"oracle ÷ best fixed (bound)"}
+    assert any("give c" in i.value for i in at.info)
+    at.number_input(key="win_imp_c").set_value(0.05).run()
     labels = {m.label for m in at.metric}
-    assert {"mean emitted per call", "oracle ÷ best fixed (bound)"} <= labels
+    assert {"mean emitted per call", "oracle ÷ best fixed (bound)", "modelled oracle at c = 0.05"} <= labels
     assert any("renewal-reward bound" in c.value for c in at.caption)
+    assert any("priced at c = 0.05 (given)" in c.value for c in at.caption)
 
 
 def test_compare_pairs_imported_runs_by_question(at):

@@ -33,7 +33,8 @@ def test_import_export_diagnose_round_trip(tmp_path, capsys):
     ("vllm", b'{"request_id": "0", "token_ids": [1], "spec_decode_metrics": {"num_spec_tokens": 2}}\n',
      "spec_decode_metrics.acceptance_histogram"),
     ("sglang", b'{"timings": {"predicted_n": 3}}\n', "this is a llamacpp report, not sglang"),
-    ("vllm-prom", b"vllm:spec_decode_num_drafts_total 3.0\nvllm:spec_decode_num_draft_tokens_total 6", "missing from"),
+    ("vllm-prom", b"vllm:spec_decode_num_drafts_total 3.0\nvllm:spec_decode_num_draft_tokens_total 6\n", "missing from"),
+    ("vllm-prom", b"vllm:spec_decode_num_drafts_total 3.0\nvllm:spec_decode_num_draft_tokens_total 6", "cut off"),
     ("vllm-prom", b"vllm:spec_decode_num_drafts_total 3.0\nvllm:spec_decode_num_draft_tokens_total{a=\"1\" 6\n", "line 2"),
 ])
 def test_bad_reports_are_one_line_and_write_nothing(tmp_path, capsys, fmt, body, msg):
