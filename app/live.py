@@ -112,6 +112,7 @@ def _stage(which: str, text: str, frac: float) -> None:
     LOAD_STAGE[which] = (text, frac)
 
 
+@st.cache_resource(show_spinner=False)  # the Live page draws its own progress bar (LOAD_STAGE)
 def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises

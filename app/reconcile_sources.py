@@ -140,14 +140,15 @@ def _peer_rows() -> list[dict]:
 @st.cache_data(ttl=600, show_spinner="Collecting every speedup the app shows…")
 def _static() -> pd.DataFrame:
     """Rows from committed results (bench, peers, multi-draft, references): the same for every session."""
-    rows = []
+    rows, errors = [], []
     for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows, _dpace_rows):
         try:
             rows += part()
-        except Exception as e:  # one unreadable source must not hide the others' rows
-            rows += []
-            st.session_state.setdefault("reconcile_errors", []).append(f"{part.__name__}: {type(e).__name__}")
-    return reconcile.frame(rows)
+        except Exception as e:  # one unreadable source must not hide the others' rows; the page says which
+            errors.append(f"{part.__name__.strip('_').removesuffix('_rows')} results skipped ({type(e).__name__})")
+    df = reconcile.frame(rows)
+    df.attrs["errors"] = errors
+    return df
 
 
 def rows(entries: dict | None = None) -> pd.DataFrame:
@@ -155,7 +156,10 @@ def rows(entries: dict | None = None) -> pd.DataFrame:
     entries = data.all_traces() if entries is None else entries
     df = runs.runs_frame(entries)
     live = reconcile.run_rows(df, entries) + _advice_rows(entries)
-    return reconcile.frame([*_static().to_dict("records"), *live])
+    static = _static()
+    out = reconcile.frame([*static.to_dict("records"), *live])
+    out.attrs["errors"] = static.attrs.get("errors", [])
+    return out
 
 
 def pair_labels(df: pd.DataFrame) -> dict[str, str]:

@@ -10,6 +10,8 @@ df = reconcile_sources.rows()
 if df.empty:
     st.info("No speedup to reconcile yet: load a speculative trace with its autoregressive run, or a bench result.")
     st.stop()
+for err in df.attrs.get("errors", []):
+    st.warning(err)
 labels = reconcile_sources.pair_labels(df)
 pairs = sorted(dict.fromkeys(df["pair"]), key=lambda p: (reconcile.answer_row(df, p) is None, "tiny" in p, p))
 notes = [share.adopt("pair", "sp_pair", pairs, "pair", page="speedups")]

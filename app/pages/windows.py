@@ -78,8 +78,12 @@ c_default = analysis.CostModel().c
 notes.append(share.adopt("c", "win_c", [round(x * 0.01, 2) for x in range(101)], "cost ratio",
                          lambda v: round(float(v), 2), page="windows"))
 st.session_state.setdefault("win_c", float(c_default))
-c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, step=0.01, key="win_c",
-              disabled=mode != "flat ratio c", help="cost of drafting one token relative to one target forward")
+if mode == "flat ratio c":  # the only model that reads c; elsewhere a disabled slider would be grey noise
+    c = c3.slider("draft ÷ target cost ratio c", 0.0, 1.0, step=0.01, key="win_c",
+                  help="cost of drafting one token relative to one target forward")
+else:
+    c = float(st.session_state["win_c"])
+    c3.caption(f"The draft's cost ratio c comes from the {mode} cost model; pick “flat ratio c” to set it by hand.")
 cost = (in_run if mode == "in-run" else "measured" if mode == "measured"
         else path_models[mode.removesuffix(" weights path")] if mode.endswith(" weights path") else float(c))
 if demo:

@@ -82,7 +82,9 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     # the oracle's speedup links to its row on the Speedups page
     assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle [{story.num(real['oracle'])}× AR](speedups?" in said
     pb = story.find_bench(data.bench_results(), *pair, need=story.bench_pacer_standing)
-    assert pb is not None and story.pacer_wall_clock_sentence(*pb) in said  # PACER on the wall clock
+    plain = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", said)  # the text without its links to the Speedups page
+    assert pb is not None and story.pacer_wall_clock_sentence(*pb) in plain  # PACER on the wall clock
+    assert re.search(r"the best PACER rule \([^)]*\) runs at \[\d\.\d\d× AR\]\(speedups\?", said)  # … linked
     assert said.count(story.REPLAYED_LABEL) == 1 and said.count(story.WHY_DIFFER) == 1
     assert "**Cost.** Cost model: measured (c = " in said
     ceiling = [t for t in text if t.startswith("**Confidence ceiling.** ")]  # what the draft's confidence can buy
