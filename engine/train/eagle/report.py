@@ -80,23 +80,24 @@ the target at load time and not stored here.
 | | |
 |---|---|
 | weights | {params:,} parameters, bf16, {mb:.1f} MB |
-| layer init | {init} |
+| layer init | {init_text} |
 | training-time-test unroll | {unroll} |
 | data | ShareGPT first turns + Python standard-library code instructions (engine/train/blockdata/sources.py), teacher-forced, labels = the target's own argmax at every position; never Spec-Bench |
 | training positions | {positions:,} ({tokens:,} distinct, {epochs:g} epoch(s)) |
 | steps | {steps} |
 | CPU-hours (process time) | {cpu_h:.2f} |
-| machine | {machine}; flags {flags} |
+| machine | {machine}; flags {flags}; torch {torch}, transformers {transformers} |
 | offline τ at K = {K} (held-out greedy answers, bonus included) | {tau:.3f} ± {tau_se:.3f} |
 | acceptance by position | {acc} |
 | date | {date} |
 
 τ online, speedups and the cost ratio c: docs/results/ (bench-eagle-*.json) and docs/log/.
 
-Retrain (one session, ~2 h of a 2-core CPU; features are made and used in the same run):
+Retrain (one session on a 2-core CPU; the features are made and used in the same session). All at once:
+`python -m engine experiment run eagle-qwen-train`; step by step (the features' goal: experiments/eagle-qwen-train.toml):
 
 ```bash
-python -m engine eagle features --goal-answer-tokens {goal}
+python -m engine eagle features
 {command}
 python -m engine eagle export --run ~/.cache/speclab/eagle-runs-qwen/{tag}
 ```
@@ -123,10 +124,11 @@ def export(run: str | Path, out: str | Path) -> Path:
         for k, v in c.items() if k in ("tag", "target_layers", "init", "unroll", "epochs", "max_tokens", "lr",
                                        "batch_tokens", "threads"))
     (tmp / "README.md").write_text(CARD.format(
-        layers=c["target_layers"], params=params, mb=mb, init=f["init"], unroll=c["unroll"], positions=f["positions"],
+        layers=c["target_layers"], params=params, mb=mb,
+        init_text="the target's last layer (MLP pruned)" if f["init"].get("init") == "target" else "random", unroll=c["unroll"], positions=f["positions"],
         tokens=f["tokens"], epochs=c["epochs"], steps=f["steps"], cpu_h=f["cpu_h"], machine=f["machine"], flags=flags,
         K=f["K"], tau=f["tau"], tau_se=f["tau_se"], acc=", ".join(f"{a:.3f}" for a in f["accept_by_pos"]),
-        date=f["date"], command=cmd, tag=c["tag"], goal=max(f["tokens"] * 3 // 4, 1)))
+        torch=software()["torch"], transformers=software()["transformers"], date=f["date"], command=cmd, tag=c["tag"]))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
