@@ -34,21 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.trace.assemble import build_trace
-from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX, TraceError, check_depth
+from engine.trace.check import FINISHED, MAX_CONTEXT, MAX_MS, TOKEN_MAX
 from engine.trace.format import Trace, summarize
 from engine.trace.jsonio import atomic_path
+from engine.interop.peer_json import HEADER, PeerError, first_json, json_lines  # noqa: F401  (the importers' API)
 
 # Not a step field: a peer that reports totals only has no per-step accepted counts (the steps'
 # `accepted` is then an even split of the total, see the module docstring).
 PER_STEP = "accepted_per_step"
 ALWAYS_LACKS = ["draft_tokens", "q_draft", "p_target", "accept_probs", "draft_entropy", "window_cap", "correction",
                 "bonus", "t_draft_ms", "sampling"]
-HEADER = "speclab.peer_header"  # the optional first line scripts/peers/run_vllm.py writes (versions, models)
 MAX_STEPS = 1 << 21  # steps one import may expand to (a Prometheus scrape of a long-running server can count more)
-
-
-class PeerError(TraceError):
-    """A malformed peer report; one line naming the file, record and field."""
 
 
 def fail(where: str, fld: str, msg: str):
@@ -119,32 +115,6 @@ def _short(v: Any) -> str:
     return r if len(r) <= 40 else r[:37] + "..."
 
 
-def json_lines(data: bytes, name: str, what: str) -> list[tuple[str, dict]]:
-    """A JSONL file, or one JSON list (or object) — how saved API responses come — as (where, object)
-    pairs. NaN / Infinity are refused (a report with them cannot be trusted); a cut-off file is an error
-    here, not a warning: an import is all or nothing."""
-    text = _text(data, name)
-    body = text.strip()
-    if not body:
-        raise PeerError(f"{name}: empty file (no {what})")
-    if body[0] == "[":
-        items = _loads(body, f"{name}: line 1")
-        out = [(f"{name}: record {i}", x) for i, x in enumerate(items)] if isinstance(items, list) else [
-            (f"{name}: line 1", items)]
-        for where, d in out[1:]:
-            if isinstance(d, dict) and d.get("type") == HEADER:
-                raise PeerError(f"{where}: field 'type': a second {HEADER} record (one run per file)")
-        return out
-    out = []
-    for i, line in enumerate(text.split("\n"), start=1):
-        if line.strip():
-            out.append((f"{name}: line {i}", _loads(line, f"{name}: line {i}")))
-    for where, d in out[1:]:  # a header mid-file: two reports pasted together, two runs posing as one
-        if isinstance(d, dict) and d.get("type") == HEADER:
-            raise PeerError(f"{where}: field 'type': a second {HEADER} line (two files concatenated? one run per file)")
-    return out
-
-
 def ident(d: dict, k: str, where: str, prefix: str = "") -> int | str | None:
     """A request or question id: an integer (|id| < 2⁶³) or a string of at most 256 characters, or None.
     Anything else is refused rather than dropped, so a garbled id never silently loses its request's label."""
@@ -164,101 +134,6 @@ def label(d: dict, k: str, where: str, prefix: str = "", max_len: int = 256) -> 
     if type(v) is not str or len(v) > max_len:
         fail(where, f"{prefix}{k}", f"expected a string of at most {max_len} characters, got {_short(v)}")
     return v
-
-
-def _text(data: bytes, name: str) -> str:
-    """UTF-8 text of a report; a byte-order mark (Windows editors write one) is dropped, CRLF is
-    whitespace to JSON and to the line readers alike."""
-    if b"\0" in data[:65536]:
-        raise PeerError(f"{name}: not a text report (binary data)")
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise PeerError(f"{name}: not UTF-8 text (byte {e.start})") from None
-
-
-def _reject_constant(c: str):
-    raise ValueError(f"{c} is not a number a report may hold")
-
-
-def _finite(s: str) -> float:
-    v = float(s)
-    if not math.isfinite(v):  # 1e400 parses to inf: as untrustworthy as a literal Infinity
-        raise ValueError(f"{s[:20]} is not a finite number")
-    return v
-
-
-def _loads(s: str, where: str) -> Any:
-    """One JSON value of a report: no NaN / Infinity / overflowing literals, nested at most MAX_DEPTH
-    levels, no lone surrogate escapes (they cannot be written back as UTF-8)."""
-    try:
-        v = json.loads(s, parse_constant=_reject_constant, parse_float=_finite)
-    except RecursionError:
-        raise PeerError(f"{where}: nested too deeply") from None
-    except ValueError as e:
-        raise PeerError(f"{where}: invalid JSON ({getattr(e, 'msg', e)}; a cut-off file?)") from None
-    try:
-        check_depth(s, v, where)
-    except TraceError as e:
-        raise PeerError(str(e)) from None
-    if "\\ud" in s or "\\uD" in s:
-        bad = _surrogate(v)
-        if bad is not None:
-            raise PeerError(f"{where}: field '{bad}': a lone surrogate escape (not a character)")
-    return v
-
-
-def _surrogate(v: Any) -> str | None:
-    """The key path of the first string holding a lone surrogate, or None (iterative: no recursion)."""
-    stack = [("", v)]
-    while stack:
-        path, x = stack.pop()
-        if isinstance(x, str):
-            try:
-                x.encode("utf-8")
-            except UnicodeEncodeError:
-                return path or "(value)"
-        elif isinstance(x, dict):
-            for k, y in x.items():
-                if isinstance(k, str) and any("\ud800" <= ch <= "\udfff" for ch in k):
-                    return f"{path}.{k!r}".lstrip(".")
-                stack.append((f"{path}.{k}".lstrip("."), y))
-        elif isinstance(x, list):
-            stack.extend((f"{path}[{i}]", y) for i, y in enumerate(x) if isinstance(y, (str, dict, list)))
-    return None
-
-
-def first_json(data: bytes) -> Any:
-    """The first JSON record of a file — its first non-blank line (after a peer header line), or the
-    first element of a JSON list — or None. Reads only as far as that record, so it may be given the
-    whole file: a first record over any fixed head size is still found (detection must accept what
-    the importers accept). A cut multi-byte character at the end of a head is ignored."""
-    text = data.decode("utf-8", errors="ignore").removeprefix("\ufeff").lstrip()
-    dec = json.JSONDecoder()
-    try:
-        if text.startswith("["):
-            rest = text[1:].lstrip()
-            v, end = dec.raw_decode(rest)
-            if isinstance(v, dict) and v.get("type") == HEADER:  # a header element: the records follow it
-                rest = rest[end:].lstrip().removeprefix(",").lstrip()
-                v = dec.raw_decode(rest)[0]
-            return v
-        pos, first = 0, True
-        while pos < len(text):
-            end = text.find("\n", pos)
-            end = len(text) if end < 0 else end
-            line = text[pos:end].strip()
-            pos = end + 1
-            if not line:
-                continue
-            v = json.loads(line)
-            if first and isinstance(v, dict) and v.get("type") == HEADER:
-                first = False  # the run scripts' header line: the records follow it
-                continue
-            return v
-    except (ValueError, RecursionError):
-        return None
-    return None
 
 
 class Budget:

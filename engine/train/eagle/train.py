@@ -58,7 +58,7 @@ class EagleTrainConfig:
     decay: float = 0.15  # share of the steps with a linear decay to 10 % at the end
     clip: float = 1.0
     seed: int = 0  # head init (random) and data order
-    curve: tuple = (25_000, 50_000, 100_000, 200_000, 400_000, 800_000)  # positions seen → offline τ
+    curve: tuple = tuple(25_000 * 2 ** i for i in range(6))  # positions seen (25k … 800k) → offline τ
     eval_seqs: int = 24  # held-out sequences (the whole greedy shard)
     eval_k: int = 4  # the draft length of the offline τ
     ckpt_minutes: float = 10.0  # the longest work a kill may lose

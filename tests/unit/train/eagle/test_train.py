@@ -119,20 +119,3 @@ def tiny_target_wide():
                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                     tie_word_embeddings=False)
     return Qwen2ForCausalLM(c).eval()
-
-
-def test_export_and_report_of_a_finished_run(toy, tmp_path):
-    from engine.train.eagle.report import export, report
-
-    d, tdir = toy
-    f = T.train(_cfg(d, tdir, tag="ex", epochs=0.5), progress=False)
-    out = export(d / "runs" / "ex", tmp_path / "models" / "eagle-toy")
-    card = (out / "README.md").read_text()
-    assert f"{f['tau']:.3f}" in card and "python -m engine eagle train" in card and "--tag ex" in card
-    assert json.loads((out / "config.json").read_text())["schema"] == "speclab.eagle_head"
-    res = json.loads(report([str(d / "runs" / "ex")], tmp_path / "r.json", "cmd").read_text())
-    row = res["rows"][0]
-    assert row["run"] == "ex" and row["tau"] == round(f["tau"], 4) and row["curve"][0]["positions"] == 0
-    assert res["command"] == "cmd" and res["software"]["torch"]
-    with pytest.raises(FileNotFoundError, match="has not finished"):
-        export(tmp_path, tmp_path / "x")
