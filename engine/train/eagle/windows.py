@@ -26,7 +26,6 @@ evidence for or against adaptive windows: near 0, yesterday's acceptance says no
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -185,7 +184,7 @@ def accept_by_position(all_chains: list[Chains], K: int) -> list[float]:
                 if not bool(ch.ok[i, j]):
                     break
                 hit[j] += 1
-    return [h / r if r else math.nan for h, r in zip(hit, reach)]
+    return [h / r if r else None for h, r in zip(hit, reach)]  # None: no step reached that draft
 
 
 def run(head_dir: str, traces: list[str], bench_json: str, out: str, K: int = 8, c: float | None = None,
@@ -240,7 +239,7 @@ def run(head_dir: str, traces: list[str], bench_json: str, out: str, K: int = 8,
         if len(y) >= 2:
             all_chains.append(chains(head, embed, sub_head, subset, model, prompt, y, K, task))
     res = analyse(all_chains, c, v, K)
-    res.update({"accept_by_position": [round(a, 4) for a in accept_by_position(all_chains, K)],
+    res.update({"accept_by_position": [None if a is None else round(a, 4) for a in accept_by_position(all_chains, K)],
                 "head": str(head_dir), "traces": [str(t) for t in traces], "bench": str(bench_json),
                 "machine": machine_description(), "cpu_flags": cpu_flags(), "software": software(),
                 "date": time.strftime("%Y-%m-%d"), "metric": "modelled speedup vs AR = tokens ÷ Σ (v(K+1) + K·c), "
