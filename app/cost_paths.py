@@ -12,7 +12,6 @@ different window, and speculation can lose on one path and win on the other.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -22,21 +21,17 @@ from app.data import RESULTS
 
 def path_timings(target: str, draft: str, results: Path = RESULTS) -> dict[str, dict]:
     """{weights: timings} of the newest costs result for this pair with per-path blocks ({} if none)."""
+    from engine.interop.diagnose import pair_cost_results
+
     best: tuple[str, dict[str, dict]] | None = None
-    for p in sorted(Path(results).glob("costs-*.json")):
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(d, dict) or d.get("target") != target or d.get("draft") != draft:
-            continue
-        blocks = [b for b in d.get("by_threads", []) if isinstance(b, dict) and "weights" in b and b.get("timings")]
+    for created, blocks, _ in pair_cost_results(target, draft, results):
+        blocks = [b for b in blocks if "weights" in b]
         if not blocks:
             continue
         most = max(b["threads"] for b in blocks)
         found = {b["weights"]: b["timings"] for b in blocks if b["threads"] == most}
-        if best is None or str(d.get("created", "")) > best[0]:
-            best = (str(d.get("created", "")), found)
+        if best is None or created > best[0]:
+            best = (created, found)
     return best[1] if best else {}
 
 

@@ -179,10 +179,9 @@ NEEDS_C = ("c unknown: the file has no draft timings and the lab has no measured
            "(draft ÷ target cost per token; --c on the command line)")
 
 
-def pair_cost_ratio(target: str, draft: str, results: Path = RESULTS) -> tuple[float, str] | None:
-    """c measured by `python -m engine costs` for this exact pair (same model names), newest result, the
-    dense weights path where there are several, most threads; None when the lab has not measured it."""
-    best = None
+def pair_cost_results(target: str, draft: str, results: Path = RESULTS):
+    """(created, timing blocks, file name) of every `python -m engine costs` result for this exact pair (same
+    model names) that holds timings; unreadable files are skipped."""
     for p in sorted(Path(results).glob("costs-*.json")):
         try:
             d = json.loads(p.read_text())
@@ -190,12 +189,20 @@ def pair_cost_ratio(target: str, draft: str, results: Path = RESULTS) -> tuple[f
             continue
         if not isinstance(d, dict) or d.get("target") != target or d.get("draft") != draft:
             continue
-        blocks = [b for b in d.get("by_threads", []) if isinstance(b, dict) and isinstance(b.get("timings"), dict)]
-        if not blocks:
-            continue
+        blocks = [b for b in d.get("by_threads", []) if isinstance(b, dict) and isinstance(b.get("timings"), dict)
+                  and b.get("timings")]
+        if blocks:
+            yield str(d.get("created", "")), blocks, p.name
+
+
+def pair_cost_ratio(target: str, draft: str, results: Path = RESULTS) -> tuple[float, str] | None:
+    """c measured by `python -m engine costs` for this exact pair (same model names), newest result, the
+    dense weights path where there are several, most threads; None when the lab has not measured it."""
+    best = None
+    for created, blocks, name in pair_cost_results(target, draft, results):
         b = max(blocks, key=lambda b: (b.get("weights") in (None, "dense"), b.get("threads") or 0))
-        if best is None or str(d.get("created", "")) > best[0]:
-            best = (str(d.get("created", "")), b, p.name)
+        if best is None or created > best[0]:
+            best = (created, b, name)
     if best is None:
         return None
     try:
