@@ -14,7 +14,9 @@ WORDS = {"weight_share": "share of the loss weight", "max_lossless_error": "larg
          "t_before": "threshold before the block", "t_after": "threshold after the block", "blocks": "PACER blocks",
          "max_first_token_error": "largest first-token error", "max_mass_error": "largest mass error",
          "min_deficit": "smallest deficit", "max_fallback_mass": "largest fallback mass", "worst_case": "worst toy",
-         "worst_vocab": "worst toy's V", "worst_gamma": "worst toy's γ", "worst_k": "worst toy's K"}
+         "worst_vocab": "worst toy's V", "worst_gamma": "worst toy's γ", "worst_k": "worst toy's K",
+         "q_draft": "the draft's probabilities (q)", "p_target": "the target's probabilities (p)",
+         "accepted_per_step": "per-step accepted counts"}
 
 
 def labelled(df):

@@ -20,6 +20,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.fmt import words as field_words
+
 from engine.interop import bounds
 from engine.trace.prompts import task_of
 from engine.trace.format import Trace
@@ -40,7 +42,7 @@ def missing(trace: Trace, need: tuple[str, ...]) -> str | None:
     if not gone:
         return None
     return (f"This trace was imported from {source_format(trace) or 'another tool'}, whose file does not record "
-            f"{', '.join(gone)}.")
+            f"{', '.join(field_words(k) for k in gone)}.")
 
 
 def pct(x: float | None) -> str:

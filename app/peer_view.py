@@ -13,6 +13,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from app.fmt import words as field_words
+
 from engine.interop import diagnose, formats
 
 
@@ -34,7 +36,8 @@ def _lack_line(trace) -> str | None:
         return None
     gone = [k for k in imp.get("lacks") or [] if k in ("draft_tokens", "q_draft", "p_target", "emitted_tokens",
                                                         "window", "t_verify_ms", diagnose.PER_STEP, "step order")]
-    return (f"Imported from {imp.get('format')}: the file does not record {', '.join(gone) or 'token-level data'}, "
+    named = ", ".join(field_words(k) for k in gone)  # in words: no raw field names on a page
+    return (f"Imported from {imp.get('format')}: the file does not record {named or 'token-level data'}, "
             f"so replaying tokens and probabilities is not possible; what follows uses the accepted counts only.")
 
 

@@ -56,10 +56,10 @@ for f in files or []:
 ups = data.uploads()
 refs = st.session_state.get(data.REF_UPLOADS, {})
 head.info(f"**{len(ups)} uploaded traces and {len(refs)} reference runs** are loaded; uploads are kept on the "
-          f"server's disk (its `{persist.ENV}` folder) and come back after a reload until you remove them below.",
+          f"server's disk (its `{persist.ENV}` folder) and come back after a reload until you remove them below "
+          f"(Remove deletes the kept copy too).",
           icon=":material/lightbulb:")
 st.subheader(f"Kept uploads: {len(ups)} traces, {len(refs)} reference runs")
-st.caption("Remove deletes the kept copy too.")
 for label, e in list(ups.items()):
     s = e.info["summary"]
     a, b = st.columns([5, 1])

@@ -44,7 +44,7 @@ def test_replay_says_what_the_file_lacks(at):
     goto(at, "replay")
     at.selectbox(key="replay_trace").set_value("uploaded: vicuna-sps.jsonl").run()
     assert not at.exception
-    assert any("does not record draft_tokens, emitted_tokens" in i.value for i in at.info)
+    assert any("does not record draft tokens, emitted tokens" in i.value for i in at.info)  # fields in words
     table = at.dataframe[0].value
     assert list(table["emitted"]) == [3, 2, 1, 3, 1]  # question 81's accept lengths, both turns
 

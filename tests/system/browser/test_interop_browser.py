@@ -28,6 +28,7 @@ def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path
         expect(pg.get_by_text("imported: specbench").first).to_be_visible()
         nav(pg, "Windows")
         expect(pg.get_by_text("Imported runs: what accepted lengths alone support")).to_be_visible()
-        expect(pg.get_by_text("oracle ÷ best fixed (bound)")).to_be_visible()
+        # a file without draft timings of a pair the lab has not measured: no figure until c is given
+        expect(pg.get_by_text("none is drawn until it is given", exact=False)).to_be_visible()
     finally:
         pg.context.close()
