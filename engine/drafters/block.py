@@ -243,18 +243,22 @@ def check_block(path: str | Path, target_lm) -> BlockDrafterConfig:
     if d.get("schema") != SCHEMA:
         raise ValueError(f"{p}/config.json: schema {d.get('schema')!r} is not {SCHEMA!r}")
     c = BlockDrafterConfig.from_dict({k: v for k, v in d.items() if k in BlockDrafterConfig.__dataclass_fields__})
+    check_feature_target(f"block:{path}", target_lm, c.target_layer_ids, c.hidden_size, c.vocab_size)
+    return c
+
+
+def check_feature_target(name: str, target_lm, layers, hidden_size: int, vocab_size: int) -> None:
+    """One line if a drafter reading the target's layer features (`name`, e.g. block:PATH) does not fit
+    `target_lm`: no hidden states, too few layers, another hidden size or vocabulary."""
     hf = getattr(target_lm, "model", None)
     if hf is None or not hasattr(target_lm, "run_decoder"):
-        raise ValueError(f"block:{path} drafts from a transformers target's hidden states; this target has none")
+        raise ValueError(f"{name} drafts from a transformers target's hidden states; this target has none")
     depth = int(getattr(hf.config, "num_hidden_layers", 1 << 30))
-    if max(c.target_layer_ids) >= depth:
-        raise ValueError(f"block:{path} reads target layers {list(c.target_layer_ids)}; {target_lm.name} has "
-                         f"only {depth} layers")
-    if int(hf.config.hidden_size) != c.hidden_size or target_lm.vocab_size != c.vocab_size:
-        raise ValueError(f"block:{path} was trained for a target with hidden size {c.hidden_size} and "
-                         f"{c.vocab_size} tokens; {target_lm.name} has {hf.config.hidden_size} and "
-                         f"{target_lm.vocab_size}")
-    return c
+    if max(layers) >= depth:
+        raise ValueError(f"{name} reads target layers {list(layers)}; {target_lm.name} has only {depth} layers")
+    if int(hf.config.hidden_size) != hidden_size or int(target_lm.vocab_size) != vocab_size:
+        raise ValueError(f"{name} was trained for a target with hidden size {hidden_size} and {vocab_size} tokens; "
+                         f"{target_lm.name} has {hf.config.hidden_size} and {target_lm.vocab_size}")
 
 
 def load_block(path: str | Path, target_lm) -> tuple[FeatureLM, "BlockDrafter"]:

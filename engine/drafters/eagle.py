@@ -32,7 +32,7 @@ from engine.core.kv_cache import GrowingTensor
 from engine.core.lm import subset_logits
 from engine.core.sampling import SamplingConfig, draw_token
 from engine.drafters.base import DrafterBase, DrafterCaps, Keep, Proposal
-from engine.drafters.block import FeatureLM
+from engine.drafters.block import FeatureLM, check_feature_target
 from engine.drafters.eagle_model import SCHEMA, EagleConfig, EagleHead
 from engine.policies.base import DraftInfo
 
@@ -179,17 +179,8 @@ def read_config(path: str | Path) -> EagleConfig:
 def check_eagle(path: str | Path, target_lm) -> EagleConfig:
     """The head's config after checking (config.json alone) that it fits `target_lm`."""
     c = read_config(path)
-    hf = getattr(target_lm, "model", None)
-    if hf is None or not hasattr(target_lm, "run_decoder"):
-        raise ValueError(f"eagle:{path} drafts from a transformers target's hidden states; this target has none")
-    depth = int(getattr(hf.config, "num_hidden_layers", 1 << 30))
-    if max(c.target_layers) >= depth:
-        raise ValueError(f"eagle:{path} reads target layers {list(c.target_layers)}; {target_lm.name} has only "
-                         f"{depth} layers")
-    if int(hf.config.hidden_size) != c.hidden_size or int(target_lm.vocab_size) != c.vocab_size:
-        raise ValueError(f"eagle:{path} was trained for a target with hidden size {c.hidden_size} and "
-                         f"{c.vocab_size} tokens; {target_lm.name} has {hf.config.hidden_size} and "
-                         f"{target_lm.vocab_size}")
+    check_feature_target(f"eagle:{path}", target_lm, c.target_layers, c.hidden_size, c.vocab_size)
+    hf = target_lm.model
     if int(hf.config.num_attention_heads) != c.num_heads:
         raise ValueError(f"eagle:{path} has {c.num_heads} attention heads; {target_lm.name} has "
                          f"{hf.config.num_attention_heads}")
