@@ -69,7 +69,7 @@ def paths(weights: str, dtype: torch.dtype, device: str = "cpu") -> tuple[str, s
     if dtype == torch.bfloat16:
         why = dense_kernel.available()
         if why is None:
-            return "speclab bgemv", "our bf16 kernel runs on this CPU"
+            return "speclab bgemv", f"our bf16 kernel ({dense_kernel.loaded_variant()} build) runs on this CPU"
         return "torch bf16", f"our bf16 kernel does not run here: {why}"
     if dtype == torch.float32:
         return "torch fp32 (W xᵀ)ᵀ", "fp32: torch's GEMM, weight as the large operand (no native kernel of ours)"
@@ -111,7 +111,8 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     if p.dtype == torch.bfloat16:
         n = use_dense_kernel(model)
         if n:
-            return KernelReport(weights, dev, dt, "speclab bgemv", "our bf16 kernel for forwards of ≤ "
+            return KernelReport(weights, dev, dt, "speclab bgemv", f"our bf16 kernel ({dense_kernel.loaded_variant()} "
+                                f"build) for forwards of ≤ "
                                 f"{dense_kernel.MAX_ROWS} rows (torch's GEMM beyond)", dense_kernel.built(), n)
         why = dense_kernel.available() or "no linear layer fits the kernel (bf16, contiguous, K % 32 = 0)"
         return KernelReport(weights, dev, dt, "torch bf16", why)

@@ -20,8 +20,10 @@ speculative decoding on the dense path reproduces its autoregressive output bit 
 quantized path. A forward of more than MAX_ROWS rows (a prefill, shared by every run of a prompt) runs
 torch's GEMM, which is compute-bound and fast there.
 
-Where it runs: a CPU with avx512f + avx512bw + avx512_bf16 (AMD Zen 4, Intel Cooper Lake and newer) and a C
-compiler. Elsewhere, or with SPECLAB_DENSE_KERNEL=torch, the dense path is torch's, unchanged.
+Where it runs: a CPU with avx512f + avx512bw + avx512_bf16 (AMD Zen 4, Intel Cooper Lake and newer) runs
+bf16_kernels.c (vdpbf16ps); a CPU with AVX2 + FMA only runs bf16_kernels_avx2.c (each bf16 widened exactly to
+float32 in registers, then FMAs; torch's own bf16 GEMV there is ~4× slower than its fp32 one). Both need a C
+compiler (or the install step's build). Elsewhere, or with SPECLAB_DENSE_KERNEL=torch, the dense path is torch's.
 """
 
 from __future__ import annotations
@@ -34,35 +36,53 @@ import torch
 
 from engine.core.kernel_build import BUILDS, cpu_flags, library, load_library
 
-SOURCE = Path(__file__).with_name("bf16_kernels.c")
-NEEDS, CFLAGS = BUILDS["bgemv"].needs, BUILDS["bgemv"].cflags  # one table of builds (engine.core.kernel_build)
+VARIANTS = {  # build → CPU flags it needs, fastest first: AVX-512 BF16 dot products, else AVX2 widening + FMA
+    name: b.needs for name, b in BUILDS.items() if b.source in ("bf16_kernels.c", "bf16_kernels_avx2.c")}
 MAX_ROWS = 64  # a verify of up to 63 drafts; a longer forward is a prefill (torch's compute-bound GEMM)
 _lib = None
 _why: str | None = None
 _built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
+_variant: str | None = None  # the build loaded: 'bgemv' (AVX-512 BF16) or 'bgemv-avx2'
+
+
+def variant() -> str | None:
+    """The build this CPU runs ('bgemv', 'bgemv-avx2'), or None. SPECLAB_BGEMV=<build> forces one (tests)."""
+    flags = cpu_flags()
+    forced = os.environ.get("SPECLAB_BGEMV")
+    for name, need in VARIANTS.items():
+        if forced in (None, "", name) and all(f in flags for f in need):
+            return name
+    return None
 
 
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (opted out, CPU flags, no compiler)."""
-    global _lib, _why, _built
+    global _lib, _why, _built, _variant
     if _lib is not None or _why is not None:
         return _why
     if os.environ.get("SPECLAB_DENSE_KERNEL", "auto") == "torch":
         _why = "disabled by SPECLAB_DENSE_KERNEL=torch"
         return _why
-    missing = [f for f in NEEDS if f not in cpu_flags()]
-    if missing:
-        _why = f"this CPU lacks {', '.join(missing)}"
+    name = variant()
+    if name is None:
+        missing = [f for f in VARIANTS["bgemv-avx2"] if f not in cpu_flags()]
+        _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_BGEMV'))}"
         return _why
     try:
-        path, _built = library(BUILDS["bgemv"])
+        path, _built = library(BUILDS[name])
         _lib = load_library(path, {
             "speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
             "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
                                                                           ctypes.c_void_p, ctypes.c_int]})
+        _variant = name
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
+
+
+def loaded_variant() -> str | None:
+    """The build `available()` loaded, else None."""
+    return _variant if _lib is not None else None
 
 
 def built() -> str | None:
@@ -81,7 +101,7 @@ def bgemv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> to
     rc = _lib.speclab_bgemv(m, n, k, x.data_ptr(), w.data_ptr(), None if b is None else b.data_ptr(),
                             y.data_ptr(), torch.get_num_threads())
     if rc != 0:
-        raise RuntimeError(f"bgemv refused shape M={m} N={n} K={k}")
+        raise RuntimeError(f"bgemv refused shape M={m} N={n} K={k}" + (" (out of memory)" if rc == 2 else ""))
     return y
 
 

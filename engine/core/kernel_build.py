@@ -1,4 +1,4 @@
-"""Building the C kernels (engine/core/qgemm.c, bf16_kernels.c): one table of builds, one compile command,
+"""Building the C kernels (engine/core/qgemm.c, bf16_kernels.c, bf16_kernels_avx2.c): one table of builds, one compile command,
 used by the install step (setup.py), by the first-use build into the user cache, and by the compile check.
 
     BUILDS                        build name → KernelBuild(source, CPU flags it needs, compiler flags)
@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 class KernelBuild:
     """One shared library: a C source compiled with ISA flags, run where the CPU has `needs`."""
 
-    name: str  # the build's name: 'qgemm-avx512vnni', 'qgemm-avx2', 'bgemv'
+    name: str  # the build's name: 'qgemm-avx512vnni', 'qgemm-avx2', 'bgemv', 'bgemv-avx2'
     source: str  # file name beside this module
     needs: tuple[str, ...]  # /proc/cpuinfo flags the code executes (checked at run time, not at build)
     cflags: tuple[str, ...]  # the ISA flags the compiler needs to emit that code
@@ -60,6 +60,7 @@ BUILDS = {b.name: b for b in (
     KernelBuild("qgemm-avx2", "qgemm.c", ("avx2", "f16c", "fma"), ("-mavx2", "-mf16c", "-mfma")),
     KernelBuild("bgemv", "bf16_kernels.c", ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16")),
+    KernelBuild("bgemv-avx2", "bf16_kernels_avx2.c", ("avx2", "fma"), ("-mavx2", "-mfma")),
 )}
 BASE_FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp")  # -fopenmp: the kernels split rows over OpenMP threads
 

@@ -1,4 +1,5 @@
-"""Our dense bf16 kernels (bf16_kernels.c): the product against float32 matmul, bias, batch invariance (what makes greedy
+"""Our dense bf16 kernels (bf16_kernels.c with AVX-512 BF16, bf16_kernels_avx2.c with AVX2 + FMA; every test runs on
+each build this CPU can run): the product against float32 matmul, bias, batch invariance (what makes greedy
 speculative decoding exact on the dense path), routing a model's linears through it, and the refusals."""
 
 import pytest
@@ -10,6 +11,20 @@ from engine.core.fast_layer import use_dense_kernel
 
 needs_kernel = pytest.mark.skipif(dense_kernel.available() is not None,
                                   reason=f"dense kernel: {dense_kernel.available()}")
+RUNNABLE = [v for v, need in dense_kernel.VARIANTS.items() if all(f in dense_kernel.cpu_flags() for f in need)]
+
+
+@pytest.fixture(params=RUNNABLE or ["none"], autouse=True)
+def build(request, monkeypatch):
+    """Each test once per build this CPU runs (an AVX-512 BF16 machine runs the AVX2 build too)."""
+    if request.param != "none":
+        monkeypatch.setenv("SPECLAB_BGEMV", request.param)
+        for name in ("_lib", "_why", "_variant"):
+            monkeypatch.setattr(dense_kernel, name, None)
+        if dense_kernel.available() is not None:
+            pytest.skip(f"dense kernel {request.param}: {dense_kernel.available()}")
+        assert dense_kernel.loaded_variant() == request.param
+    return request.param
 
 
 @needs_kernel
@@ -79,8 +94,9 @@ def test_weights_it_does_not_take():
 def test_without_the_cpu_flags_or_opted_out_it_says_why_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(dense_kernel, "_lib", None)
     monkeypatch.setattr(dense_kernel, "_why", None)
-    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
-    assert dense_kernel.available() == "this CPU lacks avx512_bf16"
+    monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: {"sse4_2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
+    assert dense_kernel.available() == "this CPU lacks avx2, fma"
     lin = torch.nn.Linear(64, 8).to(torch.bfloat16)
     assert use_dense_kernel(lin) == 0 and "forward" not in lin.__dict__
     monkeypatch.setattr(dense_kernel, "_why", None)
@@ -117,3 +133,14 @@ def test_attention_is_causal_grouped_and_row_by_row():
         alone = attention(query[:, :, i:i + 1], key[:, :, :m], value[:, :, :m], d ** -0.5)
         assert torch.equal(alone[0, 0], out[0, i])  # the same bits as that row's own one-token step
     assert attention(query.float(), key.float(), value.float(), 1.0) is None  # float32: the torch path's
+
+
+def test_the_build_is_chosen_by_the_cpu_flags(monkeypatch):
+    monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
+    avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512 | {"avx512_bf16"})
+    assert dense_kernel.variant() == "bgemv"  # vdpbf16ps where the CPU has it
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512)
+    assert dense_kernel.variant() == "bgemv-avx2"  # AVX-512 without BF16 (Zen 3 class, Skylake-SP): widen + FMA
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: {"avx2"})
+    assert dense_kernel.variant() is None  # no FMA
