@@ -104,3 +104,6 @@ def test_the_default_file_is_named_after_the_cpu():
     assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C") == "intel-xeon-platinum-8488c"
     assert cpu_slug("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == "intel-core-i7-8700"
     assert cpu_slug("") == "unknown-cpu"
+    assert cpu_slug("AMD EPYC", {"avx2", "fma"}) == "amd-epyc-avx2"  # a bare VM name: the vector class tells CPUs apart
+    assert cpu_slug("AMD EPYC", {"avx2", "avx512f", "avx512_bf16"}) == "amd-epyc-avx512bf16"
+    assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C", {"avx512f", "avx512_bf16", "amx_tile"}) == "intel-xeon-platinum-8488c-amx"
