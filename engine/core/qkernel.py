@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.core.kernel_build import BUILDS, cpu_flags, library, load_library  # cpu_flags: tests stub it here
+from engine.core.dense_kernel import long_linear
 
 SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.core.kernel_build)
@@ -128,7 +129,7 @@ def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) 
     return out
 
 
-DENSE_ROWS = 64  # a forward of more rows (a prefill) de-quantises and runs torch's bf16 GEMM: compute-bound
+DENSE_ROWS = 64  # a forward of more rows (a prefill) de-quantises and runs the CPU's fastest GEMM: compute-bound
 
 
 class QGemmLinear(torch.nn.Module):
@@ -159,7 +160,7 @@ class QGemmLinear(torch.nn.Module):
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
         with torch.inference_mode():
             if x2.shape[0] > DENSE_ROWS:  # shared by every run of a prompt: batch invariance is not at stake
-                y = torch.nn.functional.linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
+                y = long_linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
             else:
                 y = qgemm(x2, self.q, self.s, self.mn, self.bits)
         if self.bias is not None:

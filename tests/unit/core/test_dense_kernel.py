@@ -144,3 +144,19 @@ def test_the_build_is_chosen_by_the_cpu_flags(monkeypatch):
     assert dense_kernel.variant() == "bgemv-avx2"  # AVX-512 without BF16 (Zen 3 class, Skylake-SP): widen + FMA
     monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: {"avx2"})
     assert dense_kernel.variant() is None  # no FMA
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_long_forward_runs_on_the_fastest_gemm_with_the_same_product(monkeypatch, native):
+    from engine.core.dense_kernel import long_linear
+
+    monkeypatch.setattr(dense_kernel, "_native_bf16", native)
+    torch.manual_seed(5)
+    w = torch.randn(700, 32, dtype=torch.bfloat16)  # 700 rows: past one chunk of widened rows (≥ 256)
+    b = torch.randn(700, dtype=torch.bfloat16)
+    x = torch.randn(80, 32, dtype=torch.bfloat16)  # > MAX_ROWS: a prefill
+    ref = x.float() @ w.float().T + b.float()
+    y = long_linear(x, w, b)
+    assert y.dtype == torch.bfloat16 and y.shape == (80, 700)
+    assert ((y.float() - ref).abs() <= 1e-2 * ref.abs() + 2e-2).all()
+    assert torch.equal(linear(x[None], w, b)[0], y)  # linear routes a long forward there

@@ -53,24 +53,34 @@ def cpu(monkeypatch):
             monkeypatch.setattr(mod, "cpu_flags", lambda f=frozenset(flags): set(f))
             monkeypatch.setattr(mod, "_lib", None)
             monkeypatch.setattr(mod, "_why", None)
+        monkeypatch.setattr(dense_kernel, "_variant", None)
+        monkeypatch.setattr(dense_kernel, "_native_bf16", None)
         monkeypatch.setattr(pair_weights, "_SAID", set())
     monkeypatch.delenv("SPECLAB_QGEMM", raising=False)
     monkeypatch.delenv("SPECLAB_NO_QGEMM", raising=False)
     monkeypatch.delenv("SPECLAB_DENSE_KERNEL", raising=False)
+    monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
     return set_flags
 
 
-def test_an_avx2_only_cpu_falls_back_in_one_line_before_anything_loads(cpu, monkeypatch):
+def test_an_avx2_only_cpu_runs_the_avx2_builds_and_says_so_once_before_anything_loads(cpu, monkeypatch):
     cpu({"avx2", "fma", "f16c"})
     monkeypatch.setattr(qkernel, "library", lambda b: pytest.fail("status must not build a kernel the CPU lacks")
                         if "avx2" not in b.name else (__import__("pathlib").Path("/nonexistent.so"), "cache"))
     said = []
     line = pair_weights.announce("dense", "bf16", "cpu", say=said.append)
-    assert said == [line] and "torch's GEMM instead of our bf16 kernel" in line and "lacks avx512f" in line
-    assert "bf16 is emulated on this CPU, --dtype fp32 is faster" in line
+    assert said == [line] and line.startswith("weights dense (bf16): our bf16 kernel's AVX2 build")
+    assert "lacks avx512f" in line and "avx512_bf16" in line
     assert pair_weights.status("dense", "fp32", "cpu") is None  # fp32 is torch's GEMM by design
     pair_weights.announce("dense", "bf16", "cpu", say=said.append)
     assert len(said) == 1  # once per process and path
+
+
+def test_a_cpu_without_avx2_falls_back_to_torch_for_bf16_in_one_line(cpu):
+    cpu({"sse4_2", "f16c"})
+    line = pair_weights.status("dense", "bf16", "cpu")
+    assert "torch's GEMM instead of our bf16 kernel (this CPU lacks avx2, fma)" in line
+    assert "bf16 is emulated on this CPU, --dtype fp32 is faster" in line
 
 
 def test_a_cpu_without_avx2_runs_torchs_quantized_kernels_and_says_so(cpu):
