@@ -86,7 +86,7 @@ def _sides(target, draft, tname: str, dname: str) -> dict[str, tuple[Any, Any]]:
 def qwen_installed() -> bool:
     """Both Qwen2.5-Coder models converted and stamped (`engine.core.provision`); False when unsure."""
     try:
-        from engine.core.provision import installed
+        from engine.models.provision import installed
     except ImportError:
         return False
     return installed(QWEN_TARGET) and installed(QWEN_DRAFT)
@@ -119,8 +119,8 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     engine.core.provision.ModelNotInstalled, naming `make models`, when it is not)."""
     _stage(which, "importing torch and transformers", 0.05)
     if which.startswith("qwen2.5-coder"):
-        from engine.core.load import eos_token_ids, load_model
-        from engine.core.pair_weights import parse
+        from engine.models.load import eos_token_ids, load_model
+        from engine.models.pair_weights import parse
 
         w = PAIR_WEIGHTS.get(which, "dense")
         pw = parse(w)  # each model's own path
@@ -135,7 +135,7 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     note = "forced by SPECLAB_LIVE_MODELS=tiny" if kind == "tiny" else ""
     if kind != "tiny":
         try:
-            from engine.core.load import eos_token_ids, load_model
+            from engine.models.load import eos_token_ids, load_model
 
             _stage(which, f"loading the target {DEMO_TARGET}", 0.3)
             t = load_model(DEMO_TARGET, role="target")

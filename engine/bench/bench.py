@@ -72,8 +72,8 @@ def load_draft(spec: str, target, dtype: str, device: str, want_hidden: bool, we
 
 def path_label(target, draft) -> str:
     """The pair's weights path as rows and folders name it: 'dense', or 'target=dense,draft=quantized' when
-    the draft model runs on another path than its target (engine.core.pair_weights)."""
-    from engine.core.pair_weights import PairWeights
+    the draft model runs on another path than its target (engine.models.pair_weights)."""
+    from engine.models.pair_weights import PairWeights
 
     tw = getattr(target, "weights", "dense")
     return PairWeights(tw, getattr(_forward_lm(draft), "weights", None) or tw).label
@@ -257,7 +257,7 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     results: list[RunResult] = []
     mismatches: list[str] = []
     multi = len(paths) > 1
-    from engine.core.pair_weights import parse
+    from engine.models.pair_weights import parse
 
     traces = {}
     for w, (t, d) in paths.items():  # several paths: one trace folder per path

@@ -15,12 +15,12 @@ Grid format (docs/examples/sweep-tiny.toml is a runnable one):
     drafters = ["model", "lookup:n=10,ngram=2", {name = "suffix", params = {n = 16}}]   # default ["model"]
     seed = 0, top_k = 0, top_p = 1.0, chat = true, device = "auto", threads = 1 (torch threads per worker)
     [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name,
-                  weights (dense | quantized | int8 | int4: engine.core.quant; default dense; or
-                  "target=dense,draft=quantized": each model its own path, engine.core.pair_weights)
+                  weights (dense | quantized | int8 | int4: engine.kernels.quant; default dense; or
+                  "target=dense,draft=quantized": each model its own path, engine.models.pair_weights)
     [[prompts]]   file = "...", per_task = 2 (or per_category), limit = 12, categories = ["qa"], name = "label"
 
 Relative model and prompt paths are resolved against the grid file's folder (then the current
-folder); anything that is not a path is passed to engine.core.load.load_model as a name.
+folder); anything that is not a path is passed to engine.models.load.load_model as a name.
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
         dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
         if dtype is None:
             raise ValueError(f"grid: unknown dtype {pair.get('dtype')!r}; choose from fp32, bf16, fp16, auto")
-        from engine.core.pair_weights import parse
+        from engine.models.pair_weights import parse
 
         try:
             weights = parse(str(pair.get("weights", "dense")), "weights").label

@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from engine.bench.peer_engines import LlamaServer, llama_version
-from engine.core.provision import cache_root
+from engine.models.provision import cache_root
 
 FIELDS = ["content", "tokens", "stop", "stop_type", "stopping_word", "tokens_predicted", "tokens_evaluated",
           "truncated", "timings", "model"]

@@ -76,7 +76,7 @@ def _repo_root() -> Path:
 
 
 def resolve_dirs(cfg: DraftConfig) -> tuple[Path, Path, Path]:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     data = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
     run = Path(cfg.run_dir) if cfg.run_dir else cache_root() / "runs" / "smollm2-draft"
@@ -124,7 +124,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
     """
     from tqdm import tqdm
 
-    from engine.core.smollm import load_smollm2
+    from engine.models.smollm import load_smollm2
 
     torch.set_num_threads(cfg.threads)
     data_dir, run_dir, exp_dir = resolve_dirs(cfg)
@@ -140,7 +140,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         target, tok = load_smollm2(dtype=torch.float32)
     _tok = tok
     if cfg.init_from:
-        from engine.core.smollm import load_smollm2_draft
+        from engine.models.smollm import load_smollm2_draft
 
         draft = load_smollm2_draft(dtype=torch.float32, target=target, draft_dir=cfg.init_from)
     else:
@@ -166,7 +166,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         state["resumes"] = state.get("resumes", 0) + 1
         print(f"resumed from {ckpt} at step {state['step']} ({state['elapsed_s']:.0f} s trained)", flush=True)
     elif cfg.vocab_subset and cfg.vocab_subset < vocab:
-        from engine.core.sharegpt import first_user_turns, load_sharegpt, split_prompts
+        from engine.models.sharegpt import first_user_turns, load_sharegpt, split_prompts
 
         held_prompts, _ = split_prompts(first_user_turns(load_sharegpt()), GenConfig().n_heldout, GenConfig().seed)
         extra = sharegpt_assistant_counts(_tok, vocab, set(held_prompts), cfg.subset_prior_chars) \

@@ -1,6 +1,6 @@
 """The install step builds the C kernels: setup.py's build_ext compiles every build of
-engine/core/kernel_build.py into the package, under the names the run-time lookup expects (what
-`pip install .` and `pip install -e .` run; the quick tier's compile check is tests/unit/core/test_kernel_build.py)."""
+engine/kernels/kernel_build.py into the package, under the names the run-time lookup expects (what
+`pip install .` and `pip install -e .` run; the quick tier's compile check is tests/unit/kernels/test_kernel_build.py)."""
 
 import platform
 import shutil
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from engine.core import kernel_build as kb
+from engine.kernels import kernel_build as kb
 from tests.conftest import REPO
 
 
@@ -20,5 +20,5 @@ def test_build_ext_builds_every_kernel_where_the_run_looks(tmp_path):
                         str(tmp_path / "tmp")], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "not built" not in r.stderr, r.stderr[-2000:]
-    built = {p.name for p in (tmp_path / "engine" / "core").glob("_kernel_*")}
+    built = {p.name for p in (tmp_path / "engine" / "kernels").glob("_kernel_*")}
     assert built == {kb.module_name(b) + kb.ext_suffix() for b in kb.BUILDS.values()}
