@@ -174,6 +174,51 @@ def test_native_code_lives_in_the_kernels_package():
     assert not moved & {p.stem for p in (ENGINE / "core").glob("*.py")}
 
 
+# Modules that may parse JSON line by line themselves; every other reader of a JSONL file goes through
+# engine/trace/parse.py (parse_jsonl / read_jsonl: one set of refusals, one wording), each with the reason.
+OWN_JSONL_LOOPS = {
+    "engine/trace/parse.py": "the one JSONL reader",
+    "engine/trace/jsonl.py": "its fast chunked path; falls back to parse_jsonl, same records and refusals",
+    "engine/trace/parquet.py": "JSON text inside Parquet columns, through parse.py's own _loads",
+    "engine/bench/peer_engines.py": "a peer process's protocol lines on a pipe, not a file",
+    "engine/interop/peer_json.py": "open: a serving engine's JSON or JSONL with PeerError wording (to move onto parse_jsonl)",
+    "engine/interop/specbench.py": "open: Spec-Bench answer files with SpecBenchError wording (to move onto parse_jsonl)",
+}
+
+
+def _json_loads_of_a_line(path: Path) -> list[int]:
+    """Lines where `path` calls json.loads / orjson.loads / _loads on a line of text (`line`, `raw`, a slice or
+    .decode() of one) inside a loop: a hand-written JSONL reader."""
+    hits: list[int] = []
+
+    def is_line(a: ast.AST) -> bool:
+        if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute):
+            a = a.func.value  # raw.decode("utf-8")
+        if isinstance(a, ast.Subscript):
+            a = a.value  # line[len(PREFIX):]
+        return isinstance(a, ast.Name) and a.id in ("line", "raw", "ln", "l")
+
+    def walk(node: ast.AST, in_loop: bool) -> None:
+        for c in ast.iter_child_nodes(node):
+            loop = (in_loop or isinstance(c, (ast.For, ast.While, ast.comprehension))) and not isinstance(
+                c, (ast.FunctionDef, ast.AsyncFunctionDef))
+            f = getattr(c, "func", None)
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if in_loop and isinstance(c, ast.Call) and name in ("loads", "_loads") and c.args and is_line(c.args[0]):
+                hits.append(c.lineno)
+            walk(c, loop)
+
+    walk(ast.parse(path.read_text()), False)
+    return hits
+
+
+def test_one_jsonl_reader():
+    found = {str(p.relative_to(REPO)): n for p in ENGINE.rglob("*.py") if (n := _json_loads_of_a_line(p))}
+    stray = {f: n for f, n in found.items() if f not in OWN_JSONL_LOOPS}
+    assert not stray, f"read JSONL through engine.trace.parse.read_jsonl / parse_jsonl: {stray}"
+    assert "engine/trace/parse.py" in found  # the check sees a JSONL loop at all
+
+
 # ------------------------------------------------------------------ floors
 
 # Lowest first. A module may import from a lower floor and from its own package (or itself), never

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from engine.paths import REPO_ROOT
+from engine.trace.parse import read_jsonl
 from engine.train.draft.batches import (Batcher, choose_vocab_subset, collate, load_sequences,
                                         sharegpt_assistant_counts, train_shards)
 from engine.train.draft.evaluate import bench, match_vectors, specbench_eval, summarize_matches
@@ -216,11 +217,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
 
     last_ev: dict = {}
     if log_path.is_file():  # on resume: the last evaluation so far
-        for line in log_path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for r in read_jsonl(log_path):  # the one JSONL reader: a line cut by a kill is dropped
             if r.get("event") == "eval":
                 last_ev = {k: v for k, v in r.items() if k not in ("step", "event", "elapsed_s", "tokens", "train_positions")}
     if state["step"] == 0:
