@@ -136,3 +136,33 @@ def test_the_prefill_probe_times_prefill_per_token_on_an_empty_cache(monkeypatch
     before = draft.prefilled
     assert runner.prefill_ms_per_token(draft, [5, 6, 7], reps=3) == 2.0
     assert draft.prefilled - before == 3 * runner.PREFILL_PROBE and draft.length == 0
+
+
+def test_run_bench_steps_refuse_and_compare_as_the_run_did(tmp_path):
+    """run_bench's named steps: a weights path listed twice and a task without prompts are refused before any
+    timing; greedy mismatches are named per configuration, prompt and (with several paths) path."""
+    import pytest
+
+    from engine.bench.bench import BenchConfig, RunResult, _encoded_prompts, _greedy_mismatches, _weights_paths
+
+    class M:
+        def __init__(self, name, weights):
+            self.name, self.weights = name, weights
+
+    t, d = M("t", "dense"), M("d", "dense")
+    with pytest.raises(ValueError, match="lists the .* path twice"):
+        _weights_paths(t, d, ((M("t", "dense"), M("d", "dense")),))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "w1 w2", "category": "writing"}\n')
+    with pytest.raises(ValueError, match=r"no prompts of task\(s\) math_reasoning"):
+        _encoded_prompts(prompts, BenchConfig(configs=("ar",), tasks=("writing", "math_reasoning")), None)
+
+    def run(conf, out, weights="dense"):
+        r = RunResult.__new__(RunResult)
+        r.config, r.output, r.question_id, r.temperature, r.weights = conf, out, 7, 0.0, weights
+        return r
+
+    results = [run("ar", [1, 2]), run("fixed:2", [1, 2]), run("fixed:4", [1, 3]), run("hf:ar", [9])]
+    assert _greedy_mismatches(results, 7, ["dense"]) == ["fixed:4 q7"]
+    results += [run("ar", [1], "int8"), run("fixed:4", [2], "int8")]
+    assert _greedy_mismatches(results, 7, ["dense", "int8"]) == ["fixed:4 q7 [dense]", "fixed:4 q7 [int8]"]
