@@ -75,7 +75,8 @@ def test_one_table_names_every_c_source_and_the_setup_step_builds_them_all():
     setup = (kb.HERE.parents[1] / "setup.py").read_text()
     assert "kernel_build.py" in setup and "BUILDS" in setup and "build_ext" in setup
     pyproject = (kb.HERE.parents[1] / "pyproject.toml").read_text()
-    assert '"engine.kernels" = ["*.c", "*.h"]' in pyproject  # the sources travel with a wheel
+    assert f'"engine.{kb.HERE.name}" = ["*.c", "*.h"]' in pyproject  # the sources travel with a wheel (the wheel's
+    # contents: tests/system/repo/test_install_build.py)
 
 
 def test_one_openmp_runtime_is_mapped_once_a_kernel_is_loaded():
