@@ -1,6 +1,6 @@
-"""The install step's one addition to pyproject.toml: compile the C kernels (engine/core/*.c) into the package.
+"""The install step's one addition to pyproject.toml: compile the C kernels (engine/kernels/*.c) into the package.
 
-Every build in engine/core/kernel_build.py (the one table of sources, CPU flags and compiler flags) is
+Every build in engine/kernels/kernel_build.py (the one table of sources, CPU flags and compiler flags) is
 declared as an extension module, so `pip install .`, `pip install -e .` and `python setup.py build_ext`
 compile them all whatever this CPU runs (the run-time check picks the build). A build that cannot be
 compiled here (no C compiler, no OpenMP) warns and is left to the first-use build or torch;
@@ -16,11 +16,11 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 _spec = importlib.util.spec_from_file_location("speclab_kernel_build",
-                                               Path(__file__).resolve().parent / "engine" / "core" / "kernel_build.py")
+                                               Path(__file__).resolve().parent / "engine" / "kernels" / "kernel_build.py")
 kb = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = kb  # dataclasses look their module up
 _spec.loader.exec_module(kb)
-BY_EXTENSION = {f"engine.core.{kb.module_name(b)}": b for b in kb.BUILDS.values()}
+BY_EXTENSION = {f"engine.kernels.{kb.module_name(b)}": b for b in kb.BUILDS.values()}
 
 
 class BuildKernels(build_ext):
@@ -39,5 +39,5 @@ class BuildKernels(build_ext):
                   file=sys.stderr)
 
 
-setup(ext_modules=[Extension(name, sources=[f"engine/core/{b.source}"]) for name, b in BY_EXTENSION.items()],
+setup(ext_modules=[Extension(name, sources=[f"engine/kernels/{b.source}"]) for name, b in BY_EXTENSION.items()],
       cmdclass={"build_ext": BuildKernels})

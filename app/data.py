@@ -434,7 +434,7 @@ SMOLLM2_NAMES = ("smollm2-135m", "smollm2-135m-instruct", "smollm2-draft")
 def _tokenizer_file(name: str | None) -> Path | None:
     """Where a trace's target tokenizer lives, found without importing torch.
 
-    Bundled SmolLM2 names map to engine.core.smollm's converted cache ($SPECLAB_CACHE or
+    Bundled SmolLM2 names map to engine.models.smollm's converted cache ($SPECLAB_CACHE or
     ~/.cache/speclab/smollm2-135m-instruct); another name is a local model directory with a
     tokenizer.json, or a model `make models` installed under the same cache. Hub ids are not tried:
     the app never reaches the network."""

@@ -9,7 +9,7 @@ often but not always — the regime where window length matters. Imports torch: 
 
 from __future__ import annotations
 
-from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (the demo pair's builders)
+from engine.models.tiny import noisy_copy, tiny_llama  # noqa: F401  (the demo pair's builders)
 
 TINY_LABEL = "tiny random demo models (untrained; tokens are ids, not text)"
 TINY_TARGET = "tiny-random-llama-target"

@@ -43,8 +43,8 @@ DEMO_TARGET, DEMO_DRAFT = "smollm2-135m", "smollm2-draft"
 QWEN_TARGET, QWEN_DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 PAIRS = {"smollm2": (DEMO_TARGET, DEMO_DRAFT), "qwen2.5-coder": (QWEN_TARGET, QWEN_DRAFT),
          "qwen2.5-coder-quantized": (QWEN_TARGET, QWEN_DRAFT), "qwen2.5-coder-mixed": (QWEN_TARGET, QWEN_DRAFT)}
-# the weights path (engine.core.quant) of each pair: the Qwen pair also runs on the quantized fast path, and as a
-# mixed pair (engine.core.pair_weights): the dense target with the quantized draft, whose bytes fall ~3×
+# the weights path (engine.kernels.quant) of each pair: the Qwen pair also runs on the quantized fast path, and as a
+# mixed pair (engine.models.pair_weights): the dense target with the quantized draft, whose bytes fall ~3×
 PAIR_WEIGHTS = {"qwen2.5-coder-quantized": "quantized", "qwen2.5-coder-mixed": "target=dense,draft=quantized"}
 INSTALL_HINT = "run `make models`"
 MODELS_ENV = "SPECLAB_LIVE_MODELS"  # "tiny" forces the tiny random pair (tests; machines without weights)
@@ -84,9 +84,9 @@ def _sides(target, draft, tname: str, dname: str) -> dict[str, tuple[Any, Any]]:
 
 
 def qwen_installed() -> bool:
-    """Both Qwen2.5-Coder models converted and stamped (`engine.core.provision`); False when unsure."""
+    """Both Qwen2.5-Coder models converted and stamped (`engine.models.provision`); False when unsure."""
     try:
-        from engine.core.provision import installed
+        from engine.models.provision import installed
     except ImportError:
         return False
     return installed(QWEN_TARGET) and installed(QWEN_DRAFT)
@@ -116,11 +116,11 @@ def _stage(which: str, text: str, frac: float) -> None:
 def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     """A cached pair. 'smollm2': the SmolLM2 demo pair, or — when its weights are missing or kind ==
     'tiny' — the tiny random pair. 'qwen2.5-coder': the installed Qwen pair (raises
-    engine.core.provision.ModelNotInstalled, naming `make models`, when it is not)."""
+    engine.models.provision.ModelNotInstalled, naming `make models`, when it is not)."""
     _stage(which, "importing torch and transformers", 0.05)
     if which.startswith("qwen2.5-coder"):
-        from engine.core.load import eos_token_ids, load_model
-        from engine.core.pair_weights import parse
+        from engine.models.load import eos_token_ids, load_model
+        from engine.models.pair_weights import parse
 
         w = PAIR_WEIGHTS.get(which, "dense")
         pw = parse(w)  # each model's own path
@@ -135,7 +135,7 @@ def demo_pair(kind: str = "auto", which: str = "smollm2") -> DemoPair:
     note = "forced by SPECLAB_LIVE_MODELS=tiny" if kind == "tiny" else ""
     if kind != "tiny":
         try:
-            from engine.core.load import eos_token_ids, load_model
+            from engine.models.load import eos_token_ids, load_model
 
             _stage(which, f"loading the target {DEMO_TARGET}", 0.3)
             t = load_model(DEMO_TARGET, role="target")

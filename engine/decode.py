@@ -129,33 +129,16 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
     """
     if not prompt_ids:
         raise ValueError("empty prompt: need at least one token")
-    drafter = as_drafter(draft)
-    if drafter is not None and policy is None:
-        raise ValueError("a draft model needs a window policy")
-    if drafter is not None and drafter.vocab_size != target.vocab_size:
-        raise ValueError(f"draft vocabulary ({drafter.vocab_size}) differs from the target's ({target.vocab_size})")
     sc = cfg.sampling
+    drafter, target = _drafter_for(target, draft, policy, sc)
     verify = VERIFIERS[cfg.verifier]
     multi = cfg.verifier in MULTI_DRAFT
-    if drafter is not None:  # the rules engine.spec.RunSpec.check states before any load, for direct callers
-        errors = policy.needs().refusals(policy.spec, sc.greedy, drafter.caps.hidden, drafter.name)
-        if errors:
-            raise ValueError(errors[0])
-        target = drafter.verify_target(target)  # a block drafter reads the target's layer features
     gen = torch.Generator().manual_seed((sc.seed * 1_000_003 + request_id) & 0x7FFFFFFFFFFF)
     shadows = tuple(parse_shadow(n) for n in cfg.shadow)
     shadow_gen = shadow_generator(sc.seed, request_id) if shadows else None
     eos = set(eos_ids)
     seq = list(prompt_ids)
-    t0 = time.perf_counter()
-    target.reset()
-    if len(seq) > 1:
-        prefill(target, seq[:-1])
-    if drafter is not None:
-        drafter.reset(seq)
-        policy.reset()
-    sync(target)
-    t_prefill = (time.perf_counter() - t0) * 1e3
+    t_prefill = _start(target, drafter, policy, seq)
     generated, step = 0, 0
     while True:
         S = len(seq)
@@ -192,24 +175,11 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
             drafter.commit(S + res.accepted, chosen)
             drafter.observe(target)
             policy.update(res, len(prop.tokens[chosen]))
-        out = list(res.tokens)
-        finished = None
-        for i, t in enumerate(out):
-            if t in eos:
-                out, finished = out[: i + 1], "eos"
-                break
-        if len(out) >= remaining:
-            out = out[:remaining]
-            finished = finished or "max_new_tokens"
+        out, finished = _emitted(res.tokens, eos, remaining)
         seq.extend(out)
         generated += len(out)
         drafts = prop.tokens[chosen]
-        if sc.greedy and drafts:
-            # p is one-hot under greedy; report the target's softmax probability of each drafted token.
-            soft = logits[chosen][: len(drafts)].softmax(-1)
-            p_shown = tuple(soft[torch.arange(len(drafts)), torch.tensor(drafts)].tolist())
-        else:
-            p_shown = res.p_draft
+        p_shown = _p_shown(logits[chosen], drafts, res, sc)
         fields = policy.step_fields() if drafter is not None else {}
         fields.update(prop.fields)
         yield StepRecord(
@@ -227,3 +197,57 @@ def decode(target, draft, prompt_ids: list[int], policy: WindowPolicy | None,
         step += 1
         if finished:
             return
+
+
+def _drafter_for(target, draft, policy: WindowPolicy | None, sc: SamplingConfig):
+    """(drafter or None, the target it verifies against): `draft` as a drafter, refused in one line when it
+    lacks a policy, its vocabulary differs from the target's, or the policy's needs refuse it (the rules
+    engine.spec.RunSpec.check states before any load, checked again here for direct callers)."""
+    drafter = as_drafter(draft)
+    if drafter is None:
+        return None, target
+    if policy is None:
+        raise ValueError("a draft model needs a window policy")
+    if drafter.vocab_size != target.vocab_size:
+        raise ValueError(f"draft vocabulary ({drafter.vocab_size}) differs from the target's ({target.vocab_size})")
+    errors = policy.needs().refusals(policy.spec, sc.greedy, drafter.caps.hidden, drafter.name)
+    if errors:
+        raise ValueError(errors[0])
+    return drafter, drafter.verify_target(target)  # a block drafter reads the target's layer features
+
+
+def _start(target, drafter, policy: WindowPolicy | None, seq: list[int]) -> float:
+    """A request's start: the target reset and prefilled with all but the last prompt token, the drafter and
+    the policy reset; the prefill's ms (device-synchronised)."""
+    t0 = time.perf_counter()
+    target.reset()
+    if len(seq) > 1:
+        prefill(target, seq[:-1])
+    if drafter is not None:
+        drafter.reset(seq)
+        policy.reset()
+    sync(target)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _emitted(tokens, eos: set[int], remaining: int) -> tuple[list[int], str | None]:
+    """The tokens a step emits (cut after the first EOS, and at the token budget) and why the request
+    finished with them (None: it goes on)."""
+    out, finished = list(tokens), None
+    for i, t in enumerate(out):
+        if t in eos:
+            out, finished = out[: i + 1], "eos"
+            break
+    if len(out) >= remaining:
+        out = out[:remaining]
+        finished = finished or "max_new_tokens"
+    return out, finished
+
+
+def _p_shown(logits: torch.Tensor, drafts: list[int], res, sc: SamplingConfig) -> tuple[float, ...]:
+    """The target probability a step record shows per drafted token: p is one-hot under greedy, so there the
+    target's softmax probability of each drafted token; else the verifier's p of it."""
+    if sc.greedy and drafts:
+        soft = logits[: len(drafts)].softmax(-1)
+        return tuple(soft[torch.arange(len(drafts)), torch.tensor(drafts)].tolist())
+    return res.p_draft

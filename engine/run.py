@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, StepRecord, decode
-from engine.core.load import software_versions
+from engine.models.load import software_versions
 from engine.measure import sync
 from engine.hindsight import hindsight
 from engine.policies.base import RequestContext, WindowPolicy
@@ -46,7 +46,7 @@ def model_info(lm, source: str = "") -> dict[str, Any] | None:
     info = {"name": source or lm.name, "vocab_size": lm.vocab_size, "dtype": str(lm.dtype).replace("torch.", ""),
             "device": str(lm.device),
             "reduced_vocab": int(lm.vocab_subset.numel()) if getattr(lm, "vocab_subset", None) is not None else None}
-    if hasattr(lm, "weights"):  # each model's own weights path (engine.core.quant): a pair may mix them
+    if hasattr(lm, "weights"):  # each model's own weights path (engine.kernels.quant): a pair may mix them
         info["weights"] = lm.weights
     return info
 

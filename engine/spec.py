@@ -7,8 +7,8 @@ loads, in one line each — every reason it cannot run.
                                            DecodeConfig (engine.drafters.make_drafter loads the draft)
 
 The rules, in the order `check` states them:
-    weights    a path of engine.core.quant.WEIGHTS (dense, quantized, int8, int4) for the target and,
-               in `draft_weights`, the draft model's own (a mixed pair: engine.core.pair_weights); only a
+    weights    a path of engine.kernels.quant.WEIGHTS (dense, quantized, int8, int4) for the target and,
+               in `draft_weights`, the draft model's own (a mixed pair: engine.models.pair_weights); only a
                draft model has weights of its own; a path this machine cannot run (pair_weights.refusal)
     numbers    max_new_tokens ∈ [1, 100000], temperature ∈ [0, 100], top_k ≥ 0, top_p ∈ (0, 1],
                k ∈ [1, 16] (MultiDraftConfig's ceiling), seed ∈ [0, 2⁶³)
@@ -87,11 +87,11 @@ class RunSpec:
     top_p: float = 1.0
     seed: int = 0
     max_new_tokens: int = 128  # DecodeConfig's default
-    dtype: str = "auto"  # how the draft model loads next to the target (engine.core.load)
+    dtype: str = "auto"  # how the draft model loads next to the target (engine.models.load)
     device: str = "auto"
     shadow: tuple[str, ...] = ()  # paired verification ("VERIFIER:k"), see engine.verify.shadow
     draft_hidden_size: int | None = None  # the draft's hidden size when known (a loaded pair)
-    weights: str = "dense"  # the target's weights path (engine.core.quant): dense is the exactness reference
+    weights: str = "dense"  # the target's weights path (engine.kernels.quant): dense is the exactness reference
     draft_weights: str | None = None  # the draft model's path when it differs (a mixed pair); None = the target's
 
     @property
@@ -128,7 +128,7 @@ class RunSpec:
             range_error(lab("top_p"), self.top_p, 0, 1, lo_open=True),
             range_error(lab("k"), self.k, 1, MAX_K, integer=True),
             range_error(lab("seed"), self.seed, 0, 2**63 - 1, integer=True)) if e]
-        from engine.core.quant import check_weights
+        from engine.kernels.quant import check_weights
         from engine.verify import MULTI_DRAFT, VERIFIERS
         from engine.verify.shadow import parse_shadow
 
@@ -170,7 +170,7 @@ class RunSpec:
 
     def _weights_errors(self, lab: Callable[[str], str]) -> list[str]:
         """A path this machine cannot run; a draft path given to a drafter that has no weights of its own."""
-        from engine.core.pair_weights import refusal
+        from engine.models.pair_weights import refusal
 
         out = [r for r in dict.fromkeys(refusal(w, self.dtype, self.device) for w in (self.weights, self.draft_weights) if w) if r]
         if self.draft_weights is not None and self.draft_weights != self.weights:
@@ -220,7 +220,7 @@ class RunSpec:
             raise ValueError(errors[0])
 
     def build(self, loaded_target) -> Run:
-        """The run for a loaded target (engine.core.load.LoadedModel, or a bare LM for specs that load
+        """The run for a loaded target (engine.models.load.LoadedModel, or a bare LM for specs that load
         nothing more): loads the draft model the spec names. Call check() first."""
         from engine.drafters import make_drafter
 

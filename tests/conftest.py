@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from engine.core.lm import HFModel
-from engine.core.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported for the tests)
+from engine.models.tiny import noisy_copy, tiny_llama  # noqa: F401  (re-exported for the tests)
 
 VOCAB = 64
 REPO = Path(__file__).resolve().parent.parent

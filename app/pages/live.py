@@ -33,7 +33,7 @@ loading = st.empty()
 try:
     pair = live.get_pair_with_progress(which, lambda f, t: loading.progress(f, text=t))
     loading.empty()
-except Exception as e:  # noqa: BLE001  (e.g. engine.core.provision.ModelNotInstalled: the message names the fix)
+except Exception as e:  # noqa: BLE001  (e.g. engine.models.provision.ModelNotInstalled: the message names the fix)
     st.error(f"Could not load {PAIR_LABELS[which]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     st.stop()
 if pair.real:

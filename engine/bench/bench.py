@@ -72,8 +72,8 @@ def load_draft(spec: str, target, dtype: str, device: str, want_hidden: bool, we
 
 def path_label(target, draft) -> str:
     """The pair's weights path as rows and folders name it: 'dense', or 'target=dense,draft=quantized' when
-    the draft model runs on another path than its target (engine.core.pair_weights)."""
-    from engine.core.pair_weights import PairWeights
+    the draft model runs on another path than its target (engine.models.pair_weights)."""
+    from engine.models.pair_weights import PairWeights
 
     tw = getattr(target, "weights", "dense")
     return PairWeights(tw, getattr(_forward_lm(draft), "weights", None) or tw).label
@@ -217,47 +217,14 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
     dense,quantized`): every configuration also runs on each, in the same rotation per prompt, with
     its speedup against that path's own AR (and the dense path's, `speedup_vs_dense_ar`)."""
     check_configs(cfg)  # refuse what the decoder would refuse mid-run, before any timing
-    from engine.drafters import make_drafter
-    from engine.run import pair_book
-    from engine.spec import check_drafter
-
-    paths = {path_label(target, draft): (target, draft)}
-    for t, d in more_paths:
-        w = path_label(t, d)
-        if w in paths:
-            raise ValueError(f"--weights lists the {w} path twice")
-        paths[w] = (t, d)
-    own = {(w, s): make_drafter(split_config(s)[1], t)[1] for w, (t, _) in paths.items() for s in cfg.configs if "@" in s}
-    for w, (_, d) in paths.items():
-        for s in cfg.configs:  # a costaware window past its drafter's limit: refused before any timing
-            if policy_specs([s]) and own.get((w, s), d) is not None:
-                check_drafter(parse_policy(split_config(s)[0]), own.get((w, s), d))
-    prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
-    missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
-    if missing:  # a misspelt task would otherwise shrink the run silently
-        raise ValueError(f"--tasks: no prompts of task(s) {', '.join(sorted(missing))} in {Path(prompts_file).name}")
-    encoded = [(p, encode(tokenizer, p.text)) for p in prompts]
-    by_path = {w: measure_costs(t, d, encoded[0][1]) for w, (t, d) in paths.items()}
-    for w, (t, d) in paths.items():  # the cost-aware window prices its first request with this run's costs
-        pair_book(t, d).prime(by_path[w])
-    # drafters named after '@' that run forwards of their own (eagle): their c, probed and primed the same way
-    by_own = {}
-    for (w, s), dr in own.items():
-        t = paths[w][0]
-        probe = measure_costs(t, dr, encoded[0][1])
-        if probe["t_draft_ms"] == probe["t_draft_ms"]:  # nan: a model-free or block drafter (priced per step)
-            by_own[f"{s} [{w}]" if len(paths) > 1 else s] = probe
-            pair_book(t, dr).prime(probe)
-            pair_book(dr.verify_target(t), dr).prime(probe)  # the book the decode loop's policy reads
-    costs = dict(next(iter(by_path.values())))
-    if len(paths) > 1:
-        costs["by_weights"] = by_path
-    if by_own:
-        costs["by_drafter"] = by_own
+    paths = _weights_paths(target, draft, more_paths)
+    own = _own_drafters(cfg, paths)
+    encoded = _encoded_prompts(prompts_file, cfg, tokenizer)
+    costs = _probe_and_prime(paths, own, encoded[0][1])
     results: list[RunResult] = []
     mismatches: list[str] = []
     multi = len(paths) > 1
-    from engine.core.pair_weights import parse
+    from engine.models.pair_weights import parse
 
     traces = {}
     for w, (t, d) in paths.items():  # several paths: one trace folder per path
@@ -298,12 +265,7 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
                     results.append(r)
                     bar.update(1)
                 if temp == 0.0 and "ar" in cfg.configs:
-                    for pw in names:  # greedy is exact against the same path's own AR output
-                        outs = {r.config: r.output for r in results
-                                if r.question_id == p.question_id and r.temperature == 0.0 and r.weights == pw}
-                        for conf, o in outs.items():
-                            if not conf.startswith("hf:") and o != outs["ar"]:
-                                mismatches.append(f"{conf} q{p.question_id}" + (f" [{pw}]" if multi else ""))
+                    mismatches += _greedy_mismatches(results, p.question_id, names)
                 if checkpoint is not None:
                     checkpoint(result())
         finished = True
@@ -313,6 +275,81 @@ def run_bench(target, draft, tokenizer, prompts_file, cfg: BenchConfig, eos=(), 
         bar.close()
     out = result()
     out["complete"] = True
+    return out
+
+
+# ------------------------------------------------------------------ run_bench's steps
+
+
+def _weights_paths(target, draft, more_paths: tuple) -> dict[str, tuple]:
+    """Weights path label → (target, draft): the pair given, then each of `more_paths` (none twice)."""
+    paths = {path_label(target, draft): (target, draft)}
+    for t, d in more_paths:
+        w = path_label(t, d)
+        if w in paths:
+            raise ValueError(f"--weights lists the {w} path twice")
+        paths[w] = (t, d)
+    return paths
+
+
+def _own_drafters(cfg: BenchConfig, paths: dict[str, tuple]) -> dict[tuple[str, str], Any]:
+    """(path, config) → the drafter a `POLICY@DRAFTER` configuration names, built on that path's target; a
+    costaware window past its drafter's limit is refused here, before any timing."""
+    from engine.drafters import make_drafter
+    from engine.spec import check_drafter
+
+    own = {(w, s): make_drafter(split_config(s)[1], t)[1] for w, (t, _) in paths.items() for s in cfg.configs if "@" in s}
+    for w, (_, d) in paths.items():
+        for s in cfg.configs:
+            if policy_specs([s]) and own.get((w, s), d) is not None:
+                check_drafter(parse_policy(split_config(s)[0]), own.get((w, s), d))
+    return own
+
+
+def _encoded_prompts(prompts_file, cfg: BenchConfig, tokenizer) -> list[tuple[Any, list[int]]]:
+    """(prompt, token ids) of the run; a task in `cfg.tasks` with no prompt is refused (a misspelt task would
+    otherwise shrink the run silently)."""
+    prompts = load_prompts(prompts_file, per_category=cfg.per_category, categories=list(cfg.tasks) or None)
+    missing = set(cfg.tasks) - {task_of(p.category) for p in prompts} - {p.category for p in prompts}
+    if missing:
+        raise ValueError(f"--tasks: no prompts of task(s) {', '.join(sorted(missing))} in {Path(prompts_file).name}")
+    return [(p, encode(tokenizer, p.text)) for p in prompts]
+
+
+def _probe_and_prime(paths: dict[str, tuple], own: dict, ids: list[int]) -> dict[str, Any]:
+    """The cost probe of every path (and of every drafter named after '@' that runs forwards of its own, e.g.
+    eagle), each pair's book primed with it so the cost-aware window prices its first request with this run's
+    costs; the result's `costs` block."""
+    from engine.run import pair_book
+
+    by_path = {w: measure_costs(t, d, ids) for w, (t, d) in paths.items()}
+    for w, (t, d) in paths.items():
+        pair_book(t, d).prime(by_path[w])
+    by_own = {}
+    for (w, s), dr in own.items():
+        t = paths[w][0]
+        probe = measure_costs(t, dr, ids)
+        if probe["t_draft_ms"] == probe["t_draft_ms"]:  # nan: a model-free or block drafter (priced per step)
+            by_own[f"{s} [{w}]" if len(paths) > 1 else s] = probe
+            pair_book(t, dr).prime(probe)
+            pair_book(dr.verify_target(t), dr).prime(probe)  # the book the decode loop's policy reads
+    costs = dict(next(iter(by_path.values())))
+    if len(paths) > 1:
+        costs["by_weights"] = by_path
+    if by_own:
+        costs["by_drafter"] = by_own
+    return costs
+
+
+def _greedy_mismatches(results: list[RunResult], question_id, names: list[str]) -> list[str]:
+    """Greedy is exact against the same path's own AR output: the configurations of one prompt that differ."""
+    out = []
+    for pw in names:
+        outs = {r.config: r.output for r in results
+                if r.question_id == question_id and r.temperature == 0.0 and r.weights == pw}
+        for conf, o in outs.items():
+            if not conf.startswith("hf:") and o != outs["ar"]:
+                out.append(f"{conf} q{question_id}" + (f" [{pw}]" if len(names) > 1 else ""))
     return out
 
 

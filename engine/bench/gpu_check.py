@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from engine.decode import DecodeConfig, decode
-from engine.core.load import machine_description, resolve_device
+from engine.models.load import machine_description, resolve_device
 from engine.core.lm import HFModel
 from engine.measure import forward_curve
 from engine.policies.base import parse_policy

@@ -190,7 +190,7 @@ def hf_header(target_model, assistant_model, gen_kwargs: dict[str, Any], prompts
               spec: str | None = None, **extra: Any) -> dict[str, Any]:
     """A trace header for recorded HF runs (call before the first `record_assisted`: HF's heuristic
     schedule rewrites num_assistant_tokens on the assistant after each call)."""
-    from engine.core.load import software_versions
+    from engine.models.load import software_versions
 
     kw = gen_kwargs or {}
     sample = bool(kw.get("do_sample"))

@@ -6,10 +6,10 @@ k drafts), every kernel runs on the same random weights, round-robin, and the be
 is kept (the minimum is what a loaded 2-core machine lets through least disturbed):
 
     bf16      torch.nn.functional.linear (the dense path where our bf16 kernel does not run)
-    bgemv     our dense bf16 kernel (engine.core.dense_kernel), where the CPU runs it: the dense path's default
+    bgemv     our dense bf16 kernel (engine.kernels.dense_kernel), where the CPU runs it: the dense path's default
     torch4    aten._weight_int4pack_mm_for_cpu (int4, groups of 32)
     torch8    aten._weight_int8pack_mm (int8 per row)
-    qgemm4     our kernel, 4-bit groups of 32 (engine.core.qkernel), where the CPU runs it
+    qgemm4     our kernel, 4-bit groups of 32 (engine.kernels.qkernel), where the CPU runs it
     qgemm8     our kernel, 8-bit groups of 32
 
 Reported: ms per call, GB/s of weight bytes read, and each kernel's time relative to bf16.
@@ -27,9 +27,9 @@ QWEN_SHAPES = ((1536, 8960), (8960, 1536), (1536, 1536), (1536, 151936))  # (K i
 
 def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]]:
     """{name: (layer, weight bytes it reads per call)} for one dense weight [N, K]."""
-    from engine.core import dense_kernel, qkernel
-    from engine.core.accelerate import accelerate
-    from engine.core.quant import Int4Linear, Int8Linear
+    from engine.kernels import dense_kernel, qkernel
+    from engine.kernels.accelerate import accelerate
+    from engine.kernels.quant import Int4Linear, Int8Linear
 
     n, k = weight.shape
     lin = torch.nn.Linear(k, n, bias=False, dtype=torch.bfloat16)

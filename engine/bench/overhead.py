@@ -23,7 +23,7 @@ import torch
 
 def _qgemm_clock(model: torch.nn.Module) -> tuple[list[float], list]:
     """Wrap each QGemmLinear's forward to accumulate its wall time (seconds) into a one-cell list."""
-    from engine.core.qkernel import QGemmLinear
+    from engine.kernels.qkernel import QGemmLinear
 
     spent, restore = [0.0], []
     for m in model.modules():

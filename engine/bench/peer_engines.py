@@ -57,7 +57,7 @@ class SpeclabEngine:
                  load_kwargs: dict[str, Any] | None = None, draft_weights: str | None = None):
         """`load_kwargs` go to the target's load_model (another weights path of the same model: one more
         entry named e.g. "speclab-quantized", with `weights` saying what it runs); `draft_weights`: the draft
-        model's own path (a mixed pair, engine.core.pair_weights), None = the target's."""
+        model's own path (a mixed pair, engine.models.pair_weights), None = the target's."""
         from engine.bench.runner import split_config
 
         for c in configs:
@@ -72,7 +72,7 @@ class SpeclabEngine:
         import torch
 
         from engine.bench.bench import check_configs, load_draft, BenchConfig
-        from engine.core.load import eos_token_ids, load_model, software_versions
+        from engine.models.load import eos_token_ids, load_model, software_versions
 
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -84,7 +84,7 @@ class SpeclabEngine:
                                  weights=self.draft_weights) if spec else None)
         self.eos = eos_token_ids(self.target)
         from engine.bench.roofline import bytes_per_token
-        from engine.core.dense_kernel import kernel_of
+        from engine.kernels.dense_kernel import kernel_of
 
         self.bytes_per_token = bytes_per_token(self.target.lm).total
         return {"versions": software_versions(), "start_s": round(time.perf_counter() - t0, 1),

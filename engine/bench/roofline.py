@@ -18,7 +18,7 @@ fraction is still tokens/s ÷ the target's AR roofline, i.e. how far past the AR
 
 What a one-token step reads (`bytes_per_token`), per module of the model:
     linear      every linear layer's weight (and bias) as stored: bf16 / fp32 tensors, or the packed
-                quantized buffers of engine.core.quant / engine.core.qkernel (codes, scales, minima);
+                quantized buffers of engine.kernels.quant / engine.kernels.qkernel (codes, scales, minima);
                 a quantized head's dense `weight` attribute (kept for shape readers) is never read
     head        the output head, whole — or only its |V′| rows for a reduced head (vocab_subset)
     embedding   one row: the lookup is a gather, not a stream
@@ -62,7 +62,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _is_quantized(m: torch.nn.Module) -> bool:
-    """A layer of engine.core.quant / qkernel: its weights are its buffers (codes, scales, minima)."""
+    """A layer of engine.kernels.quant / qkernel: its weights are its buffers (codes, scales, minima)."""
     return hasattr(m, "fmt") and hasattr(m, "out_features") and any(True for _ in m.buffers(recurse=False))
 
 

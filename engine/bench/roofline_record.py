@@ -3,7 +3,7 @@ step of each model reads, each row's fraction of the memory roofline, and whethe
 core meanwhile. The CLIs (bench, peers, costs) call these; the arithmetic is engine.bench.roofline.
 
     check_pair_paths(paths, draft, dtype, device)   every path of the run refused or its fallback said in one
-                                                    line (engine.core.pair_weights), before any model loads
+                                                    line (engine.models.pair_weights), before any model loads
     probe(mib, threads) -> Bandwidth | None         the bandwidth probe (None with mib = 0)
     record(result, pairs, bandwidth, busy) -> dict  the result with `bandwidth`, `bytes_per_token`, `busy`, and
                                                     each row's `roofline_fraction` (+ `decode_roofline_fraction`)
@@ -25,8 +25,8 @@ from engine.bench.roofline import annotate, bytes_per_token, fraction
 
 def check_pair_paths(paths: list, draft: str | None, dtype: str = "auto", device: str = "cpu") -> None:
     """Refuse (ValueError, one line) a path this machine cannot run, or a draft path given to a drafter with
-    no weights of its own; print each fallback once. `paths`: engine.core.pair_weights.PairWeights."""
-    from engine.core.pair_weights import announce, refusal
+    no weights of its own; print each fallback once. `paths`: engine.models.pair_weights.PairWeights."""
+    from engine.models.pair_weights import announce, refusal
     from engine.drafters.factory import drafter_kind
 
     kind = drafter_kind(draft)

@@ -89,7 +89,7 @@ def kernel_of(lm) -> str:
     """Which kernels the loaded path runs on: 'speclab bgemv', 'torch', or the quantized layers by type."""
     from collections import Counter
 
-    from engine.core.dense_kernel import kernel_of as dense_kernel_of
+    from engine.kernels.dense_kernel import kernel_of as dense_kernel_of
 
     if getattr(lm, "weights", "dense") == "dense":
         return dense_kernel_of(lm.model)
@@ -100,10 +100,10 @@ def kernel_of(lm) -> str:
 def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], encode: Callable[[Any, str], list[int]],
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Every (model, path) of `cfg` on `prompts` (engine.trace.prompts.Prompt: `.text`, `.question_id`).
-    `load(model, dtype, weights)` → engine.core.load.LoadedModel; `encode(tokenizer, text)` → ids."""
+    `load(model, dtype, weights)` → engine.models.load.LoadedModel; `encode(tokenizer, text)` → ids."""
     import torch
 
-    from engine.core.load import eos_token_ids
+    from engine.models.load import eos_token_ids
 
     check(cfg)
     if not prompts:

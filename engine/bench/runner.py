@@ -55,7 +55,7 @@ class RunResult:
     # target calls per verified window {k: calls} (k = 0: autoregressive steps); {} = unknown (HF's
     # internal prompt lookup). What engine.bench.modelled prices.
     windows: dict[int, int] = field(default_factory=dict)
-    weights: str = "dense"  # the weights path the pair ran on (engine.core.quant.WEIGHTS)
+    weights: str = "dense"  # the weights path the pair ran on (engine.kernels.quant.WEIGHTS)
     # drafting calls (window ≥ 1) per accepted count {a: calls}: per-position acceptance ({} = unknown)
     accepted_counts: dict[int, int] = field(default_factory=dict)
     # tokens the draft model cached without drafting (its prompt, and catch-ups after autoregressive steps):

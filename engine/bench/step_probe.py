@@ -16,7 +16,7 @@ each of these conditions, round-robin so machine drift hits every condition alik
     draft-after-target  one draft token right after a target call (vs `draft alone`)
     hf-call           k distinct tokens through the model as HF's generate() calls it (2-D attention
                       mask + cache_position) instead of our `extend` (position_ids only)
-    plain-linear      k distinct tokens with the (W xᵀ)ᵀ linears of engine.core.load switched off
+    plain-linear      k distinct tokens with the (W xᵀ)ᵀ linears of engine.models.load switched off
 
 and reports medians and the ratio to `alone/repeat`. A ratio near 1 everywhere says the parts add up
 and the gap lies elsewhere (Python, cache bookkeeping); a large `after-draft` ratio says the models
@@ -48,10 +48,10 @@ def _hf_style(lm, tokens: list[int]) -> None:
 
 
 def _linears(lm, skinny: bool) -> None:
-    """Switch the (W xᵀ)ᵀ linears of a dense fp32 model (engine.core.accelerate: its fp32 path) on or off."""
+    """Switch the (W xᵀ)ᵀ linears of a dense fp32 model (engine.kernels.accelerate: its fp32 path) on or off."""
     import torch
 
-    from engine.core.accelerate import accelerate
+    from engine.kernels.accelerate import accelerate
 
     if skinny:
         accelerate(lm.model, "dense")

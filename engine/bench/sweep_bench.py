@@ -48,7 +48,7 @@ def make_tiny_models(root: str | os.PathLike = TINY_DIR, noise: float = 0.1, see
     import torch
 
     root = Path(root)
-    from engine.core.tiny import tiny_llama
+    from engine.models.tiny import tiny_llama
 
     target = tiny_llama(seed, layers=layers, hidden=hidden)
     draft = tiny_llama(seed + 1, layers=layers, hidden=hidden)
@@ -75,7 +75,7 @@ def bench(grid_path: str, worker_counts: list[int], threads: int | None, keep: s
 
     import ray
 
-    from engine.core.load import software_versions
+    from engine.models.load import software_versions
     from engine.bench.sweep import expand_grid, init_ray, load_grid, run_sweep
 
     grid = load_grid(grid_path)

@@ -15,12 +15,12 @@ Grid format (docs/examples/sweep-tiny.toml is a runnable one):
     drafters = ["model", "lookup:n=10,ngram=2", {name = "suffix", params = {n = 16}}]   # default ["model"]
     seed = 0, top_k = 0, top_p = 1.0, chat = true, device = "auto", threads = 1 (torch threads per worker)
     [[pairs]]     target = "...", draft = "..." (omit: baseline and model-free drafters only), dtype, name,
-                  weights (dense | quantized | int8 | int4: engine.core.quant; default dense; or
-                  "target=dense,draft=quantized": each model its own path, engine.core.pair_weights)
+                  weights (dense | quantized | int8 | int4: engine.kernels.quant; default dense; or
+                  "target=dense,draft=quantized": each model its own path, engine.models.pair_weights)
     [[prompts]]   file = "...", per_task = 2 (or per_category), limit = 12, categories = ["qa"], name = "label"
 
 Relative model and prompt paths are resolved against the grid file's folder (then the current
-folder); anything that is not a path is passed to engine.core.load.load_model as a name.
+folder); anything that is not a path is passed to engine.models.load.load_model as a name.
 """
 
 from __future__ import annotations
@@ -229,7 +229,6 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
     draft hidden states (pacer), and a multi-draft verifier (it proposes one deterministic block)."""
     from engine.policies.base import parse_policy
     from engine.spec import RunSpec
-    from engine.trace.prompts import load_prompts
     from engine.verify import MULTI_DRAFT
 
     load_plugins()
@@ -254,34 +253,10 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
         if errors:
             raise ValueError(f"grid: {errors[0]}")
 
-    loaded = []
-    for ps in prompt_sets:
-        _known(ps, PROMPTS_KEYS, "prompts")
-        if "file" not in ps:
-            raise ValueError(f"grid: prompts entry {ps!r} needs 'file'")
-        f = Path(ps["file"]).expanduser()
-        f = f if f.is_absolute() else (base / f if (base / f).exists() else Path.cwd() / f)
-        prompts = load_prompts(f, limit=ps.get("limit"), per_category=ps.get("per_task", ps.get("per_category")),
-                               categories=ps.get("categories"))
-        loaded.append((ps.get("name") or Path(ps["file"]).stem, str(ps["file"]), _shards(prompts, shard_size)))
-
+    loaded = [_prompt_set(ps, base, shard_size) for ps in prompt_sets]
     tasks: dict[str, Task] = {}
     for pair in pairs:
-        _known(pair, PAIR_KEYS, "pairs")
-        if "target" not in pair:
-            raise ValueError(f"grid: pair {pair!r} needs 'target'")
-        dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
-        if dtype is None:
-            raise ValueError(f"grid: unknown dtype {pair.get('dtype')!r}; choose from fp32, bf16, fp16, auto")
-        from engine.core.pair_weights import parse
-
-        try:
-            weights = parse(str(pair.get("weights", "dense")), "weights").label
-        except ValueError as e:
-            raise ValueError(f"grid: pair {pair.get('name') or pair['target']!r}: {e}") from None
-        target, draft = str(pair["target"]), (str(pair["draft"]) if pair.get("draft") else None)
-        label = pair.get("name") or (f"{Path(target).name}+{Path(draft).name}" if draft else Path(target).name)
-        models = {"target": _model_ref(target, base), "draft": _model_ref(draft, base) if draft else None}
+        target, draft, dtype, weights, label, models = _pair(pair, base)
         for (pset, pfile, shards), budget, temp, policy, drafter, verifier in itertools.product(
                 loaded, budgets, temps, policies, drafters, verifiers):
             ar = policy == AUTOREGRESSIVE
@@ -309,6 +284,42 @@ def expand_grid(grid: dict[str, Any], base: str | os.PathLike | None = None) -> 
     if not tasks:
         raise ValueError("grid: no tasks (needs at least one pair, one prompts file and one policy)")
     return list(tasks.values())
+
+
+def _prompt_set(ps: dict, base: Path, shard_size: int) -> tuple[str, str, list]:
+    """(name, file as written, shards) of one `[[prompts]]` entry; a relative file is found beside the grid,
+    else in the working directory."""
+    from engine.trace.prompts import load_prompts
+
+    _known(ps, PROMPTS_KEYS, "prompts")
+    if "file" not in ps:
+        raise ValueError(f"grid: prompts entry {ps!r} needs 'file'")
+    f = Path(ps["file"]).expanduser()
+    f = f if f.is_absolute() else (base / f if (base / f).exists() else Path.cwd() / f)
+    prompts = load_prompts(f, limit=ps.get("limit"), per_category=ps.get("per_task", ps.get("per_category")),
+                           categories=ps.get("categories"))
+    return ps.get("name") or Path(ps["file"]).stem, str(ps["file"]), _shards(prompts, shard_size)
+
+
+def _pair(pair: dict, base: Path) -> tuple[str, str | None, Any, str, str, dict]:
+    """(target, draft, dtype, weights label, pair label, model references) of one `[[pairs]]` entry, each
+    wrong key or value refused in one line."""
+    from engine.models.pair_weights import parse
+
+    _known(pair, PAIR_KEYS, "pairs")
+    if "target" not in pair:
+        raise ValueError(f"grid: pair {pair!r} needs 'target'")
+    dtype = DTYPE_NAMES.get(str(pair.get("dtype", "auto")))
+    if dtype is None:
+        raise ValueError(f"grid: unknown dtype {pair.get('dtype')!r}; choose from fp32, bf16, fp16, auto")
+    try:
+        weights = parse(str(pair.get("weights", "dense")), "weights").label
+    except ValueError as e:
+        raise ValueError(f"grid: pair {pair.get('name') or pair['target']!r}: {e}") from None
+    target, draft = str(pair["target"]), (str(pair["draft"]) if pair.get("draft") else None)
+    label = pair.get("name") or (f"{Path(target).name}+{Path(draft).name}" if draft else Path(target).name)
+    models = {"target": _model_ref(target, base), "draft": _model_ref(draft, base) if draft else None}
+    return target, draft, dtype, weights, label, models
 
 
 def trace_path(out_dir: str | os.PathLike, task_id: str) -> Path:

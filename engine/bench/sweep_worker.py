@@ -71,7 +71,7 @@ class SweepWorker:
         return {"pid": os.getpid(), "host": socket.gethostname()}
 
     def _pair(self, task: Task, want_hidden: bool = False):
-        from engine.core.load import check_pair, load_model
+        from engine.models.load import check_pair, load_model
 
         key = (task.pair_key, want_hidden)
         if key in self._pairs:
@@ -79,7 +79,7 @@ class SweepWorker:
             return self._pairs[key]
         while len(self._pairs) >= self.cache_pairs:
             self._pairs.pop(next(iter(self._pairs)))
-        from engine.core.pair_weights import parse
+        from engine.models.pair_weights import parse
 
         dtype = task.config["dtype"]
         pw = parse(task.config.get("weights", "dense"))  # each model's own path (a mixed pair)
@@ -95,7 +95,7 @@ class SweepWorker:
     def run(self, task: Task, out_dir: str, tmp_name: str) -> dict[str, Any]:
         from engine.decode import DecodeConfig
         from engine.drafters.modelfree import make_model_free
-        from engine.core.load import eos_token_ids
+        from engine.models.load import eos_token_ids
         from engine.policies.base import parse_policy
         from engine.trace.prompts import encode
         from engine.run import Request, run_requests

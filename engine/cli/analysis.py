@@ -97,7 +97,7 @@ def _cost_value(text: str):
 def cmd_reference(a) -> int:
     import torch
 
-    from engine.core.load import check_pair, eos_token_ids, load_model
+    from engine.models.load import check_pair, eos_token_ids, load_model
     from engine.trace.prompts import encode, load_prompts
     from engine.offline.reference import ReferenceConfig, build_reference
     from engine.core.sampling import SamplingConfig
@@ -170,7 +170,7 @@ def _provenance(a, refs, notes: list[str]) -> dict:
     from datetime import datetime, timezone
 
     from engine.cli.common import command_line
-    from engine.core.load import machine_description, software_versions
+    from engine.models.load import machine_description, software_versions
 
     return {"inputs": list(a.paths), "notes": notes, "command": command_line(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine_description(),

@@ -52,7 +52,7 @@ def cmd_bench(a) -> int:
     from engine.bench.bench import (BenchConfig, append_markdown, check_configs, format_table, load_draft, policy_specs,
                                     run_bench)
     from engine.cli.checks import split_specs
-    from engine.core.load import eos_token_ids, load_model, machine_description
+    from engine.models.load import eos_token_ids, load_model, machine_description
     from engine.policies.base import parse_policy
     from engine.trace.jsonio import write_json_atomic
 

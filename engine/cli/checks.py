@@ -40,8 +40,8 @@ def split_specs(text: str, what: str = "--configs") -> list[str]:
 
 def decode_spec(a) -> RunSpec:
     """The run `python -m engine decode` asks for (engine.spec.RunSpec); `--weights target=…,draft=…` gives
-    the draft model its own path (engine.core.pair_weights)."""
-    from engine.core.pair_weights import parse
+    the draft model its own path (engine.models.pair_weights)."""
+    from engine.models.pair_weights import parse
 
     pw = parse(getattr(a, "weights", "dense"))
     return RunSpec(target=a.target, draft=a.draft or None, policy=a.policy, verifier=a.verifier, k=a.k,

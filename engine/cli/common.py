@@ -45,8 +45,8 @@ def add_device(p: argparse.ArgumentParser, dtype: str = "auto", device: str = "a
 
 
 WEIGHTS_HELP = ("dense (de-quantised weights: the exactness reference) | quantized (each linear at its GGUF "
-                "tensor's precision: int4 / int8 kernels, the CPU fast path) | int8 | int4 (engine.core.quant); "
-                "target=PATH,draft=PATH gives each model its own (a mixed pair, engine.core.pair_weights)")
+                "tensor's precision: int4 / int8 kernels, the CPU fast path) | int8 | int4 (engine.kernels.quant); "
+                "target=PATH,draft=PATH gives each model its own (a mixed pair, engine.models.pair_weights)")
 
 
 def add_weights(p: argparse.ArgumentParser, several: bool = False) -> None:
@@ -60,7 +60,7 @@ def add_weights(p: argparse.ArgumentParser, several: bool = False) -> None:
 def weights_list(text: str) -> list:
     """`dense,quantized` → [PairWeights('dense', 'dense'), PairWeights('quantized', 'quantized')]; a mixed
     pair `target=dense,draft=quantized` → one PairWeights; each checked (one line naming a bad one)."""
-    from engine.core.pair_weights import parse_list
+    from engine.models.pair_weights import parse_list
 
     return parse_list(text)
 

@@ -95,7 +95,7 @@ def cmd_costs(a) -> int:
     import torch
     import transformers
 
-    from engine.core.load import check_pair, load_model, machine_description
+    from engine.models.load import check_pair, load_model, machine_description
 
     threads = list(common.ints(a.threads, "--threads"))
     speedups = list(common.floats(a.speedups, "--speedups"))
@@ -114,7 +114,7 @@ def cmd_costs(a) -> int:
 
     check_pair_paths(paths, a.draft, a.dtype, a.device)  # refusals and fallbacks, before any load
     pairs, tokenizer = [], None
-    for pw in paths:  # each model on its own path (a mixed pair: engine.core.pair_weights)
+    for pw in paths:  # each model on its own path (a mixed pair: engine.models.pair_weights)
         target = load_model(a.target, a.dtype, a.device, role="target", weights=pw.target)
         draft = load_model(a.draft, a.dtype, a.device, role="draft", target=target, weights=pw.draft)
         check_pair(target.lm, draft.lm, target.tokenizer, draft.tokenizer)

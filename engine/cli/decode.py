@@ -42,11 +42,11 @@ def cmd_decode(a) -> int:
     from engine.cli.trace import print_summary
 
     spec = check_decode_args(a)  # every refusal (engine.spec.RunSpec.check) before a model loads or a file opens
-    from engine.core.load import eos_token_ids, load_model
+    from engine.models.load import eos_token_ids, load_model
     from engine.trace.prompts import encode, load_prompts
     from engine.run import Request, run_requests
 
-    from engine.core.pair_weights import announce
+    from engine.models.pair_weights import announce
 
     for w in dict.fromkeys((spec.weights, spec.draft_weights or spec.weights)):
         announce(w, a.dtype, a.device)  # a fallback kernel said in one line, before a model loads

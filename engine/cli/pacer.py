@@ -28,7 +28,7 @@ import engine.policies.pacer  # noqa: F401  (registers the policy)
 def _load_pair(a):
     import torch
 
-    from engine.core.load import check_pair, eos_token_ids, load_model
+    from engine.models.load import check_pair, eos_token_ids, load_model
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -18,7 +18,7 @@ from engine.cli import common
 
 
 def _peers_dir() -> Path:
-    from engine.core.provision import cache_root
+    from engine.models.provision import cache_root
 
     return cache_root() / "peers"
 
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
                         "precision per tensor), a second speclab entry 'speclab-quantized' ('' : none)")
     p.add_argument("--speclab-weights", default="dense",
                    help="the 'speclab' entry's weights: a path, or target=PATH,draft=PATH (a mixed pair, e.g. "
-                        "target=dense,draft=quantized; engine.core.pair_weights)")
+                        "target=dense,draft=quantized; engine.models.pair_weights)")
     p.add_argument("--bandwidth-mib", type=int, default=512,
                    help="MiB the read-bandwidth probe streams before the run, for each row's roofline fraction (0: none)")
     p.add_argument("--vllm", default="ar,draft:2,ngram:4", help="vLLM's configs: ar, draft:K, ngram:K ('': leave vLLM out)")
@@ -80,7 +80,7 @@ def gguf_weights(path: Path) -> str:
 
 def model_path(name: str) -> Path:
     """A model's folder: a local directory as given, else the converted folder `make models` wrote."""
-    from engine.core.provision import model_dir
+    from engine.models.provision import model_dir
 
     p = Path(name).expanduser()
     return p if (p / "config.json").is_file() else model_dir(name)
@@ -90,8 +90,8 @@ def build_engines(a) -> list:
     """The run's engine entries, in the order they start; each checks its install before anything loads."""
     from engine.bench.peer_engines import LlamaCppEngine, SpeclabEngine, VllmEngine
     from engine.bench.roofline_record import check_pair_paths
-    from engine.core.pair_weights import PairWeights, parse
-    from engine.core.provision import cache_root
+    from engine.models.pair_weights import PairWeights, parse
+    from engine.models.provision import cache_root
 
     engines = []
     pw = parse(getattr(a, "speclab_weights", "dense"), "--speclab-weights")
@@ -128,7 +128,7 @@ def build_engines(a) -> list:
 
 def cmd_peers(a) -> int:
     from engine.bench.peers import PeerPrompt, format_table, run_peers, target_check
-    from engine.core.load import machine_description
+    from engine.models.load import machine_description
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode, load_prompts, task_of
 

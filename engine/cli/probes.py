@@ -11,7 +11,7 @@
     python -m engine kernels                           the weight-only matmul kernels side by side
                                                        (engine.bench.kernels)
     python -m engine kernels --status [--model NAME]   which kernel path each model runs on here, and why
-                                                       (engine.core.accelerate)
+                                                       (engine.kernels.accelerate)
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def add_parser(sub) -> None:
 
 def cmd_kernels(a) -> int:
     from engine.bench.kernels import compare, format_kernels
-    from engine.core import qkernel
-    from engine.core.load import machine_description, software_versions
+    from engine.kernels import qkernel
+    from engine.models.load import machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
 
     if a.model and not a.status:
@@ -106,7 +106,7 @@ def cmd_kernels(a) -> int:
 
 def cmd_overhead(a) -> int:
     from engine.bench.overhead import format_overhead, measure
-    from engine.core.load import load_model, machine_description, software_versions
+    from engine.models.load import load_model, machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode
 
@@ -130,7 +130,7 @@ def cmd_overhead(a) -> int:
 
 def cmd_step_probe(a) -> int:
     from engine.bench.step_probe import probe
-    from engine.core.load import check_pair, load_model, machine_description
+    from engine.models.load import check_pair, load_model, machine_description
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode
 
@@ -194,8 +194,8 @@ def cmd_importbench(a) -> int:
 
 def _kernel_status(a) -> int:
     """`kernels --status`: the builds, the path per weights path, and each --model's KernelReport."""
-    from engine.core.accelerate import status
-    from engine.core.load import load_model
+    from engine.kernels.accelerate import status
+    from engine.models.load import load_model
 
     print("\n".join(status()))
     for name in a.model:

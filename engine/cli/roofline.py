@@ -57,8 +57,8 @@ def cmd_roofline(a) -> int:
     from engine.bench.bandwidth import BandwidthConfig, measure
     from engine.bench.roofline_run import RooflineConfig, check, format_rows, run_roofline
     from engine.cli.peers import lscpu
-    from engine.core.kernel_build import cpu_flags
-    from engine.core.load import load_model, machine_description, software_versions
+    from engine.kernels.kernel_build import cpu_flags
+    from engine.models.load import load_model, machine_description, software_versions
     from engine.paths import REPO_ROOT
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode, load_prompts
@@ -75,7 +75,7 @@ def cmd_roofline(a) -> int:
               + ", ".join(f"{s * 1e3:.1f}" for s in r.seconds) + " ms)")
         return 0
     from engine.bench.roofline_run import PATHS
-    from engine.core.pair_weights import announce
+    from engine.models.pair_weights import announce
 
     for p in cfg.paths:  # a path this CPU cannot run: refused, or its fallback said in one line, before loading
         announce(PATHS[p][1], PATHS[p][0])

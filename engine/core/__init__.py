@@ -1,1 +1,3 @@
-"""Models and the pieces every decode step uses: loading, the LM wrapper, sampling, tree attention."""
+"""Decode primitives: the Target protocol, the LM wrapper (croppable cache, reduced head), the KV cache that
+grows in place, sampling and tree attention. Loading a model by name is engine.models; how its linears and
+attention compute (our C kernels, quantized layers, the one `accelerate()` switch) is engine.kernels."""

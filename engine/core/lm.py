@@ -13,7 +13,7 @@ The protocol every LM here implements (engine.decode never touches a transformer
 `HFModel` adds the public forwards other modules build on — `forward_ids` (a batch of ids, custom
 positions or attention mask), `extend_batch`, `run_decoder` + `head` (hidden states, then logits
 through the full or reduced head) and `cache_kwargs` — so the reduced-head projection and the
-cache keyword exist once, here. Loading by name lives in engine.core.load.
+cache keyword exist once, here. Loading by name lives in engine.models.load.
 
 Reduced head (FR-Spec style), with V′ ⊂ V the kept ids and W the output embedding:
     logits_v = h · W_v   for v ∈ V′,   −inf otherwise
@@ -28,37 +28,6 @@ import torch
 
 from engine.core.target import TargetBase
 
-SKINNY_ROWS = 16  # up to this many rows (a verify block), use the weight-major GEMM below
-
-
-def _skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
-    """y = x Wᵀ + b computed as (W xᵀ)ᵀ when x has few rows.
-
-    Same dot products, other operand order: with W as the GEMM's large left operand the BLAS streams
-    the weight once and packs only the small x, where `x @ W.T` packs the whole weight on every call.
-    On a 2-core AVX2 CPU this makes a 5-token verify of the 1.5B target ~30 % cheaper (benchmarks.md).
-    """
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.shape[0] <= SKINNY_ROWS:
-        y = torch.mm(self.weight, x2.T).T
-    else:
-        y = torch.nn.functional.linear(x2, self.weight)
-    if self.bias is not None:
-        y = y + self.bias
-    return y.reshape(*x.shape[:-1], y.shape[-1])
-
-
-def use_skinny_linears(model: torch.nn.Module) -> int:
-    """Route every nn.Linear of `model` through `_skinny_forward` (CPU fp32); returns how many."""
-    import types
-
-    n = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.Linear) and "forward" not in m.__dict__:
-            m.forward = types.MethodType(_skinny_forward, m)
-            n += 1
-    return n
-
 
 def subset_logits(sub: torch.Tensor, subset: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Full-vocabulary logits [..., V] from a reduced head's [..., |V′|]: sub on V′, −inf elsewhere
@@ -69,17 +38,17 @@ def subset_logits(sub: torch.Tensor, subset: torch.Tensor, vocab_size: int) -> t
 
 
 class _SubsetHead(torch.nn.Module):
-    """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as `_skinny_forward`). A module so
-    that forward hooks (the bench's model-time clock) see it as model time."""
+    """The reduced head's rows W[V′]: h ↦ h W[V′]ᵀ (weight-major, as the fp32 path's linears in
+    engine.kernels.accelerate). A module so that forward hooks (the bench's model-time clock) see it as model time."""
 
     def __init__(self, weight: torch.Tensor, kernel: bool = False) -> None:
         super().__init__()
         self.weight = weight.contiguous() if kernel else weight
-        self.kernel = kernel  # the dense bf16 kernel (engine.core.dense_kernel) routes the model's linears
+        self.kernel = kernel  # the dense bf16 kernel (engine.kernels.dense_kernel) routes the model's linears
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.kernel:
-            from engine.core.dense_kernel import linear
+            from engine.kernels.dense_kernel import linear
 
             return linear(h, self.weight)
         h2 = h.reshape(-1, h.shape[-1])
@@ -124,9 +93,9 @@ class HFModel(TargetBase):
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        from engine.core.quant import weights_of
+        from engine.kernels.quant import weights_of
 
-        self.weights = weights_of(model)  # 'dense' or a quantized path (engine.core.quant)
+        self.weights = weights_of(model)  # 'dense' or a quantized path (engine.kernels.quant)
         self.cache = make_cache()  # grows in place: no whole-cache copy per step (engine.core.kv_cache)
         self._cache_cls = type(self.cache)
         self.length = 0
@@ -138,7 +107,7 @@ class HFModel(TargetBase):
         params = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         # The fast paths (kernels, fused layers, row-wise attention) are chosen before this wrapper, once per
-        # model, by engine.core.accelerate (load_model calls it): this class drives whatever model it is handed.
+        # model, by engine.kernels.accelerate (load_model calls it): this class drives whatever model it is handed.
         self.vocab_subset = None
         self.base_subset = None
         self.subset_adds_prompt = subset_adds_prompt
@@ -166,10 +135,10 @@ class HFModel(TargetBase):
         """The reduced head's rows W[V′], dense or in the format of the quantized head it is cut from."""
         head = self.model.get_output_embeddings()
         rows = head.weight[ids].detach()
-        from engine.core.quant import quantized_linear
+        from engine.kernels.quant import quantized_linear
 
         if self.weights == "dense" or isinstance(head, torch.nn.Linear):
-            from engine.core.dense_kernel import kernel_of
+            from engine.kernels.dense_kernel import kernel_of
 
             return _SubsetHead(rows, kernel=kernel_of(self.model) != "torch")
         return quantized_linear(rows, None, head.fmt, head.act_dtype)

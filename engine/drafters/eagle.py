@@ -191,7 +191,7 @@ def load_head(path: str | Path) -> tuple[EagleHead, torch.Tensor]:
     """(head in fp32, its draft vocabulary) from a head directory; one line on any mismatch."""
     from safetensors.torch import load_file
 
-    from engine.core.vocab_subset import load_subset
+    from engine.models.vocab_subset import load_subset
 
     c = read_config(path)
     p = Path(path).expanduser()

@@ -15,7 +15,7 @@
 
 Returns (target LM to decode with, drafter or None). A plain draft model comes back as its LM:
 `decode` wraps it in an AutoregressiveDrafter, and the trace header and the hindsight oracle read
-the model itself. `target` is a LoadedModel (engine.core.load: needed to load a draft model next to
+the model itself. `target` is a LoadedModel (engine.models.load: needed to load a draft model next to
 it) or, for specs that load nothing (model-free, block), a bare LM.
 """
 
@@ -104,7 +104,7 @@ def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 
     `verifier` / `k`: the multi-draft verifiers take a draft model only (K i.i.d. blocks);
     `want_hidden`: the policy reads draft hidden states (pacer); `draft_lm`: an already loaded draft
     model for a plain DRAFT spec (the Live page's shared weights); `weights`: the draft model's own weights
-    path (engine.core.pair_weights: a mixed pair), None = the target's."""
+    path (engine.models.pair_weights: a mixed pair), None = the target's."""
     target_lm = getattr(target, "lm", target)
     kind = drafter_kind(spec)
     multi = verifier in MULTI_DRAFT
@@ -131,7 +131,7 @@ def make_drafter(spec: str | None, target, *, verifier: str = "token", k: int = 
 
         return load_phrase_drafter(spec, target, dtype, device, want_hidden, verifier, weights=weights)
     if draft_lm is None:
-        from engine.core.load import check_pair, load_model
+        from engine.models.load import check_pair, load_model
 
         if not hasattr(target, "lm"):
             raise ValueError(f"--draft {spec}: loading a draft model needs the loaded target (a LoadedModel)")

@@ -298,9 +298,9 @@ def phrase_target(target_lm, drafter: PhraseDrafter, verifier: str):
 
 def load_phrase_drafter(spec: str, target, dtype: str = "auto", device: str = "auto", want_hidden: bool = False,
                         verifier: str = "token", weights: str | None = None):
-    """`--draft phrase:model=…`: load the draft model next to `target` (an engine.core.load.LoadedModel) and
+    """`--draft phrase:model=…`: load the draft model next to `target` (an engine.models.load.LoadedModel) and
     return (target LM to decode with, PhraseDrafter). The one call the CLI and the benchmark make."""
-    from engine.core.load import check_pair, load_model
+    from engine.models.load import check_pair, load_model
 
     name, kw = parse_phrase_spec(spec)
     if verifier not in PHRASE_VERIFIERS or kw.get("k", 1) > 1 and verifier != "onehot-tree":

@@ -198,7 +198,7 @@ def fingerprint(lm) -> str:
 def build_reference(target, draft, prompts: list[dict], cfg: ReferenceConfig, out_path, eos_ids=(),
                     header_extra: dict[str, Any] | None = None, progress: bool = True) -> Path:
     """Write a reference file. `prompts`: dicts with prompt_ids and optional category, question_id, text."""
-    from engine.core.load import software_versions
+    from engine.models.load import software_versions
     from engine.run import model_info
 
     if draft.vocab_size != target.vocab_size:

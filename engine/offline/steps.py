@@ -74,7 +74,7 @@ class StepData:
 
 
 def default_data_dir() -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return cache_root() / "pacer-data"
 

@@ -134,7 +134,9 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
     `emitted` when absent; refuses them when stated and different from the lists they count.
 
     `lacks`: fields the header says this (imported) trace does not have; they may be null, and the
-    checks that need them are skipped. Everything present is checked as usual."""
+    checks that need them are skipped. Everything present is checked as usual. The checks run in this
+    order (the first refusal is the one reported): counts, window, emitted tokens, per-token values,
+    times, correction / bonus and finish, the multi-draft fields."""
     lackable = lacks & _LACKABLE if lacks else lacks
 
     def gone(k: str) -> bool:  # only LACKABLE fields: a header cannot excuse request_id, step or accepted
@@ -143,6 +145,32 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
     for k, (lo, hi) in INT_FIELDS.items():
         if not gone(k):
             check_int(d, k, where, lo, hi)
+    w = _step_window(d, where, gone)
+    a = d["accepted"]
+    if w is not None and a > w:
+        fail(where, "accepted", f"{a} accepted > window {w}")
+    et, n_emitted = _step_emitted(d, where, gone, w, a)
+    for k, hi in (("q_draft", 1.0), ("p_target", 1.0), ("accept_probs", 1.0), ("draft_entropy", MAX_ENTROPY)):
+        if not gone(k) and w is not None:
+            check_num_list(d, k, where, w, 0.0, hi)
+        elif not gone(k):
+            fail(where, k, "per-token values without draft_tokens or window")
+    _step_times(d, where)
+    _step_last_token(d, where, gone, w, a, et, n_emitted)
+    check_str(d, "stop_reason", where, optional=False, max_len=64)
+    if type(d.get("policy_fields", {})) is not dict:
+        fail(where, "policy_fields", "expected an object")
+    _step_drafts(d, where, w)
+    d.setdefault("window", w)
+    d.setdefault("emitted", n_emitted)
+    for k, v in STEP_DEFAULTS.items():
+        if k not in d:
+            d[k] = v() if callable(v) else v
+
+
+def _step_window(d: dict, where: str, gone) -> int | None:
+    """The step's window: the drafted tokens' count, or the stated `window` (equal when both are there),
+    within `window_cap`; None when an imported step lacks both."""
     w = None
     if not gone("draft_tokens"):
         check_tokens(d, "draft_tokens", where, MAX_WINDOW)
@@ -156,9 +184,12 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
         fail(where, "window", "no draft_tokens and no window")
     if w is not None and d.get("window_cap") is not None and w > d["window_cap"]:
         fail(where, "window", f"{w} drafted > window_cap {d['window_cap']}")
-    a = d["accepted"]
-    if w is not None and a > w:
-        fail(where, "accepted", f"{a} accepted > window {w}")
+    return w
+
+
+def _step_emitted(d: dict, where: str, gone, w: int | None, a: int) -> tuple[list | None, int]:
+    """(emitted tokens or None where an imported step keeps only the count, their number): at most
+    accepted + 1, the accepted prefix equal to the drafted tokens."""
     et = None
     if gone("emitted_tokens"):
         check_int(d, "emitted", where, lo=1, hi=MAX_WINDOW + 1)  # the count is all an imported step may keep
@@ -176,11 +207,11 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
     m = min(a, n_emitted)
     if et is not None and w is not None and not gone("draft_tokens") and et[:m] != d["draft_tokens"][:m]:
         fail(where, "emitted_tokens", "the accepted prefix differs from the drafted tokens")
-    for k, hi in (("q_draft", 1.0), ("p_target", 1.0), ("accept_probs", 1.0), ("draft_entropy", MAX_ENTROPY)):
-        if not gone(k) and w is not None:
-            check_num_list(d, k, where, w, 0.0, hi)
-        elif not gone(k):
-            fail(where, k, "per-token values without draft_tokens or window")
+    return et, n_emitted
+
+
+def _step_times(d: dict, where: str) -> None:
+    """The step's times: each a finite non-negative ms; prefill on step 0 only; the rule within its verify."""
     for k in TIME_FIELDS:
         check_time(d, k, where)
     if d["step"] > 0 and d["t_prefill_ms"] != 0:
@@ -189,6 +220,11 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
         check_time(d, "t_rule_ms", where)
         if d["t_rule_ms"] > d["t_verify_ms"] + 1e-3:
             fail(where, "t_rule_ms", f"{d['t_rule_ms']} ms in the rule > the whole verify call ({d['t_verify_ms']} ms)")
+
+
+def _step_last_token(d: dict, where: str, gone, w: int | None, a: int, et: list | None, n_emitted: int) -> None:
+    """Exactly one of correction / bonus (a bonus iff every drafted token was accepted), the last emitted token
+    equal to it, and `finished` where fewer than accepted + 1 tokens were emitted."""
     for k in ("correction", "bonus"):
         check_int(d, k, where, hi=TOKEN_MAX - 1, optional=True)
     cor, bonus = d.get("correction"), d.get("bonus")
@@ -204,9 +240,11 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
         fail(where, "finished", f"expected null, 'eos' or 'max_new_tokens', got {_short(fin)}")
     if et is not None and n_emitted < a + 1 and fin is None:
         fail(where, "emitted_tokens", "fewer than accepted + 1 tokens on a step that did not finish the request")
-    check_str(d, "stop_reason", where, optional=False, max_len=64)
-    if type(d.get("policy_fields", {})) is not dict:
-        fail(where, "policy_fields", "expected an object")
+
+
+def _step_drafts(d: dict, where: str, w: int | None) -> None:
+    """The multi-draft fields: `all_drafts` with `chosen` pointing at `draft_tokens` (else chosen 0), and
+    `decisions` one 0/1 per drafted token."""
     alt = d.get("all_drafts")
     if alt is not None:
         if type(alt) is not list or not alt or len(alt) > MAX_WINDOW:
@@ -222,11 +260,6 @@ def validate_step(d: dict, where: str, lacks: frozenset = frozenset()) -> None:
     if dec is not None:
         if type(dec) is not list or len(dec) != w or any(type(x) is not int or x not in (0, 1) for x in dec):
             fail(where, "decisions", "expected one 0/1 decision per drafted token")
-    d.setdefault("window", w)
-    d.setdefault("emitted", n_emitted)
-    for k, v in STEP_DEFAULTS.items():
-        if k not in d:
-            d[k] = v() if callable(v) else v
 
 
 def lacks_of(header: dict, where: str) -> frozenset:

@@ -65,8 +65,10 @@ def _refuse_binary(data: bytes, name: str) -> None:
         raise TraceError(f"{name}: not a JSONL or Parquet trace (binary data)")
 
 
-def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress | None = None) -> list:
-    """(location, record) pairs of a JSONL trace; a cut-off last line is dropped with a warning.
+def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress | None = None,
+                strict: bool = False) -> list:
+    """(location, record) pairs of a JSONL trace; a cut-off last line is dropped with a warning, or with
+    `strict` (a file complete by construction: prompts, a reference, a training trace) refused like any other.
 
     The garbage collector is paused while parsing: 200k freshly parsed dicts would otherwise trigger
     dozens of full collections over a growing heap (measured: 13 s → 4.5 s with the stdlib parser)."""
@@ -93,7 +95,7 @@ def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress 
             except RecursionError:  # the stdlib parser on [[[[…]]]]; orjson stops at depth 1024 itself
                 raise TraceError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
             except Exception as e:  # noqa: BLE001 - any parser failure is this line's one-line error
-                if i == n and not ends_clean:
+                if i == n and not ends_clean and not strict:
                     warnings.append(f"line {i} is cut off (the run was killed while writing it); dropped")
                     break
                 raise TraceError(f"{where}: invalid JSON ({_parse_error(raw, e)})") from None
@@ -105,13 +107,14 @@ def parse_jsonl(data: bytes, name: str, warnings: list[str], progress: Progress 
     return out
 
 
-def read_jsonl(path, warnings: list[str] | None = None) -> list:
+def read_jsonl(path, warnings: list[str] | None = None, strict: bool = False) -> list:
     """The records of a JSONL file (any, not only traces) through `parse_jsonl`'s refusals, each a one-line
-    TraceError naming the file and line; a cut-off last line is dropped (noted in `warnings` if given)."""
+    TraceError naming the file and line; a cut-off last line is dropped (noted in `warnings` if given), or
+    with `strict` refused. The one JSONL reader: traces, prompts, references, training logs and traces."""
     from pathlib import Path
 
     p = Path(path)
-    return [d for _, d in parse_jsonl(p.read_bytes(), p.name, [] if warnings is None else warnings)]
+    return [d for _, d in parse_jsonl(p.read_bytes(), p.name, [] if warnings is None else warnings, strict=strict)]
 
 
 def _resume_gc(was_enabled: bool) -> None:

@@ -12,9 +12,10 @@ A chat template is applied when the tokenizer has one (SmolLM2-Instruct does).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.trace.parse import parse_jsonl
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,10 @@ def load_prompts(path: str | Path, limit: int | None = None, per_category: int |
         raise ValueError(f"prompts file {p.name}: not UTF-8 text (byte {e.start})") from None
     out: list[Prompt] = []
     counts: dict[str, int] = {}
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p.name}: line {i}: invalid JSON ({e.msg})") from None
-        except RecursionError:
-            raise ValueError(f"{p.name}: line {i}: invalid JSON (nested too deeply)") from None
+    for where, d in parse_jsonl(text.encode("utf-8"), p.name, [], strict=True):  # the one JSONL reader
+        i = int(where.rsplit(" ", 1)[1])  # where = "NAME: line i" (the line number is the default question id)
         if not isinstance(d, dict):
-            raise ValueError(f"{p.name}: line {i}: expected an object")
+            raise ValueError(f"{where}: expected an object")
         if "turns" in d:
             turns = d["turns"]
             if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):

@@ -14,15 +14,15 @@ Every problem is one ReferenceFormatError line naming the line and field.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from engine.trace.fields import number_list
 from engine.trace.format import MAX_NEW_TOKENS, TOKEN_MAX, TraceError
+from engine.trace.parse import parse_jsonl
 from engine.trace.prompts import task_of
 
 
@@ -153,27 +153,20 @@ def load_reference(path: str | os.PathLike) -> Reference:
     p = Path(path)
     if not p.is_file():
         raise ReferenceFormatError(f"{p}: no such reference file")
-    return _parse(p.read_bytes().split(b"\n"), p.name, str(p))
+    return _parse(p.read_bytes(), p.name, str(p))
 
 
 def loads_reference(data: bytes, name: str = "upload.jsonl") -> Reference:
-    return _parse(data.split(b"\n"), name, name)
+    return _parse(data, name, name)
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"non-finite number {name} is not allowed")
-
-
-def _parse(lines: Iterable[bytes], name: str, source: str) -> Reference:
+def _parse(data: bytes, name: str, source: str) -> Reference:
+    try:  # the one JSONL reader (engine.trace.parse); a cut-off line is an error here (strict)
+        records = parse_jsonl(data, name, [], strict=True)
+    except TraceError as e:
+        raise ReferenceFormatError(str(e)) from None
     header, reqs, complete = None, [], False
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        where = f"{name}: line {i}"
-        try:
-            d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ReferenceFormatError(f"{where}: invalid JSON ({getattr(e, 'msg', e)})") from None
+    for where, d in records:
         if not isinstance(d, dict):
             raise ReferenceFormatError(f"{where}: expected a JSON object, got {type(d).__name__}")
         if header is None:

@@ -30,7 +30,8 @@ import urllib.request
 from pathlib import Path
 
 from engine.bench.peer_engines import LlamaServer, llama_version
-from engine.core.provision import cache_root
+from engine.models.provision import cache_root
+from engine.trace.parse import read_jsonl
 
 FIELDS = ["content", "tokens", "stop", "stop_type", "stopping_word", "tokens_predicted", "tokens_evaluated",
           "truncated", "timings", "model"]
@@ -52,7 +53,7 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    prompts = [d for d in map(json.loads, open(a.prompts_from, encoding="utf-8")) if d.get("type") == "request"]
+    prompts = [d for d in read_jsonl(a.prompts_from) if d.get("type") == "request"]  # the one JSONL reader
     version = llama_version(Path(a.bin))
     for cfg in a.configs.split(","):
         m, k = cfg.split(":")

@@ -137,7 +137,7 @@ def test_auto_dtype_is_bf16_only_where_native(monkeypatch):
 
     import torch
 
-    from engine.core import load as models
+    from engine.models import load as models
 
     assert models.resolve_dtype("auto", "cuda") == torch.bfloat16
     real_open = builtins.open

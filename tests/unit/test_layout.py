@@ -160,6 +160,65 @@ def test_decode_calls_declared_protocol_methods_only():
     assert src.count("getattr") + src.count("hasattr") == 0
 
 
+def test_native_code_lives_in_the_kernels_package():
+    """engine/core/ split into kernels < core < models: the C, its loading through ctypes and the one switch
+    that routes a model onto it sit in engine/kernels/ and nowhere else; the decode primitives stay in core/."""
+    native = sorted(str(p.relative_to(ENGINE)) for ext in ("*.c", "*.h") for p in ENGINE.rglob(ext))
+    assert native and all(n.startswith("kernels/") for n in native), native
+    loaders = sorted(str(p.relative_to(ENGINE)) for p in ENGINE.rglob("*.py")
+                     if "import ctypes" in p.read_text() or "ctypes.CDLL" in p.read_text())
+    assert loaders and all(f.startswith("kernels/") for f in loaders), loaders
+    assert (ENGINE / "kernels" / "accelerate.py").is_file() and (ENGINE / "models" / "load.py").is_file()
+    moved = {"accelerate", "kernel_build", "dense_kernel", "qkernel", "quant", "fast_layer", "rowwise_attention",
+             "load", "pair_weights", "provision", "smollm", "vocab_subset", "tiny", "gguf_types", "sharegpt"}
+    assert not moved & {p.stem for p in (ENGINE / "core").glob("*.py")}
+
+
+# Modules that may parse JSON line by line themselves; every other reader of a JSONL file goes through
+# engine/trace/parse.py (parse_jsonl / read_jsonl: one set of refusals, one wording), each with the reason.
+OWN_JSONL_LOOPS = {
+    "engine/trace/parse.py": "the one JSONL reader",
+    "engine/trace/jsonl.py": "its fast chunked path; falls back to parse_jsonl, same records and refusals",
+    "engine/trace/parquet.py": "JSON text inside Parquet columns, through parse.py's own _loads",
+    "engine/bench/peer_engines.py": "a peer process's protocol lines on a pipe, not a file",
+    "engine/interop/peer_json.py": "open: a serving engine's JSON or JSONL with PeerError wording (to move onto parse_jsonl)",
+    "engine/interop/specbench.py": "open: Spec-Bench answer files with SpecBenchError wording (to move onto parse_jsonl)",
+}
+
+
+def _json_loads_of_a_line(path: Path) -> list[int]:
+    """Lines where `path` calls json.loads / orjson.loads / _loads on a line of text (`line`, `raw`, a slice or
+    .decode() of one) inside a loop: a hand-written JSONL reader."""
+    hits: list[int] = []
+
+    def is_line(a: ast.AST) -> bool:
+        if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute):
+            a = a.func.value  # raw.decode("utf-8")
+        if isinstance(a, ast.Subscript):
+            a = a.value  # line[len(PREFIX):]
+        return isinstance(a, ast.Name) and a.id in ("line", "raw", "ln", "l")
+
+    def walk(node: ast.AST, in_loop: bool) -> None:
+        for c in ast.iter_child_nodes(node):
+            loop = (in_loop or isinstance(c, (ast.For, ast.While, ast.comprehension))) and not isinstance(
+                c, (ast.FunctionDef, ast.AsyncFunctionDef))
+            f = getattr(c, "func", None)
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if in_loop and isinstance(c, ast.Call) and name in ("loads", "_loads") and c.args and is_line(c.args[0]):
+                hits.append(c.lineno)
+            walk(c, loop)
+
+    walk(ast.parse(path.read_text()), False)
+    return hits
+
+
+def test_one_jsonl_reader():
+    found = {str(p.relative_to(REPO)): n for p in ENGINE.rglob("*.py") if (n := _json_loads_of_a_line(p))}
+    stray = {f: n for f, n in found.items() if f not in OWN_JSONL_LOOPS}
+    assert not stray, f"read JSONL through engine.trace.parse.read_jsonl / parse_jsonl: {stray}"
+    assert "engine/trace/parse.py" in found  # the check sees a JSONL loop at all
+
+
 # ------------------------------------------------------------------ floors
 
 # Lowest first. A module may import from a lower floor and from its own package (or itself), never
@@ -169,7 +228,9 @@ def test_decode_calls_declared_protocol_methods_only():
 FLOORS: list[tuple[str, ...]] = [
     ("engine", "paths", "config", "metrics", "measure", "cost"),  # leaf modules: constants, flags, formulas, timing, step costs
     ("trace",),             # the record format: readers, writers, the one atomic write
-    ("core",),              # models, sampling, loading, tokenizer-side data
+    ("kernels",),           # how a linear or attention computes: our C kernels, their build, quantized layers, accelerate()
+    ("core",),              # decode primitives: the LM wrapper, KV cache, sampling, tree attention, the Target protocol
+    ("models",),            # model loading: by name, pair weights, provisioning, GGUF types, tokenizer-side data
     ("verify",),            # acceptance rules
     ("policies",),          # window policies (the oracle is handed its look-ahead by run/)
     ("drafters",),          # proposers; take a keep() callback, import only the policy base
@@ -250,6 +311,7 @@ def _library_modules() -> dict[str, Path]:
 def test_the_lab_is_every_floor_above_run_and_spec():
     assert LAB == {"offline", "interop", "bench", "train", "experiment", "results", "cli", "__main__"}
     assert "cost" in LIBRARY and "core" in LIBRARY and not LIBRARY & LAB
+    assert {"kernels", "models"} <= LIBRARY  # engine/core/ split into kernels < core < models, all library
 
 
 def test_the_library_never_imports_the_lab():
@@ -303,10 +365,10 @@ UNIT_TEST_EXEMPT: dict[str, str] = {
     "engine.config": COVERED + "tests/system/train/test_dpace.py (flags from dataclasses) and every CLI test",
     "engine.metrics": COVERED + "tests/system/cli/test_cli.py (the one metric vocabulary) and every bench test",
     "engine.run": COVERED + "tests/unit/trace/test_format.py and tests/unit/offline/ (requests → traces)",
-    "engine.core.load": COVERED + "tests/unit/core/test_provision.py and tests/unit/test_decode.py",
+    "engine.models.load": COVERED + "tests/unit/models/test_provision.py and tests/unit/test_decode.py",
     "engine.core.sampling": COVERED + "tests/unit/verify/test_token.py (filters, inverse CDF) and the χ² tests",
-    "engine.core.smollm": "loads the real SmolLM2 pair: tests/system/smollm/test_smollm.py",
-    "engine.core.tiny": "test fixtures' own builders (tests/conftest.py); the byte target in tests/unit/drafters/test_block.py",
+    "engine.models.smollm": "loads the real SmolLM2 pair: tests/system/smollm/test_smollm.py",
+    "engine.models.tiny": "test fixtures' own builders (tests/conftest.py); the byte target in tests/unit/drafters/test_block.py",
     "engine.drafters.base": "the drafter protocol (no logic beyond the keep() callback shape)",
     "engine.drafters.block_model": COVERED + "tests/unit/drafters/test_block.py (mask, leakage, forward equality)",
     "engine.drafters.copier": COVERED + "tests/unit/drafters/test_lookup.py and test_suffix.py (the shared copier)",

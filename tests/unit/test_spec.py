@@ -140,7 +140,7 @@ def test_weights_path_is_checked_before_anything_loads():
 
 
 def test_a_mixed_pair_is_checked_before_anything_loads(monkeypatch):
-    """The draft's own weights path (engine.core.pair_weights): only a draft model has one; a path the
+    """The draft's own weights path (engine.models.pair_weights): only a draft model has one; a path the
     machine cannot run is refused with the rest of the spec."""
     monkeypatch.delenv("SPECLAB_QGEMM", raising=False)
     assert RunSpec(draft="d", weights="dense", draft_weights="quantized", device="cpu").check() == []

@@ -62,7 +62,7 @@ class ExtractConfig:
 
 
 def default_dir() -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return cache_root() / "drafter-data-qwen"
 
@@ -166,8 +166,8 @@ def build_shard(model, tok, exs: list[Example], cfg: ExtractConfig, greedy: bool
 def load_qwen_target(name: str, dtype: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from engine.core.load import resolve_dtype
-    from engine.core.provision import model_dir
+    from engine.models.load import resolve_dtype
+    from engine.models.provision import model_dir
 
     d = model_dir(name)  # ModelNotInstalled: one line naming the model and `make models`
     model = AutoModelForCausalLM.from_pretrained(d, dtype=resolve_dtype(dtype), local_files_only=True).eval()
@@ -179,7 +179,7 @@ def extract(cfg: ExtractConfig, model=None, tok=None, streams=None, progress: bo
     and the real sources (tests pass a tiny random model and toy examples)."""
     from tqdm import tqdm
 
-    from engine.core.load import machine_description
+    from engine.models.load import machine_description
 
     if cfg.answers not in ("existing", "greedy"):
         raise ValueError(f"answers must be existing or greedy, got {cfg.answers!r}")
@@ -187,7 +187,7 @@ def extract(cfg: ExtractConfig, model=None, tok=None, streams=None, progress: bo
     root = Path(cfg.out_dir) if cfg.out_dir else default_dir()
     root.mkdir(parents=True, exist_ok=True)
     if model is None:
-        from engine.core.provision import model_dir
+        from engine.models.provision import model_dir
 
         model_dir(cfg.target)  # fail fast (one line) before the sources are read
     held, train = examples(cfg.seed, cfg.heldout, cfg.code_share, streams)

@@ -44,7 +44,7 @@ class ShardError(ValueError):
 class FeatureSpec:
     """What features a shard holds: identical for every shard of a directory and for the drafter."""
 
-    target: str  # the target's short name (engine.core.load), e.g. qwen2.5-coder-1.5b
+    target: str  # the target's short name (engine.models.load), e.g. qwen2.5-coder-1.5b
     hidden_size: int
     num_layers: int  # the target's depth (a layer id must be < it)
     vocab_size: int

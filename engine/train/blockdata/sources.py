@@ -39,7 +39,7 @@ class Example:
 
 def sharegpt_examples(min_chars: int = 8, max_prompt_chars: int = 2000) -> list[Example]:
     """First human turn + the following assistant reply of each ShareGPT conversation (file order)."""
-    from engine.core.sharegpt import load_sharegpt
+    from engine.models.sharegpt import load_sharegpt
 
     out, seen = [], set()
     for i, c in enumerate(load_sharegpt()):
@@ -140,7 +140,7 @@ def encode(tok, ex: Example, max_prompt: int, max_answer: int, eos_id: int) -> t
     """(prompt ids in the target's chat template with the generation prompt, answer ids + EOS when the
     answer fits in max_answer tokens, else its first max_answer tokens), or None for a prompt longer
     than max_prompt tokens."""
-    from engine.core.sharegpt import chat_prompt_ids
+    from engine.models.sharegpt import chat_prompt_ids
 
     p = chat_prompt_ids(tok, ex.prompt)
     if len(p) > max_prompt:

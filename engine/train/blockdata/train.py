@@ -83,7 +83,7 @@ class QwenTrainConfig:
 
 
 def qwen_runs_dir(cfg: QwenTrainConfig) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return Path(cfg.runs_dir) if cfg.runs_dir else cache_root() / "dpace-runs-qwen"
 
@@ -95,7 +95,7 @@ def _lr(cfg: QwenTrainConfig, step: int) -> float:
 def _target_dir(cfg: QwenTrainConfig) -> Path:
     if cfg.target_dir:
         return Path(cfg.target_dir)
-    from engine.core.provision import model_dir
+    from engine.models.provision import model_dir
 
     return Path(model_dir(cfg.target))
 
@@ -216,7 +216,7 @@ def _loop(cfg, data, progress, run, root, spec, model, lm, opt, obj, subset, lut
     """Resume from the checkpoint if any, train to cfg.steps, evaluate, export the drafter."""
     from tqdm import tqdm
 
-    from engine.core.load import native_bf16
+    from engine.models.load import native_bf16
     from engine.drafters.block import save_block_drafter
     from engine.train.blockdata.checkpoint import load_checkpoint, save_checkpoint
     from engine.train.blockdata.dataset import pad_batch

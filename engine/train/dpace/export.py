@@ -85,7 +85,7 @@ Total size {size / 1e6:.1f} MB. Load it:
 
 ```python
 from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter
-from engine.core.tiny import load_target
+from engine.models.tiny import load_target
 tgt = load_target("models/block-drafter-tiny/target")
 dm = load_block_drafter("models/block-drafter-tiny/drafter")
 ft = FeatureLM(tgt, dm.config.target_layer_ids)
@@ -167,7 +167,7 @@ Size {size / 1e6:.1f} MB. Load it:
 
 ```python
 from engine.drafters.block import BlockDrafter, BlockLM, FeatureLM, load_block_drafter, load_block_vocab
-from engine.core.smollm import load_smollm2
+from engine.models.smollm import load_smollm2
 tgt, tok = load_smollm2(dtype=torch.float32)
 d = "models/block-drafter-smollm2"
 dm = load_block_drafter(d)

@@ -93,7 +93,7 @@ def tiny_dir(cfg: BlockTrainConfig) -> Path:
 
 
 def runs_dir(cfg: BlockTrainConfig) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     if cfg.runs_dir:
         return Path(cfg.runs_dir)

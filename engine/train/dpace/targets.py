@@ -57,10 +57,10 @@ def load_target_model(root: str | Path):
     """The target as a transformers causal LM in fp32 (block-drafter studies run in fp32)."""
     k = kind_of(root)
     if k == "tiny":
-        from engine.core.tiny import load_target
+        from engine.models.tiny import load_target
 
         return load_target(Path(root) / "target")
-    from engine.core.smollm import load_smollm2
+    from engine.models.smollm import load_smollm2
 
     model, _ = load_smollm2(dtype=torch.float32)
     return model
@@ -68,7 +68,7 @@ def load_target_model(root: str | Path):
 
 def mask_token_id(root: str | Path) -> int:
     if kind_of(root) == "tiny":
-        from engine.core.tiny import MASK
+        from engine.models.tiny import MASK
 
         return MASK
     return int(target_info(root)["mask_token_id"])
@@ -76,10 +76,10 @@ def mask_token_id(root: str | Path) -> int:
 
 def tokenizer(root: str | Path):
     if kind_of(root) == "tiny":
-        from engine.core.tiny import ByteTokenizer
+        from engine.models.tiny import ByteTokenizer
 
         return ByteTokenizer()
-    from engine.core.smollm import load_smollm2_tokenizer
+    from engine.models.smollm import load_smollm2_tokenizer
 
     return load_smollm2_tokenizer()
 
@@ -150,7 +150,7 @@ class SmolDataConfig:
 
 
 def smollm2_dir(cfg: SmolDataConfig | None = None) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return Path(cfg.out_dir) if cfg is not None and cfg.out_dir else cache_root() / "dpace-smollm2"
 
@@ -186,7 +186,7 @@ def prepare_smollm2(cfg: SmolDataConfig = SmolDataConfig()) -> Path:
     build `data.safetensors` + `target.json` from them. Atomic; skipped when present."""
     from safetensors.torch import save_file
 
-    from engine.core.smollm import load_smollm2_tokenizer
+    from engine.models.smollm import load_smollm2_tokenizer
 
     root = smollm2_dir(cfg)
     gen = Path(cfg.gen_dir) if cfg.gen_dir else root / "gen"

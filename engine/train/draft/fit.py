@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from engine.paths import REPO_ROOT
+from engine.trace.parse import read_jsonl
 from engine.train.draft.batches import (Batcher, choose_vocab_subset, collate, load_sequences,
                                         sharegpt_assistant_counts, train_shards)
 from engine.train.draft.evaluate import bench, match_vectors, specbench_eval, summarize_matches
@@ -76,7 +77,7 @@ def _repo_root() -> Path:
 
 
 def resolve_dirs(cfg: DraftConfig) -> tuple[Path, Path, Path]:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     data = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
     run = Path(cfg.run_dir) if cfg.run_dir else cache_root() / "runs" / "smollm2-draft"
@@ -124,7 +125,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
     """
     from tqdm import tqdm
 
-    from engine.core.smollm import load_smollm2
+    from engine.models.smollm import load_smollm2
 
     torch.set_num_threads(cfg.threads)
     data_dir, run_dir, exp_dir = resolve_dirs(cfg)
@@ -140,7 +141,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         target, tok = load_smollm2(dtype=torch.float32)
     _tok = tok
     if cfg.init_from:
-        from engine.core.smollm import load_smollm2_draft
+        from engine.models.smollm import load_smollm2_draft
 
         draft = load_smollm2_draft(dtype=torch.float32, target=target, draft_dir=cfg.init_from)
     else:
@@ -166,7 +167,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
         state["resumes"] = state.get("resumes", 0) + 1
         print(f"resumed from {ckpt} at step {state['step']} ({state['elapsed_s']:.0f} s trained)", flush=True)
     elif cfg.vocab_subset and cfg.vocab_subset < vocab:
-        from engine.core.sharegpt import first_user_turns, load_sharegpt, split_prompts
+        from engine.models.sharegpt import first_user_turns, load_sharegpt, split_prompts
 
         held_prompts, _ = split_prompts(first_user_turns(load_sharegpt()), GenConfig().n_heldout, GenConfig().seed)
         extra = sharegpt_assistant_counts(_tok, vocab, set(held_prompts), cfg.subset_prior_chars) \
@@ -216,11 +217,7 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
 
     last_ev: dict = {}
     if log_path.is_file():  # on resume: the last evaluation so far
-        for line in log_path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for r in read_jsonl(log_path):  # the one JSONL reader: a line cut by a kill is dropped
             if r.get("event") == "eval":
                 last_ev = {k: v for k, v in r.items() if k not in ("step", "event", "elapsed_s", "tokens", "train_positions")}
     if state["step"] == 0:

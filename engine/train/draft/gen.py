@@ -43,7 +43,7 @@ class GenConfig:
 
 
 def default_data_dir() -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return cache_root() / "draft-data"
 
@@ -134,13 +134,13 @@ def answer_eos_ids(tok) -> set[int]:
 def run(cfg: GenConfig) -> None:
     from tqdm import tqdm
 
-    from engine.core.smollm import load_smollm2
-    from engine.core.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
+    from engine.models.smollm import load_smollm2
+    from engine.models.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir) if cfg.out_dir else default_data_dir()
     out.mkdir(parents=True, exist_ok=True)
-    from engine.core.load import resolve_dtype
+    from engine.models.load import resolve_dtype
 
     model, tok = load_smollm2(dtype=resolve_dtype("auto"), verbose=True)  # bf16 only where it is native
     eos_ids = answer_eos_ids(tok)

@@ -1,6 +1,6 @@
 """The draft model: a pruned copy of the target (chosen layers, the target's embedding frozen and
 tied to the head), its reduced-vocabulary head, and the files it is saved as — a resumable training
-checkpoint, and the deployable export that engine/core/smollm.py loads.
+checkpoint, and the deployable export that engine/models/smollm.py loads.
 
 Every file is written atomically (engine.trace.jsonio.atomic_path): a kill mid-checkpoint leaves
 the previous checkpoint, never half of one, so an early checkpoint is always usable.
@@ -108,13 +108,13 @@ def load_checkpoint(path: Path, draft, opt) -> tuple[torch.LongTensor | None, di
 def export(draft, subset, exp_dir: Path, log_path: Path | None, summary: dict) -> None:
     """Write the deployable draft: non-embedding weights (bf16, shards under 20 MB), full-vocab config,
     vocab subset."""
-    from engine.core.smollm import save_draft_state
+    from engine.models.smollm import save_draft_state
 
     exp_dir.mkdir(parents=True, exist_ok=True)
     if subset is not None:
         _atomic_save({"ids": subset.long()}, exp_dir / "vocab_subset.safetensors")
     save_draft_state({k: v.to(torch.bfloat16) for k, v in trainable_state(draft).items()}, exp_dir,
-                     {"format": "pt", "note": "embedding omitted: it is the target's (frozen, tied); see engine/core/smollm.py"})
+                     {"format": "pt", "note": "embedding omitted: it is the target's (frozen, tied); see engine/models/smollm.py"})
     cj = draft.config.to_dict()
     cj["dtype"] = "bfloat16"
     cj.pop("_name_or_path", None)

@@ -17,7 +17,7 @@ EAGLE_LAYERS = (1, 7, 13, 19, 25, 27)
 def features_config() -> ExtractConfig:
     """The extractor's defaults for this session's head: both cores, GEMM-filling prefill batches
     (4 × 1024 tokens: 126 → 155 tok/s from 4 × 512 to 8 × 512 measured on an AMX Xeon), every position labelled."""
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return dataclasses.replace(ExtractConfig(), out_dir=str(cache_root() / "features-qwen-eagle"), layers=EAGLE_LAYERS,
                                threads=2, batch_tokens=4096, label_prompt=True, min_free_gb=20.0)

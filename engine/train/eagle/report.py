@@ -46,7 +46,7 @@ def cpu_flags() -> list[str]:
 
 
 def report(runs: list[str], out: str | Path, command: str = "") -> Path:
-    from engine.core.load import machine_description
+    from engine.models.load import machine_description
 
     rows = []
     for r in runs:

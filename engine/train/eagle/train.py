@@ -67,13 +67,13 @@ class EagleTrainConfig:
 
 
 def runs_dir(cfg: EagleTrainConfig) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return Path(cfg.runs_dir) if cfg.runs_dir else cache_root() / "eagle-runs-qwen"
 
 
 def data_dir(cfg: EagleTrainConfig) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return Path(cfg.data_dir) if cfg.data_dir else cache_root() / "features-qwen-eagle"
 
@@ -154,11 +154,11 @@ def offline_tau(head, fr: Frozen, seqs, K: int) -> dict:
 def build(cfg: EagleTrainConfig, data: EagleData | None = None):
     """(head, frozen, data, target info): loads the target's embedding/head (and last layer for
     init = target) from its safetensors, the draft vocabulary, then the data."""
-    from engine.core.vocab_subset import load_subset
+    from engine.models.vocab_subset import load_subset
     from engine.drafters.eagle_model import EagleConfig, EagleHead, init_from_target
     from engine.train.blockdata.dataset import load_embed_head
 
-    from engine.core.provision import model_dir
+    from engine.models.provision import model_dir
 
     tdir = Path(cfg.target_dir) if cfg.target_dir else Path(model_dir(cfg.target))
     embed, lm_head, tcfg = load_embed_head(tdir)
@@ -236,7 +236,7 @@ def train(cfg: EagleTrainConfig, data: EagleData | None = None, progress: bool =
 def _loop(cfg, head, fr, data, info, run: Path, progress: bool) -> dict:
     from tqdm import tqdm
 
-    from engine.core.load import machine_description, native_bf16
+    from engine.models.load import machine_description, native_bf16
     from engine.drafters.eagle import save_eagle
     from engine.train.blockdata.checkpoint import load_checkpoint, save_checkpoint
 

@@ -197,7 +197,7 @@ def run(head_dir: str, traces: list[str], bench_json: str, out: str, K: int = 8,
 
     from tqdm import tqdm
 
-    from engine.core.load import machine_description
+    from engine.models.load import machine_description
     from engine.drafters.eagle import load_head
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import task_of

@@ -15,7 +15,7 @@ which is what the stop rule thresholds. `labels="masked"` reproduces the drop co
 Greedy: accepted iff draft token == target argmax. Sampling (T > 0): the verifier's own accept
 decision u_i < min(1, p_i/q_i) with the run's seeded uniforms; h_i is stored too (soft labels).
 
-Prompts: ShareGPT first user turns in the draft-training shuffle (engine.core.sharegpt, seed 0), taken
+Prompts: ShareGPT first user turns in the draft-training shuffle (engine.models.sharegpt, seed 0), taken
 from the END of its training list, so the draft's own training prompts (the front) are not reused.
 
 Shards (safetensors, written atomically; a killed run resumes at the next missing shard; several
@@ -130,7 +130,7 @@ def save_shard(tensors: dict[str, torch.Tensor], path: Path, meta: dict[str, str
 
 def pacer_prompts(tok, n_train: int, n_heldout: int, max_prompt_tokens: int) -> tuple[list, list]:
     """(train, heldout) token-id prompts from the back of the draft-training ShareGPT shuffle."""
-    from engine.core.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
+    from engine.models.sharegpt import chat_prompt_ids, first_user_turns, load_sharegpt, split_prompts
     from engine.train.draft.gen import GenConfig
 
     g = GenConfig()

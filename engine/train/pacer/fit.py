@@ -197,7 +197,7 @@ def train(cfg: PacerTrainConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def _default_run_dir(out: str) -> Path:
-    from engine.core.smollm import cache_root
+    from engine.models.smollm import cache_root
 
     return cache_root() / "runs" / f"pacer-{Path(out).stem}"
 

@@ -172,7 +172,7 @@ def test_unwritable_trace_path_is_one_line(tmp_path, capsys):
 
 
 def test_mismatched_tokenizers_are_refused(pair):
-    from engine.core.load import check_pair
+    from engine.models.load import check_pair
 
     target, draft = pair
 

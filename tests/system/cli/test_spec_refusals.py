@@ -41,7 +41,7 @@ def test_oracle_under_sampling_is_refused_before_a_model_loads(tmp_path):
 ])
 def test_other_refusals_come_before_any_load(tmp_path, monkeypatch, capsys, args, words):
     """In process, with the loader replaced by one that fails the test if it is ever called."""
-    import engine.core.load as load
+    import engine.models.load as load
     from engine.__main__ import main
 
     def no_load(*a, **k):

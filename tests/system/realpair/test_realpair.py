@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.core.provision import installed
+from engine.models.provision import installed
 
 pytestmark = [pytest.mark.realpair,
               pytest.mark.skipif(not (installed("qwen2.5-coder-1.5b") and installed("qwen2.5-coder-0.5b")),
@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.realpair,
 
 def test_qwen_pair_greedy_matches_autoregressive_in_fp32():
     from engine.decode import DecodeConfig, decode
-    from engine.core.load import check_pair, eos_token_ids, load_model
+    from engine.models.load import check_pair, eos_token_ids, load_model
     from engine.policies.base import parse_policy
     from engine.trace.prompts import encode
 

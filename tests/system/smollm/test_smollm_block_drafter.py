@@ -22,7 +22,7 @@ def test_committed_smollm2_block_drafter_is_exact_and_accepts():
     output token for token (EOS included), and the drafter gets drafts accepted."""
     from engine.drafters.block import load_block_vocab
     from engine.trace.prompts import EXAMPLE_PROMPTS, encode
-    from engine.core.smollm import load_smollm2
+    from engine.models.smollm import load_smollm2
 
     tgt, tok = load_smollm2(dtype=torch.float32)
     model = load_block_drafter(SMOL)

@@ -120,7 +120,7 @@ def ragged_data(tiny_data, tmp_path_factory):
 
     from safetensors.torch import load_file, save_file
 
-    from engine.core.tiny import PAD
+    from engine.models.tiny import PAD
 
     root = tmp_path_factory.mktemp("ragged")
     shutil.copytree(tiny_data / "target", root / "target")
@@ -163,7 +163,7 @@ def test_per_row_anchors_stay_inside_each_answer():
 def test_per_row_offline_tau_equals_batched_on_equal_rows(tiny_data, tmp_path):
     from engine.drafters.block import BlockLM, load_block_drafter
     from engine.train.dpace.features import FeatureData, offline_tau
-    from engine.core.tiny import load_target
+    from engine.models.tiny import load_target
 
     cfg = BlockTrainConfig(data_dir=str(tiny_data), runs_dir=str(tmp_path), block_size=4, ffn=64, steps=30, batch=4,
                            anchors=8, lr=5e-3, eval_every=1000, ckpt_every=1000, eval_seqs=2, final_eval_seqs=2)

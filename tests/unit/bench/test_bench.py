@@ -154,8 +154,8 @@ def test_run_bench_steps_refuse_and_compare_as_the_run_did(tmp_path):
         _weights_paths(t, d, ((M("t", "dense"), M("d", "dense")),))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "w1 w2", "category": "writing"}\n')
-    with pytest.raises(ValueError, match="no prompts of task"):
-        _encoded_prompts(prompts, BenchConfig(configs=("ar",), tasks=("math_reasoning",)), None)
+    with pytest.raises(ValueError, match=r"no prompts of task\(s\) math_reasoning"):
+        _encoded_prompts(prompts, BenchConfig(configs=("ar",), tasks=("writing", "math_reasoning")), None)
 
     def run(conf, out, weights="dense"):
         r = RunResult.__new__(RunResult)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine.bench.hf_record import hf_header, record_assisted
-from engine.core.tiny import noisy_copy, tiny_llama
+from engine.models.tiny import noisy_copy, tiny_llama
 from engine.trace.format import TraceWriter, load_trace
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7], [30, 31, 32, 33, 34, 35, 36]]

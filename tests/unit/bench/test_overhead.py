@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from engine.bench.overhead import format_overhead, measure
-from engine.core import qkernel
+from engine.kernels import qkernel
 from engine.core.lm import HFModel
-from engine.core.accelerate import accelerate
+from engine.kernels.accelerate import accelerate
 from tests.conftest import tiny_llama
 
 

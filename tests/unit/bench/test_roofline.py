@@ -9,8 +9,8 @@ import torch
 
 from engine.bench.roofline import annotate, bytes_per_token, fraction, gguf_bytes_per_token, roofline_tokens_per_s
 from engine.core.lm import HFModel
-from engine.core.quant import quantize_model
-from engine.core.tiny import tiny_llama
+from engine.kernels.quant import quantize_model
+from engine.models.tiny import tiny_llama
 
 # tiny_llama(0): vocab 64, hidden 32, MLP 64, 2 layers, 4 heads of 8, 2 KV heads. (N, K) per layer:
 LAYER = [(32, 32), (16, 32), (16, 32), (32, 32), (64, 32), (64, 32), (32, 64)]  # q k v o gate up down

@@ -9,11 +9,11 @@ from engine.bench.bandwidth import Bandwidth
 from engine.bench.busy import BusyReport
 from engine.bench.roofline import bytes_per_token
 from engine.bench.roofline_record import check_pair_paths, peer_fractions, probe, record, summary_line
-from engine.core import pair_weights
+from engine.models import pair_weights
 from engine.core.lm import HFModel
-from engine.core.pair_weights import PairWeights
-from engine.core.quant import quantize_model
-from engine.core.tiny import tiny_llama
+from engine.models.pair_weights import PairWeights
+from engine.kernels.quant import quantize_model
+from engine.models.tiny import tiny_llama
 
 BW = Bandwidth(gb_per_s=10.0, nbytes=2**29, threads=2, repeats=7, seconds=(0.05,) * 7)
 

@@ -10,9 +10,9 @@ import pytest
 from engine.bench.bandwidth import BandwidthConfig
 from engine.bench.roofline_run import RooflineConfig, check, format_rows, run_roofline, summarize
 from engine.core.lm import HFModel
-from engine.core.load import LoadedModel
-from engine.core.quant import quantize_model
-from engine.core.tiny import tiny_llama
+from engine.models.load import LoadedModel
+from engine.kernels.quant import quantize_model
+from engine.models.tiny import tiny_llama
 
 TINY = RooflineConfig(models=("tiny-a", "tiny-b"), paths=("fp32", "int8"), per_task=1, max_new_tokens=6, threads=1,
                       warmup_tokens=2, bandwidth=BandwidthConfig(nbytes=2**20, threads=1, repeats=3))

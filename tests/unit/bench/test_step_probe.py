@@ -26,7 +26,7 @@ def test_probe_reports_every_condition(pair):
 
 
 def test_plain_linear_switch_restores_the_skinny_path(pair):
-    from engine.core.lm import use_skinny_linears
+    from engine.kernels.accelerate import use_skinny_linears
     from engine.bench.step_probe import _linears
 
     target, _ = pair

@@ -12,7 +12,7 @@ from engine.decode import DecodeConfig, decode
 from engine.core.lm import HFModel
 from engine.policies.base import parse_policy
 from engine.core.sampling import SamplingConfig
-from engine.core.tiny import noisy_copy, tiny_llama
+from engine.models.tiny import noisy_copy, tiny_llama
 
 V = 4
 KEEP = torch.tensor([0, 2, 3])  # token 1 can never be drafted: only the residual can emit it

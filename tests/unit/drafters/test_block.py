@@ -190,7 +190,7 @@ COMMITTED = REPO / "models" / "block-drafter-tiny"
 
 @pytest.mark.skipif(not (COMMITTED / "drafter" / "model.safetensors").is_file(), reason="no committed drafter")
 def test_committed_tiny_drafter_is_exact_and_accepts():
-    from engine.core.tiny import ByteTokenizer, load_target
+    from engine.models.tiny import ByteTokenizer, load_target
 
     tgt = load_target(COMMITTED / "target")
     model = load_block_drafter(COMMITTED / "drafter")
@@ -207,7 +207,7 @@ def test_block_spec_through_factory_decodes_exactly():
     """`make_drafter("block:PATH", target)` gives (the target to verify with, the drafter); greedy
     decoding through `decode()` equals the target's autoregressive decoding token for token — also when
     decode is handed the plain target (the drafter verifies with its own feature view of it)."""
-    from engine.core.load import load_model
+    from engine.models.load import load_model
     from engine.drafters import make_drafter
     from engine.drafters.block import BlockDrafter, FeatureLM
 

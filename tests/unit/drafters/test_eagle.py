@@ -79,7 +79,7 @@ def test_decoding_with_the_head(target, temperature):
 
 def test_save_load_and_refusals(tmp_path, target):
     from engine.core.lm import HFModel
-    from engine.core.vocab_subset import save_subset
+    from engine.models.vocab_subset import save_subset
 
     head = make_head(5)
     save_eagle(head, tmp_path / "h")

@@ -257,3 +257,22 @@ def test_read_jsonl_is_the_one_reader_of_any_jsonl_file(tmp_path):
     f.write_text('{"a": 1}\n{oops}\n{"b": 2}\n')
     with pytest.raises(TraceError, match="q.jsonl: line 2: invalid JSON"):
         read_jsonl(f)
+
+
+def test_strict_refuses_a_cut_last_line_where_a_file_is_complete_by_construction(tmp_path):
+    """`strict`: prompts, references and training traces (tests/unit/train/dpace/) are never written by a run that can be killed
+    mid-line, so a cut-off last line there is an error, not a dropped record; the readers use it."""
+    from engine.trace.check import TraceError
+    from engine.trace.parse import read_jsonl
+    from engine.trace.prompts import load_prompts
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "a"}\n{"prompt": "b')
+    notes: list[str] = []
+    assert read_jsonl(f, notes) == [{"prompt": "a"}] and notes
+    with pytest.raises(TraceError, match="p.jsonl: line 2: invalid JSON"):
+        read_jsonl(f, strict=True)
+    with pytest.raises(ValueError, match="p.jsonl: line 2: invalid JSON"):
+        load_prompts(f)
+    f.write_text('{"prompt": "a"}\n\n{"prompt": "b", "category": "x"}\n')
+    assert [(p.text, p.question_id) for p in load_prompts(f)] == [("a", 1), ("b", 3)]  # ids: line numbers

@@ -73,3 +73,21 @@ def test_trace_loader_rejects_bad_json_and_missing_header(tmp_path):
     _write(tmp_path / "b.jsonl", [log])
     with pytest.raises(TrainingTraceError, match="line 1: field 'type'"):
         load_training_trace(tmp_path / "b.jsonl")
+
+
+def test_trace_loader_reads_through_the_one_jsonl_reader(tmp_path):
+    """engine.trace.parse with strict=True: a cut-off last line is refused (not dropped), binary data is
+    named as such; both as TrainingTraceError."""
+    log, ev = good_records()
+    w = TrainingTraceWriter(tmp_path / "cut.jsonl", _header())
+    w.write(log)
+    w.write(ev)
+    w.close()
+    assert len(load_training_trace(tmp_path / "cut.jsonl").evals) == 1
+    data = (tmp_path / "cut.jsonl").read_bytes()
+    (tmp_path / "cut.jsonl").write_bytes(data[:-10])  # killed mid-line: the third line is cut
+    with pytest.raises(TrainingTraceError, match="cut.jsonl: line 3: invalid JSON"):
+        load_training_trace(tmp_path / "cut.jsonl")
+    (tmp_path / "bin.jsonl").write_bytes(b"\x00\x01\x02")
+    with pytest.raises(TrainingTraceError, match="binary data"):
+        load_training_trace(tmp_path / "bin.jsonl")

@@ -20,7 +20,7 @@ LAYERS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from engine.core.vocab_subset import save_subset
+    from engine.models.vocab_subset import save_subset
 
     d = tmp_path_factory.mktemp("eagle")
     m = tiny_target()

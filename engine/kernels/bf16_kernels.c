@@ -1,0 +1,151 @@
+/* The dense path's bf16 kernels for short forwards on x86 CPUs with AVX-512 BF16:
+ *   speclab_bgemv  y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N])
+ *   speclab_attn   causal attention of a few query rows against a KV cache (grouped heads), row by row
+ *
+ * A decode step (M = 1) or a short verify (M ≤ 32) is bound by reading W once: 3 GB per forward of a
+ * 1.5B model. Each weight row is streamed once per chunk of up to MCHUNK activation rows; the products
+ * are taken by vdpbf16ps (pairs of bf16 products summed into float32 lanes), so neither operand is
+ * converted. W is the model's own row-major bf16 tensor: no packed copy, no extra memory.
+ *
+ * Every y[m,n] is computed by the same sequence of operations whatever M is: its own 16 float32 lanes
+ * accumulate K/32 steps in order, are reduced in a fixed order, the bias is added in float32 and the
+ * result rounded to bf16 once. So a k-token verify gives bit-identical logits to k one-token steps
+ * (with the row-wise attention of engine/kernels/rowwise_attention.py, the whole forward is batch-invariant).
+ * Built by engine/kernels/dense_kernel.py; called through ctypes with raw pointers.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+
+#define MCHUNK 4 /* activation rows per pass over a block of weight rows: MCHUNK x RB accumulators in registers */
+#define RB 6     /* weight rows per block: 24 accumulators + 6 weight vectors + 1 input fit the 32 registers
+                   (measured against 2 and 4, with and without software prefetch: 6 without is fastest) */
+
+/* A fixed-order reduction of 16 lanes (the same for every row, so results do not depend on M). */
+static inline float hsum512(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+    return _mm_cvtss_f32(b);
+}
+
+/* Weight rows n0 … n0+R-1 against activation rows m0 … m0+MC-1 (R, MC compile-time after inlining). */
+static inline __attribute__((always_inline)) void block(const int R, const int MC, int n0, int m0, int K,
+        const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
+    __m512 acc[MCHUNK][RB];
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
+    const uint16_t *wr = w + (size_t)n0 * K;
+    const uint16_t *xr = x + (size_t)m0 * K;
+    for (int k = 0; k < K; k += 32) {
+        __m512bh wv[RB];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            wv[r] = (__m512bh)_mm512_loadu_si512((const void *)(wr + (size_t)r * K + k));
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(xr + (size_t)m * K + k));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wv[r], xv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            float v = hsum512(acc[m][r]);
+            if (b) v += bf16_to_f32(b[n0 + r]);
+            y[(size_t)(m0 + m) * N + n0 + r] = f32_to_bf16(v);
+        }
+}
+
+static void rows_block(int R, int n0, int M, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                       uint16_t *y, int N) {
+    for (int m0 = 0; m0 < M; m0 += MCHUNK) {
+        int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
+#define CASE(RR, MM) if (R == RR && mc == MM) { block(RR, MM, n0, m0, K, x, w, b, y, N); continue; }
+        CASE(6, 1) CASE(6, 2) CASE(6, 3) CASE(6, 4)
+        CASE(1, 1) CASE(1, 2) CASE(1, 3) CASE(1, 4)
+#undef CASE
+    }
+}
+
+/* 0 on success; 1 for a shape it does not take (K not a multiple of 32). */
+int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
+                  int threads) {
+    if (K % 32 != 0 || M < 1 || N < 1) return 1;
+    int blocks = N / RB;
+    /* a small weight (the 0.5B draft's key / value projections: 0.2 MB) is not worth waking a second thread:
+     * under OMP_WAIT_POLICY=PASSIVE each parallel region costs ~50 µs of wake-up here */
+    if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, x, w, b, y, N);
+    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+    return 0;
+}
+
+/* Attention of q query rows against a cache of L keys, each row alone (batch-invariant, like the linears):
+ *   row i sees keys 0 … n_i − 1, n_i = L − q + i + 1;  out[i,h] = softmax(scale · Q[i,h] · K[kv(h), :n_i]ᵀ) · V[kv(h), :n_i]
+ * with kv(h) = h / (H / Hkv) (grouped-query attention). Q, out: [q, H, D] contiguous bf16; K, V: bf16 with
+ * a stride `hs` between heads and D between positions (views of a preallocated cache). D a multiple of 32.
+ * Scores and the weighted sum in float32; the softmax subtracts the row's maximum. */
+int speclab_attn(int q, int H, int Hkv, int D, int L, const uint16_t *Q, const uint16_t *K, const uint16_t *V,
+                 long long hs, float scale, uint16_t *out, int threads) {
+    if (D % 32 != 0 || D > 512 || H % Hkv != 0 || q < 1 || q > L) return 1;
+    const int group = H / Hkv, steps = D / 32;
+#pragma omp parallel num_threads(threads)
+    {
+        float *s = (float *)malloc(sizeof(float) * (size_t)L);
+#pragma omp for schedule(static)
+        for (int t = 0; t < q * H; t++) {
+            const int i = t / H, h = t % H, n = L - q + i + 1;
+            const uint16_t *qr = Q + ((size_t)i * H + h) * D;
+            const uint16_t *kh = K + (size_t)(h / group) * hs, *vh = V + (size_t)(h / group) * hs;
+            __m512bh qv[16];
+            for (int c = 0; c < steps; c++) qv[c] = (__m512bh)_mm512_loadu_si512((const void *)(qr + 32 * c));
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                const uint16_t *kr = kh + (size_t)j * D;
+                __m512 acc = _mm512_setzero_ps();
+                for (int c = 0; c < steps; c++)
+                    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512((const void *)(kr + 32 * c)), qv[c]);
+                float v = hsum512(acc) * scale;
+                s[j] = v;
+                if (v > mx) mx = v;
+            }
+            float sum = 0.f;
+            for (int j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
+            const float inv = 1.f / sum;
+            __m512 o[32]; /* D / 16 float32 lanes */
+            for (int c = 0; c < 2 * steps; c++) o[c] = _mm512_setzero_ps();
+            for (int j = 0; j < n; j++) {
+                const __m512 p = _mm512_set1_ps(s[j] * inv);
+                const uint16_t *vr = vh + (size_t)j * D;
+                for (int c = 0; c < 2 * steps; c++) {
+                    __m256i raw = _mm256_loadu_si256((const __m256i *)(vr + 16 * c));
+                    __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+                    o[c] = _mm512_fmadd_ps(p, vf, o[c]);
+                }
+            }
+            uint16_t *orow = out + ((size_t)i * H + h) * D;
+            for (int c = 0; c < 2 * steps; c++) {
+                float buf[16];
+                _mm512_storeu_ps(buf, o[c]);
+                for (int e = 0; e < 16; e++) orow[16 * c + e] = f32_to_bf16(buf[e]);
+            }
+        }
+        free(s);
+    }
+    return 0;
+}

@@ -1,0 +1,173 @@
+/* The dense path's bf16 kernels for CPUs with AVX2 + FMA but no AVX-512 BF16 (older EPYCs, Intel before
+ * Cooper Lake): the same two entry points as bf16_kernels.c, so engine/kernels/dense_kernel.py loads either.
+ *   speclab_bgemv  y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N])
+ *   speclab_attn   causal attention of a few query rows against a KV cache (grouped heads), row by row
+ *
+ * Why: a decode step reads every weight once, so its time is bytes ÷ bandwidth. Without a bf16 dot-product
+ * instruction torch's bf16 GEMV on AVX2 runs at ~2 GB/s (measured: 1.9 GB/s against 7.3 GB/s for its fp32
+ * GEMV on the same 8960×1536 weight, one thread, EPYC with AVX2 only), so bf16 weights were slower than fp32
+ * ones although they are half the bytes. Here a weight row is widened in registers (a bf16 is the top half of
+ * a float32: zero-extend, shift left 16 — exact) and multiplied by float32 FMAs: the weight stays bf16 in
+ * memory, so a step reads 2 bytes a weight.
+ *
+ * Batch-invariant like the AVX-512 file: every y[m,n] accumulates its own 8 float32 lanes over k in order with
+ * one FMA each, the lanes are reduced in a fixed order, the bias is added in float32 and the result rounded to
+ * bf16 once, whatever M is. So a k-token verify gives bit-identical logits to k one-token steps. The activations
+ * are widened to float32 once per call (exact), not once per weight row.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bf16.h"
+#ifndef MCHUNK
+#define MCHUNK 4 /* activation rows per pass over a block of weight rows */
+#endif
+/* RB: weight rows per block: 12 accumulators + 3 widened weight vectors fit AVX2's 16 registers (the
+ * activation is an FMA memory operand) */
+#ifndef RB
+#define RB 3
+#endif
+/* PF: software prefetch this many weights ahead in each row (one line per 32 weights). Measured M = 1 on a
+ * 2-core AVX2 EPYC (~20 GB/s): 0 → 256 lifts the K = 1536 shapes from ~14 to ~15 GB/s (128–320 alike, 512 and
+ * 1024 no better than none); K = 8960 rows already stream at ~20 GB/s. RB ∈ {2, 3, 4, 6} × MCHUNK ∈ {1, 2, 4}:
+ * RB = 3, MCHUNK = 4 best or level at M = 1 and best at M = 4. */
+#ifndef PF
+#define PF 256
+#endif
+
+/* 8 bf16 → 8 float32, exactly. */
+static inline __m256 load8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* A fixed-order reduction of 8 lanes (the same for every row, so results do not depend on M). */
+static inline float hsum256(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+    return _mm_cvtss_f32(b);
+}
+
+/* Weight rows n0 … n0+R-1 against activation rows m0 … m0+MC-1 (R, MC compile-time after inlining). */
+static inline __attribute__((always_inline)) void block(const int R, const int MC, int n0, int m0, int K,
+        const float *xf, const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
+    __m256 acc[MCHUNK][RB];
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[m][r] = _mm256_setzero_ps();
+    const uint16_t *wr = w + (size_t)n0 * K;
+    const float *xr = xf + (size_t)m0 * K;
+    for (int k = 0; k < K; k += 8) {
+        __m256 wv[RB];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+#if PF
+            if ((k & 31) == 0) _mm_prefetch((const char *)(wr + (size_t)r * K + k + PF), _MM_HINT_T0);
+#endif
+            wv[r] = load8(wr + (size_t)r * K + k);
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            const __m256 xv = _mm256_loadu_ps(xr + (size_t)m * K + k);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[m][r] = _mm256_fmadd_ps(wv[r], xv, acc[m][r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            float v = hsum256(acc[m][r]);
+            if (b) v += bf16_to_f32(b[n0 + r]);
+            y[(size_t)(m0 + m) * N + n0 + r] = f32_to_bf16(v);
+        }
+}
+
+static void rows_block(int R, int n0, int M, int K, const float *xf, const uint16_t *w, const uint16_t *b,
+                       uint16_t *y, int N) {
+    for (int m0 = 0; m0 < M; m0 += MCHUNK) {
+        int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
+#define CASE(RR, MM) if (R == RR && mc == MM) { block(RR, MM, n0, m0, K, xf, w, b, y, N); continue; }
+        CASE(RB, 1) CASE(RB, 2) CASE(RB, 3) CASE(RB, 4)
+        CASE(1, 1) CASE(1, 2) CASE(1, 3) CASE(1, 4)
+#undef CASE
+    }
+}
+
+/* 0 on success; 1 for a shape it does not take (K not a multiple of 32, as the AVX-512 build); 2 out of memory. */
+int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
+                  int threads) {
+    if (K % 32 != 0 || M < 1 || N < 1) return 1;
+    float *xf = (float *)malloc(sizeof(float) * (size_t)M * K);
+    if (!xf) return 2;
+    for (size_t i = 0; i < (size_t)M * K; i += 8) _mm256_storeu_ps(xf + i, load8(x + i));
+    int blocks = N / RB;
+    /* a small weight is not worth waking a second thread (the same rule as the AVX-512 build) */
+    if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, xf, w, b, y, N);
+    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, xf, w, b, y, N);
+    free(xf);
+    return 0;
+}
+
+/* Attention of q query rows against a cache of L keys, each row alone (batch-invariant, like the linears):
+ *   row i sees keys 0 … n_i − 1, n_i = L − q + i + 1;  out[i,h] = softmax(scale · Q[i,h] · K[kv(h), :n_i]ᵀ) · V[kv(h), :n_i]
+ * with kv(h) = h / (H / Hkv). Same layout and contract as bf16_kernels.c: Q, out [q, H, D] contiguous bf16;
+ * K, V bf16 with a stride `hs` between heads and D between positions; D a multiple of 32, at most 512. */
+int speclab_attn(int q, int H, int Hkv, int D, int L, const uint16_t *Q, const uint16_t *K, const uint16_t *V,
+                 long long hs, float scale, uint16_t *out, int threads) {
+    if (D % 32 != 0 || D > 512 || H % Hkv != 0 || q < 1 || q > L) return 1;
+    const int group = H / Hkv, steps = D / 8;
+    int failed = 0;
+#pragma omp parallel num_threads(threads)
+    {
+        float *s = (float *)malloc(sizeof(float) * (size_t)L);
+        if (!s) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < q * H; t++) {
+            if (!s) continue;
+            const int i = t / H, h = t % H, n = L - q + i + 1;
+            const uint16_t *qr = Q + ((size_t)i * H + h) * D;
+            const uint16_t *kh = K + (size_t)(h / group) * hs, *vh = V + (size_t)(h / group) * hs;
+            float qf[512] __attribute__((aligned(32)));
+            for (int c = 0; c < steps; c++) _mm256_store_ps(qf + 8 * c, load8(qr + 8 * c));
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                const uint16_t *kr = kh + (size_t)j * D;
+                __m256 acc = _mm256_setzero_ps();
+                for (int c = 0; c < steps; c++) acc = _mm256_fmadd_ps(load8(kr + 8 * c), _mm256_load_ps(qf + 8 * c), acc);
+                float v = hsum256(acc) * scale;
+                s[j] = v;
+                if (v > mx) mx = v;
+            }
+            float sum = 0.f;
+            for (int j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
+            const float inv = 1.f / sum;
+            __m256 o[64]; /* D / 8 float32 lanes */
+            for (int c = 0; c < steps; c++) o[c] = _mm256_setzero_ps();
+            for (int j = 0; j < n; j++) {
+                const __m256 p = _mm256_set1_ps(s[j] * inv);
+                const uint16_t *vr = vh + (size_t)j * D;
+                for (int c = 0; c < steps; c++) o[c] = _mm256_fmadd_ps(p, load8(vr + 8 * c), o[c]);
+            }
+            uint16_t *orow = out + ((size_t)i * H + h) * D;
+            for (int c = 0; c < steps; c++) {
+                float buf[8];
+                _mm256_storeu_ps(buf, o[c]);
+                for (int e = 0; e < 8; e++) orow[8 * c + e] = f32_to_bf16(buf[e]);
+            }
+        }
+        free(s);
+    }
+    return failed ? 2 : 0;
+}

@@ -1,0 +1,236 @@
+/* Weight-only quantized matmul for x86 CPUs: y[M,N] = x[M,K] · Ŵ[N,K]ᵀ. Two builds of this file:
+ * with AVX-512 VNNI (integer dot products by vpdpbusd, two groups per 512-bit step) and with AVX2 only
+ * (vpmaddubsw + vpmaddwd; an 8-bit weight is split into its two nibbles so no 16-bit sum saturates).
+ *
+ * Weights, per output row n and group g of 32 inputs: Ŵ = s[n,g]·q + mn[n,g], q unsigned
+ * (4-bit: 0…15, two per byte; 8-bit: 0…255), s and mn in fp16. Packing of a 4-bit group (16 bytes):
+ * byte j holds q[j] in its low nibble and q[16 + j] in its high nibble.
+ * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
+ * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
+ *
+ * Every y[m,n] is computed by the same sequence of operations whatever M is (rows are independent and
+ * the group order is fixed), so a k-token verify gives bit-identical logits to k one-token steps:
+ * greedy speculative decoding reproduces autoregressive decoding exactly on this path.
+ * Built by engine/kernels/qkernel.py; called through ctypes with raw pointers.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+
+#define GROUP 32
+#define MCHUNK 8
+#define MAXG 512 /* K ≤ 16384 */
+
+/* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
+static inline __m256i dot32(__m256i q, __m256i x, int bits) {
+#if defined(__AVX512VNNI__)
+    (void)bits;
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (bits == 4) return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low4), x), ones);
+    __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), x), ones);
+    return _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4));
+#endif
+}
+
+static inline float hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+
+/* Quantize activations: a[m, k] int8, d[m, g], c[m, g] = d · Σ a over the group. */
+static void quantize_x(const uint16_t *x, int M, int K, int8_t *a, float *d, float *c) {
+    int G = K / GROUP;
+    for (int m = 0; m < M; m++) {
+        for (int g = 0; g < G; g++) {
+            const uint16_t *xs = x + (size_t)m * K + (size_t)g * GROUP;
+            float v[GROUP], amax = 0.f;
+            for (int k = 0; k < GROUP; k++) {
+                v[k] = bf16_to_f32(xs[k]);
+                float av = fabsf(v[k]);
+                if (av > amax) amax = av;
+            }
+            float dd = amax / 127.f, inv = dd > 0.f ? 1.f / dd : 0.f;
+            int sum = 0;
+            int8_t *as = a + (size_t)m * K + (size_t)g * GROUP;
+            for (int k = 0; k < GROUP; k++) {
+                int q = (int)lrintf(v[k] * inv);
+                q = q > 127 ? 127 : (q < -127 ? -127 : q);
+                as[k] = (int8_t)q;
+                sum += q;
+            }
+            d[(size_t)m * G + g] = dd;
+            c[(size_t)m * G + g] = dd * (float)sum;
+        }
+    }
+}
+
+/* Rows N0…N1 for MC activation rows (MC a compile-time constant after inlining, so the accumulators
+ * live in registers; two per row, over even and odd groups, to hide the FMA latency). */
+static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits, int N0, int N1, int K,
+        const int8_t *a, const float *d, const float *c, const uint8_t *w, const uint16_t *s,
+        const uint16_t *mn, uint16_t *y, int ldy) {
+    const int G = K / GROUP;
+    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int n = N0; n < N1; n++) {
+        __m256 acc0[MCHUNK], acc1[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            acc0[m] = _mm256_setzero_ps();
+            acc1[m] = _mm256_setzero_ps();
+        }
+        const uint8_t *wr = w + (size_t)n * row_bytes;
+        const uint16_t *sr = s + (size_t)n * G, *mr = mn + (size_t)n * G;
+        /* sd[m][g] = s[n,g] · d[m,g], eight groups per step, so the inner loop only broadcasts a load */
+        float sd[MCHUNK][MAXG] __attribute__((aligned(32)));
+        int e = 0;
+        for (; e + 8 <= G; e += 8) {
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + e)));
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) _mm256_store_ps(&sd[m][e], _mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + e)));
+        }
+        for (; e < G; e++) {
+            float sv = _cvtsh_ss(sr[e]);
+            for (int m = 0; m < MC; m++) sd[m][e] = sv * d[(size_t)m * G + e];
+        }
+#if defined(__AVX512VNNI__)
+        /* two groups per 512-bit step: lanes 0–7 hold group g, lanes 8–15 group g + 1 */
+        const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        __m512 acc[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+        int g = 0;
+        for (; g + 1 < G; g += 2) {
+            __m512i q;
+            if (bits == 4) {
+                __m256i p = _mm256_loadu_si256((const __m256i *)(wr + (size_t)g * 16));  /* groups g, g+1 */
+                __m256i lo = _mm256_and_si256(p, low4), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
+                q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                                       _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+            } else {
+                q = _mm512_loadu_si512((const void *)(wr + (size_t)g * GROUP));
+            }
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) {
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
+                                                  _mm512_loadu_si512((const void *)(a + (size_t)m * K + (size_t)g * GROUP)));
+                __m512 sc = _mm512_permutexvar_ps(pairidx, _mm512_castps128_ps512(
+                    _mm_castpd_ps(_mm_load_sd((const double *)&sd[m][g]))));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[m]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++)
+            acc0[m] = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
+#else
+        int g = 0;
+#endif
+        for (; g < G; g++) {  /* AVX2: every group; AVX-512: an odd last group */
+            __m256i q0;
+            if (bits == 4) {
+                __m128i p = _mm_loadu_si128((const __m128i *)(wr + (size_t)g * 16));
+                q0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(p, 4), p), low4);
+            } else {
+                q0 = _mm256_loadu_si256((const __m256i *)(wr + (size_t)g * GROUP));
+            }
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) {
+                __m256i d0 = dot32(q0, _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)g * GROUP)),
+                                   bits);
+                acc0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_broadcast_ss(&sd[m][g]), acc0[m]);
+            }
+        }
+        /* the groups' minimum terms: Σ_g mn[n,g] · c[m,g], eight groups per step */
+        __m256 mac[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) mac[m] = _mm256_setzero_ps();
+        int h = 0;
+        for (; h + 8 <= G; h += 8) {
+            __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h)));
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) mac[m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(c + (size_t)m * G + h), mac[m]);
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            float tail = 0.f;
+            for (int t = h; t < G; t++) tail += _cvtsh_ss(mr[t]) * c[(size_t)m * G + t];
+            y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(_mm256_add_ps(acc0[m], acc1[m])) + hsum256(mac[m]) + tail);
+        }
+    }
+}
+
+static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
+                 const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *y, int ldy) {
+    switch (mc) {  /* one specialised body per chunk size */
+        case 1: rows_mc(1, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 2: rows_mc(2, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 3: rows_mc(3, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 4: rows_mc(4, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 5: rows_mc(5, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 6: rows_mc(6, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        case 7: rows_mc(7, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+        default: rows_mc(8, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+    }
+}
+
+/* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ; returns 0, or −1 on a bad shape or allocation failure. */
+int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_t *w, const uint16_t *s,
+                  const uint16_t *mn, uint16_t *y, int nthreads) {
+    if ((bits != 4 && bits != 8) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
+    int G = K / GROUP;
+    int8_t *a = (int8_t *)malloc((size_t)M * K);
+    float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
+    if (!a || !d || !c) {
+        free(a); free(d); free(c);
+        return -1;
+    }
+    quantize_x(x, M, K, a, d, c);
+    for (int m0 = 0; m0 < M; m0 += MCHUNK) {
+        int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
+        const int8_t *am = a + (size_t)m0 * K;
+        const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * G;
+        uint16_t *ym = y + (size_t)m0 * N;
+        int block = 64;
+        int nb = (N + block - 1) / block;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int b = 0; b < nb; b++) {
+            int n0 = b * block, n1 = n0 + block < N ? n0 + block : N;
+            rows(mc, bits, n0, n1, K, am, dm, cm, w, s, mn, ym, N);
+        }
+    }
+    free(a); free(d); free(c);
+    return 0;
+}
+
+/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
+int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
+                    int nthreads) {
+    if ((bits != 4 && bits != 8) || K % GROUP || N < 1) return -1;
+    const int G = K / GROUP;
+    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int n = 0; n < N; n++) {
+        const uint8_t *wr = w + (size_t)n * row_bytes;
+        uint16_t *o = out + (size_t)n * K;
+        for (int g = 0; g < G; g++) {
+            float sg = _cvtsh_ss(s[(size_t)n * G + g]), mg = _cvtsh_ss(mn[(size_t)n * G + g]);
+            for (int j = 0; j < GROUP; j++) {
+                int q = bits == 4 ? (j < 16 ? wr[(size_t)g * 16 + j] & 0x0f : wr[(size_t)g * 16 + j - 16] >> 4)
+                                  : wr[(size_t)g * GROUP + j];
+                o[(size_t)g * GROUP + j] = f32_to_bf16(sg * (float)q + mg);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,168 @@
+"""Our own weight-only quantized matmul (engine/kernels/qgemm.c) for x86 CPUs: built once with the system C
+compiler by the install step (engine.kernels.kernel_build; else once into the user cache), an AVX-512 VNNI
+build where the CPU has it, else an AVX2 build, called through ctypes on tensors' raw memory.
+
+    available() -> str | None         None when the kernel can run here, else why not (one line)
+    variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
+    QGemmLinear(weight, bias, bits)   4- or 8-bit weights per group of 32 inputs, asymmetric:
+                                      Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
+
+Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
+stream ~8 GB/s of packed int4 on a 2-core EPYC, a third of what llama.cpp reaches on the same GGUF.
+This kernel does what llama.cpp does for Q4_K × Q8_K: activations quantized to int8 per group, integer
+dot products with VNNI (vpdpbusd), one scale per group (docs/log/2026-12-04-quantized-path.md).
+It also makes the logits batch-invariant (see qgemm.c): a k-token verify equals k one-token steps
+bit for bit, so greedy speculative decoding on this path reproduces its autoregressive output exactly.
+
+Worked example (4-bit): a group spanning [−0.3, 1.2] has s = 0.1, mn = −0.3; a weight of 0.52 is stored
+as q = round(8.2) = 8 and read back as 0.1·8 − 0.3 = 0.5.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from engine.kernels.dense_kernel import long_linear
+from engine.kernels.kernel_build import BUILDS, cpu_flags, library, load_library  # cpu_flags: tests stub it here
+
+SOURCE = Path(__file__).with_name("qgemm.c")
+VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
+    name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
+GROUP = 32
+_lib = None
+_why: str | None = None
+_built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
+
+
+def variant() -> str | None:
+    """The build this CPU runs (None: neither AVX-512 VNNI nor AVX2 + F16C + FMA)."""
+    flags = cpu_flags()
+    forced = os.environ.get("SPECLAB_QGEMM")
+    for name, (need, _) in VARIANTS.items():
+        if (forced in (None, "", name)) and all(f in flags for f in need):
+            return name
+    return None
+
+
+def available() -> str | None:
+    """None when the kernel runs on this machine; else the reason (missing CPU flags, no compiler)."""
+    global _lib, _why, _built
+    if _lib is not None or _why is not None:
+        return _why
+    if os.environ.get("SPECLAB_NO_QGEMM"):
+        _why = "disabled by SPECLAB_NO_QGEMM"
+        return _why
+    name = variant()
+    if name is None:
+        missing = [f for f in VARIANTS["avx2"][0] if f not in cpu_flags()]
+        _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_QGEMM'))}"
+        return _why
+    try:
+        path, _built = library(BUILDS[f"qgemm-{name}"])
+        _lib = load_library(path, {
+            "speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
+            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]})
+    except OSError as e:
+        _why = str(e).splitlines()[0]
+    return _why
+
+
+def built() -> str | None:
+    """'installed' or 'cache' once `available()` loaded the library, else None."""
+    return _built if _lib is not None else None
+
+
+def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q packed uint8, s fp16 [N, G], mn fp16 [N, G]) of weight [N, K] (K % 32 = 0): round to nearest
+    on the group's own grid between its min and max."""
+    w = weight.detach().float()
+    n, k = w.shape
+    g = w.reshape(n, k // GROUP, GROUP)
+    lo, hi = g.amin(dim=2), g.amax(dim=2)
+    levels = (1 << bits) - 1
+    s = ((hi - lo) / levels).to(torch.float16)
+    mn = lo.to(torch.float16)
+    sf = s.float().clamp(min=1e-12)  # the stored (rounded) scale, so q is chosen for what is read back
+    q = torch.round((g - mn.float()[..., None]) / sf[..., None]).clamp(0, levels).to(torch.uint8)
+    if bits == 4:
+        q = (q[..., :16] | (q[..., 16:] << 4)).reshape(n, k // 2)
+    else:
+        q = q.reshape(n, k)
+    return q.contiguous(), s.contiguous(), mn.contiguous()
+
+
+def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] (float32) as the kernel reads it."""
+    n, G = s.shape
+    if bits == 4:
+        b = q.reshape(n, G, 16)
+        qq = torch.cat([b & 0x0F, b >> 4], dim=2).float()
+    else:
+        qq = q.reshape(n, G, GROUP).float()
+    return (qq * s.float()[..., None] + mn.float()[..., None]).reshape(n, G * GROUP)
+
+
+def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 on the kernel (call `available()` first)."""
+    x = x.contiguous()
+    m, k = x.shape
+    n = s.shape[0]
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    rc = _lib.speclab_qgemm(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(),
+                            torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"qgemm refused shape M={m} N={n} K={k}")
+    return y
+
+
+def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it)."""
+    n, G = s.shape
+    out = torch.empty(n, G * GROUP, dtype=torch.bfloat16)
+    if _lib.speclab_dequant(bits, n, G * GROUP, q.data_ptr(), s.data_ptr(), mn.data_ptr(), out.data_ptr(),
+                            torch.get_num_threads()) != 0:
+        raise RuntimeError(f"dequant refused shape N={n} K={G * GROUP}")
+    return out
+
+
+DENSE_ROWS = 64  # a forward of more rows (a prefill) de-quantises and runs the CPU's fastest GEMM: compute-bound
+
+
+class QGemmLinear(torch.nn.Module):
+    """y = x Ŵᵀ + b on the qgemm kernel (activations in bf16, quantized to int8 per group inside)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int) -> None:
+        super().__init__()
+        q, s, mn = pack(weight, bits)
+        self.register_buffer("q", q)
+        self.register_buffer("s", s)
+        self.register_buffer("mn", mn)
+        self.bits = bits
+        self.fmt = "int4" if bits == 4 else "int8"
+        self.batch_invariant = True  # each output row is computed the same way whatever M is (qgemm.c)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.out_features, self.in_features = weight.shape
+        self.act_dtype = torch.bfloat16
+
+    @staticmethod
+    def fits(weight: torch.Tensor) -> bool:
+        return weight.shape[1] % GROUP == 0
+
+    def dequantized(self) -> torch.Tensor:
+        return unpack(self.q, self.s, self.mn, self.bits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape, dt = x.shape, x.dtype
+        x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
+        with torch.inference_mode():
+            if x2.shape[0] > DENSE_ROWS:  # shared by every run of a prompt: batch invariance is not at stake
+                y = long_linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
+            else:
+                y = qgemm(x2, self.q, self.s, self.mn, self.bits)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features).to(dt)

@@ -1,0 +1,105 @@
+"""Our qgemm kernel (AVX-512 VNNI or AVX2 build): packing round trip, the product against its own dequantized weights, batch
+invariance (what makes greedy speculative decoding exact on this path), and the refusals."""
+
+import pytest
+import torch
+
+from engine.kernels import qkernel
+from engine.kernels.qkernel import GROUP, QGemmLinear, pack, unpack
+
+needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}")
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_pack_reads_back_within_half_a_step_of_each_group(bits):
+    w = torch.randn(16, 3 * GROUP)
+    q, s, mn = pack(w, bits)
+    back = unpack(q, s, mn, bits)
+    step = s.float().repeat_interleave(GROUP, dim=1)
+    assert (back - w).abs().le(step / 2 + 1e-3 * w.abs().max()).all()
+    assert q.dtype == torch.uint8 and q.shape == (16, 3 * GROUP * bits // 8)
+
+
+def test_a_group_already_on_a_sixteen_level_grid_is_kept():
+    levels = torch.arange(16.0).repeat(2)[torch.randperm(32)]
+    w = (0.125 * levels - 0.5)[None].repeat(16, 1)  # fp16-exact scale and minimum
+    q, s, mn = pack(w, 4)
+    assert torch.equal(unpack(q, s, mn, 4), w)
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("k", [GROUP, 28 * GROUP, 29 * GROUP])  # odd group counts take the tail loop
+def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
+    torch.manual_seed(bits + k)
+    w = torch.randn(40, k)
+    lin = QGemmLinear(w, torch.randn(40), bits)
+    x = torch.randn(11, k, dtype=torch.bfloat16)  # 11 rows: a chunk of 8 and one of 3
+    ref = x.float() @ lin.dequantized().T + lin.bias.float()
+    err = (lin(x).float() - ref).abs().max() / ref.abs().max()
+    assert err < 0.02  # int8 activations per group of 32 + bf16 output
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+def test_rows_are_bit_identical_whatever_the_batch(bits):
+    w = torch.randn(64, 4 * GROUP)
+    lin = QGemmLinear(w, None, bits)
+    x = torch.randn(13, 4 * GROUP, dtype=torch.bfloat16)
+    one_by_one = torch.cat([lin(x[i:i + 1]) for i in range(13)])
+    assert torch.equal(one_by_one, lin(x))
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(lin(x), one_by_one)  # and whatever the thread count
+    finally:
+        torch.set_num_threads(2 if torch.get_num_threads() < 2 else torch.get_num_threads())
+
+
+def test_shapes_the_kernel_cannot_take():
+    assert not QGemmLinear.fits(torch.zeros(8, 40)) and QGemmLinear.fits(torch.zeros(8, 64))
+
+
+def test_without_the_cpu_flags_it_says_why(monkeypatch):
+    monkeypatch.setattr(qkernel, "_lib", None)
+    monkeypatch.setattr(qkernel, "_why", None)
+    monkeypatch.setattr(qkernel, "cpu_flags", lambda: {"avx2", "fma"})
+    assert qkernel.available() == "this CPU lacks f16c"
+
+
+def test_the_avx2_build_computes_the_same_products(tmp_path):
+    """The AVX2 build (what a CPU without AVX-512 VNNI runs), in a fresh process forced by SPECLAB_QGEMM:
+    the same products as the dequantized weights, rows batch-invariant, 8-bit weights without saturation."""
+    import os
+    import subprocess
+    import sys
+
+    if "avx2" not in qkernel.cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    code = (
+        "import torch\n"
+        "from engine.kernels import qkernel\n"
+        "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
+        "torch.manual_seed(0)\n"
+        "for bits in (4, 8):\n"
+        "    w = torch.randn(48, 96) * 3\n"
+        "    lin = qkernel.QGemmLinear(w, None, bits)\n"
+        "    x = (torch.randn(9, 96) * 4).to(torch.bfloat16)\n"
+        "    ref = x.float() @ lin.dequantized().T\n"
+        "    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02, bits\n"
+        "    assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))\n"
+        "print('ok')\n")
+    env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=str(qkernel.SOURCE.parents[2]))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_long_forward_runs_dense_on_the_same_weights(bits):
+    w = torch.randn(32, 2 * GROUP)
+    lin = QGemmLinear(w, None, bits)
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, bits), lin.dequantized().to(torch.bfloat16))
+    x = torch.randn(qkernel.DENSE_ROWS + 5, 2 * GROUP, dtype=torch.bfloat16)
+    ref = x.float() @ lin.dequantized().T
+    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
