@@ -21,6 +21,7 @@ from typing import Any, Callable
 from engine.interop import llamacpp, prometheus, sglang, speclog, vllm
 from engine.interop.peer import PeerError, first_json, to_trace, write_trace
 from engine.trace.format import Trace
+from engine.trace.parse import gc_paused
 
 READERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "vllm": vllm.vllm_records, "vllm-prom": prometheus.scrape_records, "llamacpp": llamacpp.llamacpp_records,
@@ -89,11 +90,19 @@ def loads_peer(data: bytes, name: str, fmt: str | None = None) -> Trace:
     fmt = fmt or detect(data)
     if fmt is None:
         raise PeerError(f"{name}: not a vLLM, llama.cpp or SGLang report")
-    return to_trace(records(fmt, data, name), name)
+    with gc_paused():
+        return to_trace(records(fmt, data, name), name)
 
 
 def import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, command: str = "",
                 before: str | os.PathLike | None = None, model: str | None = None) -> Trace:
+    """`_import_peer` with the cyclic collector paused (a large report becomes millions of records)."""
+    with gc_paused():
+        return _import_peer(fmt, src, out, command, before, model)
+
+
+def _import_peer(fmt: str, src: str | os.PathLike, out: str | os.PathLike, command: str = "",
+                 before: str | os.PathLike | None = None, model: str | None = None) -> Trace:
     """Write `src` (a `fmt` report) as a trace at `out`, or raise PeerError and write nothing.
     `before` / `model`: a Prometheus scrape taken before the run (the run is the difference) and the
     model to read from a multi-model scrape (vllm-prom only)."""
