@@ -102,6 +102,12 @@ def import_peer(a) -> int:
     print(f"wrote {a.out}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} tokens; "
           f"{LABELS[EMITTED_PER_CALL]} {s[EMITTED_PER_CALL]:.3f}, acceptance rate "
           f"{'n/a' if rate is None else f'{rate:.3f}'}")
+    from engine.interop.diagnose import LENGTH_NAMES, acceptance_lengths
+
+    al = acceptance_lengths(t)
+    if al["token_weighted"] is not None:
+        print(f"  {LENGTH_NAMES['per_request_mean']} {al['per_request_mean']:.4f} over {al['requests']} requests; "
+              f"{LENGTH_NAMES['token_weighted']} {al['token_weighted']:.4f}")
     print(f"  imported from {a.format}: lacks {', '.join(imp['lacks'])}")
     print(f"  timing: {imp['timing']}")
     for note in imp["notes"][:10]:
