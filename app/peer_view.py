@@ -68,12 +68,14 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
     m = d["metrics"]
     al = d["acceptance_length"]
     cols = st.columns(5)
-    cols[0].metric("acceptance length, token-weighted", "—" if al["token_weighted"] is None
+    cols[0].metric(diagnose.LENGTH_NAMES["token_weighted"], "—" if al["token_weighted"] is None
                    else f"{al['token_weighted']:.3f}",
-                   help="1 + accepted ÷ drafting steps over the whole run, bonus included (vLLM's definition)")
-    cols[1].metric("acceptance length, per-request mean", "—" if al["per_request_mean"] is None
+                   help="1 + accepted ÷ drafting steps over the whole run, bonus included (AIPerf's "
+                        "spec_decode_token_weighted_acceptance_length; vLLM's /metrics figure)")
+    cols[1].metric(diagnose.LENGTH_NAMES["per_request_mean"], "—" if al["per_request_mean"] is None
                    else f"{al['per_request_mean']:.3f}",
-                   help=f"each request's own 1 + accepted ÷ drafting steps, averaged over {al['requests']} requests")
+                   help=f"each request's own 1 + accepted ÷ drafting steps, averaged over {al['requests']} requests "
+                        "(AIPerf's spec_decode_acceptance_length, avg)")
     rate = m["draft_acceptance_rate"]
     cols[2].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted ÷ drafted")
     cols[3].metric("fitted α", f"{d['alpha']:.3f}", help=d["alpha_fit"])
@@ -103,6 +105,60 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
                  f"(counts that hit the run's window are censored: the true oracle may be higher).")
     elif d["c"] is not None:
         st.write(f"Accepted-length bound: {d['bound_note']}.")
+    if m["per_position_rate"] is None and m.get("per_position_stated"):
+        ps = m["per_position_stated"]
+        st.caption(f"The engine's own per-position rates ({ps['basis']}, over {ps['steps']} steps), shown as "
+                   f"stated totals, not drawn as per-step data: " + ", ".join(f"{r:.3f}" for r in ps["rates"]))
+    ar_section(entries, label, e.trace)
+    why_section(e.trace)
+
+
+def ar_section(entries: dict[str, Any], label: str, trace) -> None:
+    """×AR against a loaded run of the same engine without speculation (an upload chosen as the baseline)."""
+    from engine.interop.baseline import BaselineError, times_ar
+
+    ars = [k for k, x in entries.items() if not x.info.get("draft") and x.trace.header.get("imported")
+           and k != label]
+    if not ars:
+        st.caption("×AR: upload the same engine's run without speculation (e.g. a vLLM file without "
+                   "spec_decode_metrics, a llama.cpp run without a draft) and choose it here as the baseline.")
+        return
+    pick = st.selectbox("AR baseline (same engine, no speculation)", ["—", *ars], key="peer_diag_ar")
+    if pick == "—":
+        return
+    try:
+        x = times_ar(trace, entries[pick].trace, pick)
+    except BaselineError as err:
+        st.warning(str(err))
+        return
+    if x["x_ar"] is None:
+        st.info(f"×AR: none — {x['why_none']}.")
+        return
+    shared = (f"; over the {x['shared']['requests']} requests both runs share: {x['shared']['x_ar']:.2f}×"
+              if x["shared"] else "")
+    st.metric("×AR (measured)", f"{x['x_ar']:.2f}×", help=f"basis: {x['basis_text']}")
+    st.caption(f"{x['tokens_per_s']:.2f} vs {x['ar_tokens_per_s']:.2f} tokens/s against {pick}; basis: "
+               f"{x['basis_text']}{shared}.")
+
+
+def why_section(trace) -> None:
+    """Why acceptance is low: first rejections, tasks, the per-position drop (engine.interop.baseline)."""
+    from engine.interop.baseline import why_low
+
+    w = why_low(trace)
+    st.markdown("**Why is acceptance low?**")
+    fr = w["first_rejection"]
+    if fr["shares"] is None:
+        st.caption(f"First rejection: — {fr['why']}.")
+    else:
+        st.bar_chart(pd.DataFrame({"first rejected position": [k if k != "all" else "none" for k in fr["shares"]],
+                                   "share of drafting steps": list(fr["shares"].values())}),
+                     x="first rejected position", y="share of drafting steps", height=200)
+    if w["by_task"]:
+        st.dataframe(pd.DataFrame(w["by_task"]), hide_index=True)
+    d = w["per_position"].get("largest_drop")
+    if d:
+        st.caption(f"Conditional acceptance falls most at position {d['position']}: {d['from']:.3f} → {d['to']:.3f}.")
 
 
 # ---------------------------------------------------------------- the peers benchmark (Compare page)

@@ -32,6 +32,8 @@ def base_files() -> dict[str, bytes]:
     out["vllm-draft-k4.prom"] = (FIX / "vllm-draft-k4.prom").read_bytes()
     out["llamacpp-k4.log"] = (FIX / "llamacpp-speculative-simple-k4.log").read_bytes()
     out["llamacpp-speclog.jsonl"] = (FIX / "llamacpp-speclog.jsonl").read_bytes()
+    out["aiperf-vllm-k3.jsonl"] = (FIX / "aiperf-vllm-k3.jsonl").read_bytes()
+    out["llamacpp-stats.log"] = (FIX / "llamacpp-stats.log").read_bytes()
     return out
 
 
@@ -163,6 +165,8 @@ def all_mutants() -> list[tuple[str, str, bytes]]:
     for name, data in base_files().items():
         if name.endswith(".prom"):
             out += list(prom_mutants(name, data))
+        elif name.startswith("llamacpp-stats"):
+            out += list(stats_mutants(name, data))
         elif name.endswith(".log"):
             out += list(log_mutants(name, data))
         else:
@@ -171,3 +175,30 @@ def all_mutants() -> list[tuple[str, str, bytes]]:
         for other in ("x.jsonl", "x.prom", "x.log"):
             out.append((f"{name} named {other}", other, data))
     return out
+
+
+def stats_mutants(name: str, data: bytes) -> Iterator[tuple[str, str, bytes]]:
+    """llama.cpp statistics lines: each counter, the mean and the per-position rates mistyped or out of
+    range, lines cut, dropped, repeated and swapped, and the encodings."""
+    text = data.decode()
+    for cut in (len(data) // 3, len(data) // 2, len(data) - 40, len(data) - 1):
+        yield f"truncated at {cut}", name, data[:cut]
+    stats = [x for x in text.splitlines() if "statistics" in x]
+    for fld in ("#calls(b,g,a) =", "#gen drafts =", "#acc drafts =", "#gen tokens =", "#acc tokens =",
+                "#mean acc len =", "#acc rate/pos = ("):
+        for line in stats:
+            head, _, tail = line.partition(fld)
+            value = tail.lstrip().split(",")[0].split(")")[0].split()[0]
+            for v in ("-1", "x", "1e400", "nan", "2.5", "99999999999999", "0", "1.5", ""):
+                bad = head + fld + " " + tail.lstrip().replace(value, v, 1)
+                yield f"{fld} {v!r} on {line[:12]}", name, text.replace(line, bad, 1).encode()
+    last = stats[-1]
+    yield "a rate dropped", name, text.replace(", 0.489)", ")").encode()
+    yield "a rate added", name, text.replace("0.489)", "0.489, 0.100)").encode()
+    yield "the last line repeated", name, (text + last + "\n").encode()
+    yield "the lines swapped", name, text.replace(stats[0], "@@").replace(stats[1], stats[0]).replace("@@", stats[1]).encode()
+    yield "the first line dropped", name, text.replace(stats[0] + "\n", "").encode()
+    yield "another implementation", name, (text + last.replace("draft-mtp", "ngram-mod") + "\n").encode()
+    yield "BOM", name, b"\xef\xbb\xbf" + data
+    yield "CRLF", name, data.replace(b"\n", b"\r\n")
+    yield "non-UTF-8", name, data[:40] + b"\xff" + data[40:]

@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
                    help="vllm-prom: the scrape taken just before the run; the run is the difference (a single "
                         "scrape counts everything since the server started)")
     p.add_argument("--model", default=None, help="vllm-prom: the model_name to read from a multi-model scrape")
+    p.add_argument("--ar", default=None, help="the same engine's run without speculation (a report of the same "
+                                              "format, or a trace): print the run's ×AR from both files' timings")
     p.set_defaults(func=cmd_import)
     d = sub.add_parser("diagnose", help="per-position acceptance, fitted α, recommended window and the "
                                         "accepted-length bound of a trace (imported or our own)")
@@ -39,6 +41,8 @@ def add_parser(sub) -> None:
                    help="draft ÷ target cost per token (default: from the trace's timings, else the lab's measured "
                         "costs of the same pair; without either there is no recommended window until c is given)")
     d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    d.add_argument("--ar", default=None, help="the same engine's run without speculation (a trace or an engine's "
+                                              "report): the run's ×AR from both files' timings")
     d.set_defaults(func=cmd_diagnose)
 
 
@@ -102,11 +106,53 @@ def import_peer(a) -> int:
     print(f"wrote {a.out}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} tokens; "
           f"{LABELS[EMITTED_PER_CALL]} {s[EMITTED_PER_CALL]:.3f}, acceptance rate "
           f"{'n/a' if rate is None else f'{rate:.3f}'}")
+    from engine.interop.diagnose import LENGTH_NAMES, acceptance_lengths
+
+    al = acceptance_lengths(t)
+    if al["token_weighted"] is not None:
+        print(f"  {LENGTH_NAMES['per_request_mean']} {al['per_request_mean']:.4f} over {al['requests']} requests; "
+              f"{LENGTH_NAMES['token_weighted']} {al['token_weighted']:.4f}")
     print(f"  imported from {a.format}: lacks {', '.join(imp['lacks'])}")
     print(f"  timing: {imp['timing']}")
     for note in imp["notes"][:10]:
         print(f"  note: {note}")
+    if getattr(a, "ar", None):
+        for line in _ar_lines(t, a.ar):
+            print(line)
     return 0
+
+
+def _load_any(path: str):
+    """A trace file, or an engine's report (detected) imported in memory."""
+    from pathlib import Path
+
+    from engine.interop import formats
+    from engine.trace.format import load_trace
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{p.name}: no such file")
+    data = p.read_bytes()
+    return formats.loads_peer(data, p.name) if formats.detect(data) else load_trace(p)
+
+
+def _ar_lines(t, ar_path: str) -> list[str]:
+    from pathlib import Path
+
+    from engine.interop.baseline import BaselineError, times_ar
+    from engine.trace.format import TraceError
+
+    try:
+        x = times_ar(t, _load_any(ar_path), Path(ar_path).name)
+    except (BaselineError, TraceError) as e:
+        raise ValueError(str(e)) from None
+    if x["x_ar"] is None:
+        return [f"  ×AR: none — {x['why_none']}"]
+    out = [f"  ×AR {x['x_ar']:.3f} against {x['baseline']} ({x['tokens_per_s']:.2f} vs {x['ar_tokens_per_s']:.2f} "
+           f"tokens/s; basis: {x['basis_text']})"]
+    if x["shared"]:
+        out.append(f"  ×AR over the {x['shared']['requests']} requests both runs share: {x['shared']['x_ar']:.3f}")
+    return out
 
 
 def cmd_diagnose(a) -> int:
@@ -119,6 +165,15 @@ def cmd_diagnose(a) -> int:
         t = load_trace(a.trace)
     except TraceError as e:
         raise ValueError(str(e)) from None
+    from engine.interop.baseline import format_why, why_low
+
     d = diagnose(t, a.c)
-    print(json.dumps(d, indent=1) if a.json else format_diagnosis(d, a.trace))
+    w = why_low(t)
+    if a.json:
+        print(json.dumps({**d, "why_low": w}, indent=1))
+    else:
+        print(format_diagnosis(d, a.trace))
+        print("\n".join(format_why(w)))
+    if getattr(a, "ar", None):
+        print("\n".join(_ar_lines(t, a.ar)))
     return 0

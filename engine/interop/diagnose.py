@@ -85,6 +85,12 @@ def acceptance_lengths(trace: Trace) -> dict[str, float | None]:
             "requests": len(per_req)}
 
 
+# Acceptance length two ways, named as AIPerf names them (spec_decode_acceptance_length averaged over requests,
+# spec_decode_token_weighted_acceptance_length pooled over the run's verify steps).
+LENGTH_NAMES = {"per_request_mean": "Acceptance Length (per-request mean)",
+                "token_weighted": "Token-Weighted Acceptance Length"}
+
+
 def counts_of(steps: list[dict], windows_known: bool, k: int | None = None) -> dict[str, Any]:
     """vLLM's per-request figures for these (drafting) steps (see the module docstring); `k` the
     histogram's top index (vLLM's K: a request with no drafting step still has K + 1 zeros)."""
@@ -126,6 +132,8 @@ def peer_metrics(trace: Trace) -> dict[str, Any]:
                 m[key] = None
     pooled["per_position_basis"] = ("per-step accepted counts" if exact else
                                     "totals only: no per-step or per-position counts in the file")
+    stated = (trace.header.get("imported") or {}).get("per_position")
+    pooled["per_position_stated"] = stated if isinstance(stated, dict) else None
     return {"pooled": pooled, "requests": requests}
 
 
@@ -267,6 +275,10 @@ def format_diagnosis(d: dict[str, Any], name: str) -> str:
              f"  accepted histogram {m['acceptance_histogram'] if m['acceptance_histogram'] is not None else '—'}"]
     if m["num_accepted_tokens_per_pos"] is None:
         lines.append(f"  per position: none — {m['per_position_basis']} (totals, means and the rate are exact)")
+        stated = m.get("per_position_stated")
+        if stated:  # rates the engine printed over its whole lifetime: shown as it stated them, not drawn per step
+            lines.append(f"  the engine's own per-position rates ({stated['basis']}, over {stated['steps']} steps): "
+                         + ", ".join(f"{r:.3f}" for r in stated["rates"]))
     else:
         lines.append("  position   accepted   rate (÷ steps)   conditional   geometric α^i")
         for i, (p, r, b, g) in enumerate(zip(m["num_accepted_tokens_per_pos"], m["per_position_rate"],
@@ -275,8 +287,8 @@ def format_diagnosis(d: dict[str, Any], name: str) -> str:
     lines.append(f"  fitted α = {d['alpha']:.4f} ({d['alpha_fit']})")
     al = d["acceptance_length"]
     if al["token_weighted"] is not None:
-        lines.append(f"  acceptance length: token-weighted {al['token_weighted']:.4f}, per-request mean "
-                     f"{al['per_request_mean']:.4f} over {al['requests']} requests")
+        lines.append(f"  {LENGTH_NAMES['per_request_mean']} {al['per_request_mean']:.4f} over {al['requests']} "
+                     f"requests; {LENGTH_NAMES['token_weighted']} {al['token_weighted']:.4f}")
     if d["c"] is None:
         lines.append(f"  recommended window: {d['c_source']}")
     else:

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from engine.metrics import summarize_steps, summary_of_columns
+from engine.metrics import ACCEPTANCE_RATE, summarize_steps, summary_of_columns
 from engine.trace.check import (TraceError, check_header, check_request, check_request_end, compare_summary, fail,
                                 lacks_of, validate_step)
 from engine.trace.model import Trace
@@ -40,20 +40,20 @@ def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool
     if h.get("type") != "header":
         fail(where, "type", f"first record must be the header, got {str(h.get('type'))[:40]!r}")
     check_header(h, where)
-    lacks = lacks_of(h, where)
-    fast = fast and not lacks  # imported runs (few steps, null fields) take the reference path
+    lacks = lacks_of(h, where)  # an imported run's null fields: both passes skip the checks that need them
     if steps_at is None or screened is None:
-        steps_at = [i for i, (_, d) in enumerate(recs) if type(d) is dict and d.get("type") == "step"]
+        values = recs.values if isinstance(recs, Lines) else [d for _, d in recs]  # no location formatted
+        steps_at = [i for i, d in enumerate(values) if type(d) is dict and d.get("type") == "step"]
     bad_at, cols = None, screened or {}
     if fast and screened is None:
         steps = _values_at(recs, steps_at)
-        j, cols = screen_steps(DictColumns(steps))
+        j, cols = screen_steps(DictColumns(steps), lacks)
         bad_at = steps_at[j] if j is not None else None
         # Steps before the flagged one are sound and get their counts; the reference names the flagged one.
         fill_counts(steps[:j], {k: v[:j] for k, v in cols.items()}) if j is not None else fill_counts(steps, cols)
     if fast and bad_at is None and steps_at:
         try:
-            return _assemble_screened(recs, steps_at, cols, source)
+            return _assemble_screened(recs, steps_at, cols, source, lacks)
         except _Defer:  # some cross-record rule fails: the reference pass finds and names the first one
             return build_trace(recs, source, fast=False)
     trace = Trace(header=h, source=source)
@@ -89,7 +89,7 @@ def build_trace(records: Iterable[tuple[str, Any]], source: str = "", fast: bool
             missing = sorted(set(trace.requests) - set(trace.ends))
             if missing:
                 fail(where, "type", f"footer of a finished run, but request {missing[0]} has no request_end")
-            computed = (summary_of_columns(cols, len(trace.ends)) if fast and trace.steps
+            computed = (_summary(cols, len(trace.ends)) if fast and trace.steps
                         else summarize_steps(trace.steps, len(trace.ends)))
             compare_summary(d["summary"], computed, where)
             trace.footer = d
@@ -106,17 +106,18 @@ class Lines:
     location is only ever read on the way to an error or for the few records that are not steps —
     formatting 200k of them up front cost ~0.05 s of a 200k-step load."""
 
-    __slots__ = ("name", "values")
+    __slots__ = ("name", "values", "unit", "base")
 
-    def __init__(self, name: str, values: list) -> None:
-        self.name, self.values = name, values
+    def __init__(self, name: str, values: list, unit: str = "line", base: int = 1) -> None:
+        """`unit` / `base`: how a record is named and numbered ("line" from 1; an importer's "imported record" from 0)."""
+        self.name, self.values, self.unit, self.base = name, values, unit, base
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, i: int) -> tuple[str, Any]:
         v = self.values[i]  # IndexError as a list's
-        return f"{self.name}: line {(i if i >= 0 else i + len(self.values)) + 1}", v
+        return f"{self.name}: {self.unit} {(i if i >= 0 else i + len(self.values)) + self.base}", v
 
     def __iter__(self):
         return map(self.__getitem__, range(len(self.values)))
@@ -136,7 +137,17 @@ class _Defer(Exception):
     """The screened assembly met something to refuse; the reference pass words the error."""
 
 
-def _assemble_screened(recs: "list | Lines", steps_at: list[int], c: dict[str, np.ndarray], source: str) -> Trace:
+def _summary(c: dict[str, np.ndarray], n_ends: int) -> dict:
+    """The footer summary from screened columns; a run whose drafted counts are not all known (an
+    import lacking `window`) has no drafted total and no acceptance rate, as `summarize_steps` says."""
+    out = summary_of_columns(c, n_ends)
+    if "window_known" in c and not c["window_known"].all():
+        out["drafted_tokens"] = out[ACCEPTANCE_RATE] = None
+    return out
+
+
+def _assemble_screened(recs: "list | Lines", steps_at: list[int], c: dict[str, np.ndarray], source: str,
+                       lacks: frozenset = frozenset()) -> Trace:
     """The cross-record rules of `build_trace`'s reference pass, as array operations over steps whose
     fields are already screened: each step belongs to a request opened before it and not yet ended,
     steps count 0, 1, … per request, only a request's last step may finish it, context_len grows by
@@ -156,7 +167,7 @@ def _assemble_screened(recs: "list | Lines", steps_at: list[int], c: dict[str, n
                 raise _Defer
             kind = d.get("type")
             if kind == "request":
-                check_request(d, where)
+                check_request(d, where, lacks)
                 if d["request_id"] in trace.requests:
                     raise _Defer
                 trace.requests[d["request_id"]], req_pos[d["request_id"]] = d, i
@@ -191,21 +202,30 @@ def _assemble_screened(recs: "list | Lines", steps_at: list[int], c: dict[str, n
     ctx, em = c["context_len"][order], c["emitted"][order]
     prompt_len = np.array([len(trace.requests[r]["prompt_ids"]) for r in ids])
     want = np.where(first, prompt_len[g], np.r_[0, ctx[:-1] + em[:-1]])
-    if (ctx != want).any():
+    # an import may lack context lengths (or prompts): a step is checked against what is known before it
+    known = c.get("context_known", np.ones(len(g), bool))[order]
+    prev = np.where(first, "prompt_ids" not in lacks, np.r_[False, known[:-1]])
+    if (known & prev & (ctx != want)).any():
         raise _Defer
     steps = _values_at(recs, steps_at)
     lo, hi = np.flatnonzero(first), np.flatnonzero(last) + 1  # group k = order[lo[k]:hi[k]]
     # Every request's output: its steps' emitted tokens end to end, cut from the flat column.
-    e_off = np.cumsum(em) - em  # em: emitted counts in request order; e_off: where each step's run starts
-    src = np.cumsum(c["emitted"]) - c["emitted"]  # where each step's tokens sit in the flat column
+    # (an import's steps may lack their tokens: those count 0 here, and their requests' outputs go unchecked)
+    el = c.get("emitted_lens", c["emitted"])
+    em = el[order]
+    e_off = np.cumsum(em) - em  # em: listed tokens in request order; e_off: where each step's run starts
+    src = np.cumsum(el) - el  # where each step's tokens sit in the flat column
     outputs = c["emitted_flat"][np.repeat(src[order] - e_off, em) + np.arange(int(em.sum()))]
     bounds = np.r_[e_off, em.sum()]
+    et_known = c.get("emitted_known", np.ones(len(g), bool))[order]
+    all_known = np.minimum.reduceat(et_known, lo) if len(lo) else np.zeros(0, bool)
+    check_out = "output_ids" not in lacks
     for k, r in enumerate(ids):
         end = trace.ends.get(r)
         if end is None:
             continue
         idx = order[lo[k]:hi[k]]
-        if end["output_ids"] != outputs[bounds[lo[k]]:bounds[hi[k]]].tolist() or \
+        if check_out and all_known[k] and end["output_ids"] != outputs[bounds[lo[k]]:bounds[hi[k]]].tolist() or \
                 end.get("finished") != steps[idx[-1]].get("finished"):
             raise _Defer
     with_steps = set(ids)
@@ -213,7 +233,7 @@ def _assemble_screened(recs: "list | Lines", steps_at: list[int], c: dict[str, n
         if r not in with_steps and end["output_ids"]:
             raise _Defer
     trace.steps = steps
-    computed = summary_of_columns(c, len(trace.ends))
+    computed = _summary(c, len(trace.ends))
     trace._summary = ((id(steps), len(steps), len(trace.ends)), computed)
     if trace.footer is not None:
         try:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.trace.check import (FINISHED, INT_FIELDS, MAX_ENTROPY, MAX_MS, MAX_WINDOW, STEP_DEFAULTS, TIME_FIELDS,
-                                TOKEN_MAX, validate_step)
+from engine.trace.check import (FINISHED, INT_FIELDS, LACKABLE, MAX_ENTROPY, MAX_MS, MAX_WINDOW, STEP_DEFAULTS,
+                                TIME_FIELDS, TOKEN_MAX, _LACKABLE, validate_step)
 
 _MISSING = object()
 _FINISHED = set(FINISHED)
@@ -35,9 +35,10 @@ VALUE_LISTS = {"q_draft": 1.0, "p_target": 1.0, "accept_probs": 1.0, "draft_entr
 
 def _types_bad(col: list, allowed: tuple[type, ...]) -> np.ndarray | None:
     """None when every value's exact type is allowed (one C-level pass), else a per-row bad mask."""
-    if set(map(type, col)) <= set(allowed):
+    ok = frozenset(allowed)
+    if set(map(type, col)) <= ok:
         return None
-    return np.fromiter((type(x) not in allowed for x in col), bool, len(col))
+    return ~np.fromiter(map(ok.__contains__, map(type, col)), bool, len(col))  # C-level maps, no genexpr
 
 
 def _as_int64(vals: list) -> tuple[np.ndarray, np.ndarray]:
@@ -85,6 +86,10 @@ class DictColumns:
         except KeyError:  # rare: some step lacks the field
             return [s.get(k, _MISSING) for s in self.steps]
 
+    def absent(self, k: str) -> np.ndarray:
+        """Rows where `k` is null or missing (an imported trace's lacking field)."""
+        return _absent_mask(self.objects(k), self.n)
+
     def number(self, k: str, integer: bool, optional: bool, nullable: bool = True
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(values with bad/absent rows as 0, present mask, bad mask). A missing key is absent; so is
@@ -96,17 +101,16 @@ class DictColumns:
                 col = [_MISSING if x is None else x for x in col]
                 a, present, bad = self.number.__func__(_Fixed(col, self.n), k, integer, optional)
                 return a, present | nulls, bad | nulls
-        if None in col or _MISSING in col:  # C-level scans; the per-row mask only when needed
-            absent = np.fromiter(map(_is_absent, col), bool, self.n)
-        else:
-            absent = np.zeros(self.n, bool)
+        absent = _absent_mask(col, self.n)
+        if absent.all():  # a column an import leaves null throughout
+            return np.zeros(self.n, np.int64 if integer else np.float64), ~absent, np.full(self.n, not optional)
         bad = _types_bad(col, (int,) if integer else (int, float))
         if bad is None and not absent.any():
             vals = col
             bad = np.zeros(self.n, bool)
         else:
             bad = (bad if bad is not None else np.zeros(self.n, bool)) & ~absent
-            vals = [0 if b or a else x for x, b, a in zip(col, bad, absent)]
+            vals = [x if ok else 0 for x, ok in zip(col, (~(bad | absent)).tolist())]
         if integer:
             a, over = _as_int64(vals)
             bad |= over
@@ -119,9 +123,12 @@ class DictColumns:
     def lists(self, k: str, integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(lengths, flat values, row of each flat value, bad mask) of a list column (never null)."""
         col = self.objects(k)
+        if col.count(None) == self.n:  # a list an import leaves null throughout (bad unless it lacks it)
+            e = np.zeros(0, np.int64 if integer else np.float64)
+            return np.zeros(self.n, np.int64), e, np.zeros(0, np.int64), np.ones(self.n, bool)
         bad = _types_bad(col, (list,))
         if bad is not None:
-            col = [x if not b else [] for x, b in zip(col, bad)]
+            col = [x if ok else [] for x, ok in zip(col, (~bad).tolist())]
         else:
             bad = np.zeros(self.n, bool)
         lens = np.fromiter(map(len, col), np.int64, self.n)
@@ -158,9 +165,10 @@ class DictColumns:
         return bad
 
     def policy_fields_bad(self) -> np.ndarray:
-        if "policy_fields" in self._cols and set(map(type, self._cols["policy_fields"])) == {dict}:
+        col = self.objects("policy_fields")
+        if set(map(type, col)) == {dict}:
             return np.zeros(self.n, bool)
-        return np.fromiter((type(s.get("policy_fields", {})) is not dict for s in self.steps), bool, self.n)
+        return np.fromiter((type(x) is not dict and x is not _MISSING for x in col), bool, self.n)
 
     def finished(self) -> tuple[np.ndarray, np.ndarray]:
         """(bad mask, null-or-absent mask) of `finished`."""
@@ -180,8 +188,14 @@ class DictColumns:
         return np.fromiter((type(x) is not str or len(x) > 64 for x in stop), bool, self.n)
 
 
-def _is_absent(x: Any) -> bool:
-    return x is None or x is _MISSING
+def _absent_mask(col: list, n: int) -> np.ndarray:
+    """Rows whose value is null or missing, from C-level scans (no per-row Python call)."""
+    nones, missing = col.count(None), col.count(_MISSING)
+    if nones == n or missing == n:
+        return np.ones(n, bool)
+    if not nones and not missing:
+        return np.zeros(n, bool)
+    return np.fromiter(map(is_, col, repeat(None)), bool, n) | np.fromiter(map(is_, col, repeat(_MISSING)), bool, n)
 
 
 class _Fixed(DictColumns):
@@ -282,38 +296,60 @@ class ArrowColumns:
         return DictColumns.stop_reason_bad(self)
 
 
-def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[str, np.ndarray]]:
-    """(index of the first step `validate_step` would refuse, or None; numeric columns of the steps:
-    request_id, step, context_len, window_cap, accepted, window, emitted, t_*_ms)."""
+def screen_steps(cols: "DictColumns | ArrowColumns", lacks: frozenset = frozenset()
+                 ) -> tuple[int | None, dict[str, np.ndarray]]:
+    """(index of the first step `validate_step(…, lacks)` would refuse, or None; numeric columns of the
+    steps: request_id, step, context_len, window_cap, accepted, window, emitted, t_*_ms, and the masks
+    of what is known where an imported trace (header `imported.lacks`) leaves fields null).
+
+    `lacks` follows validate_step: a LACKABLE field it names may be null (or absent) on a step, and every
+    check that needs it is skipped there; whatever is present is checked as usual."""
     n = cols.n
     if n == 0:
         return None, {}
+    lk = lacks & _LACKABLE if lacks else frozenset()
+    none = np.zeros(n, bool)
+    gone = {k: (cols.absent(k) if k in lk else none) for k in LACKABLE}
     bad = np.zeros(n, bool)
     out: dict[str, np.ndarray] = {}
     for k, (lo, hi) in INT_FIELDS.items():
-        v, _, b = cols.number(k, True, False)
-        bad |= b | (v < lo) | (v > hi)
+        v, present, b = cols.number(k, True, k in lk)
+        bad |= b | (present & ((v < lo) | (v > hi)))
         out[k] = v
+        if k == "context_len":
+            out["context_known"] = present
+        elif k == "window_cap":
+            cap_known = present
     lists = {}
     for k, (lo, hi) in LIST_LIMITS.items():
         lens, flat, rows, b = cols.lists(k, True)
         fb = (flat < 0) | (flat >= TOKEN_MAX)
-        bad |= b | (lens < lo) | (lens > hi)
+        bad |= (b | (lens < lo) | (lens > hi)) & ~gone[k]
         bad[rows[fb]] = True
         lists[k] = (lens, flat, rows)
-    w, e = lists["draft_tokens"][0], lists["emitted_tokens"][0]
-    out["window"], out["emitted"] = w, e
+    wl, el = lists["draft_tokens"][0], lists["emitted_tokens"][0]  # list lengths (0 where a list is gone)
+    d_known, et_known = ~gone["draft_tokens"], ~gone["emitted_tokens"]
+    # window: counted from draft_tokens, else stated; stated and counted must agree
+    v, present, b = cols.number("window", True, True, nullable="window" not in lk)
+    bad |= present & (b | (v < 0) | (v > MAX_WINDOW) | (d_known & (v != wl)))
+    bad |= ~d_known & ~present & ~gone["window"]  # no draft_tokens and no window
+    w_known = d_known | present
+    w = np.where(d_known, wl, np.where(present, v, 0))
+    # emitted: counted from emitted_tokens, else the stated count is all a step keeps
+    v, present, b = cols.number("emitted", True, True, nullable=False)
+    bad |= et_known & present & (b | (v != el))
+    bad |= ~et_known & (~present | b | (v < 1) | (v > MAX_WINDOW + 1))
+    e = np.where(et_known, el, np.where(b, 0, v))
+    out["window"], out["emitted"], out["window_known"], out["emitted_known"] = w, e, w_known, et_known
     out["emitted_flat"] = lists["emitted_tokens"][1]  # every step's emitted_tokens, end to end
-    for k, counted, hi in (("window", w, MAX_WINDOW), ("emitted", e, MAX_WINDOW + 1)):
-        v, present, b = cols.number(k, True, True, nullable=False)
-        bad |= present & (b | (v != counted))
+    out["emitted_lens"] = el
     acc = out["accepted"]
-    bad |= (w > out["window_cap"]) | (acc > w) | (e > acc + 1)
+    bad |= (w_known & cap_known & (w > out["window_cap"])) | (w_known & (acc > w)) | (e > acc + 1)
     for k, hi in VALUE_LISTS.items():
         lens, flat, rows, b = cols.lists(k, False)
         with np.errstate(invalid="ignore"):
             fb = ~np.isfinite(flat) | (flat < -1e-6) | (flat > hi + 1e-6)
-        bad |= b | (lens != w)
+        bad |= ~gone[k] & (b | ~w_known | (lens != w))
         bad[rows[fb]] = True
     for k in TIME_FIELDS:
         v, _, b = cols.number(k, False, False)
@@ -327,21 +363,22 @@ def screen_steps(cols: "DictColumns | ArrowColumns") -> tuple[int | None, dict[s
     c_val, has_c, bc = cols.number("correction", True, True)
     b_val, has_b, bb = cols.number("bonus", True, True)
     bad |= (has_c & (bc | (c_val < 0) | (c_val >= TOKEN_MAX))) | (has_b & (bb | (b_val < 0) | (b_val >= TOKEN_MAX)))
-    bad |= (has_c == has_b) | (has_b != (acc == w))
+    told = ~(gone["correction"] & gone["bonus"])  # an import that lacks both says nothing of either
+    bad |= told & ((has_c == has_b) | (w_known & (has_b != (acc == w))))
     # The accepted prefix: emitted_tokens[:m] == draft_tokens[:m] with m = min(accepted, emitted), and the
     # last emitted token is the bonus / correction when all accepted + 1 tokens were emitted.
     (_, d_flat, _), (_, e_flat, _) = lists["draft_tokens"], lists["emitted_tokens"]
-    d_off, e_off = np.concatenate([[0], np.cumsum(w)[:-1]]), np.concatenate([[0], np.cumsum(e)[:-1]])
-    m = np.where(bad, 0, np.minimum(acc, e))
+    d_off, e_off = np.cumsum(wl) - wl, np.cumsum(el) - el
+    m = np.where(bad | ~d_known | ~et_known, 0, np.minimum(acc, e))
     r = np.repeat(np.arange(n), m)
     j = np.arange(len(r)) - np.repeat(np.cumsum(m) - m, m)
     if len(r):
         bad[r[d_flat[d_off[r] + j] != e_flat[e_off[r] + j]]] = True
-    full = ~bad & (e == acc + 1) & (e > 0)
+    full = ~bad & told & et_known & (e == acc + 1) & (e > 0)
     last = np.where(full, e_flat[np.where(full, e_off + e - 1, 0)] if len(e_flat) else -1, -1)
     bad |= full & (last != np.where(has_b, b_val, c_val))
     fin_bad, fin_none = cols.finished()
-    bad |= fin_bad | ((e < acc + 1) & fin_none)
+    bad |= fin_bad | (et_known & (e < acc + 1) & fin_none)
     out["finished"] = ~fin_none
     bad |= cols.stop_reason_bad()
     bad |= cols.policy_fields_bad() | cols.rare()
@@ -360,8 +397,9 @@ def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
     except KeyError:
         pass
     if not all("window" in s and "emitted" in s for s in steps):
-        for s, wi, ei in zip(steps, cols["window"].tolist(), cols["emitted"].tolist()):
-            s.setdefault("window", wi)
+        known = cols["window_known"].tolist() if "window_known" in cols else [True] * len(steps)
+        for s, wi, ei, k in zip(steps, cols["window"].tolist(), cols["emitted"].tolist(), known):
+            s.setdefault("window", wi if k else None)  # an import that lacks the window: unknown, as the reference
             s.setdefault("emitted", ei)
     for k, v in STEP_DEFAULTS.items():
         if not all(k in s for s in steps):

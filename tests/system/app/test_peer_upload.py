@@ -45,8 +45,8 @@ def test_peer_reports_load_diagnose_and_render_everywhere(app):
     assert not at.error, [e.value for e in at.error]
     assert len([s for s in at.success if "Loaded" in s.value]) == 5
     assert "Diagnose a run" in [h.value for h in at.subheader]
-    assert any("acceptance length, token-weighted" in m.label for m in at.metric)
-    assert any("acceptance length, per-request mean" in m.label for m in at.metric)
+    assert any("Token-Weighted Acceptance Length" in m.label for m in at.metric)  # named as AIPerf names them
+    assert any("Acceptance Length (per-request mean)" in m.label for m in at.metric)
     # the diagnosis shows a file just uploaded (the last with drafts), not a bundled trace
     assert at.selectbox(key="peer_diag_trace").value == "uploaded: sglang.jsonl"
     for label in ("uploaded: vllm-draft-k4.jsonl", "uploaded: llama.json", "uploaded: vllm-draft-k2.prom"):
@@ -82,3 +82,30 @@ def test_hostile_reports_are_one_line_and_the_session_survives(app):
     for (name, _), m in zip(bad, msgs):
         assert m.startswith(f"{name}: ") and "\n" not in m, m
     assert list(at.session_state[data.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
+
+
+def _ar_of(data: bytes, slower: float) -> bytes:
+    out = []
+    for line in data.decode().splitlines():
+        r = json.loads(line)
+        r.pop("spec_decode_acceptance", None)
+        if "request_latency" in r["metrics"]:
+            r["metrics"]["request_latency"]["value"] *= slower
+        out.append(json.dumps(r))
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_new_formats_and_an_ar_baseline_give_times_ar_and_why_low(app):
+    run = (FIX / "aiperf-vllm-k3.jsonl").read_bytes()
+    at = upload(app, ("aiperf.jsonl", run), ("aiperf-ar.jsonl", _ar_of(run, 2.0)),
+                ("stats.log", (FIX / "llamacpp-stats.log").read_bytes()))
+    assert not at.error, [e.value for e in at.error]
+    at.selectbox(key="peer_diag_trace").set_value("uploaded: aiperf.jsonl").run()
+    assert "Why is acceptance low?" in " ".join(m.value for m in at.markdown)
+    at.selectbox(key="peer_diag_ar").set_value("uploaded: aiperf-ar.jsonl").run()
+    assert not at.exception, [e.value for e in at.exception]
+    x = next(m for m in at.metric if m.label == "×AR (measured)")
+    assert x.value == "2.00×"
+    assert any("basis" in c.value and "wall time" in c.value for c in at.caption)  # the basis is stated
+    at.selectbox(key="peer_diag_trace").set_value("uploaded: stats.log").run()
+    assert not at.exception, [e.value for e in at.exception]
