@@ -1,5 +1,6 @@
 """speclab app: `streamlit run app/main.py`. The page registry and nothing else; each page is one
-thin file in app/pages/, shared loading lives in app/data.py and every figure in app/plots.py."""
+thin file in app/pages/, shared loading lives in app/traces.py (frames in app/frames.py) and every figure in
+app/plots.py."""
 
 import streamlit as st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, imported
+from app import frames, imported
 
 # (page file, title, icon, what it answers): the navigation the first screen shows.
 PAGES = [("pages/replay.py", "Replay", ":material/play_circle:", "a trace, call by call"),
@@ -29,10 +29,10 @@ def directory(lines: dict[str, str] | None = None) -> None:
 
 def cards(entries: dict) -> None:
     """One card per trace with the engine's own summary, grouped by target model and run."""
-    titles = data.unique_titles(entries)
+    titles = frames.unique_titles(entries)
     st.caption("Grouped by target model, then by run (same day, machine settings and prompts). Target calls and "
                "emitted per call do not depend on the hardware; tokens/s does, so it compares only within a run.")
-    for target, runs in data.run_groups(entries).items():
+    for target, runs in frames.run_groups(entries).items():
         st.subheader(f"Target {target}")
         for run, labels in runs.items():
             first = entries[labels[0]].info

@@ -84,7 +84,7 @@ def step_timeline(steps: pd.DataFrame, cursor: int | None = None) -> go.Figure:
     """Stacked tokens per verify call: accepted drafts, the rejected one, the pending ones (drafted after
     the rejection, never checked: grey, as in the token strips), then the correction or bonus token; a
     plain target step (nothing drafted) is one token in its own neutral colour. The drafted window is a
-    step line, the replayed step a cursor. `steps` is one request (`app.data.steps_frame`)."""
+    step line, the replayed step a cursor. `steps` is one request (`app.frames.steps_frame`)."""
     x = steps["step"]
     ar = steps["window"].eq(0)
     fig = go.Figure()

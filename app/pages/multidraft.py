@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import data, downloads, multidraft_view, plots, reconcile, reconcile_sources, share
+from app import downloads, multidraft_view, plots, reconcile, reconcile_sources, share, traces
 
 st.title("Multi-draft")
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ except ValueError as e:
 if md_rows is not None:
     temps = sorted(md_rows["temperature"].unique())
     notes = [share.adopt("t", "md_temp", temps, "temperature", float, page="multidraft")]
-    data.pick("md_temp", temps, temps[-1])
+    traces.pick("md_temp", temps, temps[-1])
     md_t = st.radio("Temperature", temps, horizontal=True, key="md_temp", format_func=lambda t: f"T = {t:g}")
     share.publish(t=f"{md_t:g}")
     if note := share.note(notes):

@@ -11,7 +11,6 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
 from tests.conftest import MAIN, REPO, TIMEOUT
 from tests.system.app.conftest import goto
 

@@ -10,7 +10,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, persist, runs
+from app import persist, runs, traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -35,7 +35,7 @@ def test_every_page_opens_with_a_conclusion(app, page):
 
 
 def test_overview_conclusion_and_runs_table(app):
-    entries = data.all_traces()
+    entries = traces.all_traces()
     df = runs.runs_frame(entries)
     shown = first_info(app)  # every "N.NN× AR" links to its row of the Speedups page
     assert re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", shown) == runs.conclusion(df) and "](speedups?" in shown
@@ -92,7 +92,7 @@ def test_upload_survives_a_new_session_and_can_be_removed(app, trace_dir, upload
     fresh = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()  # a reload: a new session, nothing in it
     assert not fresh.exception
     table = next(d.value for d in fresh.dataframe if "×AR" in d.value.columns)
-    assert any("kept.jsonl" in str(r) for r in table["Run"]) or "uploaded: kept.jsonl" in data.all_traces()
+    assert any("kept.jsonl" in str(r) for r in table["Run"]) or "uploaded: kept.jsonl" in traces.all_traces()
     fresh = goto(fresh, "upload")
     assert any("uploaded: kept.jsonl" in m.value for m in fresh.markdown)
     next(b for b in fresh.button if b.key == "rm-uploaded: kept.jsonl").click().run()
@@ -111,7 +111,7 @@ def test_a_broken_kept_upload_is_one_line_and_left_alone(app, trace_dir, uploads
     lines = [w.value for w in at.warning if "broken.jsonl" in w.value]
     assert len(lines) == 1 and "\n" not in lines[0] and str(persist.folder()) not in lines[0]
     assert (uploads_dir / "broken.jsonl").read_bytes() == broken  # left exactly as it was
-    assert "uploaded: good.jsonl" in at.session_state[data.UPLOADS]  # the rest loads
+    assert "uploaded: good.jsonl" in at.session_state[traces.UPLOADS]  # the rest loads
     for page in ("replay", "compare", "upload"):
         goto(at, page)
 
@@ -143,7 +143,7 @@ def test_a_link_to_a_missing_trace_is_a_note_and_the_default_view(app):
     assert not at.exception
     notes = [c.value for c in at.caption if "The link names" in c.value]
     assert len(notes) == 1 and "gone.jsonl" in notes[0] and "\n" not in notes[0]
-    assert at.selectbox(key="replay_trace").value == data.default_label(data.all_traces(), readable=True)
+    assert at.selectbox(key="replay_trace").value == traces.default_label(traces.all_traces(), readable=True)
     assert any(m.value.startswith("**Step 0 of") for m in at.markdown)
 
 

@@ -4,7 +4,7 @@ what the file has or says what it lacks — none fails on the missing fields."""
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.specbench_answers import SPS, VANILLA, answer_file
 
@@ -13,7 +13,7 @@ from tests.specbench_answers import SPS, VANILLA, answer_file
 def at(tmp_path, monkeypatch):
     empty = tmp_path / "traces"
     empty.mkdir()
-    monkeypatch.setenv(data.TRACES_ENV, str(empty))  # only the uploads below are loaded
+    monkeypatch.setenv(traces.TRACES_ENV, str(empty))  # only the uploads below are loaded
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
     sps = answer_file(tmp_path / "vicuna-sps.jsonl", SPS, "vicuna-sps").read_bytes()

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import streamlit as st
 
-from app import data, dpace_plots, fmt, sweep_plots, tokens
+from app import dpace_plots, fmt, sweep_plots, tokens, traces
 from engine.bench import sweep
 from tests.conftest import REPO
 from tests.system.app.test_sweeps_page import synthetic_summary
@@ -38,13 +38,13 @@ def test_dpace_headline_is_against_the_strongest_dflash_run():
 
 
 def test_a_deeply_nested_upload_is_one_line(tmp_path):
-    st.session_state[data.UPLOADS] = {}
+    st.session_state[traces.UPLOADS] = {}
     deep = b"[" * 100_000 + b"]" * 100_000 + b"\n"
-    assert data.schema_of(deep) is None
-    label, err = data.add_trace_bytes("deep.jsonl", deep)
+    assert traces.schema_of(deep) is None
+    label, err = traces.add_trace_bytes("deep.jsonl", deep)
     assert label is None and err.startswith("deep.jsonl: ") and "\n" not in err
     assert "Traceback" not in err and "/" not in err.split(": ", 1)[1]  # no server path
-    label, err = data.add_trace_bytes("table.csv", b"a,b\n1,2\n")
+    label, err = traces.add_trace_bytes("table.csv", b"a,b\n1,2\n")
     assert label is None and err.startswith("table.csv: expected a .jsonl or .parquet trace")
 
 

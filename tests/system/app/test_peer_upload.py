@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import traces
 from tests.conftest import MAIN, TIMEOUT
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
@@ -23,7 +23,7 @@ SGLANG = {"text": "y", "meta_info": {"completion_tokens": 48, "spec_verify_ct": 
 def app(tmp_path, monkeypatch):
     d = tmp_path / "traces"
     d.mkdir()
-    monkeypatch.setenv(data.TRACES_ENV, str(d))
+    monkeypatch.setenv(traces.TRACES_ENV, str(d))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     at.switch_page("pages/upload.py").run()
     assert not at.exception
@@ -81,4 +81,4 @@ def test_hostile_reports_are_one_line_and_the_session_survives(app):
     assert len(msgs) == len(bad), msgs
     for (name, _), m in zip(bad, msgs):
         assert m.startswith(f"{name}: ") and "\n" not in m, m
-    assert list(at.session_state[data.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
+    assert list(at.session_state[traces.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost

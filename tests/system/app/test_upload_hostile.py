@@ -10,7 +10,7 @@ import random
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import traces
 from engine.trace.format import TraceError, loads_trace
 from engine.trace.loadbench import synthetic_records
 from tests.conftest import MAIN, TIMEOUT
@@ -26,7 +26,7 @@ def app(tmp_path, monkeypatch):
     d = tmp_path / "traces"
     d.mkdir()
     (d / "small.jsonl").write_bytes(trace_bytes())
-    monkeypatch.setenv(data.TRACES_ENV, str(d))
+    monkeypatch.setenv(traces.TRACES_ENV, str(d))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
     at.switch_page("pages/upload.py").run()
@@ -68,10 +68,10 @@ def test_killed_run_is_a_yellow_warning_saying_what_was_kept(app):
 def test_size_limit_message(monkeypatch):
     """The browser's uploader refuses larger files itself; other paths (AppTest, the Live page's own
     traces) reach add_trace_bytes, which says how to get under the limit."""
-    monkeypatch.setattr(data, "MAX_UPLOAD_MB", 1)
+    monkeypatch.setattr(traces, "MAX_UPLOAD_MB", 1)
     big = trace_bytes(2000, 200)
     assert len(big) > 1 << 20
-    label, msg = data.add_trace_bytes("/srv/tmp/big.jsonl", big)
+    label, msg = traces.add_trace_bytes("/srv/tmp/big.jsonl", big)
     assert label is None
     assert msg.startswith(f"big.jsonl: {len(big) / 1e6:.1f} MB exceeds the 1 MB upload limit; convert it to Parquet")
     assert "python -m engine export big.jsonl big.parquet" in msg
