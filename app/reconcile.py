@@ -27,7 +27,9 @@ from urllib.parse import quote, urlencode
 
 import pandas as pd
 
-PAGE = "speedups"  # the reconciliation page's URL path (app/main.py)
+from app import site_map
+
+PAGE = site_map.page("speedups").url  # the reconciliation page's URL path
 COLUMNS = ["row", "pair", "what", "speedup", "kind", "basis", "dtype", "weights", "prompts", "tokens", "source", "page"]
 HEADERS = {"what": "what", "speedup": "×AR", "kind": "figure", "basis": "cost basis", "dtype": "dtype",
            "weights": "weights path", "prompts": "prompts", "tokens": "tokens per prompt", "source": "from",

@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from app import (acceptance, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
-                 tokenizers, tokens, traces)
+                 site_map, tokenizers, tokens, traces)
 
-st.title("Compare")
+st.title(site_map.heading("compare"))
 entries = traces.all_traces()
 if len(entries) < 2:
     st.info("Comparing needs two traces: bundled ones in `traces/`, uploads, or Live runs.")

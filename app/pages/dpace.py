@@ -6,10 +6,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import downloads, reconcile, reconcile_sources
+from app import downloads, reconcile, reconcile_sources, site_map
 from app import dpace_plots as dp
 
-st.title("D-PACE training")
+st.title(site_map.heading("dpace"))
 head = st.container()
 st.caption("A DFlash-style block drafter trained with different position weightings: uniform CE, DFlash's "
            "exponential decay, D-PACE (adaptive, detached weights) and its ablations, under the same data, "

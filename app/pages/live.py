@@ -7,10 +7,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import downloads, frames, live_explain, live_inputs, live_models, live_queue, live_run, tokens, traces
+from app import (downloads, frames, live_explain, live_inputs, live_models, live_queue, live_run, site_map, tokens,
+                 traces)
 from engine.trace.format import TraceError, load_trace, summarize
 
-st.title("Live")
+st.title(site_map.heading("live"))
 live_head = st.empty()  # the last run's conclusion, or what this page does
 live_head.info("Type a prompt and press **Decode**: two speculative settings and the autoregressive baseline decode "
                "it side by side on this machine, and each side's speedup over the baseline is measured as you watch.",
@@ -324,7 +325,7 @@ if res:
                 col.error(err)
             else:
                 ss["replay_trace"], ss["replay_step"] = label, 0
-                st.switch_page("pages/replay.py")
+                st.switch_page(site_map.file("replay"))
     st.caption(f"Timed on this machine at {frames.run_date(next(iter(traces.values())).header) if traces else '?'} UTC, "
                "the sides taking turns one target call at a time: compare them with each other (and the speedup), "
                "not with traces recorded elsewhere.")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import downloads, multidraft_view, plots, reconcile, reconcile_sources, share, traces
+from app import downloads, multidraft_view, plots, reconcile, reconcile_sources, share, site_map, traces
 
-st.title("Multi-draft")
+st.title(site_map.heading("multidraft"))
 REPO = Path(__file__).resolve().parents[2]
 conclusion = st.container()
 md_default = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or "docs/results/multibench-qwen-paired-bf16.json"

@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from app import (acceptance, costaware_view, downloads, frames, overview_view, reconcile, reconcile_sources, runs,
-                 share, traces)
+                 share, site_map, traces)
 
-st.title("speclab")
+st.title(site_map.heading("overview"))
 entries = traces.all_traces()
 df = runs.runs_frame(entries)
 speedups = reconcile_sources.rows(entries)

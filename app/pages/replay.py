@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from app import (costaware_view, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
-                 time_plots, tokenizers, tokens, traces)
+                 site_map, time_plots, tokenizers, tokens, traces)
 
-st.title("Replay")
+st.title(site_map.heading("replay"))
 ss = st.session_state
 entries = traces.all_traces()
 if not entries:

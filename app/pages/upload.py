@@ -3,9 +3,9 @@ on disk (app.persist) so a reload or a later visit finds them again."""
 
 import streamlit as st
 
-from app import peer_view, persist, traces
+from app import peer_view, persist, site_map, traces
 
-st.title("Upload")
+st.title(site_map.heading("upload"))
 restored = traces.restore_uploads()
 head = st.empty()  # filled once this run's files are in
 st.write(f"Takes **.jsonl** or **.parquet** traces (`python -m engine decode`, `python -m engine export`), "

@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import (analyses, autocorrelation, downloads, imported, plots, reconcile, reconcile_sources, result_files,
-                 runs, share, traces, whatif)
+from app import (analyses, autocorrelation, downloads, imported, reconcile, reconcile_sources, result_files, runs,
+                 share, site_map, traces, whatif, window_plots)
 from app import window_story as story
 
-st.title("Windows")
+st.title(site_map.heading("windows"))
 st.caption("Every policy replayed offline over reference runs (one target run + teacher-forced draft signals), "
            "so fixed γ, the per-step oracle and adaptive policies are compared on identical outputs.")
 
@@ -138,7 +138,7 @@ if shown == SECTIONS[0]:
         st.caption(linked(f"On the Speedups page, beside every other figure for this pair: best fixed "
                           f"{best['speedup']:.2f}× AR, oracle (a) {oracle_a:.2f}× AR.", "replay-best-fixed",
                           "replay-oracle-a"))
-        st.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
+        st.plotly_chart(window_plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
                                                       theory=theory), theme=None, width="stretch", key="win_speedup")
         st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
                    f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
@@ -167,7 +167,7 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
     st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
                 help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
     if gaps["position"].notna().any():
-        st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
+        st.plotly_chart(window_plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
     if cc is not None:
         st.markdown(linked(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}", "replay-confidence-ceiling"),
                     help=f"the {oracles.CONFIDENCE_CEILING} (engine.offline.oracles): survival, Bayes and HF-threshold "
@@ -182,7 +182,7 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
         st.caption(uncal)
     wall_gaps = story.bench_gap_closed(pb[1]) if pb else pd.DataFrame()
     if len(wall_gaps):
-        st.plotly_chart(plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
+        st.plotly_chart(window_plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
                         theme=None, width="stretch", key="win_gap_wall")
         st.caption(f"Measured, not replayed: docs/results/{pb[0]}, all tasks, T = 0; the same scale as above "
                    "(0 = the bench's best fixed window, 1 = its real hindsight oracle).")
@@ -203,9 +203,9 @@ curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas]
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
 if shown == SECTIONS[1]:
     with body:
-        st.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
+        st.plotly_chart(window_plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
         if path_costs:
-            st.plotly_chart(plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
+            st.plotly_chart(window_plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
                                   key="win_paths")
             st.caption("Measured per weights path by `python -m engine costs --weights dense,quantized` "
                              "(docs/results/costs-*.json); pick a path as the cost model above to replay this pair's windows "
@@ -226,7 +226,7 @@ if shown == SECTIONS[2]:
             col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
                                       help="emitted includes the bonus/correction token; accepted excludes it")
             if len(acc):
-                st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
+                st.plotly_chart(window_plots.accepted_distribution(acc, x=col or "emitted", color="series",
                                                             ecdf=view == "ECDF"), theme=None, width="stretch", key="win_dist")
                 st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
                            "censored at γ.")
@@ -235,7 +235,8 @@ if shown == SECTIONS[2]:
 
 if shown == SECTIONS[3]:
     with body:
-        st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
+        st.plotly_chart(window_plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch",
+                        key="win_ratio")
         show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
                 "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
         human = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
@@ -246,7 +247,7 @@ if shown == SECTIONS[3]:
                    "i.i.d. = the same from the closed form at the task's α; gap closed: <policy> = (S_policy − S_fixed*) ÷ "
                    "(S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
         with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
-            st.plotly_chart(plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
+            st.plotly_chart(window_plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
             downloads.table(analyses.variability_table(refs, key, cost), "variability", "win_var_table")
         with st.expander(f"All simulated policies for task '{task}'"):
             downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
@@ -263,7 +264,7 @@ if shown == SECTIONS[4]:
             split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
                                          key="win_ceil_split") or "all"
             cs = ceil[ceil["split"] == split]
-            st.plotly_chart(plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
+            st.plotly_chart(window_plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
             wide = (cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
                     .rename(columns={"f": "draft cost factor f", "t_draft_ms": "draft ms per token"}))
             downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import traces
+from app import site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 
 
@@ -40,6 +40,6 @@ def app(trace_dir, monkeypatch):
 
 
 def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(site_map.file(page)).run()
     assert not at.exception, [e.value for e in at.exception]
     return at

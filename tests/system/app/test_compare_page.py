@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import frames, traces
+from app import frames, site_map, traces
 from engine.trace.format import load_trace
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
@@ -54,7 +54,7 @@ def test_only_comparable_drops_a_linked_incomparable_b_once_a_changes(trace_dir,
     B is chosen among A's comparable traces again — the issue's B that outlived its A."""
     monkeypatch.setenv(traces.TRACES_ENV, str(trace_dir))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    at.switch_page("pages/compare.py")
+    at.switch_page(site_map.file("compare"))
     at.query_params = {"a": "demo-tiny-fixed4.jsonl", "b": "demo-tiny-rbv-k3-t07.jsonl"}  # B samples at T = 0.7
     at.run()
     assert not at.exception

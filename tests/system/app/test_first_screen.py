@@ -10,11 +10,13 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import persist, runs, traces
+from app import persist, runs, site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
-PAGES = ["overview", "replay", "windows", "compare", "multidraft", "upload", "sweeps", "dpace", "audit"]
+# Every page but Live (its conclusion is a finished run's: test_live_page) and Speedups (it opens on the
+# answer sentence of a pair: test_speedups_page).
+PAGES = [p.key for p in site_map.PAGES if p.key not in ("live", "speedups")]
 
 
 def first_info(at: AppTest) -> str:
@@ -25,6 +27,7 @@ def first_info(at: AppTest) -> str:
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_opens_with_a_conclusion(app, page):
     at = goto(app, page)
+    assert at.title[0].value == site_map.heading(page)  # the heading the registry gives it
     text = first_info(at)
     assert len(text) > 40 and any(ch.isdigit() for ch in text), text
     assert at.info[0].proto.icon == ":material/lightbulb:"
@@ -51,7 +54,7 @@ def test_overview_conclusion_and_runs_table(app):
     assert row["Dtype"] == "fp32" and row["Drafter"] == "draft model"
     # Navigation: a link to every page, with its line, before the table.
     links = {p.proto.page for p in app.get("page_link")}
-    assert {p for p in PAGES if p != "overview"} <= links
+    assert {p.url for p in site_map.directory()} <= links  # every other page, from the one list (app/site_map.py)
 
 
 def test_conclusion_says_why_speculation_is_slower():
@@ -126,7 +129,7 @@ def test_replay_view_in_the_url_and_back(app):
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT)  # someone opens the shared link
     link.query_params = params
     link.run()
-    link.switch_page("pages/replay.py")
+    link.switch_page(site_map.file("replay"))
     link.query_params = params
     link.run()
     assert not link.exception
@@ -137,7 +140,7 @@ def test_replay_view_in_the_url_and_back(app):
 
 def test_a_link_to_a_missing_trace_is_a_note_and_the_default_view(app):
     at = app
-    at.switch_page("pages/replay.py")
+    at.switch_page(site_map.file("replay"))
     at.query_params = {"trace": "gone.jsonl", "step": "999"}
     at.run()
     assert not at.exception
@@ -152,7 +155,7 @@ def test_compare_pair_in_the_url(app):
     params = dict(at.query_params)
     assert params["a"] == at.selectbox(key="cmp_a").value and params["b"] == at.selectbox(key="cmp_b").value
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    link.switch_page("pages/compare.py")
+    link.switch_page(site_map.file("compare"))
     link.query_params = {"a": "demo-tiny-fixed8.jsonl", "b": "demo-tiny-fixed2.jsonl"}
     link.run()
     assert link.selectbox(key="cmp_a").value == "demo-tiny-fixed8.jsonl"

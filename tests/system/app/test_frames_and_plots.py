@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import audit_view, frames, plots, tokens, traces
+from app import audit_view, frames, plots, tokens, traces, window_plots
 from tests.conftest import MAIN, REPO, TIMEOUT
 
 
@@ -58,7 +58,7 @@ def test_figures_are_pure_and_share_the_palette(trace_dir):
     pf = plots.policy_scores({"scores": [0.9, 0.4, 0.2], "threshold": 0.5, "stop": "score"}, 3).to_dict()
     assert pf["data"][0]["y"] == (0.9, 0.4, 0.2) or list(pf["data"][0]["y"]) == [0.9, 0.4, 0.2]
     dist = pd.DataFrame({"policy": ["a", "a", "b"], "emitted": [1, 2, 3]})
-    assert plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
+    assert window_plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
 
 
 def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
@@ -99,8 +99,8 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
 
     sweep = pd.read_parquet(synthetic_sweep(tmp_path / "sweep") / SUMMARY_NAME)
     figs = [plots.step_timeline(e.steps[e.steps["request_id"] == 0]), plots.position_heatmap(e.positions),
-            plots.position_rate(e.positions), plots.accepted_distribution(many, color="series"),
-            plots.accepted_distribution(many, color="series", ecdf=True), plots.audit_errors(verdicts, 1e-12),
+            plots.position_rate(e.positions), window_plots.accepted_distribution(many, color="series"),
+            window_plots.accepted_distribution(many, color="series", ecdf=True), plots.audit_errors(verdicts, 1e-12),
             plots.cumulative_compare({"A": e.steps, "B": e.steps}), dpace_plots.alpha_sweep(summary),
             sweep_plots.speedup_heatmap(sweep)]
     for fig in figs:
@@ -116,7 +116,7 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
             if t["type"] == "heatmap" and t.get("showscale", True):
                 assert len(t["colorbar"]["title"]["text"]) > 3, title  # words, not a symbol
         assert not lay.get("annotations") or title.startswith("Worst"), title  # no labels sitting on the data
-    colors = [t["marker"]["color"] for t in plots.accepted_distribution(many, color="series").to_dict()["data"]]
+    colors = [t["marker"]["color"] for t in window_plots.accepted_distribution(many, color="series").to_dict()["data"]]
     assert len(set(colors)) == 12
 
 

@@ -10,7 +10,7 @@ import random
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import traces
+from app import site_map, traces
 from engine.trace.format import TraceError, loads_trace
 from engine.trace.loadbench import synthetic_records
 from tests.conftest import MAIN, TIMEOUT
@@ -29,7 +29,7 @@ def app(tmp_path, monkeypatch):
     monkeypatch.setenv(traces.TRACES_ENV, str(d))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
-    at.switch_page("pages/upload.py").run()
+    at.switch_page(site_map.file("upload")).run()
     return at
 
 
@@ -114,9 +114,9 @@ def test_fuzzed_traces_that_load_render_on_every_page(app):
     at = upload(app, *[(f"m{i}.jsonl", raw) for i, raw in enumerate(mutants)])
     assert not at.error
     for page in ("overview", "compare", "upload", "windows", "sweeps", "dpace", "audit"):  # Live: its own runs
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(site_map.file(page)).run()
         assert not at.exception, (page, [e.value for e in at.exception])
-    at.switch_page("pages/replay.py").run()
+    at.switch_page(site_map.file("replay")).run()
     for i in range(len(mutants)):
         at.session_state["replay_trace"] = f"uploaded: m{i}.jsonl"
         at.run()

@@ -1,5 +1,5 @@
 """The Windows page's headline sentences (app.window_story) on small hand-made frames, the gap chart
-(app.plots.gap_closed_bars) and the small data helpers behind them (app.frames, app.result_files)."""
+(app.window_plots.gap_closed_bars) and the small data helpers behind them (app.frames, app.result_files)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from app import plots, result_files
+from app import plots, result_files, window_plots
 from app import window_story as story
 
 QWEN = {"target": {"name": "qwen2.5-coder-1.5b"}, "draft": {"name": "qwen2.5-coder-0.5b"}}
@@ -147,7 +147,7 @@ def test_ceiling_sentence_says_the_rule_the_share_and_when_only_ar_is_left():
 
 def test_gap_closed_bars_is_pure_and_shares_the_palette():
     g = story.gap_closed(ratio_table())
-    f = plots.gap_closed_bars(g)
+    f = window_plots.gap_closed_bars(g)
     bar, fig = f.data[0], f.to_dict()
     assert list(bar.x) == ["heuristic", "entropy"] and list(bar.y) == [-0.08, 0.25]
     # the colours adaptive markers get in speedup_vs_window, after its one fixed-γ line
@@ -301,10 +301,10 @@ def test_bench_results_skips_unreadable_files(tmp_path):
 def test_accept_run_ecdf_one_line_per_task_clipped():
     import pandas as pd
 
-    from app import plots
+    from app import plots, window_plots
 
     pos = pd.DataFrame({"task": ["qa", "qa", "qa", "rag"], "accept_run": [0, 3, 40, 1]})
-    f = plots.accept_run_ecdf(pos, clip=32)
+    f = window_plots.accept_run_ecdf(pos, clip=32)
     assert [t.name for t in f.data] == ["qa", "rag"]
     assert list(f.data[0].x) == [0, 3, 32] and list(f.data[0].y) == [1 / 3, 2 / 3, 1.0]
 
