@@ -57,6 +57,8 @@ MANY = ["#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B681
         "#620042", "#1616A7", "#DA60CA", "#6C4516", "#0D2A63", "#AF0038"]
 TEMPLATE = "plotly_white"
 LEGEND_ROW_PX = 22  # one vertical legend entry
+MARGIN = dict(l=60, r=20, t=56, b=56)
+TITLE_CHAR_PX = 7.5  # an axis title's character at Plotly's 14 px default font, on the wide side
 
 
 def palette(n: int) -> list[str]:
@@ -73,6 +75,8 @@ def layout(fig: go.Figure, title: str, x: str, y: str, height: int = 340, legend
     - Height grows with the number of legend entries, so the legend never scrolls and the plot area
       never shrinks to a sliver.
     - Axis titles are passed explicitly (with units); colour bars get their own titles at the call site.
+    - A y-axis title longer than the plot is tall is broken over two lines (`fit_axis_title`): run along
+      the axis it would reach up into the chart title (the Windows charts did).
     """
     entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
     show = entries > 1 if legend is None else legend
@@ -80,12 +84,22 @@ def layout(fig: go.Figure, title: str, x: str, y: str, height: int = 340, legend
     fig.update_layout(template=TEMPLATE, height=height, showlegend=show,
                       title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", yref="container",
                                  font=dict(size=15)),
-                      margin=dict(l=60, r=20, t=56, b=56),
+                      margin=MARGIN,
                       legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top",
                                   bgcolor="rgba(255,255,255,0)", itemclick="toggle"))
     fig.update_xaxes(title_text=x, automargin=True)
-    fig.update_yaxes(title_text=y, automargin=True)
+    fig.update_yaxes(title_text=fit_axis_title(y, height - MARGIN["t"] - MARGIN["b"]), automargin=True)
     return fig
+
+
+def fit_axis_title(text: str, room_px: float) -> str:
+    """`text` on one line when it fits `room_px` (the plot's height, for a y title), else broken at the
+    space that balances two lines."""
+    if not text or "<br>" in text or len(text) * TITLE_CHAR_PX <= room_px or " " not in text:
+        return text
+    words = text.split(" ")
+    cut = min(range(1, len(words)), key=lambda i: max(len(" ".join(words[:i])), len(" ".join(words[i:]))))
+    return " ".join(words[:cut]) + "<br>" + " ".join(words[cut:])
 
 
 def colorbar(title: str) -> dict:

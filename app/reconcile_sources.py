@@ -83,13 +83,17 @@ def _bench_rows() -> list[dict]:
     return out
 
 
-def _multidraft_rows() -> list[dict]:
+def multidraft_path() -> Path:
+    """The paired multi-draft result the Multi-draft page opens on ($SPECLAB_MULTIDRAFT_JSON, else the bf16 one)."""
     import os
 
+    path = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or MULTIDRAFT_JSON
+    return Path(path) if Path(path).is_absolute() else traces.REPO / path
+
+
+def _multidraft_rows(p: Path) -> list[dict]:
     from app import multidraft_view
 
-    path = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or MULTIDRAFT_JSON
-    p = Path(path) if Path(path).is_absolute() else traces.REPO / path
     try:
         rows, real, head = multidraft_view.load_paired(p)
     except ValueError:
@@ -138,14 +142,16 @@ def _peer_rows() -> list[dict]:
 
 
 @st.cache_data(ttl=600, show_spinner="Collecting every speedup the app shows…")
-def _static() -> pd.DataFrame:
-    """Rows from committed results (bench, peers, multi-draft, references): the same for every session."""
+def _static(multidraft: str) -> pd.DataFrame:
+    """Rows from committed results (bench, peers, multi-draft, references): the same for every session.
+    Keyed on the multi-draft file, so pointing the page at another one brings its rows (and links)."""
     rows, errors = [], []
-    for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows, _dpace_rows):
+    for part in (_bench_rows, _peer_rows, lambda: _multidraft_rows(Path(multidraft)), _reference_rows, _dpace_rows):
         try:
             rows += part()
         except Exception as e:  # one unreadable source must not hide the others' rows; the page says which
-            errors.append(f"{part.__name__.strip('_').removesuffix('_rows')} results skipped ({type(e).__name__})")
+            name = "multidraft" if part.__name__ == "<lambda>" else part.__name__.strip("_").removesuffix("_rows")
+            errors.append(f"{name} results skipped ({type(e).__name__})")
     df = reconcile.frame(rows)
     df.attrs["errors"] = errors
     return df
@@ -156,7 +162,7 @@ def rows(entries: dict | None = None) -> pd.DataFrame:
     entries = traces.all_traces() if entries is None else entries
     df = runs.runs_frame(entries)
     live = reconcile.run_rows(df, entries) + _advice_rows(entries)
-    static = _static()
+    static = _static(str(multidraft_path()))
     out = reconcile.frame([*static.to_dict("records"), *live])
     out.attrs["errors"] = static.attrs.get("errors", [])
     return out

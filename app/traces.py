@@ -32,6 +32,10 @@ PEER_SUFFIXES = (".json", ".prom", ".txt", ".log")  # serving engines' reports (
 # Also set as server.maxUploadSize in .streamlit/config.toml; the page checks it itself too, because
 # AppTest and other launch paths do not read that file. 50 MB holds ~100k steps: a large sweep.
 MAX_UPLOAD_MB = 50
+# What the server takes in (server.maxUploadSize, the uploader's own limit): four times the limit, so a file
+# over it reaches the page and is refused with a line of text saying how to shrink it. A browser refuses a
+# file past its uploader's limit with only a tooltip on a red chip; that now happens past 200 MB only.
+RECEIVE_MB = 4 * MAX_UPLOAD_MB
 UPLOADS = "uploads"  # session_state key: label -> Entry
 
 

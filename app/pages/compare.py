@@ -112,15 +112,17 @@ if pairs.empty:
     by_prompt.warning("The two traces share no prompts (identical prompt token ids), so only the totals compare.")
     st.stop()
 same = [imported.same_output(A.trace, B.trace, x, y) for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
+div, unit = fmt.time_unit([*pairs["decode_ms_a"], *pairs["decode_ms_b"]])  # s once a prompt takes a second
 table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "calls A": pairs["target_calls_a"], "calls B": pairs["target_calls_b"],
                       "Δ calls": pairs["target_calls_b"] - pairs["target_calls_a"],
-                      "ms A": pairs["decode_ms_a"], "ms B": pairs["decode_ms_b"],
-                      "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
+                      f"{unit} A": pairs["decode_ms_a"] / div, f"{unit} B": pairs["decode_ms_b"] / div,
+                      f"Δ {unit}": (pairs["decode_ms_b"] - pairs["decode_ms_a"]) / div, "same output": same})
 by_prompt.subheader(f"{len(pairs)} shared prompts")
 downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table", where=by_prompt,
-                column_config={k: st.column_config.NumberColumn(format="%.0f", help="decode time in ms")
-                               for k in ("ms A", "ms B", "Δ ms")})
+                column_config={k: st.column_config.NumberColumn(format="%.1f" if unit == "s" else "%.0f",
+                                                                 help=f"decode time in {unit}")
+                               for k in (f"{unit} A", f"{unit} B", f"Δ {unit}")})
 if not all(same):
     by_prompt.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
 

@@ -12,9 +12,9 @@ st.write(f"Takes **.jsonl** or **.parquet** traces (`python -m engine decode`, `
          f"reference runs (.jsonl) for the Windows page, Spec-Bench answer files (.jsonl), and serving engines' "
          f"reports — vLLM, llama.cpp, SGLang as {', '.join(traces.PEER_SUFFIXES)} — imported on the way in. Limit "
          f"**{traces.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why; any other "
-         f"type (.csv, .txt of something else) is read and refused here with its reason, and a file over "
-         f"{traces.MAX_UPLOAD_MB} MB is stopped by the browser before it is sent (convert it to Parquet: "
-         "`python -m engine export T.jsonl T.parquet`, about 3.5× smaller).")
+         f"type (.csv, .txt of something else) is read and refused here with its reason, and so is a file over "
+         f"{traces.MAX_UPLOAD_MB} MB (convert it to Parquet: `python -m engine export T.jsonl T.parquet`, about "
+         f"3.5× smaller); past {traces.RECEIVE_MB} MB the browser stops it before it is sent.")
 for err in restored.values():
     st.warning(err)
 peer_view.formats_help()
@@ -22,7 +22,7 @@ peer_view.formats_help()
 # No `type=` filter: the browser would refuse a .csv with only a tooltip on a red chip; here it is read and
 # refused with a line of text (app.traces.add_trace_bytes), like any other file that does not load.
 files = st.file_uploader("Trace files", type=None,
-                         accept_multiple_files=True, key="upload_files", max_upload_size=traces.MAX_UPLOAD_MB)
+                         accept_multiple_files=True, key="upload_files", max_upload_size=traces.RECEIVE_MB)
 before = set(traces.uploads())
 for f in files or []:
     if traces.was_removed(f.name, f.getvalue()):

@@ -151,3 +151,26 @@ def test_chart_text_is_at_least_aa_against_what_is_behind_it():
                              "max_lossless_error": [1e-16, 0.2], "worst_case": ["a", "b"]})
     notes = [a.font.color for a in plots.audit_errors(verdicts, 1e-9).layout.annotations]
     assert notes and all(contrast(c or template.font.color, page) >= 4.5 for c in notes)
+
+
+def test_a_long_y_axis_title_breaks_instead_of_reaching_the_chart_title():
+    """Windows' y-axis titles ran longer than the plot was tall and overlapped the chart's title: a title
+    that does not fit beside the plot is broken over two lines that do."""
+    import plotly.graph_objects as go
+
+    from app import plots, window_plots
+
+    gaps = pd.DataFrame({"label": ["a", "b"], "position": [0.2, 0.5], "policy": ["p", "q"]})
+    cost = pd.DataFrame({"gamma": [1, 2], "step": [1.2, 1.4]})
+    for fig in (window_plots.gap_closed_bars(gaps), window_plots.cost_curve(cost)):
+        title, lay = fig.layout.yaxis.title.text, fig.layout
+        room = lay.height - lay.margin.t - lay.margin.b
+        assert all(len(line) * plots.TITLE_CHAR_PX <= room for line in title.split("<br>")), (title, room)
+    assert "<br>" in window_plots.gap_closed_bars(gaps).layout.yaxis.title.text
+    assert plots.layout(go.Figure(), "t", "x", "speedup (× AR)").layout.yaxis.title.text == "speedup (× AR)"
+    assert plots.fit_axis_title("a b c d", 10) == "a b<br>c d"
+
+
+def test_a_column_of_durations_reads_in_seconds_once_one_takes_a_second():
+    assert fmt.time_unit([410321.0, 12.0]) == (1000.0, "s") and fmt.time_unit([999.0, float("nan")]) == (1.0, "ms")
+    assert fmt.duration(410321) == "6.8 min" and fmt.duration(4103.2) == "4.1 s"

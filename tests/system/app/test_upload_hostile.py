@@ -65,9 +65,20 @@ def test_killed_run_is_a_yellow_warning_saying_what_was_kept(app):
     assert "Line 10 is cut off" in w
 
 
+def test_a_file_over_the_limit_is_refused_on_the_page_in_text(app, monkeypatch):
+    """The uploader takes in more than the limit (traces.RECEIVE_MB), so a file over it reaches the page and
+    is refused with a visible line saying how to shrink it, not by the browser with a tooltip on a chip."""
+    monkeypatch.setattr(traces, "MAX_UPLOAD_MB", 1)
+    big = trace_bytes(2000, 200)
+    at = upload(app, ("big.jsonl", big))
+    assert [e.value for e in at.error] == [traces.size_message("big.jsonl", len(big))] and not at.success
+    assert "uploaded: big.jsonl" not in traces.uploads()
+    assert at.get("file_uploader")[0].proto.max_upload_size_mb == traces.RECEIVE_MB > 1
+
+
 def test_size_limit_message(monkeypatch):
-    """The browser's uploader refuses larger files itself; other paths (AppTest, the Live page's own
-    traces) reach add_trace_bytes, which says how to get under the limit."""
+    """Every path (the Upload page, AppTest, the Live page's own traces) reaches add_trace_bytes, which says
+    how to get under the limit."""
     monkeypatch.setattr(traces, "MAX_UPLOAD_MB", 1)
     big = trace_bytes(2000, 200)
     assert len(big) > 1 << 20
