@@ -34,7 +34,9 @@ if md_rows is not None:
     conclusion.info(reconcile.linkify(f"{multidraft_view.headline(md_rows, md_t)} "
                                       f"{multidraft_view.wall_clock(md_rows, md_t)}", speedups,
                                       reconcile.pair_id(md_head["target"]),
-                                      [r for r in speedups["row"] if r.startswith("md-")]), icon=":material/lightbulb:")
+                                      [r for r in speedups["row"] if r.startswith("md-")  # this temperature's
+                                       and r.endswith("-" + reconcile.slug(f"t{md_t:g}"))]),
+                    icon=":material/lightbulb:")
     st.caption(multidraft_view.DEFINITIONS)
     st.caption(f"{md_head['target']} ← {md_head['draft']} ({md_head['dtype']}), {md_head['prompts']} Spec-Bench dev "
                "prompts. Every (verifier, K) is judged on the same steps' drafts (paired verification: one real run "

@@ -45,7 +45,10 @@ def test_multidraft_page_matches_the_view(app, tmp_path, monkeypatch):
     at = goto(app, "multidraft")
     text = at.info[0].value
     assert multidraft_view.headline(rows, 0.7) in text and "+20%" in multidraft_view.headline(rows, 0.7)
-    assert multidraft_view.wall_clock(rows, 0.7) in text
+    plain = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)  # the sentence without its links
+    assert multidraft_view.wall_clock(rows, 0.7) in plain
+    links = re.findall(r"\]\((speedups\?[^)]+)\)", text)
+    assert links and all(parse_qs(urlparse(u).query)["row"][0].endswith("-t0-7") for u in links)  # T = 0.7's rows
     fig = at.get("plotly_chart")[0].proto.spec
     assert "Block efficiency by drafts per step, T = 0.7" in fig and "L = 4" in fig
     # every cell's modelled ×AR links to its own row on the Speedups page, and prints its figure
