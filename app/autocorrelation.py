@@ -18,7 +18,7 @@ PERSISTS = 0.1
 
 
 def acceptance_series(steps: pd.DataFrame) -> dict:
-    """request id -> per-step acceptance in step order (app.data.steps_frame columns)."""
+    """request id -> per-step acceptance in step order (app.frames.steps_frame columns)."""
     s = steps[steps["window"] > 0].sort_values(["request_id", "step"])
     return {rid: (g["accepted"] / g["window"]).to_numpy(float) for rid, g in s.groupby("request_id")}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from app.data import RESULTS
+from app.result_files import RESULTS
 
 
 def path_timings(target: str, draft: str, results: Path = RESULTS) -> dict[str, dict]:

@@ -40,6 +40,13 @@ def duration(ms: float | None) -> str:
     return f"{ms:.0f} ms"
 
 
+def time_unit(ms_values) -> tuple[float, str]:
+    """(divisor, unit) for a column of durations given in ms: seconds once any reaches a second (a table
+    column reads 410.3, headed s, not 410321), else ms."""
+    top = max((abs(float(x)) for x in ms_values if x is not None and x == x), default=0.0)
+    return (1000.0, "s") if top >= 1000 else (1.0, "ms")
+
+
 def delta(d: float | None, text: str | None = None) -> tuple[str | None, str]:
     """(delta text without its sign, arrow) for st.metric: the arrow alone says up or down, so a
     metric never reads '↓ -1.04'. `text` is the magnitude as it should print (default 2 decimals)."""

@@ -95,7 +95,7 @@ def accepted_frame(entries: dict[str, Any]) -> pd.DataFrame:
 
 def windows_section(entries: dict[str, Any]) -> None:
     """The Windows page for imported traces: nothing is drawn when none is loaded."""
-    from app import downloads, plots
+    from app import downloads, window_plots
 
     imp = {k: e for k, e in entries.items() if lacks(e.trace) and e.info.get("draft")}
     if not imp:
@@ -141,9 +141,9 @@ def windows_section(entries: dict[str, Any]) -> None:
     m[3].metric("oracle ÷ best fixed (bound)", f"{row['bound']:.2f}×",
                 help="upper bound on any per-step window's gain over the best fixed γ, renewal model")
     left, right = st.columns(2)
-    left.plotly_chart(plots.accepted_distribution(frame, x="emitted", color="series"), theme=None,
+    left.plotly_chart(window_plots.accepted_distribution(frame, x="emitted", color="series"), theme=None,
                       key="win_imp_dist")
-    right.plotly_chart(plots.speedup_vs_window(bounds.fixed_curve(frame["accepted"], c), "gamma", "speedup",
+    right.plotly_chart(window_plots.speedup_vs_window(bounds.fixed_curve(frame["accepted"], c), "gamma", "speedup",
                                                oracle=float(row["s_oracle"])), theme=None, key="win_imp_curve")
     downloads.table(var, "imported-variability", "win_imp_table",
                     column_config={k: st.column_config.NumberColumn(format="%.3f") for k in var.columns

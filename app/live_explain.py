@@ -48,13 +48,13 @@ def open_in_replay(paths: dict[str, str], side: str, base: str) -> tuple[str | N
     """Add the side's trace *and* the baseline's (when it ran) to the session as origin 'live' — the same
     run to app.runs — so Replay's ×AR and conclusion use the AR this run just measured. (label of the
     side, error line)."""
-    from app import data
+    from app import traces
 
     p = Path(paths[side])
-    label, err = data.add_trace_bytes(p.name, p.read_bytes(), origin="live")
+    label, err = traces.add_trace_bytes(p.name, p.read_bytes(), origin="live")
     if not err and paths.get(base) and Path(paths[base]).is_file():
         b = Path(paths[base])
-        _, err = data.add_trace_bytes(b.name, b.read_bytes(), origin="live")
+        _, err = traces.add_trace_bytes(b.name, b.read_bytes(), origin="live")
     return (None, err) if err else (label, None)
 
 

@@ -14,11 +14,10 @@ def main() -> None:
                              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
                              "--server.fileWatcherType", "none", "--global.developmentMode", "false"], cwd=root, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    PAGES = {"Overview": ("", "speclab"), "Replay": ("replay", "Replay"), "Windows": ("windows", "Windows"),
-             "Compare": ("compare", "Compare"), "Live": ("live", "Live"), "Upload": ("upload", "Upload"),
-             "Sweeps": ("sweeps", "Sweeps"), "D-PACE": ("dpace", "D-PACE training"), "Audit": ("audit", "Losslessness audit")}
-    if os.path.exists(os.path.join(root, "app/pages/multidraft.py")):
-        PAGES["Multi-draft"] = ("multidraft", "Multi-draft")
+    from app.site_map import PAGES as LISTED
+
+    # title -> (URL path, heading): this checkout's page list, less the pages the measured tree does not have
+    PAGES = {p.title: (p.url, p.heading) for p in LISTED if os.path.exists(os.path.join(root, "app", p.file))}
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):

@@ -5,34 +5,22 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, imported
-
-# (page file, title, icon, what it answers): the navigation the first screen shows.
-PAGES = [("pages/replay.py", "Replay", ":material/play_circle:", "a trace, call by call"),
-         ("pages/windows.py", "Windows", ":material/query_stats:", "which window, and the oracle"),
-         ("pages/compare.py", "Compare", ":material/compare_arrows:", "two traces, same prompts"),
-         ("pages/multidraft.py", "Multi-draft", ":material/account_tree:", "K drafts per step"),
-         ("pages/live.py", "Live", ":material/bolt:", "decode a prompt now"),
-         ("pages/upload.py", "Upload", ":material/upload_file:", "your traces, vLLM, llama.cpp"),
-         ("pages/sweeps.py", "Sweeps", ":material/grid_on:", "drafters × policies × tasks"),
-         ("pages/dpace.py", "D-PACE", ":material/model_training:", "training a block drafter"),
-         ("pages/audit.py", "Audit", ":material/verified:", "is each verifier lossless?")]
-
+from app import frames, imported, site_map
 
 def directory(lines: dict[str, str] | None = None) -> None:
     """Three columns of page links, each with one line (a computed one from `lines` when given)."""
     cols = st.columns(3)
-    for i, (page, title, icon, what) in enumerate(PAGES):
+    for i, p in enumerate(site_map.directory()):  # every page but this one (app/site_map.py)
         with cols[i % 3]:
-            st.page_link(page, label=f"**{title}** — {(lines or {}).get(title, what)}", icon=icon)
+            st.page_link(p.file, label=f"**{p.title}** — {(lines or {}).get(p.title, p.line)}", icon=p.icon)
 
 
 def cards(entries: dict) -> None:
     """One card per trace with the engine's own summary, grouped by target model and run."""
-    titles = data.unique_titles(entries)
+    titles = frames.unique_titles(entries)
     st.caption("Grouped by target model, then by run (same day, machine settings and prompts). Target calls and "
                "emitted per call do not depend on the hardware; tokens/s does, so it compares only within a run.")
-    for target, runs in data.run_groups(entries).items():
+    for target, runs in frames.run_groups(entries).items():
         st.subheader(f"Target {target}")
         for run, labels in runs.items():
             first = entries[labels[0]].info

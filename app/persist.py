@@ -4,7 +4,7 @@ folder and loaded again into each new session, so a reload (or tomorrow's visit)
     folder()           $SPECLAB_UPLOADS, else ~/.cache/speclab/uploads (tests point the variable at a temp dir)
     save(name, data)   keep an upload (same name: replaced)
     remove(name)       delete it from the folder
-    restore(add)       load the folder's files into this session through `add` (app.data.add_trace_bytes);
+    restore(add)       load the folder's files into this session through `add` (app.traces.add_trace_bytes);
                        returns {file: one-line error} for those that no longer load. A broken file is left
                        exactly as it is: the user may want it back; the rest of the app is unaffected.
 

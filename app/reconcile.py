@@ -27,13 +27,18 @@ from urllib.parse import quote, urlencode
 
 import pandas as pd
 
-PAGE = "speedups"  # the reconciliation page's URL path (app/main.py)
+from app import site_map
+
+PAGE = site_map.page("speedups").url  # the reconciliation page's URL path
 COLUMNS = ["row", "pair", "what", "speedup", "kind", "basis", "dtype", "weights", "prompts", "tokens", "source", "page"]
 HEADERS = {"what": "what", "speedup": "×AR", "kind": "figure", "basis": "cost basis", "dtype": "dtype",
            "weights": "weights path", "prompts": "prompts", "tokens": "tokens per prompt", "source": "from",
            "page": "shown on"}
 WALL, MODELLED, REPLAYED = "wall clock", "modelled", "replayed"
 RUNNABLE = ("run", "bench", "peer")  # a policy you can run, timed: the kinds that may answer the question
+# A cell of a grid a page tabulates (every multi-draft verifier × K × L): a row so that the cell's link lands
+# on its own figure, listed on the Speedups page only when a link points at it (the grid is on its page).
+CELL = "cell"
 ALIASES = {"smollm2-135m-instruct": "smollm2-135m"}
 
 
@@ -131,10 +136,24 @@ def bench_rows(name: str, result: Mapping[str, Any], configs: Iterable[str], tem
     return out
 
 
+def md_cell_id(name: str, method: str, k: Any, L: Any, t: float) -> str:
+    """The row id of one multi-draft cell (verifier × K × L at temperature t) of result file `name`."""
+    return slug(f"md-{_stem(name)}-{method}-k{k}-l{L}-t{t:g}")
+
+
+def md_real_id(name: str, config: str, t: float) -> str:
+    return slug(f"mdreal-{_stem(name)}-{config}-t{t:g}")
+
+
+def dpace_id(folder: str, label: str) -> str:
+    return slug(f"dpace-{folder}-{label}")
+
+
 def multidraft_rows(name: str, rows: pd.DataFrame, real: pd.DataFrame, head: Mapping[str, Any],
                     lossless: Iterable[str]) -> list[dict]:
     """Multi-draft's wall-clock sentence: per temperature the fastest lossless cell and SD's best
-    (modelled), and the real runs beside them (measured)."""
+    (modelled), and the real runs beside them (measured); then every other cell of the page's table as a
+    CELL row (listed only when linked)."""
     pair, dtype = pair_id(head.get("target")), dtype_of(head.get("dtype"))
     tokens = _flag(head.get("command"), "max-new-tokens")
     out = []
@@ -145,15 +164,21 @@ def multidraft_rows(name: str, rows: pd.DataFrame, real: pd.DataFrame, head: Map
             cells = [best] + ([g[g["method"] == "token"].sort_values("sr_model").iloc[-1]]
                               if best["method"] != "token" and (g["method"] == "token").any() else [])
             for c in cells:
-                out.append(_row(pair, f"md-{_stem(name)}-{c['method']}-k{c['k']}-l{c['L']}-t{t:g}",
+                out.append(_row(pair, md_cell_id(name, c["method"], c["k"], c["L"], t),
                                 f"{c['label']}, K = {int(c['k'])}, L = {int(c['L'])} (T = {t:g})", c["sr_model"],
                                 "modelled", MODELLED, dtype, "dense", head.get("prompts"), tokens, name, "Multi-draft"))
     for r in (real.to_dict("records") if len(real) else []):
         if r.get("sr") is None:
             continue
-        out.append(_row(pair, f"mdreal-{_stem(name)}-{r['config']}-t{r['temperature']:g}",
+        out.append(_row(pair, md_real_id(name, r["config"], r["temperature"]),
                         f"{r['config']} real run (T = {r['temperature']:g})", r["sr"], "run", WALL, dtype, "dense",
                         r.get("prompts"), tokens, name, "Multi-draft"))
+    if "sr_model" in rows:  # the rest of the grid: duplicates of the rows above are dropped by `frame`
+        for c in rows[rows["sr_model"].notna()].to_dict("records"):
+            t = c["temperature"]
+            out.append(_row(pair, md_cell_id(name, c["method"], c["k"], c["L"], t),
+                            f"{c['label']}, K = {int(c['k'])}, L = {int(c['L'])} (T = {t:g})", c["sr_model"], CELL,
+                            MODELLED, dtype, "dense", head.get("prompts"), tokens, name, "Multi-draft"))
     return out
 
 
@@ -199,7 +224,7 @@ def dpace_rows(name: str, summary: Mapping[str, Any], pair: str) -> list[dict]:
     out = []
     for r in summary.get("summary") or []:
         if r.get("speedup_cpu_mean") is not None:
-            out.append(_row(pair, f"dpace-{name}-{r['label']}", f"block drafter trained with {r['label']}, CPU decode",
+            out.append(_row(pair, dpace_id(name, r["label"]), f"block drafter trained with {r['label']}, CPU decode",
                             r["speedup_cpu_mean"], "run", WALL, "fp32", "dense", None, None, f"{name}/summary.json",
                             "D-PACE"))
     return out
@@ -306,7 +331,7 @@ def _range(g: pd.DataFrame) -> str:
 
 def table(df: pd.DataFrame, pair: str, marked: str | None = None) -> pd.DataFrame:
     """The pair's rows as the page shows them: the linked row first and marked, then by basis and speedup."""
-    g = df[df["pair"] == pair].copy()
+    g = df[(df["pair"] == pair) & ((df["kind"] != CELL) | (df["row"] == (marked or "")))].copy()
     g["prompts × tokens"] = [_sample(r) for r in g.to_dict("records")]
     g["_first"] = g["row"] == (marked or "")
     g["_basis"] = g["basis"].map({WALL: 0, MODELLED: 1, REPLAYED: 2})
@@ -328,8 +353,8 @@ def linkify(text: str, df: pd.DataFrame | None, pairs: str | Iterable[str], pref
     if df is None or df.empty or not text:
         return text
     pairs = [pairs] if isinstance(pairs, str) else list(pairs)
-    g = df[df["pair"].isin(pairs)]
     prefer = list(prefer)
+    g = df[df["pair"].isin(pairs) & ((df["kind"] != CELL) | df["row"].isin(prefer))]  # a grid's cell: its own table
     g = g.assign(_p=[prefer.index(r) if r in prefer else len(prefer) for r in g["row"]],
                  _q=[pairs.index(p) for p in g["pair"]]).sort_values(["_p", "_q"], kind="stable")
     by: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """Where the reconciliation table's rows come from: the same loaders and defaults each page uses, so a
-row equals the figure its page prints by default. Streamlit-cached through app.data; the arithmetic
-lives in app.reconcile (pure)."""
+row equals the figure its page prints by default. Streamlit-cached through app.traces and
+app.result_files; the arithmetic lives in app.reconcile (pure)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import data, reconcile, runs
+from app import analyses, reconcile, result_files, runs, traces
 from app import window_story as story
 
 MULTIDRAFT_JSON = "docs/results/multibench-qwen-paired-bf16.json"
@@ -20,7 +20,7 @@ def window_cost(refs: list, key: tuple):
     references' measured timings, else a flat c (tiny demo references open on flat)."""
     from engine.offline import analysis
 
-    in_run, _ = data.in_run_cost(refs, key)
+    in_run, _ = analyses.in_run_cost(refs, key)
     if all(r.header.get("demo") for r in refs):
         return float(analysis.CostModel().c)
     if in_run is not None:
@@ -31,7 +31,7 @@ def window_cost(refs: list, key: tuple):
 def _reference_rows() -> list[dict]:
     from engine.offline import advise
 
-    refs_all, _ = data.references()
+    refs_all, _ = traces.references()
     headers = {k: r.header for k, (r, _) in refs_all.items()}
     out = []
     for (target, draft), labels in story.group_by_pair(headers).items():
@@ -40,10 +40,10 @@ def _reference_rows() -> list[dict]:
         pair = reconcile.pair_id(target)
         try:
             cost = window_cost(refs, key)
-            wt = data.window_table(refs, key, cost)
+            wt = analyses.window_table(refs, key, cost)
         except Exception:  # a reference the analysis refuses is reported on Windows, not here
             continue
-        cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
+        cc = analyses.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
         h = refs[0].header
         prompts = sum(len(r.requests) for r in refs) or None
         dtype = reconcile.dtype_of((h.get("target") or {}).get("dtype"))
@@ -52,10 +52,10 @@ def _reference_rows() -> list[dict]:
         adv = advise.from_window_table(wt, story.pair_label((target, draft)), "measured", ceiling=cc)
         out += reconcile.advice_rows(pair, adv.speedup if adv.k else None, adv.k, ", ".join(labels),
                                      "replayed reference, page's cost model", "Windows", dtype)
-        sweep = data.pacer_sweep_for(draft)
-        model = data.pacer_ceiling_model(sweep)
-        if data.pacer_models().get(model or "", ("", ""))[1] == draft:
-            ceil = data.pacer_ceiling(sweep)
+        sweep = result_files.pacer_sweep_for(draft)
+        model = result_files.pacer_ceiling_model(sweep)
+        if result_files.pacer_models().get(model or "", ("", ""))[1] == draft:
+            ceil = result_files.pacer_ceiling(sweep)
             if ceil.empty:
                 continue
             at = story.pacer_position(ceil)
@@ -65,7 +65,7 @@ def _reference_rows() -> list[dict]:
 
 
 def _bench_rows() -> list[dict]:
-    benches = data.bench_results()
+    benches = result_files.bench_results()
     seen, out = set(), []
     for b in benches.values():
         pair = (b.get("target"), b.get("draft"))
@@ -83,13 +83,17 @@ def _bench_rows() -> list[dict]:
     return out
 
 
-def _multidraft_rows() -> list[dict]:
+def multidraft_path() -> Path:
+    """The paired multi-draft result the Multi-draft page opens on ($SPECLAB_MULTIDRAFT_JSON, else the bf16 one)."""
     import os
 
+    path = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or MULTIDRAFT_JSON
+    return Path(path) if Path(path).is_absolute() else traces.REPO / path
+
+
+def _multidraft_rows(p: Path) -> list[dict]:
     from app import multidraft_view
 
-    path = os.environ.get("SPECLAB_MULTIDRAFT_JSON") or MULTIDRAFT_JSON
-    p = Path(path) if Path(path).is_absolute() else data.REPO / path
     try:
         rows, real, head = multidraft_view.load_paired(p)
     except ValueError:
@@ -124,7 +128,7 @@ def _dpace_rows() -> list[dict]:
     out = []
     for folder in DPACE:
         try:
-            summary = json.loads((data.RESULTS / folder / "summary.json").read_text(encoding="utf-8"))
+            summary = json.loads((result_files.RESULTS / folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         out += reconcile.dpace_rows(folder, summary, dpace_pair(folder))
@@ -138,14 +142,16 @@ def _peer_rows() -> list[dict]:
 
 
 @st.cache_data(ttl=600, show_spinner="Collecting every speedup the app shows…")
-def _static() -> pd.DataFrame:
-    """Rows from committed results (bench, peers, multi-draft, references): the same for every session."""
+def _static(multidraft: str) -> pd.DataFrame:
+    """Rows from committed results (bench, peers, multi-draft, references): the same for every session.
+    Keyed on the multi-draft file, so pointing the page at another one brings its rows (and links)."""
     rows, errors = [], []
-    for part in (_bench_rows, _peer_rows, _multidraft_rows, _reference_rows, _dpace_rows):
+    for part in (_bench_rows, _peer_rows, lambda: _multidraft_rows(Path(multidraft)), _reference_rows, _dpace_rows):
         try:
             rows += part()
         except Exception as e:  # one unreadable source must not hide the others' rows; the page says which
-            errors.append(f"{part.__name__.strip('_').removesuffix('_rows')} results skipped ({type(e).__name__})")
+            name = "multidraft" if part.__name__ == "<lambda>" else part.__name__.strip("_").removesuffix("_rows")
+            errors.append(f"{name} results skipped ({type(e).__name__})")
     df = reconcile.frame(rows)
     df.attrs["errors"] = errors
     return df
@@ -153,10 +159,10 @@ def _static() -> pd.DataFrame:
 
 def rows(entries: dict | None = None) -> pd.DataFrame:
     """Every speedup row: committed results plus this session's traces (bundled, uploaded, live)."""
-    entries = data.all_traces() if entries is None else entries
+    entries = traces.all_traces() if entries is None else entries
     df = runs.runs_frame(entries)
     live = reconcile.run_rows(df, entries) + _advice_rows(entries)
-    static = _static()
+    static = _static(str(multidraft_path()))
     out = reconcile.frame([*static.to_dict("records"), *live])
     out.attrs["errors"] = static.attrs.get("errors", [])
     return out
@@ -170,11 +176,11 @@ def pair_labels(df: pd.DataFrame) -> dict[str, str]:
     for folder, target in DPACE.items():
         if dpace_pair(folder) in out:
             out[dpace_pair(folder)] = f"{target} ← D-PACE block drafter"
-    refs_all, _ = data.references()
+    refs_all, _ = traces.references()
     for r, _ in refs_all.values():
         t, d = story.pair_of(r.header)
         out[reconcile.pair_id(t)] = story.pair_label((runs.model_name(t), d))
-    for b in data.bench_results().values():
+    for b in result_files.bench_results().values():
         pid = reconcile.pair_id(b.get("target"))
         if pid in out and out[pid] == pid and ":" not in str(b.get("draft")):
             out[pid] = f"{runs.model_name(b.get('target'))} ← {b.get('draft')}"

@@ -1,7 +1,7 @@
 """The loaded traces as one table of runs, each speculative run against the autoregressive run recorded
-beside it, and the sentence a page opens with. Pure: entries (app.data.Entry) in, frames and strings out.
+beside it, and the sentence a page opens with. Pure: entries (app.frames.Entry) in, frames and strings out.
 
-A *run* is what app.data.run_groups groups: one target, one day, one machine setting (device, dtype,
+A *run* is what app.frames.run_groups groups: one target, one day, one machine setting (device, dtype,
 threads, torch) and one prompt set. Tokens/s compare only inside a run, so ×AR divides a trace's
 tokens/s by the autoregressive trace of the same run (the one recorded closest in time when there are
 two); where a run has no autoregressive trace, ×AR is left empty and said so.

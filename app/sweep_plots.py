@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.plots import COLORS, colorbar, layout
+from app.plots import CELL_TEXT, COLORS, colorbar, layout, ratio_scale
 from engine.bench.sweep_grid import AUTOREGRESSIVE, MODEL_DRAFTER, NO_DRAFTER
 from engine.bench.sweep_summary import speedup_matrix, with_settings
 from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL
@@ -83,7 +83,7 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
         mid = (1.0 - lo) / (hi - lo) if hi > lo else 0.5
         fig.add_heatmap(z=z, x=[str(c) for c in m.columns], y=[str(i) for i in m.index], text=text,
                         texttemplate="%{text}", zmin=lo, zmax=hi, colorbar=colorbar("speedup over autoregressive (×)"),
-                        colorscale=[[0, "#b2182b"], [mid, "#ffffff"], [1, "#2166ac"]],  # red–blue: safe for red–green blindness
+                        colorscale=ratio_scale(mid), textfont=dict(color=CELL_TEXT),  # red–white–blue, never red–green
                         hovertemplate="%{y}<br>task %{x}<br>speedup %{z:.3f}×<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     ylabel = "drafter · policy" if (~df["drafter"].isin([NO_DRAFTER, MODEL_DRAFTER])).any() else "policy"

@@ -1,6 +1,6 @@
 """Where a step's time goes: draft and verify stacked per verify call, and one prompt decoded twice —
 autoregressive beside speculative — as two lanes on one wall-clock axis. Pure: steps frames
-(app.data.steps_frame) in, Plotly figures out, through app.plots.layout and its palette."""
+(app.frames.steps_frame) in, Plotly figures out, through app.plots.layout and its palette."""
 
 from __future__ import annotations
 

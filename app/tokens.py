@@ -96,7 +96,7 @@ def step_pieces(step: dict, texts: dict[int, str]) -> list[tuple[str, str, str]]
 
     `texts` maps token id → display text. Emitted tokens may be cut short by EOS or the token
     budget; then the correction/bonus is omitted, as it was never emitted."""
-    from app.data import draft_fates
+    from app.frames import draft_fates
 
     out = []
     fates = draft_fates(step["accepted"], step["window"])

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.plots import colorbar, layout
+from app.plots import CELL_TEXT, SEQUENTIAL, colorbar, layout
 
 THRESHOLDS = (0.2, 0.4, 0.6, 0.8, 0.9)
 KS = (2, 4, 6, 8, 12)
@@ -49,7 +49,8 @@ def heatmap(cells: pd.DataFrame, cost_label: str) -> go.Figure:
     m = cells.pivot(index="threshold", columns="K", values="speedup").sort_index()
     fig = go.Figure(go.Heatmap(z=m.to_numpy(), x=[str(k) for k in m.columns], y=[f"{t:g}" for t in m.index],
                                text=[[f"{v:.2f}×" for v in row] for row in m.to_numpy()], texttemplate="%{text}",
-                               colorscale="Viridis", colorbar=colorbar("speedup over autoregressive (×)"),
+                               textfont=dict(color=CELL_TEXT), colorscale=SEQUENTIAL,
+                               colorbar=colorbar("speedup over autoregressive (×)"),
                                hovertemplate="threshold %{y} · K = %{x}<br>%{z:.3f}× AR<extra></extra>"))
     return layout(fig, f"What if: confidence threshold × cap K ({cost_label})", "cap K (most drafted tokens per call)",
                   "confidence threshold", height=320, legend=False)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import audit_view, downloads, fmt, plots
+from app import audit_view, downloads, fmt, plots, site_map
 
-st.title("Losslessness audit")
+st.title(site_map.heading("audit"))
 head = st.container()
 st.caption("One iteration of every verifier enumerated exactly (float64) on toy draft/target pairs: every K-tuple "
            "of draft blocks and every accept/reject branch of the real verifier function (`engine/bench/audit.py`, "
@@ -48,5 +48,5 @@ with st.expander(f"Every row ({len(rows)})"):
     view = rows if pick == "all" else rows[rows["verifier"] == pick]
     downloads.table(fmt.labelled(view), f"audit-rows-{pick}", "audit_rows")
 
-st.page_link("pages/multidraft.py", label="What each lossless rule buys per target call: the Multi-draft page",
+st.page_link(site_map.file("multidraft"), label="What each lossless rule buys per target call: the Multi-draft page",
              icon=":material/account_tree:")

@@ -4,26 +4,27 @@ per-position acceptance of both. A and B (and the prompt) live in the URL (app.s
 import pandas as pd
 import streamlit as st
 
-from app import acceptance, data, fmt, downloads, imported, plots, reconcile, reconcile_sources, runs, share, tokens
+from app import (acceptance, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
+                 site_map, tokenizers, tokens, traces)
 
-st.title("Compare")
-entries = data.all_traces()
+st.title(site_map.heading("compare"))
+entries = traces.all_traces()
 if len(entries) < 2:
     st.info("Comparing needs two traces: bundled ones in `traces/`, uploads, or Live runs.")
     st.stop()
 head = st.container()
 names = list(entries)
-titles = data.unique_titles(entries)
-a_label = data.default_label(entries)
+titles = frames.unique_titles(entries)
+a_label = traces.default_label(entries)
 notes = [share.adopt("a", "cmp_a", names, "trace", page="compare"),
          share.adopt("b", "cmp_b", names, "trace", page="compare")]
-data.pick("cmp_a", names, a_label)
+traces.pick("cmp_a", names, a_label)
 c1, c2 = st.columns(2)
 la = c1.selectbox("Trace A", names, key="cmp_a", format_func=titles.get)
 base = entries[la].info
 only = st.toggle("Only traces comparable with A (same target and draft, sampling and prompts)", True, key="cmp_only",
                  help="an autoregressive trace (no draft) counts as the baseline of any draft on its target")
-fits = [k for k in names if k != la and not data.comparable(base, entries[k].info)]
+fits = [k for k in names if k != la and not frames.comparable(base, entries[k].info)]
 b_names = fits if only and fits else [k for k in names if k != la] or names
 if only and not fits:
     c2.caption("No other trace matches A's pair, sampling and prompts: showing all traces.")
@@ -35,13 +36,13 @@ if st.query_params.get("b") == st.session_state.get("cmp_b") and "cmp_b_linked_f
 linked = st.session_state.get("cmp_b_linked_for") == la
 if linked and st.session_state.get("cmp_b") in names and st.session_state.get("cmp_b") not in b_names:
     b_names = [st.session_state["cmp_b"], *b_names]  # a linked B outside the filter stays, until A changes
-data.pick("cmp_b", b_names, b_default)
+traces.pick("cmp_b", b_names, b_default)
 lb = c2.selectbox("Trace B", b_names, key="cmp_b", format_func=titles.get)
 A, B = entries[la], entries[lb]
 if la == lb:
     st.warning("Pick two different traces.")
     st.stop()
-mismatch = data.comparable(A.info, B.info)
+mismatch = frames.comparable(A.info, B.info)
 if mismatch:
     st.warning("These traces are not a like-for-like pair: " + "; ".join(mismatch) + ". Differences below mix "
                "the policy with those.")
@@ -80,8 +81,8 @@ overview.caption(f"A timed {A.info['context']} · B timed {B.info['context']}"
 overview.caption(f"A = {la} ({A.info['pair']}, {A.info['sampling']}) · B = {lb} ({B.info['pair']}, {B.info['sampling']}) · "
            "deltas are B − A")
 
-ra = data.requests_frame(A.trace, A.steps)
-rb = data.requests_frame(B.trace, B.steps)
+ra = frames.requests_frame(A.trace, A.steps)
+rb = frames.requests_frame(B.trace, B.steps)
 pairs = ra.assign(key=imported.prompt_keys(ra)).merge(rb.assign(key=imported.prompt_keys(rb)), on="key",
                                                      suffixes=("_a", "_b"))
 share.publish(a=la, b=lb)
@@ -111,15 +112,17 @@ if pairs.empty:
     by_prompt.warning("The two traces share no prompts (identical prompt token ids), so only the totals compare.")
     st.stop()
 same = [imported.same_output(A.trace, B.trace, x, y) for x, y in zip(pairs["request_id_a"], pairs["request_id_b"])]
+div, unit = fmt.time_unit([*pairs["decode_ms_a"], *pairs["decode_ms_b"]])  # s once a prompt takes a second
 table = pd.DataFrame({"prompt": pairs["request_id_a"], "task": pairs["task_a"],
                       "calls A": pairs["target_calls_a"], "calls B": pairs["target_calls_b"],
                       "Δ calls": pairs["target_calls_b"] - pairs["target_calls_a"],
-                      "ms A": pairs["decode_ms_a"], "ms B": pairs["decode_ms_b"],
-                      "Δ ms": pairs["decode_ms_b"] - pairs["decode_ms_a"], "same output": same})
+                      f"{unit} A": pairs["decode_ms_a"] / div, f"{unit} B": pairs["decode_ms_b"] / div,
+                      f"Δ {unit}": (pairs["decode_ms_b"] - pairs["decode_ms_a"]) / div, "same output": same})
 by_prompt.subheader(f"{len(pairs)} shared prompts")
 downloads.table(table, f"compare-{downloads.stem(la)}-vs-{downloads.stem(lb)}", "cmp_table", where=by_prompt,
-                column_config={k: st.column_config.NumberColumn(format="%.0f", help="decode time in ms")
-                               for k in ("ms A", "ms B", "Δ ms")})
+                column_config={k: st.column_config.NumberColumn(format="%.1f" if unit == "s" else "%.0f",
+                                                                 help=f"decode time in {unit}")
+                               for k in (f"{unit} A", f"{unit} B", f"Δ {unit}")})
 if not all(same):
     by_prompt.caption("Outputs differ on some prompts: expected under sampling, or when the models/settings differ.")
 
@@ -142,9 +145,9 @@ for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
         col.info(f"**{side}** · {imported.missing(e.trace, ('draft_tokens', 'emitted_tokens'))} After "
                  f"{min(k + 1, len(seq))} target calls: {sum(s['emitted'] for s in seq[: k + 1])} tokens.")
         continue
-    tok = data.entry_tokenizer(e)
+    tok = tokenizers.entry_tokenizer(e)
     ids = {t for s in seq for t in (*s["draft_tokens"], *s["emitted_tokens"])}
-    texts = dict(zip(ids, data.token_texts(tok, list(ids))))
+    texts = dict(zip(ids, tokenizers.token_texts(tok, list(ids))))
     with col.container(border=True):
         st.markdown(f"**{side} · {e.info['policy']}**")
         if k < len(seq):

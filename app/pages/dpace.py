@@ -6,10 +6,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import downloads, reconcile, reconcile_sources
+from app import downloads, reconcile, reconcile_sources, site_map
 from app import dpace_plots as dp
 
-st.title("D-PACE training")
+st.title(site_map.heading("dpace"))
 head = st.container()
 st.caption("A DFlash-style block drafter trained with different position weightings: uniform CE, DFlash's "
            "exponential decay, D-PACE (adaptive, detached weights) and its ablations, under the same data, "
@@ -48,7 +48,18 @@ if summary.get("summary"):
              "Δ% vs DFlash": (r.get("rel_pct_vs_dflash_offline") or {}).get("mean"),
              "τ online": r["tau_online_mean"], "Δ online": r["diff_vs_dflash_online"]["mean"],
              "CPU speedup": r.get("speedup_cpu_mean")} for r in summary["summary"]]
-    downloads.table(pd.DataFrame(rows).round(3), "dpace-summary", "dpace_summary", where=tab_sum)
+    table = pd.DataFrame(rows).round(3)
+    pair, folder = reconcile_sources.dpace_pair(directory), Path(directory).name
+    ids = [reconcile.dpace_id(folder, r["label"]) for r in summary["summary"]]
+    known = set(reconcile_sources.rows().query("pair == @pair")["row"])
+    what = "the block drafter's CPU decode tokens/s ÷ the target's own AR"
+    speed = st.column_config.NumberColumn(format="%.2f", help=what)
+    if known & set(ids):  # each timed objective links to its row on the Speedups page
+        table["CPU speedup"] = [reconcile.figure_link(pair, i, x) if i in known else None
+                                for i, x in zip(ids, table["CPU speedup"])]
+        speed = st.column_config.LinkColumn(display_text=reconcile.FIGURE_TEXT,
+                                            help=f"{what}; opens its row on the Speedups page")
+    downloads.table(table, "dpace-summary", "dpace_summary", where=tab_sum, column_config={"CPU speedup": speed})
     tab_sum.caption("— = not measured (one seed has no interval; only the chosen run was decoded online and timed).")
     tab_alpha.plotly_chart(dp.alpha_sweep(summary), theme=None, width="stretch")
 else:

@@ -7,31 +7,33 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import data, downloads, live, live_explain, tokens
+from app import (downloads, frames, live_explain, live_inputs, live_models, live_queue, live_run, site_map, tokens,
+                 traces)
 from engine.trace.format import TraceError, load_trace, summarize
 
-st.title("Live")
+st.title(site_map.heading("live"))
 live_head = st.empty()  # the last run's conclusion, or what this page does
 live_head.info("Type a prompt and press **Decode**: two speculative settings and the autoregressive baseline decode "
                "it side by side on this machine, and each side's speedup over the baseline is measured as you watch.",
                icon=":material/lightbulb:")
 ss = st.session_state
 REDRAW_S = 0.2
-queue = live.model_queue()
+queue = live_queue.model_queue()
 
 # ---------------------------------------------------------------- inputs
 
-pairs, hint = live.pair_options()
-PAIR_LABELS = {k: f"{t} ← {d}" + (f" · {live.PAIR_WEIGHTS[k]} weights (CPU fast path)" if k in live.PAIR_WEIGHTS else "")
-               for k, (t, d) in live.PAIRS.items()}
-data.pick("live_pair", pairs, pairs[0])
+pairs, hint = live_models.pair_options()
+PAIR_LABELS = {k: f"{t} ← {d}" + (f" · {live_models.PAIR_WEIGHTS[k]} weights (CPU fast path)"
+                                   if k in live_models.PAIR_WEIGHTS else "")
+               for k, (t, d) in live_models.PAIRS.items()}
+traces.pick("live_pair", pairs, pairs[0])
 which = st.selectbox("Model pair", pairs, key="live_pair", format_func=PAIR_LABELS.get,
                      help="SmolLM2 is bundled; the Qwen2.5-Coder pair appears once `make models` installed it")
 if hint:
     st.caption(hint)
 loading = st.empty()
 try:
-    pair = live.get_pair_with_progress(which, lambda f, t: loading.progress(f, text=t))
+    pair = live_models.get_pair_with_progress(which, lambda f, t: loading.progress(f, text=t))
     loading.empty()
 except Exception as e:  # noqa: BLE001  (e.g. engine.models.provision.ModelNotInstalled: the message names the fix)
     st.error(f"Could not load {PAIR_LABELS[which]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
@@ -42,7 +44,7 @@ else:
     st.warning(f"Running the **{pair.label}**: the SmolLM2 demo pair is not available here"
                + (f" ({pair.note})" if pair.note else "") + ". The page works the same; the tokens mean nothing.")
 
-questions, from_spec_bench = live.prompt_choices()
+questions, from_spec_bench = live_inputs.prompt_choices()
 CUSTOM = "type your own"
 options = [CUSTOM] + [f"[{q.category}] {q.text[:90]}" for q in questions]
 
@@ -61,50 +63,50 @@ st.selectbox("Prompt", options, key="live_choice", on_change=_pick,
              "Spec-Bench questions not found next to the repository: the project's own example prompts, one per "
              "task type (engine.trace.prompts.EXAMPLE_PROMPTS), or type a prompt")
 if not from_spec_bench:
-    st.caption(f"Spec-Bench questions not found (`{live.questions_file()}`): offering the project's own example "
+    st.caption(f"Spec-Bench questions not found (`{live_inputs.questions_file()}`): offering the project's own example "
                f"prompts, one per task type.")
-text = st.text_area("Prompt text", key="live_text", height=110, max_chars=live.MAX_PROMPT_CHARS)
+text = st.text_area("Prompt text", key="live_text", height=110, max_chars=live_inputs.MAX_PROMPT_CHARS)
 prompt_err = st.empty()
 
-names = live.policy_names()
+names = live_inputs.policy_names()
 DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
-draft_names = live.draft_names()
-DRAFT_LABELS = {live.MODEL_DRAFT: f"draft model ({pair.draft_name})",
+draft_names = live_inputs.draft_names()
+DRAFT_LABELS = {live_inputs.MODEL_DRAFT: f"draft model ({pair.draft_name})",
                 "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)",
-                live.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)",
-                live.EAGLE_DRAFT: "eagle: EAGLE-style head (one layer on the target's features; Qwen pair)"}
+                live_inputs.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)",
+                live_inputs.EAGLE_DRAFT: "eagle: EAGLE-style head (one layer on the target's features; Qwen pair)"}
 
 
 def _fill(side: str) -> None:
-    ss[f"live_{side.lower()}"] = live.preset(ss[f"live_{side.lower()}_kind"])
+    ss[f"live_{side.lower()}"] = live_inputs.preset(ss[f"live_{side.lower()}_kind"])
 
 
 def _fill_draft(side: str) -> None:
-    ss[f"live_{side.lower()}_draft"] = live.draft_preset(ss[f"live_{side.lower()}_draft_kind"])
+    ss[f"live_{side.lower()}_draft"] = live_inputs.draft_preset(ss[f"live_{side.lower()}_draft_kind"])
 
 
 c = st.columns([3, 3, 2, 2])
 specs, drafts, err_at = {}, {}, {}
-for col, side in zip(c, live.SIDES):
+for col, side in zip(c, live_models.SIDES):
     dkey = f"live_{side.lower()}_draft"
-    ss.setdefault(dkey, live.MODEL_DRAFT)
+    ss.setdefault(dkey, live_inputs.MODEL_DRAFT)
     kind = ss[dkey].strip().partition(":")[0].strip()
     if kind in draft_names:  # the choice follows an edited spec
         ss[f"{dkey}_kind"] = kind
-    data.pick(f"{dkey}_kind", draft_names, live.MODEL_DRAFT)
+    traces.pick(f"{dkey}_kind", draft_names, live_inputs.MODEL_DRAFT)
     col.selectbox(f"Draft {side}", draft_names, key=f"{dkey}_kind", on_change=_fill_draft, args=(side,),
                   format_func=lambda k: DRAFT_LABELS.get(k, k),
                   help="the pair's draft model, a model-free drafter that copies from the prompt and the "
                        "output so far (no draft forward; pair it with matchlen to size windows by the match), or "
                        "a saved block drafter (one forward per block, on the target's hidden features)")
-    drafts[side] = col.text_input(f"Draft {side} spec", key=dkey, help=live.DRAFT_SYNTAX)
+    drafts[side] = col.text_input(f"Draft {side} spec", key=dkey, help=live_inputs.DRAFT_SYNTAX)
     err_at[f"draft_{side}"] = col.empty()
     key = f"live_{side.lower()}"
     ss.setdefault(key, DEFAULTS[side])
     kind = ss[key].strip().partition(":")[0].strip()
     if kind in names:  # the choice follows an edited spec
         ss[f"{key}_kind"] = kind
-    data.pick(f"{key}_kind", names, DEFAULTS[side].partition(":")[0])
+    traces.pick(f"{key}_kind", names, DEFAULTS[side].partition(":")[0])
     col.selectbox(f"Policy {side}", names, key=f"{key}_kind", on_change=_fill, args=(side,),
                   help="every policy the engine accepts (engine.policies.base, PACER included); the spec below is "
                        "filled in and can be edited")
@@ -117,16 +119,16 @@ for col, side in zip(c, live.SIDES):
 ss.setdefault("live_max", 64)
 ss.setdefault("live_temp", 0.0)
 max_new = c[2].number_input("Max new tokens", step=1, key="live_max",
-                            help=f"1 to {live.MAX_NEW_TOKENS}")
+                            help=f"1 to {live_inputs.MAX_NEW_TOKENS}")
 err_at["max_new"] = c[2].empty()
 temp = c[3].number_input("Temperature", step=0.1, format="%.2f", key="live_temp",
-                         help=f"0 = greedy; at most {live.MAX_TEMPERATURE:g}")
+                         help=f"0 = greedy; at most {live_inputs.MAX_TEMPERATURE:g}")
 err_at["temperature"] = c[3].empty()
 err_at["prompt"] = prompt_err
 baseline = st.checkbox("Also decode autoregressively (the baseline the speedups are measured against)", True,
                        key="live_baseline")
 
-ids, policies, errors = live.validate(pair, text, specs, max_new, temp, drafts)
+ids, policies, errors = live_inputs.validate(pair, text, specs, max_new, temp, drafts)
 for f, msg in errors.items():  # each message names its field and sits right under it
     err_at[f].error(msg)
 inputs = {"pair": which, "text": text, "A": specs["A"].strip(), "B": specs["B"].strip(),
@@ -147,8 +149,8 @@ ticket = ss.pop("live_ticket", None)
 status = st.empty()
 st.markdown(tokens.legend(), unsafe_allow_html=True)
 stale = st.empty()
-cols = dict(zip(live.SIDES, st.columns(2)))
-panes = {s: cols[s].empty() for s in live.SIDES}
+cols = dict(zip(live_models.SIDES, st.columns(2)))
+panes = {s: cols[s].empty() for s in live_models.SIDES}
 base_pane = st.empty()
 
 
@@ -158,14 +160,14 @@ def _tps(s: dict) -> float:
 
 def show_copy(steps: list[dict], prompt_ids: list[int], texts: dict) -> None:
     """Where a model-free side's latest copy came from, as on the Replay page (app.tokens.copy_source_html)."""
-    found = live.last_copy(steps, prompt_ids)
-    tally = live.copy_sources(steps)
+    found = live_run.last_copy(steps, prompt_ids)
+    tally = live_run.copy_sources(steps)
     if found is None:
         if tally:
             st.caption("No copy yet: the context's last tokens never occurred earlier (autoregressive steps).")
         return
     k, context, src = found
-    live.token_text(pair_of_run, texts, context)
+    live_inputs.token_text(pair_of_run, texts, context)
     a, b = src["span"]
     where = {"prompt": "from the prompt", "output": "from the output", "none": "no match"}
     st.markdown(f"**Copied from the {src.get('source', 'context')}** (step {k}): positions {a}–{b - 1} "
@@ -180,7 +182,7 @@ def show(side: str, steps: list[dict], status_text: str, label: str, text_cache:
     draft was copied from, and its numbers; the speedup is over the autoregressive baseline of the same run
     (so far, while it decodes)."""
     ids_ = {t for d in steps for t in (*d["draft_tokens"], *d["emitted_tokens"])}
-    texts = live.token_text(pair_of_run, text_cache, ids_)
+    texts = live_inputs.token_text(pair_of_run, text_cache, ids_)
     s = summarize(steps)
     with panes[side].container(border=True):
         st.markdown(f"**{side} · {label}** · {status_text}")
@@ -223,22 +225,23 @@ if run and ticket is not None:
         from engine.core.sampling import SamplingConfig
 
         cfg = DecodeConfig(max_new_tokens=int(max_new), sampling=SamplingConfig(temperature=float(temp)))
-        caches = {s: {} for s in live.SIDES}
-        out = live.new_run_dir()
-        run_specs = {s: inputs[s] for s in live.SIDES}
-        run_drafts = {s: inputs[f"draft_{s}"] for s in live.SIDES}
-        labels = {s: (live.AUTOREGRESSIVE if policies[s] is None else policies[s].spec +
-                      (f" ← {run_drafts[s]}" if live.own_drafter(run_drafts[s]) else "")) for s in live.SIDES}
+        caches = {s: {} for s in live_models.SIDES}
+        out = live_run.new_run_dir()
+        run_specs = {s: inputs[s] for s in live_models.SIDES}
+        run_drafts = {s: inputs[f"draft_{s}"] for s in live_models.SIDES}
+        labels = {s: (live_inputs.AUTOREGRESSIVE if policies[s] is None else policies[s].spec +
+                      (f" ← {run_drafts[s]}" if live_inputs.own_drafter(run_drafts[s]) else ""))
+                  for s in live_models.SIDES}
         ss["live_result"] = {"paths": {s: str(p) for s, p in
-                                       live.paths_for(out, live.run_labels(run_specs, run_drafts)).items()},
+                                       live_run.paths_for(out, live_run.run_labels(run_specs, run_drafts)).items()},
                              "inputs": dict(inputs), "state": "running"}
         if baseline:
-            base_path = live.paths_for(out, {live.BASE: live.AUTOREGRESSIVE})[live.BASE]
-            ss["live_result"]["paths"][live.BASE] = str(base_path)
-        for s in live.SIDES:
+            base_path = live_run.paths_for(out, {live_models.BASE: live_inputs.AUTOREGRESSIVE})[live_models.BASE]
+            ss["live_result"]["paths"][live_models.BASE] = str(base_path)
+        for s in live_models.SIDES:
             panes[s].empty()
         base_pane.empty()
-        progress = {live.BASE: []}
+        progress = {live_models.BASE: []}
 
         def _waiting(ahead: int) -> None:
             status.info(f"Waiting for the models (another session is decoding) · {ahead} "
@@ -253,17 +256,17 @@ if run and ticket is not None:
             if not done and now - drawn.get(side, 0.0) < REDRAW_S:
                 return
             drawn[side] = now
-            if side == live.BASE:
-                progress[live.BASE] = steps
+            if side == live_models.BASE:
+                progress[live_models.BASE] = steps
                 show_base(steps, "done" if done else "decoding…")
             else:
                 show(side, steps, "done" if done else "decoding…", labels[side], caches[side],
-                     summarize(progress[live.BASE]) if progress[live.BASE] else None, ids)
+                     summarize(progress[live_models.BASE]) if progress[live_models.BASE] else None, ids)
 
         if queue.position(ticket) > 0:
             _waiting(queue.position(ticket))
         try:
-            live.run_pair(pair, ids, text, run_specs, policies, cfg, out, _step, queue=queue, ticket=ticket,
+            live_run.run_pair(pair, ids, text, run_specs, policies, cfg, out, _step, queue=queue, ticket=ticket,
                           on_wait=_waiting, baseline=baseline, drafts=run_drafts)
             ss["live_result"]["state"] = "finished"
             status.empty()
@@ -277,11 +280,11 @@ res = ss.get("live_result")
 if res:
     if res["state"] == "running":  # the script was interrupted (Stop, or a setting changed) mid-decode
         res["state"] = "stopped"
-    NAMES = {**live.FIELDS, "pair": "model pair", "text": "prompt", "baseline": "baseline"}
+    NAMES = {**live_inputs.FIELDS, "pair": "model pair", "text": "prompt", "baseline": "baseline"}
     changed = [NAMES[k] for k in ("pair", "text", "draft_A", "A", "draft_B", "B", "max_new", "temperature",
                                   "baseline")
                if res["inputs"].get(k) != inputs.get(k)]
-    pair_of_run = live.get_pair(res["inputs"]["pair"]) if res["inputs"]["pair"] in pairs else pair
+    pair_of_run = live_models.get_pair(res["inputs"]["pair"]) if res["inputs"]["pair"] in pairs else pair
     head = "Last run" + (" (stopped early: traces have no footer)" if res["state"] == "stopped" else "")
     stale.markdown(f"#### {head}" + (f"  \n:orange-badge[stale] the inputs changed since this run "
                                      f"({', '.join(changed)}): the panes show the run as it was; press Decode to run "
@@ -296,17 +299,17 @@ if res:
             traces[side] = load_trace(path)
         except (TraceError, TypeError, OSError) as e:
             (cols[side] if side in cols else st).error(f"{side}: {e}")
-    base = traces.get(live.BASE)
+    base = traces.get(live_models.BASE)
     base_sum = summarize(base.steps) if base is not None and base.steps else None
     if base is not None and base.steps:
         show_base(base.steps, "done" if base.ends else "stopped")
-    for side in live.SIDES:
+    for side in live_models.SIDES:
         t = traces.get(side)
         if t is None:
             continue
         h = t.header
         label = (f"{(h.get('policy') or {}).get('spec', '?')} · {(h.get('target') or {}).get('name')}"
-                 f"{' ← ' + h['draft']['name'] if h.get('draft') else ''} · {data.sampling_label(h)} · "
+                 f"{' ← ' + h['draft']['name'] if h.get('draft') else ''} · {frames.sampling_label(h)} · "
                  f"max {h.get('max_new_tokens')} tokens")
         if t.steps:  # redrawn from the trace file itself: what you download is what you saw
             show(side, t.steps, "done" if t.ends else "stopped", label, {}, base_sum,
@@ -317,22 +320,22 @@ if res:
         downloads.trace_buttons(t, name, f"live_{side}", where=col, jsonl=raw)
         if col.button(f"Open {side} in Replay", key=f"live_open_{side}"):
             # the baseline goes along: Replay's ×AR and its conclusion use the AR this run just measured
-            label, err = live_explain.open_in_replay(res["paths"], side, live.BASE)
+            label, err = live_explain.open_in_replay(res["paths"], side, live_models.BASE)
             if err:
                 col.error(err)
             else:
                 ss["replay_trace"], ss["replay_step"] = label, 0
-                st.switch_page("pages/replay.py")
-    st.caption(f"Timed on this machine at {data.run_date(next(iter(traces.values())).header) if traces else '?'} UTC, "
+                st.switch_page(site_map.file("replay"))
+    st.caption(f"Timed on this machine at {frames.run_date(next(iter(traces.values())).header) if traces else '?'} UTC, "
                "the sides taking turns one target call at a time: compare them with each other (and the speedup), "
                "not with traces recorded elsewhere.")
     if base_sum and base_sum["tokens_per_s"]:
         said = [f"{side} ({(traces[side].header.get('policy') or {}).get('spec', '?')}) "
                 f"{summarize(traces[side].steps)['tokens_per_s'] / base_sum['tokens_per_s']:.2f}× AR"
-                for side in live.SIDES if side in traces and traces[side].steps]
+                for side in live_models.SIDES if side in traces and traces[side].steps]
         losses = [live_explain.loss_sentence(side, (traces[side].header.get("policy") or {}).get("spec", "?"),
                                              summarize(traces[side].steps), base_sum)
-                  for side in live.SIDES if side in traces and traces[side].steps]
+                  for side in live_models.SIDES if side in traces and traces[side].steps]
         if said:
             live_head.info(f"Last run, on this machine: {', '.join(said)} (tokens/s over the autoregressive baseline "
                            "of the same prompt" + ("; the run was interrupted" if res["state"] == "stopped" else "") + ")."

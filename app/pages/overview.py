@@ -4,10 +4,11 @@ every loaded trace as one sortable table of runs, per-position acceptance across
 import pandas as pd
 import streamlit as st
 
-from app import acceptance, costaware_view, data, downloads, overview_view, reconcile, reconcile_sources, runs, share
+from app import (acceptance, costaware_view, downloads, frames, overview_view, reconcile, reconcile_sources, runs,
+                 share, site_map, traces)
 
-st.title("speclab")
-entries = data.all_traces()
+st.title(site_map.heading("overview"))
+entries = traces.all_traces()
 df = runs.runs_frame(entries)
 speedups = reconcile_sources.rows(entries)
 best = runs.headline_label(df)
@@ -22,10 +23,10 @@ if advised:  # the one answer per pair (engine.offline.advise; `python -m engine
                      "The Windows page answers from a reference run, against the cost-optimal hindsight schedule.")
 overview_view.directory()
 
-_, broken = data.bundled()
+_, broken = traces.bundled()
 for name, err in broken.items():
     st.error(f"Bundled trace skipped: {err}")
-for name, err in st.session_state.get(data.RESTORE_ERRORS, {}).items():
+for name, err in st.session_state.get(traces.RESTORE_ERRORS, {}).items():
     st.warning(err)
 n_up = sum(e.origin != "bundled" for e in entries.values())
 st.subheader(f"{len(entries)} traces loaded")
@@ -60,7 +61,7 @@ downloads.table(show, "runs", "ov_runs", height=min(36 * (len(show) + 1) + 2, 42
     "Target calls": st.column_config.NumberColumn(help="verify forwards of the target: hardware-free")})
 
 st.subheader("Per-position acceptance across runs")
-titles = data.unique_titles(entries)
+titles = frames.unique_titles(entries)
 spec = [k for k in entries if entries[k].info["draft"]]
 notes.append(share.adopt_list("runs", "ov_pos_runs", spec, "runs", page="overview"))
 if "ov_pos_runs" not in st.session_state:  # the default as session state: a linked view may have set it already

@@ -4,12 +4,12 @@ trace, prompt and step live in the URL (app.share), so a copied link opens this 
 import pandas as pd
 import streamlit as st
 
-from app import (costaware_view, data, downloads, fmt, imported, plots, reconcile, reconcile_sources, runs, share, time_plots,
-                 tokens)
+from app import (costaware_view, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
+                 site_map, time_plots, tokenizers, tokens, traces)
 
-st.title("Replay")
+st.title(site_map.heading("replay"))
 ss = st.session_state
-entries = data.all_traces()
+entries = traces.all_traces()
 if not entries:
     st.warning("No traces loaded: add files to `traces/` or use the Upload page.")
     st.stop()
@@ -25,13 +25,13 @@ names = list(entries)
 notes = [share.adopt("trace", "replay_trace", names, "trace", page="replay")]
 if notes[0]:  # the linked trace is not here: its prompt and step mean nothing for the default one
     share.drop("replay", "request", "step")
-data.pick("replay_trace", names, data.default_label(entries, readable=True))
-titles = data.unique_titles(entries)
+traces.pick("replay_trace", names, traces.default_label(entries, readable=True))
+titles = frames.unique_titles(entries)
 label = c1.selectbox("Trace", names, key="replay_trace", on_change=_reset, format_func=lambda k: f"{titles[k]} · {k}")
 e = entries[label]
-reqs = data.requests_frame(e.trace, e.steps).set_index("request_id")
+reqs = frames.requests_frame(e.trace, e.steps).set_index("request_id")
 notes.append(share.adopt("request", "replay_req", list(reqs.index), "prompt", int, page="replay"))
-data.pick("replay_req", list(reqs.index), reqs.index[0])
+traces.pick("replay_req", list(reqs.index), reqs.index[0])
 rid = c2.selectbox("Prompt", list(reqs.index), key="replay_req", on_change=_reset,
                    format_func=lambda r: f"#{r} · {reqs.at[r, 'task']} · {str(reqs.at[r, 'prompt_text'])[:80]}")
 # the link names the trace on screen from here on, whatever the page shows below (an imported run stops early)
@@ -62,10 +62,10 @@ if imported.replay_fallback(e, rid):  # an imported run: step counts, no tokens 
         del st.query_params["step"]
     st.stop()
 
-tok = data.entry_tokenizer(e)
+tok = tokenizers.entry_tokenizer(e)
 ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])} | {
     t for s in raw for block in s.get("all_drafts") or [] for t in block}
-texts = dict(zip(ids, data.token_texts(tok, list(ids))))
+texts = dict(zip(ids, tokenizers.token_texts(tok, list(ids))))
 if tok is None:
     st.caption(f"No tokenizer for target `{info['target']}` on this machine (`make models` installs it): tokens "
                "shown as ⟨id⟩.")

@@ -3,9 +3,9 @@ that answers "how fast is speculation here". Links from every page land here wit
 
 import streamlit as st
 
-from app import downloads, reconcile, reconcile_sources, share
+from app import downloads, reconcile, reconcile_sources, share, site_map
 
-st.title("Speedups")
+st.title(site_map.heading("speedups"))
 df = reconcile_sources.rows()
 if df.empty:
     st.info("No speedup to reconcile yet: load a speculative trace with its autoregressive run, or a bench result.")

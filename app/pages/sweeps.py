@@ -8,12 +8,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import downloads, sweep_plots
+from app import downloads, site_map, sweep_plots
 from engine.bench.sweep_grid import NO_DRAFTER, SUMMARY_NAME
 from engine.bench.sweep_summary import load_sweep_summary, with_settings
 from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL, LABELS
 
-st.title("Sweeps")
+st.title(site_map.heading("sweeps"))
 head = st.container()
 st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` writes (docs/sweeps.md): "
            "one trace per task and `summary.parquet`, one row per task.")

@@ -3,41 +3,41 @@ on disk (app.persist) so a reload or a later visit finds them again."""
 
 import streamlit as st
 
-from app import data, peer_view, persist
+from app import peer_view, persist, site_map, traces
 
-st.title("Upload")
-restored = data.restore_uploads()
+st.title(site_map.heading("upload"))
+restored = traces.restore_uploads()
 head = st.empty()  # filled once this run's files are in
 st.write(f"Takes **.jsonl** or **.parquet** traces (`python -m engine decode`, `python -m engine export`), "
          f"reference runs (.jsonl) for the Windows page, Spec-Bench answer files (.jsonl), and serving engines' "
-         f"reports — vLLM, llama.cpp, SGLang as {', '.join(data.PEER_SUFFIXES)} — imported on the way in. Limit "
-         f"**{data.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why; any other "
-         f"type (.csv, .txt of something else) is read and refused here with its reason, and a file over "
-         f"{data.MAX_UPLOAD_MB} MB is stopped by the browser before it is sent (convert it to Parquet: "
-         "`python -m engine export T.jsonl T.parquet`, about 3.5× smaller).")
+         f"reports — vLLM, llama.cpp, SGLang as {', '.join(traces.PEER_SUFFIXES)} — imported on the way in. Limit "
+         f"**{traces.MAX_UPLOAD_MB} MB** per file. A file that does not load gets one line saying why; any other "
+         f"type (.csv, .txt of something else) is read and refused here with its reason, and so is a file over "
+         f"{traces.MAX_UPLOAD_MB} MB (convert it to Parquet: `python -m engine export T.jsonl T.parquet`, about "
+         f"3.5× smaller); past {traces.RECEIVE_MB} MB the browser stops it before it is sent.")
 for err in restored.values():
     st.warning(err)
 peer_view.formats_help()
 
 # No `type=` filter: the browser would refuse a .csv with only a tooltip on a red chip; here it is read and
-# refused with a line of text (app.data.add_trace_bytes), like any other file that does not load.
+# refused with a line of text (app.traces.add_trace_bytes), like any other file that does not load.
 files = st.file_uploader("Trace files", type=None,
-                         accept_multiple_files=True, key="upload_files", max_upload_size=data.MAX_UPLOAD_MB)
-before = set(data.uploads())
+                         accept_multiple_files=True, key="upload_files", max_upload_size=traces.RECEIVE_MB)
+before = set(traces.uploads())
 for f in files or []:
-    if data.was_removed(f.name, f.getvalue()):
+    if traces.was_removed(f.name, f.getvalue()):
         continue
-    if f.size > data.MAX_UPLOAD_MB * 1024 * 1024:  # before reading it into the session at all
-        st.error(data.size_message(f.name, f.size))
+    if f.size > traces.MAX_UPLOAD_MB * 1024 * 1024:  # before reading it into the session at all
+        st.error(traces.size_message(f.name, f.size))
         continue
     bar = st.progress(0.0, text=f"Reading {f.name}…")
 
     def _tick(frac: float, text: str, bar=bar, name=f.name) -> None:
         bar.progress(min(max(frac, 0.0), 1.0), text=f"{name}: {text}")
 
-    label, err = data.add_trace_bytes(f.name, f.getvalue(), progress=_tick)
+    label, err = traces.add_trace_bytes(f.name, f.getvalue(), progress=_tick)
     bar.empty()
-    e = data.uploads().get(label) if label else None
+    e = traces.uploads().get(label) if label else None
     if err:
         st.error(err)
     elif e is not None and not e.info["complete"]:
@@ -51,10 +51,10 @@ for f in files or []:
     if e is not None and label not in before and e.info.get("draft"):
         st.session_state["peer_diag_trace"] = label  # the diagnosis below shows the file just added
     if not err:
-        data.keep_upload(f.name, f.getvalue())
+        traces.keep_upload(f.name, f.getvalue())
 
-ups = data.uploads()
-refs = st.session_state.get(data.REF_UPLOADS, {})
+ups = traces.uploads()
+refs = st.session_state.get(traces.REF_UPLOADS, {})
 head.info(f"**{len(ups)} uploaded traces and {len(refs)} reference runs** are loaded; uploads are kept on the "
           f"server's disk (its `{persist.ENV}` folder) and come back after a reload until you remove them below "
           f"(Remove deletes the kept copy too).",
@@ -68,10 +68,10 @@ for label, e in list(ups.items()):
                + ("" if e.info["complete"] else " · :orange-badge[interrupted: no footer]"))
     for w in e.info["warnings"]:
         a.caption(f"warning: {w}")
-    b.button("Remove", key=f"rm-{label}", on_click=data.remove_upload, args=(label,))
+    b.button("Remove", key=f"rm-{label}", on_click=traces.remove_upload, args=(label,))
 for label, (ref, _) in list(refs.items()):
     a, b = st.columns([5, 1])
     a.markdown(f"**{label}** — reference run, {len(ref.requests)} prompts, mode {ref.header.get('mode')}")
-    b.button("Remove", key=f"rm-{label}", on_click=data.remove_upload, args=(label,))
+    b.button("Remove", key=f"rm-{label}", on_click=traces.remove_upload, args=(label,))
 
-peer_view.diagnosis_section(data.all_traces())
+peer_view.diagnosis_section(traces.all_traces())

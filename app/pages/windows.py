@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import autocorrelation, data, whatif, downloads, imported, plots, reconcile, reconcile_sources, runs, share
+from app import (analyses, autocorrelation, downloads, imported, reconcile, reconcile_sources, result_files, runs,
+                 share, site_map, traces, whatif, window_plots)
 from app import window_story as story
 
-st.title("Windows")
+st.title(site_map.heading("windows"))
 st.caption("Every policy replayed offline over reference runs (one target run + teacher-forced draft signals), "
            "so fixed γ, the per-step oracle and adaptive policies are compared on identical outputs.")
 
@@ -27,8 +28,8 @@ except Exception as e:  # the analysis module is optional for the rest of the ap
 # references it stays empty and invisible).
 head = st.container()
 glance = st.container()
-imported.windows_section(data.all_traces())  # imported runs: what their accepted lengths alone support
-refs_all, bad = data.references()
+imported.windows_section(traces.all_traces())  # imported runs: what their accepted lengths alone support
+refs_all, bad = traces.references()
 for name, err in bad.items():
     st.error(f"Reference skipped: {err}")
 if not refs_all:
@@ -53,13 +54,13 @@ refs = [refs_all[k][0] for k in chosen]
 key = tuple(refs_all[k][1] for k in chosen)
 timed = analysis.has_timings(refs)
 demo = all(r.header.get("demo") for r in refs)  # tiny demo timings (draft ≈ target) make a poor default
-n_imported = sum(1 for e in data.all_traces().values() if data.is_imported(e.trace))
+n_imported = sum(1 for e in traces.all_traces().values() if analyses.is_imported(e.trace))
 with_imported = n_imported > 0 and c1.checkbox(
     f"include {n_imported} imported run{'s' if n_imported > 1 else ''} in the in-run cost model", value=False,
     key="win_in_run_imported", help="off: the in-run costs come from this lab's own decode traces only, so an "
                                     "upload does not change this page's figures until you tick this")
 # what real decoding of this pair paid, when traces exist (imported runs only when opted in above)
-in_run, n_in_run = data.in_run_cost(refs, key, with_imported)
+in_run, n_in_run = analyses.in_run_cost(refs, key, with_imported)
 from app import cost_paths  # noqa: E402  (the pair's per-weights-path costs, if measured)
 
 pair_names = (refs[0].header.get("target", {}) or {}), (refs[0].header.get("draft", {}) or {})
@@ -68,7 +69,7 @@ path_models = cost_paths.cost_models(path_costs)
 modes = ((["in-run"] if in_run is not None else []) + (["measured"] if timed else [])
          + [f"{w} weights path" for w in path_models] + ["flat ratio c"])
 notes.append(share.adopt("cost", "win_mode", modes, "cost model", page="windows"))
-data.pick("win_mode", modes, modes[-1] if demo else modes[0])
+traces.pick("win_mode", modes, modes[-1] if demo else modes[0])
 mode = c2.radio("Cost model", modes, key="win_mode",
                 help="in-run: per-step costs fitted from this pair's decode traces (what real runs paid); "
                      "measured: the timing block recorded in the reference; WEIGHTS path: c and the verify "
@@ -90,10 +91,10 @@ if demo:
     st.caption(":violet-badge[tiny-model demo] the demo reference comes from random tiny models: the shapes are "
                "real, the numbers say nothing about trained pairs.")
 
-wt = data.window_table(refs, key, cost)
+wt = analyses.window_table(refs, key, cost)
 tasks = list(dict.fromkeys(wt["task"]))
 notes.append(share.adopt("task", "win_task", tasks, "task", page="windows"))
-data.pick("win_task", tasks, "all")
+traces.pick("win_task", tasks, "all")
 task = st.segmented_control("Task", tasks, key="win_task") or "all"
 g = wt[wt["task"] == task]
 fixed = g[g["kind"] == "fixed"].sort_values("gamma")
@@ -101,7 +102,7 @@ best = fixed.loc[fixed["speedup"].idxmax()]
 oracle_a = float(g.loc[g["policy"] == "oracle:a", "speedup"].iloc[0])
 oracle_b = float(g.loc[g["policy"] == "oracle:b", "speedup"].iloc[0])
 adaptive = g[g["kind"] == "adaptive"].assign(gamma=lambda d: d["drafted"] / d["target_calls"])
-pos = data.reference_positions(refs, key)
+pos = analyses.reference_positions(refs, key)
 alpha = float((pos if task == "all" else pos[pos["task"] == task])["beta"].mean())
 cm = analysis.cost_for(refs[0], cost)
 theory = analysis.iid_theory(min(alpha, 1 - 1e-9), cm.c, [int(x) for x in fixed["gamma"]])
@@ -118,7 +119,7 @@ def linked(text: str, *prefer: str) -> str:
 SECTIONS = ["Speedup vs window", "Cost model", "Tokens per verify call", "Oracle ÷ best fixed, per task", "PACER's ceiling",
             "What if: threshold × K"]
 notes.append(share.adopt("section", "win_section", SECTIONS, "section", page="windows"))
-data.pick("win_section", SECTIONS, SECTIONS[0])
+traces.pick("win_section", SECTIONS, SECTIONS[0])
 shown = st.segmented_control("Section", SECTIONS, key="win_section") or SECTIONS[0]
 share.publish(refs=",".join(chosen), cost=mode, c=f"{c:g}", task=task, section=shown)
 if note := share.note(notes):
@@ -137,24 +138,24 @@ if shown == SECTIONS[0]:
         st.caption(linked(f"On the Speedups page, beside every other figure for this pair: best fixed "
                           f"{best['speedup']:.2f}× AR, oracle (a) {oracle_a:.2f}× AR.", "replay-best-fixed",
                           "replay-oracle-a"))
-        st.plotly_chart(plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
+        st.plotly_chart(window_plots.speedup_vs_window(fixed, "gamma", "speedup", oracle=oracle_a, adaptive=adaptive,
                                                       theory=theory), theme=None, width="stretch", key="win_speedup")
         st.caption(f"Cost model: {wt['cost'].iloc[0]} · values {g['value'].iloc[0]} · adaptive markers sit at their mean "
                    f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
                    + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
 
 costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
-ot = data.oracle_ratio_table(refs, key, costs)
+ot = analyses.oracle_ratio_table(refs, key, costs)
 
 target, draft = story.pair_of(refs[0].header)
 oh = ot[ot["cost"] == wt["cost"].iloc[0]]
 # the ceiling replays the recorded draft signals: greedy references only
-cc = data.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
+cc = analyses.confidence_ceiling(refs, key, cost) if all(r.greedy for r in refs) else None
 adv = advise.from_window_table(wt, story.pair_label((target, draft)),
                                "measured" if mode != "flat ratio c" else f"flat c = {c:g}", ceiling=cc)
 # Does acceptance persist step to step? Fixed-window traces of this pair only: an adaptive policy's own
 # windows would feed its decisions back into the series.
-fixed_traces = [e for e in data.all_traces().values() if e.info["draft"] == draft and str(e.info["policy"]).startswith(
+fixed_traces = [e for e in traces.all_traces().values() if e.info["draft"] == draft and str(e.info["policy"]).startswith(
     "fixed:") and runs.model_name(e.info["target"]) == runs.model_name(target)]
 persist = autocorrelation.sentence(autocorrelation.of_traces([e.steps for e in fixed_traces]),
                                    f"this pair's {len(fixed_traces)} fixed-window decode traces") if fixed_traces else ""
@@ -166,25 +167,26 @@ with glance.expander("At a glance: gap closed, PACER, replayed vs real, cost"): 
     st.markdown(f"**Gap closed.** {story.gap_sentence(gaps)}",
                 help="position = (S_policy − S_best fixed) ÷ (S_oracle(a) − S_best fixed), over all tasks")
     if gaps["position"].notna().any():
-        st.plotly_chart(plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
+        st.plotly_chart(window_plots.gap_closed_bars(gaps), theme=None, width="stretch", key="win_gap")
     if cc is not None:
         st.markdown(linked(f"**Confidence ceiling.** {story.ceiling_sentence(cc)}", "replay-confidence-ceiling"),
                     help=f"the {oracles.CONFIDENCE_CEILING} (engine.offline.oracles): survival, Bayes and HF-threshold "
                          "rules over a grid, each bin's acceptance from these references, chosen on all tasks")
-    sweep = data.pacer_sweep_for(draft)
-    pacer = story.pacer_sentence(draft, data.pacer_models(), data.pacer_ceiling(sweep), data.pacer_ceiling_model(sweep))
-    pb = story.find_bench(data.bench_results(), target, draft, need=story.bench_pacer_standing)
+    sweep = result_files.pacer_sweep_for(draft)
+    pacer = story.pacer_sentence(draft, result_files.pacer_models(), result_files.pacer_ceiling(sweep),
+                                 result_files.pacer_ceiling_model(sweep))
+    pb = story.find_bench(result_files.bench_results(), target, draft, need=story.bench_pacer_standing)
     wall = story.pacer_wall_clock_sentence(*pb) if pb else None
     st.markdown(linked(f"**PACER.** {pacer}" + (f" {wall}" if wall else "")))
-    if uncal := story.pacer_calibration(draft, data.pacer_models()):
+    if uncal := story.pacer_calibration(draft, result_files.pacer_models()):
         st.caption(uncal)
     wall_gaps = story.bench_gap_closed(pb[1]) if pb else pd.DataFrame()
     if len(wall_gaps):
-        st.plotly_chart(plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
+        st.plotly_chart(window_plots.gap_closed_bars(wall_gaps, title="Gap closed on the wall clock (bench, greedy)"),
                         theme=None, width="stretch", key="win_gap_wall")
         st.caption(f"Measured, not replayed: docs/results/{pb[0]}, all tasks, T = 0; the same scale as above "
                    "(0 = the bench's best fixed window, 1 = its real hindsight oracle).")
-    found = story.find_bench(data.bench_results(), target, draft)
+    found = story.find_bench(result_files.bench_results(), target, draft)
     real_r = story.bench_oracle_ratio(found[1]) if found else None
     bench_gammas = real_r["gammas"] if real_r else None
     # Both sides take their best fixed window from the γs the bench ran, so the ratios compare.
@@ -201,9 +203,9 @@ curve = pd.DataFrame({"gamma": gammas, "verify v(γ)": [cm.v(x) for x in gammas]
                       "step γc + v(γ)": [cm.step(x) for x in gammas]})
 if shown == SECTIONS[1]:
     with body:
-        st.plotly_chart(plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
+        st.plotly_chart(window_plots.cost_curve(curve), theme=None, width="stretch", key="win_cost")
         if path_costs:
-            st.plotly_chart(plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
+            st.plotly_chart(window_plots.verify_curves(cost_paths.curve_frame(path_costs)), theme=None, width="stretch",
                                   key="win_paths")
             st.caption("Measured per weights path by `python -m engine costs --weights dense,quantized` "
                              "(docs/results/costs-*.json); pick a path as the cost model above to replay this pair's windows "
@@ -211,7 +213,7 @@ if shown == SECTIONS[1]:
 
 if shown == SECTIONS[2]:
     with body:
-        spec_entries = {k: e for k, e in data.all_traces().items() if e.info["draft"]}
+        spec_entries = {k: e for k, e in traces.all_traces().items() if e.info["draft"]}
         picked = st.multiselect("Decode traces", list(spec_entries), default=story.default_traces(spec_entries, target, draft),
                                 key="win_traces", help="measured accepted lengths, one series per trace; by default "
                                                        "the traces of this page's pair (a handful)")
@@ -224,7 +226,7 @@ if shown == SECTIONS[2]:
             col = b.segmented_control("Count", ["emitted", "accepted"], default="emitted", key="win_count",
                                       help="emitted includes the bonus/correction token; accepted excludes it")
             if len(acc):
-                st.plotly_chart(plots.accepted_distribution(acc, x=col or "emitted", color="series",
+                st.plotly_chart(window_plots.accepted_distribution(acc, x=col or "emitted", color="series",
                                                             ecdf=view == "ECDF"), theme=None, width="stretch", key="win_dist")
                 st.caption("From the loaded decode traces (measured, one row per verify call); fixed-γ counts are "
                            "censored at γ.")
@@ -233,7 +235,8 @@ if shown == SECTIONS[2]:
 
 if shown == SECTIONS[3]:
     with body:
-        st.plotly_chart(plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch", key="win_ratio")
+        st.plotly_chart(window_plots.ratio_bars(ot, "task", "ratio_a", color="cost"), theme=None, width="stretch",
+                        key="win_ratio")
         show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
                 "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
         human = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
@@ -244,16 +247,16 @@ if shown == SECTIONS[3]:
                    "i.i.d. = the same from the closed form at the task's α; gap closed: <policy> = (S_policy − S_fixed*) ÷ "
                    "(S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
         with st.expander("Why fixed windows lose: spread of the accepted run A(j) and of the best per-step window"):
-            st.plotly_chart(plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
-            downloads.table(data.variability_table(refs, key, cost), "variability", "win_var_table")
+            st.plotly_chart(window_plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
+            downloads.table(analyses.variability_table(refs, key, cost), "variability", "win_var_table")
         with st.expander(f"All simulated policies for task '{task}'"):
             downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
 
 if shown == SECTIONS[4]:
     with body:
         st.markdown("**How close can a pre-verifier get to the oracle?**")
-        sweep = data.pacer_sweep_for(story.pair_of(refs[0].header)[1])
-        ceil = data.pacer_ceiling(sweep)
+        sweep = result_files.pacer_sweep_for(story.pair_of(refs[0].header)[1])
+        ceil = result_files.pacer_ceiling(sweep)
         if ceil.empty:
             st.caption("No PACER sweep with a ceiling found (`python -m engine pacer sweep … --out "
                        "docs/results/pacer-sweep-qmax.json`).")
@@ -261,13 +264,13 @@ if shown == SECTIONS[4]:
             split = st.segmented_control("Held-out steps", list(dict.fromkeys(ceil["split"])), default="all",
                                          key="win_ceil_split") or "all"
             cs = ceil[ceil["split"] == split]
-            st.plotly_chart(plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
+            st.plotly_chart(window_plots.ceiling_lines(cs), theme=None, width="stretch", key="win_ceiling")
             wide = (cs.pivot_table(index=["f", "t_draft_ms"], columns="rule", values="of_oracle", sort=False).reset_index()
                     .rename(columns={"f": "draft cost factor f", "t_draft_ms": "draft ms per token"}))
             downloads.table(wide, f"pacer-ceiling-{split}", "win_ceil_table",
                             column_config={k: st.column_config.NumberColumn(format="%.2f") for k in wide.columns
                                            if k != "draft cost factor f"})
-            swept = data.pacer_models().get(data.pacer_ceiling_model(sweep) or "")
+            swept = result_files.pacer_models().get(result_files.pacer_ceiling_model(sweep) or "")
             st.caption(f"Offline replay of the recorded held-out steps of the "
                        f"{story.pair_label(swept) if swept else 'demo'} pair (docs/results/{Path(sweep).name}). "
                        "Table: share of the oracle's speedup. The perfect pre-verifier is PACER (b = 1, trim) with an M_B "

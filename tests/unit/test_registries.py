@@ -57,3 +57,49 @@ def test_the_new_token_ceiling_is_written_once():
     literal = [str(p.relative_to(REPO)) for p in ENGINE.rglob("*.py") if "100_000" in p.read_text()
                and p.name != "check.py"]
     assert not literal, f"the ceiling written again: {literal}"
+
+
+APP = REPO / "app"
+PAGE_FILE = __import__("re").compile(r"^pages/\w+\.py$")
+
+
+def test_the_app_pages_are_listed_once():
+    """app/site_map.py is the one list of pages (it was kept by hand in main.py, Overview's directory,
+    measure_pages and three test files). The pages on disk are exactly the listed ones; no other app or
+    test file names a page file ("pages/x.py") or spells out the list as a literal (all pages but at most
+    three, by key, title or heading: a test's chosen handful is a choice, not a copy); main.py builds the
+    navigation from the list; each page takes its heading from it."""
+    from app import site_map
+
+    assert {p.stem for p in (APP / "pages").glob("*.py")} == set(site_map.BY_KEY)
+    assert [p.key for p in site_map.PAGES if p.default] == ["overview"]
+    assert len({p.title for p in site_map.PAGES}) == len(site_map.PAGES)
+    names = ({p.key for p in site_map.PAGES} | {p.title for p in site_map.PAGES}
+             | {p.heading for p in site_map.PAGES})
+    copy = len(site_map.PAGES) - 3  # a literal naming this many pages is a copy of the list
+    files = [p for p in [*APP.rglob("*.py"), *(REPO / "tests").rglob("*.py")] if p != APP / "site_map.py"]
+    spelled, lists = [], []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        spelled += [f"{path.relative_to(REPO)}:{n.lineno}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and PAGE_FILE.match(n.value)]
+        lists += [f"{path.relative_to(REPO)}:{line}" for line, strings in _literal_strings(path)
+                  if len(names & set(strings)) >= copy]
+        lists += [f"{path.relative_to(REPO)}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Dict)
+                  and len(names & {k.value for k in n.keys if isinstance(k, ast.Constant)}) >= copy]
+    assert not spelled, f"a page file named outside app/site_map.py (use site_map.file(key)): {spelled}"
+    assert not lists, f"a hand-kept copy of the page list: {lists}"
+    main = (APP / "main.py").read_text()
+    assert "site_map.PAGES" in main and "st.Page(p.file" in main
+    for key in site_map.BY_KEY:
+        calls = [n for n in ast.walk(ast.parse((APP / "pages" / f"{key}.py").read_text()))
+                 if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "title"]
+        assert len(calls) == 1 and ast.unparse(calls[0].args[0]) == f"site_map.heading('{key}')", key
+
+
+def test_no_app_module_over_about_400_lines():
+    """The app's modules stay one concept each (docs/app.md): ~400 lines at most, as the engine's."""
+    from tests.unit.test_layout import MAX_LINES
+
+    long = {str(p.relative_to(REPO)): n for p in APP.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these app modules (> {MAX_LINES} lines): {long}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 
 
@@ -32,7 +32,7 @@ def trace_dir(tmp_path_factory):
 
 @pytest.fixture()
 def app(trace_dir, monkeypatch):
-    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv(traces.TRACES_ENV, str(trace_dir))
     monkeypatch.setenv("SPECLAB_LIVE_MODELS", "tiny")
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
@@ -40,6 +40,6 @@ def app(trace_dir, monkeypatch):
 
 
 def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(site_map.file(page)).run()
     assert not at.exception, [e.value for e in at.exception]
     return at

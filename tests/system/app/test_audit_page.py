@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import audit_view, data, fmt
+from app import audit_view, fmt
 from tests.conftest import MAIN, REPO, TIMEOUT
 from tests.system.app.conftest import goto
 

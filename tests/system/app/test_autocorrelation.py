@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from app import autocorrelation as ac
-from app import data
+from app import frames, traces
 
 
 def test_known_series():
@@ -41,11 +41,11 @@ def test_sentence_reads_the_sign_and_size():
 def test_bundled_qwen_fixed_window_traces():
     """The value the Windows conclusion states for the bundled Qwen pair: acceptance persists (r(1) ≈ 0.32
     over the fixed:1/2/4 traces), so adaptive windows have a signal."""
-    paths = [p for p in data.bundled_paths(kind="trace") if p.name.startswith("qwen-fixed-")]
+    paths = [p for p in traces.bundled_paths(kind="trace") if p.name.startswith("qwen-fixed-")]
     if not paths:
         pytest.skip("the bundled Qwen traces are not in traces/")
     from engine.trace.format import load_trace
 
-    a = ac.of_traces([data.steps_frame(load_trace(p)) for p in paths]).set_index("lag")
+    a = ac.of_traces([frames.steps_frame(load_trace(p)) for p in paths]).set_index("lag")
     assert a.loc[1, "r"] == pytest.approx(0.32, abs=0.01) and a.loc[1, "pairs"] == 326
     assert (a["r"] > 0).all()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import frames, site_map, traces
 from engine.trace.format import load_trace
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
@@ -32,12 +32,12 @@ def test_compare_pairs_like_with_like_and_warns_on_mismatch(app):
     """By default B is a trace with the same pair, sampling and prompts as A; switching the filter off and
     picking a sampled trace against a greedy one is allowed, and said. Hardware-free numbers come first."""
     at = goto(app, "compare")
-    entries = data.all_traces()
+    entries = traces.all_traces()
     a, b = at.selectbox(key="cmp_a").value, at.selectbox(key="cmp_b").value
-    assert data.comparable(entries[a].info, entries[b].info) == []
-    by_title = {t: k for k, t in data.unique_titles(entries).items()}
+    assert frames.comparable(entries[a].info, entries[b].info) == []
+    by_title = {t: k for k, t in frames.unique_titles(entries).items()}
     options = [by_title[o] for o in at.selectbox(key="cmp_b").options]  # shown by title
-    assert len(options) >= 2 and all(not data.comparable(entries[a].info, entries[k].info) for k in options)
+    assert len(options) >= 2 and all(not frames.comparable(entries[a].info, entries[k].info) for k in options)
     assert not at.warning
     labels = [m.label for m in at.metric]
     assert labels.index("emitted per call · B") < labels.index("decode time · B")
@@ -52,18 +52,18 @@ def test_compare_pairs_like_with_like_and_warns_on_mismatch(app):
 def test_only_comparable_drops_a_linked_incomparable_b_once_a_changes(trace_dir, monkeypatch):
     """A link may pair A with an incomparable B (kept, and warned about); once A changes with the filter on,
     B is chosen among A's comparable traces again — the issue's B that outlived its A."""
-    monkeypatch.setenv(data.TRACES_ENV, str(trace_dir))
+    monkeypatch.setenv(traces.TRACES_ENV, str(trace_dir))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    at.switch_page("pages/compare.py")
+    at.switch_page(site_map.file("compare"))
     at.query_params = {"a": "demo-tiny-fixed4.jsonl", "b": "demo-tiny-rbv-k3-t07.jsonl"}  # B samples at T = 0.7
     at.run()
     assert not at.exception
-    entries = data.all_traces()
+    entries = traces.all_traces()
     assert at.selectbox(key="cmp_b").value == "demo-tiny-rbv-k3-t07.jsonl"  # the link's B, though incomparable
     assert any("not a like-for-like pair" in w.value for w in at.warning)
     at.selectbox(key="cmp_a").set_value("demo-tiny-fixed2.jsonl").run()
     b = at.selectbox(key="cmp_b").value
-    assert b != "demo-tiny-rbv-k3-t07.jsonl" and data.comparable(entries["demo-tiny-fixed2.jsonl"].info, entries[b].info) == []
+    assert b != "demo-tiny-rbv-k3-t07.jsonl" and frames.comparable(entries["demo-tiny-fixed2.jsonl"].info, entries[b].info) == []
     assert not any("not a like-for-like pair" in w.value for w in at.warning)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from app import cost_paths, plots
+from app import cost_paths, window_plots
 from tests.system.app.conftest import goto
 
 T = {"target_ms_by_tokens": [100.0, 130.0, 160.0, 290.0], "draft_ms_per_token": 60.0}
@@ -36,7 +36,7 @@ def test_curve_frame_is_the_cost_models_view_and_plots():
     dense = df[df["path"] == "dense"]["t(k)/t(1)"].tolist()
     assert dense == sorted(dense)  # the monotone fit: 405 ms after 410 ms is noise
     assert abs(q["c"].iloc[0] - 0.6) < 1e-12
-    fig = plots.verify_curves(df)
+    fig = window_plots.verify_curves(df)
     assert len(fig.data) == 3 and fig.data[2].name == "k one-token forwards"
 
 

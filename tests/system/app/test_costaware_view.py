@@ -4,7 +4,7 @@ import glob
 from types import SimpleNamespace
 
 from app import costaware_view as view
-from app.data import describe
+from app.frames import describe
 from engine.offline.analysis import load_any
 
 

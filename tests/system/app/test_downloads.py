@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from app import data, downloads
+from app import downloads, frames
 from engine.trace.format import load_trace, loads_trace
 from tests.conftest import REPO
 
@@ -36,13 +36,13 @@ def test_parquet_bytes_of_an_interrupted_trace(tmp_path):
 
 def test_csv_bytes_read_back_as_the_same_table():
     trace = load_trace(REPO / "traces" / "demo-tiny-fixed4.jsonl")
-    e = data.make_entry("x", "bundled", trace)
-    for table in (e.steps, e.positions, data.requests_frame(trace, e.steps).drop(columns=["prompt_ids"])):
+    e = frames.make_entry("x", "bundled", trace)
+    for table in (e.steps, e.positions, frames.requests_frame(trace, e.steps).drop(columns=["prompt_ids"])):
         back = pd.read_csv(io.BytesIO(downloads.csv_bytes(table)), keep_default_na=False, na_values=[""])
         pd.testing.assert_frame_equal(back, table.reset_index(drop=True), check_dtype=False, check_exact=False,
                                       rtol=1e-12)
     # List cells (token ids) travel as JSON text.
-    req = data.requests_frame(trace, e.steps)
+    req = frames.requests_frame(trace, e.steps)
     back = pd.read_csv(io.BytesIO(downloads.csv_bytes(req)))
     assert back["prompt_ids"].map(json.loads).tolist() == req["prompt_ids"].tolist()
 

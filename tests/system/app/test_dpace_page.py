@@ -8,10 +8,12 @@ tiny random pair (SPECLAB_LIVE_MODELS=tiny). The browser-level checks live in te
 
 from __future__ import annotations
 import json
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import reconcile
 from tests.conftest import MAIN, REPO, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -33,3 +35,9 @@ def test_dpace_page_switches_between_bundled_results(app):
         table = at.dataframe[0].value
         assert list(table["objective"]) == [r["label"] for r in summary], option
         assert table["τ offline"].round(3).tolist() == [round(r["tau_offline_mean"], 3) for r in summary]
+        for cell, r in zip(table["CPU speedup"], summary):  # a timed objective's speedup links to its row
+            if r.get("speedup_cpu_mean") is None:
+                assert cell is None or cell != cell
+            else:
+                assert f"row={reconcile.dpace_id(name, r['label'])}" in cell, cell
+                assert re.search(reconcile.FIGURE_TEXT, cell).group(1) == f"{r['speedup_cpu_mean']:.2f}"

@@ -10,11 +10,13 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, persist, runs
+from app import persist, runs, site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
-PAGES = ["overview", "replay", "windows", "compare", "multidraft", "upload", "sweeps", "dpace", "audit"]
+# Every page but Live (its conclusion is a finished run's: test_live_page) and Speedups (it opens on the
+# answer sentence of a pair: test_speedups_page).
+PAGES = [p.key for p in site_map.PAGES if p.key not in ("live", "speedups")]
 
 
 def first_info(at: AppTest) -> str:
@@ -25,6 +27,7 @@ def first_info(at: AppTest) -> str:
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_opens_with_a_conclusion(app, page):
     at = goto(app, page)
+    assert at.title[0].value == site_map.heading(page)  # the heading the registry gives it
     text = first_info(at)
     assert len(text) > 40 and any(ch.isdigit() for ch in text), text
     assert at.info[0].proto.icon == ":material/lightbulb:"
@@ -35,7 +38,7 @@ def test_every_page_opens_with_a_conclusion(app, page):
 
 
 def test_overview_conclusion_and_runs_table(app):
-    entries = data.all_traces()
+    entries = traces.all_traces()
     df = runs.runs_frame(entries)
     shown = first_info(app)  # every "N.NN× AR" links to its row of the Speedups page
     assert re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", shown) == runs.conclusion(df) and "](speedups?" in shown
@@ -51,7 +54,7 @@ def test_overview_conclusion_and_runs_table(app):
     assert row["Dtype"] == "fp32" and row["Drafter"] == "draft model"
     # Navigation: a link to every page, with its line, before the table.
     links = {p.proto.page for p in app.get("page_link")}
-    assert {p for p in PAGES if p != "overview"} <= links
+    assert {p.url for p in site_map.directory()} <= links  # every other page, from the one list (app/site_map.py)
 
 
 def test_conclusion_says_why_speculation_is_slower():
@@ -92,7 +95,7 @@ def test_upload_survives_a_new_session_and_can_be_removed(app, trace_dir, upload
     fresh = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()  # a reload: a new session, nothing in it
     assert not fresh.exception
     table = next(d.value for d in fresh.dataframe if "×AR" in d.value.columns)
-    assert any("kept.jsonl" in str(r) for r in table["Run"]) or "uploaded: kept.jsonl" in data.all_traces()
+    assert any("kept.jsonl" in str(r) for r in table["Run"]) or "uploaded: kept.jsonl" in traces.all_traces()
     fresh = goto(fresh, "upload")
     assert any("uploaded: kept.jsonl" in m.value for m in fresh.markdown)
     next(b for b in fresh.button if b.key == "rm-uploaded: kept.jsonl").click().run()
@@ -111,7 +114,7 @@ def test_a_broken_kept_upload_is_one_line_and_left_alone(app, trace_dir, uploads
     lines = [w.value for w in at.warning if "broken.jsonl" in w.value]
     assert len(lines) == 1 and "\n" not in lines[0] and str(persist.folder()) not in lines[0]
     assert (uploads_dir / "broken.jsonl").read_bytes() == broken  # left exactly as it was
-    assert "uploaded: good.jsonl" in at.session_state[data.UPLOADS]  # the rest loads
+    assert "uploaded: good.jsonl" in at.session_state[traces.UPLOADS]  # the rest loads
     for page in ("replay", "compare", "upload"):
         goto(at, page)
 
@@ -126,7 +129,7 @@ def test_replay_view_in_the_url_and_back(app):
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT)  # someone opens the shared link
     link.query_params = params
     link.run()
-    link.switch_page("pages/replay.py")
+    link.switch_page(site_map.file("replay"))
     link.query_params = params
     link.run()
     assert not link.exception
@@ -137,13 +140,13 @@ def test_replay_view_in_the_url_and_back(app):
 
 def test_a_link_to_a_missing_trace_is_a_note_and_the_default_view(app):
     at = app
-    at.switch_page("pages/replay.py")
+    at.switch_page(site_map.file("replay"))
     at.query_params = {"trace": "gone.jsonl", "step": "999"}
     at.run()
     assert not at.exception
     notes = [c.value for c in at.caption if "The link names" in c.value]
     assert len(notes) == 1 and "gone.jsonl" in notes[0] and "\n" not in notes[0]
-    assert at.selectbox(key="replay_trace").value == data.default_label(data.all_traces(), readable=True)
+    assert at.selectbox(key="replay_trace").value == traces.default_label(traces.all_traces(), readable=True)
     assert any(m.value.startswith("**Step 0 of") for m in at.markdown)
 
 
@@ -152,7 +155,7 @@ def test_compare_pair_in_the_url(app):
     params = dict(at.query_params)
     assert params["a"] == at.selectbox(key="cmp_a").value and params["b"] == at.selectbox(key="cmp_b").value
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    link.switch_page("pages/compare.py")
+    link.switch_page(site_map.file("compare"))
     link.query_params = {"a": "demo-tiny-fixed8.jsonl", "b": "demo-tiny-fixed2.jsonl"}
     link.run()
     assert link.selectbox(key="cmp_a").value == "demo-tiny-fixed8.jsonl"

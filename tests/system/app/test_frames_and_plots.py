@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import audit_view, data, plots, tokens
+from app import audit_view, frames, plots, tokens, traces, window_plots
 from tests.conftest import MAIN, REPO, TIMEOUT
 
 
 def test_draft_fates_and_step_pieces():
-    assert data.draft_fates(2, 4) == ["accepted", "accepted", "rejected", "pending"]
-    assert data.draft_fates(3, 3) == ["accepted"] * 3
+    assert frames.draft_fates(2, 4) == ["accepted", "accepted", "rejected", "pending"]
+    assert frames.draft_fates(3, 3) == ["accepted"] * 3
     step = {"draft_tokens": [5, 6, 7], "accepted": 1, "window": 3, "emitted_tokens": [5, 9], "bonus": None,
             "correction": 9, "q_draft": [0.9, 0.5, 0.4], "p_target": [0.8, 0.1, 0.3], "accept_probs": [1, 0.2, 0.7]}
     texts = {5: "a", 6: "<b>", 7: "c", 9: "d"}
@@ -35,20 +35,20 @@ def test_frames_and_describe(trace_dir):
     from engine.trace.format import load_trace
 
     t = load_trace(trace_dir / "demo-tiny-heuristic.jsonl")
-    e = data.make_entry("x", "bundled", t)
+    e = frames.make_entry("x", "bundled", t)
     assert len(e.steps) == len(t.steps) and e.steps["emitted"].sum() == t.summary["new_tokens"]
     assert (e.steps["rejected"] + e.steps["pending"] == e.steps["window"] - e.steps["accepted"]).all()
     assert e.steps["rejected"].isin([0, 1]).all()  # one rejected draft at most; the ones after it are pending
     assert len(e.positions) == t.summary["drafted_tokens"]
     assert e.info["demo"] and e.info["policy"].startswith("heuristic") and "qa" in e.info["tasks"]
-    req = data.requests_frame(t, e.steps)
+    req = frames.requests_frame(t, e.steps)
     assert req["new_tokens"].sum() == t.summary["new_tokens"]
 
 
 def test_figures_are_pure_and_share_the_palette(trace_dir):
     from engine.trace.format import load_trace
 
-    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
+    e = frames.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
     one = e.steps[e.steps["request_id"] == 0]
     fig = plots.step_timeline(one, cursor=1).to_dict()
     assert any(s.get("type") == "line" for s in fig["layout"].get("shapes", []))  # the cursor
@@ -58,7 +58,7 @@ def test_figures_are_pure_and_share_the_palette(trace_dir):
     pf = plots.policy_scores({"scores": [0.9, 0.4, 0.2], "threshold": 0.5, "stop": "score"}, 3).to_dict()
     assert pf["data"][0]["y"] == (0.9, 0.4, 0.2) or list(pf["data"][0]["y"]) == [0.9, 0.4, 0.2]
     dist = pd.DataFrame({"policy": ["a", "a", "b"], "emitted": [1, 2, 3]})
-    assert plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
+    assert window_plots.accepted_distribution(dist, ecdf=True).to_dict()["data"][0]["type"] == "scatter"
 
 
 def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
@@ -66,13 +66,13 @@ def test_pending_drafts_grey_and_autoregressive_tokens_neutral(trace_dir):
     a plain target step's token has its own neutral colour, not the bonus blue."""
     from engine.trace.format import load_trace
 
-    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed8.jsonl"))
+    e = frames.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed8.jsonl"))
     fates = e.positions["fate"].value_counts()
     assert fates.get("pending", 0) > 0  # the fixture has some, or this test proves nothing
     bars = {d.name: d for d in plots.step_timeline(e.steps).data if d.type == "bar"}
     assert sum(bars["pending"].y) == fates["pending"] and sum(bars["rejected"].y) == fates["rejected"]
     assert bars["pending"].marker.color == plots.COLORS["pending"]
-    ar = data.make_entry("y", "bundled", load_trace(trace_dir / "demo-tiny-autoregressive.jsonl"))
+    ar = frames.make_entry("y", "bundled", load_trace(trace_dir / "demo-tiny-autoregressive.jsonl"))
     bars = {d.name: d for d in plots.step_timeline(ar.steps).data if d.type == "bar"}
     assert sum(bars["autoregressive"].y) == len(ar.steps) and sum(bars["bonus"].y) == 0
     assert bars["autoregressive"].marker.color == plots.COLORS["autoregressive"] != plots.COLORS["bonus"]
@@ -90,7 +90,7 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
     from app import dpace_plots, sweep_plots
     from engine.trace.format import load_trace
 
-    e = data.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
+    e = frames.make_entry("x", "bundled", load_trace(trace_dir / "demo-tiny-fixed4.jsonl"))
     many = pd.DataFrame({"series": [f"trace-{i}" for i in range(12) for _ in range(3)],
                          "emitted": [1, 2, 3] * 12})
     verdicts = audit_view.verdicts(audit_view.load_audit(REPO / "docs" / "results" / "audit.csv"))
@@ -99,8 +99,8 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
 
     sweep = pd.read_parquet(synthetic_sweep(tmp_path / "sweep") / SUMMARY_NAME)
     figs = [plots.step_timeline(e.steps[e.steps["request_id"] == 0]), plots.position_heatmap(e.positions),
-            plots.position_rate(e.positions), plots.accepted_distribution(many, color="series"),
-            plots.accepted_distribution(many, color="series", ecdf=True), plots.audit_errors(verdicts, 1e-12),
+            plots.position_rate(e.positions), window_plots.accepted_distribution(many, color="series"),
+            window_plots.accepted_distribution(many, color="series", ecdf=True), plots.audit_errors(verdicts, 1e-12),
             plots.cumulative_compare({"A": e.steps, "B": e.steps}), dpace_plots.alpha_sweep(summary),
             sweep_plots.speedup_heatmap(sweep)]
     for fig in figs:
@@ -116,13 +116,13 @@ def test_every_figure_shares_one_layout(trace_dir, tmp_path):
             if t["type"] == "heatmap" and t.get("showscale", True):
                 assert len(t["colorbar"]["title"]["text"]) > 3, title  # words, not a symbol
         assert not lay.get("annotations") or title.startswith("Worst"), title  # no labels sitting on the data
-    colors = [t["marker"]["color"] for t in plots.accepted_distribution(many, color="series").to_dict()["data"]]
+    colors = [t["marker"]["color"] for t in window_plots.accepted_distribution(many, color="series").to_dict()["data"]]
     assert len(set(colors)) == 12
 
 
 def test_bundled_traces_all_load():
     """Whatever sits in traces/ (demo or real) must load, or the Overview reports it as broken."""
-    paths = data.bundled_paths(REPO / "traces")
+    paths = traces.bundled_paths(REPO / "traces")
     assert paths, "traces/ should ship demo traces: python -m app.make_demo_traces"
     from engine.trace.format import load_trace
 

@@ -4,7 +4,7 @@ what the file has or says what it lacks — none fails on the missing fields."""
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.specbench_answers import SPS, VANILLA, answer_file
 
@@ -13,12 +13,12 @@ from tests.specbench_answers import SPS, VANILLA, answer_file
 def at(tmp_path, monkeypatch):
     empty = tmp_path / "traces"
     empty.mkdir()
-    monkeypatch.setenv(data.TRACES_ENV, str(empty))  # only the uploads below are loaded
+    monkeypatch.setenv(traces.TRACES_ENV, str(empty))  # only the uploads below are loaded
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
     sps = answer_file(tmp_path / "vicuna-sps.jsonl", SPS, "vicuna-sps").read_bytes()
     van = answer_file(tmp_path / "vicuna-vanilla.jsonl", VANILLA, "vicuna-vanilla").read_bytes()
-    at.switch_page("pages/upload.py").run()
+    at.switch_page(site_map.file("upload")).run()
     at.file_uploader(key="upload_files").set_value(
         [("vicuna-sps.jsonl", sps, "application/json"), ("vicuna-vanilla.jsonl", van, "application/json")]).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -27,7 +27,7 @@ def at(tmp_path, monkeypatch):
 
 
 def goto(at, page):
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(site_map.file(page)).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import streamlit as st
 
-from app import data, live_explain, runs
+from app import live_explain, runs, traces
 from engine.trace.format import load_trace, summarize
 
 
@@ -52,24 +52,24 @@ def test_open_in_replay_carries_the_autoregressive_baseline(trace_dir, tmp_path)
     paths = {}
     for side, name in (("A", "demo-tiny-fixed4.jsonl"), ("baseline", "demo-tiny-autoregressive.jsonl")):
         paths[side] = str(shutil.copy(trace_dir / name, tmp_path / f"live-{side}.jsonl"))
-    st.session_state[data.UPLOADS] = {}
-    alone, err = data.add_trace_bytes("alone-A.jsonl", (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes(), "live")
+    st.session_state[traces.UPLOADS] = {}
+    alone, err = traces.add_trace_bytes("alone-A.jsonl", (trace_dir / "demo-tiny-fixed4.jsonl").read_bytes(), "live")
     assert err is None
-    before = runs.trace_conclusion(runs.runs_frame(data.uploads()), alone)
+    before = runs.trace_conclusion(runs.runs_frame(traces.uploads()), alone)
     assert "no autoregressive trace" in before  # what the issue saw: the side without its baseline
 
-    st.session_state[data.UPLOADS] = {}
+    st.session_state[traces.UPLOADS] = {}
     label, err = live_explain.open_in_replay(paths, "A", "baseline")
     assert err is None and label == "live: live-A.jsonl"
-    df = runs.runs_frame(data.uploads())
+    df = runs.runs_frame(traces.uploads())
     row = df[df["label"] == label].iloc[0]
     assert row["ar"] == "live: live-baseline.jsonl" and row["×AR"] > 0
     text = runs.trace_conclusion(df, label)
     assert "no autoregressive trace" not in text and f"{row['×AR']:.2f}× AR" in text
     # without a baseline file it opens the side alone and says nothing wrong
-    st.session_state[data.UPLOADS] = {}
+    st.session_state[traces.UPLOADS] = {}
     label, err = live_explain.open_in_replay({"A": paths["A"]}, "A", "baseline")
-    assert err is None and list(data.uploads()) == [label]
+    assert err is None and list(traces.uploads()) == [label]
 
 
 def test_load_estimate_learns_from_this_machines_loads(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, downloads
+from app import downloads
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -47,7 +47,7 @@ def test_live_page_refuses_bad_input(app):
     at.text_area(key="live_text").set_value("hi").run()
     at.number_input(key="live_max").set_value(4).run()
     at.button(key="live_run").click().run()
-    from app import live
+    from app import live_inputs, live_queue
 
     before = dict(at.session_state["live_result"])
     panes = [m.value for m in at.markdown if m.value.startswith("**A · ") or m.value.startswith("**B · ")]
@@ -58,7 +58,7 @@ def test_live_page_refuses_bad_input(app):
         widget.set_value(value)
         at = at.button(key="live_run").click().run()  # the edit and the click arrive in the same rerun
         assert any(e.value.startswith(field) for e in at.error), (key, [e.value for e in at.error])
-        assert len(live.model_queue()) == 0  # nobody left waiting in line
+        assert len(live_queue.model_queue()) == 0  # nobody left waiting in line
         assert at.button(key="live_run").disabled  # and from now on Decode cannot be pressed
         assert at.session_state["live_result"] == before and not at.exception
         assert [m.value for m in at.markdown if m.value.startswith(("**A · ", "**B · "))] == panes
@@ -68,18 +68,18 @@ def test_live_page_refuses_bad_input(app):
         at = at.number_input(key="live_max").set_value(4).run()
     at.text_input(key="live_a").set_value("banana").run()
     msg = next(e.value for e in at.error if e.value.startswith("Policy A"))
-    assert all(name in msg for name in live.policy_names())  # every policy the engine accepts, by name
+    assert all(name in msg for name in live_inputs.policy_names())  # every policy the engine accepts, by name
     assert {"pacer", "autoregressive", "fixed", "heuristic", "confidence", "cumulative", "entropy"} <= \
-        set(live.policy_names())
+        set(live_inputs.policy_names())
 
 
 def test_live_policy_choice_fills_an_editable_spec(app):
-    from app import live
+    from app import live_inputs
 
     at = goto(app, "live")
-    assert at.selectbox(key="live_a_kind").options == live.policy_names()
+    assert at.selectbox(key="live_a_kind").options == live_inputs.policy_names()
     at.selectbox(key="live_a_kind").set_value("entropy").run()
-    assert at.text_input(key="live_a").value == live.preset("entropy")
+    assert at.text_input(key="live_a").value == live_inputs.preset("entropy")
     at.text_input(key="live_a").set_value("confidence:0.3,max=8").run()
     assert at.selectbox(key="live_a_kind").value == "confidence" and not at.error
 
@@ -111,14 +111,14 @@ def test_live_runs_model_free_drafters_side_by_side(app):
     """Each side can draft with lookup or suffix instead of the draft model: the run goes through the same
     decode loop (lossless at T = 0: the baseline's tokens), the panes say which drafter ran and show where
     the latest draft was copied from, and bad drafter input is refused under its field before anything runs."""
-    from app import live
+    from app import live_inputs, live_run
     from engine.trace.format import load_trace
 
     at = goto(app, "live")
     box = at.selectbox(key="live_a_draft_kind")
     assert box.value == "model" and box.options[0] == "draft model (tiny-random-llama-draft)"
     at.selectbox(key="live_a_draft_kind").set_value("suffix").run()
-    assert at.text_input(key="live_a_draft").value == live.draft_preset("suffix") == "suffix:n=16"
+    assert at.text_input(key="live_a_draft").value == live_inputs.draft_preset("suffix") == "suffix:n=16"
     at.text_input(key="live_a_draft").set_value("suffix:n=8").run()
     at.selectbox(key="live_b_draft_kind").set_value("lookup").run()
     assert at.text_input(key="live_b_draft").value == "lookup:n=10,ngram=2"
@@ -136,7 +136,7 @@ def test_live_runs_model_free_drafters_side_by_side(app):
         assert t.complete and t.header["draft"]["name"] == spec
         assert t.ends[0]["output_ids"] == base.ends[0]["output_ids"]  # greedy: the target's own tokens
         assert all("drafter" in d["policy_fields"] for d in t.steps)
-        k, context, src = live.last_copy(t.steps, t.requests[0]["prompt_ids"])
+        k, context, src = live_run.last_copy(t.steps, t.requests[0]["prompt_ids"])
         a, b = src["span"]
         assert context[a:b] == t.steps[k]["draft_tokens"][: b - a]  # the span indexes the context it shows
     b_steps = load_trace(res["paths"]["B"]).steps
@@ -161,15 +161,15 @@ def test_live_runs_model_free_drafters_side_by_side(app):
 
 
 def test_live_offers_installed_pairs_only(app, monkeypatch):
-    from app import live
+    from app import live_models
 
-    monkeypatch.setattr(live, "qwen_installed", lambda: False)
+    monkeypatch.setattr(live_models, "qwen_installed", lambda: False)
     at = goto(app, "live")
-    assert at.selectbox(key="live_pair").options == [f"{live.DEMO_TARGET} ← {live.DEMO_DRAFT}"]
+    assert at.selectbox(key="live_pair").options == [f"{live_models.DEMO_TARGET} ← {live_models.DEMO_DRAFT}"]
     assert any("make models" in c.value for c in at.caption)
-    monkeypatch.setattr(live, "qwen_installed", lambda: True)  # offered, not loaded (the tests never load it)
+    monkeypatch.setattr(live_models, "qwen_installed", lambda: True)  # offered, not loaded (the tests never load it)
     at = goto(at, "live")
-    assert at.selectbox(key="live_pair").options[1] == f"{live.QWEN_TARGET} ← {live.QWEN_DRAFT}"
+    assert at.selectbox(key="live_pair").options[1] == f"{live_models.QWEN_TARGET} ← {live_models.QWEN_DRAFT}"
     assert at.selectbox(key="live_pair").options[2].endswith("quantized weights (CPU fast path)")
     assert not any("make models" in c.value for c in at.caption)
 
@@ -179,7 +179,7 @@ def test_live_run_folders_are_removed(app):
     when the session's state is dropped."""
     import gc
 
-    from app import live
+    from app import live_run
 
     at = goto(app, "live")
     at.number_input(key="live_max").set_value(3).run()
@@ -189,7 +189,7 @@ def test_live_run_folders_are_removed(app):
     at.button(key="live_run").click().run()
     second = Path(at.session_state["live_result"]["paths"]["A"]).parent
     assert second.is_dir() and not first.exists()
-    d = live.RunDir()
+    d = live_run.RunDir()
     path = d.path
     del d
     gc.collect()
@@ -202,25 +202,25 @@ def test_live_checks_and_queue(tmp_path, monkeypatch):
     import threading
     import time
 
-    from app import live
+    from app import live_inputs, live_models, live_queue, live_run
     from engine.decode import DecodeConfig
     from engine.trace.format import load_trace
 
-    pair = live.demo_pair("tiny")
-    ids, policies, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
+    pair = live_models.demo_pair("tiny")
+    ids, policies, err = live_inputs.check_inputs(pair, "hello", {"A": "fixed:2", "B": "autoregressive"}, 4)
     assert err is None and policies["B"] is None
-    _, _, err = live.check_inputs(pair, "hello", {"A": "pacer:b=2,trim=1", "B": "fixed:2"}, 4, temperature=0.7)
+    _, _, err = live_inputs.check_inputs(pair, "hello", {"A": "pacer:b=2,trim=1", "B": "fixed:2"}, 4, temperature=0.7)
     assert err.startswith("Policy A:") and "greedy decoding only" in err
-    _, _, err = live.check_inputs(pair, "hello", {"A": "fixed:2", "B": "pacer"}, 4)
+    _, _, err = live_inputs.check_inputs(pair, "hello", {"A": "fixed:2", "B": "pacer"}, 4)
     assert err.startswith("Policy B:") and "576-dim" in err  # committed M_Bs: 576 (SmolLM2), 896 (Qwen); tiny: 32
 
-    q = live.ModelQueue()
+    q = live_queue.ModelQueue()
     holder = q.take()  # another session holds the models
     assert q.wait(holder, 1)
     specs = {"A": "fixed:2", "B": "autoregressive"}
-    monkeypatch.setattr(live, "LOCK_WAIT_S", 0.05)
+    monkeypatch.setattr(live_run, "LOCK_WAIT_S", 0.05)
     with pytest.raises(TimeoutError, match="another session"):
-        live.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), tmp_path,
+        live_run.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), tmp_path,
                       lambda *a: None, queue=q)
     monkeypatch.undo()
     assert len(q) == 1  # the timed-out run left the line
@@ -230,7 +230,7 @@ def test_live_checks_and_queue(tmp_path, monkeypatch):
     def session(name: str, ticket: int) -> None:
         out = tmp_path / name
         out.mkdir()
-        live.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), out,
+        live_run.run_pair(pair, ids, "hello", specs, policies, DecodeConfig(max_new_tokens=4), out,
                       lambda side, steps, done: order.append(name) if done and side == "A" else None,
                       queue=q, ticket=ticket, on_wait=lambda ahead: waits.setdefault(name, ahead))
 
@@ -255,9 +255,9 @@ def test_live_checks_and_queue(tmp_path, monkeypatch):
 def test_model_queue_drops_tickets_of_dead_threads():
     import threading
 
-    from app import live
+    from app import live_queue
 
-    q = live.ModelQueue()
+    q = live_queue.ModelQueue()
     t = threading.Thread(target=q.take)
     t.start()
     t.join()
@@ -274,7 +274,7 @@ def test_example_prompts_cover_every_task_type():
     assert {task_of(c) for c in cats} >= {"mt_bench", "translation", "summarization", "math_reasoning"}
     assert cats & {"qa", "rag"}
     assert all(len(p.text) > 40 for p in EXAMPLE_PROMPTS)
-    from app.live import DEV_QUESTIONS
+    from app.live_inputs import DEV_QUESTIONS
 
     if DEV_QUESTIONS.is_file():  # written for the project, not copied from Spec-Bench
         bench = DEV_QUESTIONS.read_text()

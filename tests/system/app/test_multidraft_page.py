@@ -5,7 +5,9 @@ line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -33,7 +35,7 @@ def synthetic_paired(path: Path) -> Path:
 def test_multidraft_page_matches_the_view(app, tmp_path, monkeypatch):
     """The page opens with multidraft_view.headline of the file and its wall-clock sentence, the lossy
     published rule is never the pick, and a file that is not a paired result gets one line instead."""
-    from app import multidraft_view
+    from app import multidraft_view, reconcile
 
     path = synthetic_paired(tmp_path / "paired.json")
     rows, _, _ = multidraft_view.load_paired(path)
@@ -43,9 +45,20 @@ def test_multidraft_page_matches_the_view(app, tmp_path, monkeypatch):
     at = goto(app, "multidraft")
     text = at.info[0].value
     assert multidraft_view.headline(rows, 0.7) in text and "+20%" in multidraft_view.headline(rows, 0.7)
-    assert multidraft_view.wall_clock(rows, 0.7) in text
+    plain = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)  # the sentence without its links
+    assert multidraft_view.wall_clock(rows, 0.7) in plain
+    links = re.findall(r"\]\((speedups\?[^)]+)\)", text)
+    assert links and all(parse_qs(urlparse(u).query)["row"][0].endswith("-t0-7") for u in links)  # T = 0.7's rows
     fig = at.get("plotly_chart")[0].proto.spec
     assert "Block efficiency by drafts per step, T = 0.7" in fig and "L = 4" in fig
+    # every cell's modelled ×AR links to its own row on the Speedups page, and prints its figure
+    cells = next(d.value for d in at.dataframe if "×AR (modelled)" in d.value.columns)
+    shown = rows[rows["temperature"] == 0.7]
+    assert len(cells) == len(shown)
+    for url, m, k, L, x in zip(cells["×AR (modelled)"], shown["method"], shown["k"], shown["L"], shown["sr_model"]):
+        q = parse_qs(urlparse(url).query)
+        assert q["row"] == [reconcile.md_cell_id(path.name, m, k, L, 0.7)] and q["pair"] == [reconcile.pair_id("t")]
+        assert re.search(reconcile.FIGURE_TEXT, url).group(1) == f"{x:.2f}"
     at.radio(key="md_temp").set_value(0.4).run()
     assert multidraft_view.headline(rows, 0.4) in at.info[0].value
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "sweep", "rows": []}))

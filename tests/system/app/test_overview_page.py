@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import traces
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -22,12 +22,12 @@ def test_overview_cards(app):
     assert not app.metric  # cards on demand: the first screen is the conclusion, the pages and the runs table
     app.toggle(key="ov_cards").set_value(True).run()
     labels = [m.label for m in app.metric]
-    n = len(data.bundled_paths(kind="trace"))
+    n = len(traces.bundled_paths(kind="trace"))
     assert n >= 7 and labels.count("tokens/s") == n and labels.count("emitted / call") == n
     assert any("traces loaded" in h.value for h in app.subheader)
     assert any("say nothing about real models" in c.value for c in app.caption)
     # Every number on a card is the engine's own summary of that trace.
-    e = data.all_traces()["demo-tiny-fixed4.jsonl"]
+    e = traces.all_traces()["demo-tiny-fixed4.jsonl"]
     assert str(e.info["summary"]["target_calls"]) in [m.value for m in app.metric]
     # Every tokens/s carries where and when it was measured.
     assert all("tokens/s measured" in c.value for c in app.caption if "prompts ·" in c.value)
@@ -40,11 +40,11 @@ def card_titles(at: AppTest) -> list[str]:
 def test_overview_titles_are_unique_and_group_by_run(app, trace_dir):
     """One title per trace that tells it apart (pair · policy · sampling · date), also when the same
     run is loaded twice; cards sit under their target and run."""
-    n = len(data.bundled_paths(kind="trace"))
+    n = len(traces.bundled_paths(kind="trace"))
     app.toggle(key="ov_cards").set_value(True).run()
     titles = card_titles(app)
     assert len(titles) == n and len(set(titles)) == n, titles
-    fixed4 = data.all_traces()["demo-tiny-fixed4.jsonl"].info
+    fixed4 = traces.all_traces()["demo-tiny-fixed4.jsonl"].info
     assert f"{fixed4['pair']} · fixed:4 · greedy · {fixed4['created'][:10]}" in titles
     assert any(t.endswith(f"T = 0.7 · {fixed4['created'][:10]}") for t in titles)  # the sampled RBV demo
     assert any(h.value.startswith("Target tiny-random-llama-target") for h in app.subheader)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, downloads
+from app import downloads, traces
 from tests.system.app.conftest import goto
 from tests.conftest import MAIN, TIMEOUT
 
@@ -34,7 +34,8 @@ def synthetic_sweep(folder: Path) -> Path:
     return folder
 
 
-TORCH_FREE_MODULES = ("app.data", "app.plots", "app.tokens", "app.downloads", "app.audit_view", "app.multidraft_view",
+TORCH_FREE_MODULES = ("app.frames", "app.traces", "app.tokenizers", "app.analyses", "app.result_files",
+                      "app.plots", "app.tokens", "app.downloads", "app.audit_view", "app.multidraft_view",
                       "app.sweep_plots",
                       "app.dpace_plots", "engine.offline.analysis", "engine.offline.reference", "engine.offline.replay", "engine.bench.sweep",
                       "engine.trace.perfetto", "engine.trace.format", "engine.trace.prompts")
@@ -55,7 +56,7 @@ def test_pages_other_than_live_do_not_import_torch(trace_dir, tmp_path):
     sweep = synthetic_sweep(tmp_path / "sweep")
     code = f"""
 import os, sys
-os.environ[{data.TRACES_ENV!r}] = {str(trace_dir)!r}
+os.environ[{traces.TRACES_ENV!r}] = {str(trace_dir)!r}
 os.environ["SPECLAB_SWEEP_DIR"] = {str(sweep)!r}
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file({MAIN!r}, default_timeout={TIMEOUT}).run()

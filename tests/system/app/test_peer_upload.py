@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import site_map, traces
 from tests.conftest import MAIN, TIMEOUT
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
@@ -23,9 +23,9 @@ SGLANG = {"text": "y", "meta_info": {"completion_tokens": 48, "spec_verify_ct": 
 def app(tmp_path, monkeypatch):
     d = tmp_path / "traces"
     d.mkdir()
-    monkeypatch.setenv(data.TRACES_ENV, str(d))
+    monkeypatch.setenv(traces.TRACES_ENV, str(d))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    at.switch_page("pages/upload.py").run()
+    at.switch_page(site_map.file("upload")).run()
     assert not at.exception
     return at
 
@@ -53,12 +53,12 @@ def test_peer_reports_load_diagnose_and_render_everywhere(app):
         at.selectbox(key="peer_diag_trace").set_value(label).run()
         assert not at.exception, (label, [e.value for e in at.exception])
     for page in ("overview", "compare", "windows", "sweeps", "audit"):
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(site_map.file(page)).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         if page == "windows" and any(c.key == "win_in_run_imported" for c in at.checkbox):
             # uploads stay out of the in-run cost model until the user opts in
             assert at.checkbox(key="win_in_run_imported").value is False
-    at.switch_page("pages/replay.py").run()
+    at.switch_page(site_map.file("replay")).run()
     for name in ("vllm-draft-k4.jsonl", "llama.json", "sglang.jsonl"):
         at.session_state["replay_trace"] = f"uploaded: {name}"
         at.run()
@@ -81,7 +81,7 @@ def test_hostile_reports_are_one_line_and_the_session_survives(app):
     assert len(msgs) == len(bad), msgs
     for (name, _), m in zip(bad, msgs):
         assert m.startswith(f"{name}: ") and "\n" not in m, m
-    assert list(at.session_state[data.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
+    assert list(at.session_state[traces.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
 
 
 def _ar_of(data: bytes, slower: float) -> bytes:

@@ -101,3 +101,24 @@ def test_table_marks_the_linked_row_first_and_figure_links_end_in_the_figure():
 def test_dtype_from_names_and_command_lines():
     assert reconcile.dtype_of("bfloat16") == "bf16" and reconcile.dtype_of("python -m engine x --dtype fp32") == "fp32"
     assert reconcile.dtype_of("bench-qwen-policies-bf16.json") == "bf16" and reconcile.dtype_of(None) == "—"
+
+
+def test_every_multidraft_cell_is_a_row_listed_only_when_linked():
+    """The Multi-draft page's grid links each cell to its own row: every cell is a row (CELL), the best
+    cells keep their modelled rows, the Speedups table lists a cell only when a link points at it, and a
+    figure in a sentence elsewhere never links to a cell."""
+    grid = pd.DataFrame({"temperature": [0.0] * 3, "L": [4] * 3, "method": ["token", "rbv", "rbv"], "k": [1, 2, 4],
+                         "label": ["SD", "RBV (ours)", "RBV (ours)"], "be": [2.0, 2.2, 2.4],
+                         "sr_model": [1.10, 1.2345, 1.31]})
+    real = pd.DataFrame({"temperature": [0.0], "config": ["rbv-k4"], "sr": [1.27], "prompts": [6]})
+    head = {"target": "qwen2.5-coder-1.5b", "dtype": "bfloat16", "prompts": 6}
+    df = reconcile.frame(reconcile.multidraft_rows("multibench-x.json", grid, real, head, ["rbv"]))
+    pair = reconcile.pair_id("qwen2.5-coder-1.5b")
+    ids = [reconcile.md_cell_id("multibench-x.json", m, k, 4, 0.0) for m, k in zip(grid["method"], grid["k"])]
+    assert set(ids) <= set(df["row"]) and reconcile.md_real_id("multibench-x.json", "rbv-k4", 0.0) in set(df["row"])
+    kinds = df.set_index("row")["kind"]
+    assert list(kinds[ids]) == ["modelled", reconcile.CELL, "modelled"]  # best lossless (K = 4) and SD's best
+    assert df.set_index("row").at[ids[1], "speedup"] == 1.2345  # the cell's own figure
+    assert ids[1] not in set(reconcile.table(df, pair)["row id"])
+    assert reconcile.table(df, pair, ids[1]).iloc[0]["row id"] == ids[1]
+    assert "row=" not in reconcile.linkify("a figure 1.23× AR elsewhere", df, pair)

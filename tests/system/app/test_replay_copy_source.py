@@ -4,7 +4,7 @@ import re
 
 from streamlit.testing.v1 import AppTest
 
-from app import data, tokens
+from app import site_map, tokens, traces
 from engine.trace.format import load_trace
 from tests.conftest import MAIN, TIMEOUT
 
@@ -28,9 +28,9 @@ def test_replay_highlights_the_prompt_span_of_a_lookup_step(model_dirs, tmp_path
     steps = load_trace(out).steps
     k = next(i for i, s in enumerate(steps) if s["policy_fields"]["drafter"].get("span"))
     a, b = steps[k]["policy_fields"]["drafter"]["span"]
-    monkeypatch.setenv(data.TRACES_ENV, str(tmp_path))
+    monkeypatch.setenv(traces.TRACES_ENV, str(tmp_path))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    at.switch_page("pages/replay.py").run()
+    at.switch_page(site_map.file("replay")).run()
     at.session_state["replay_step"] = k
     at.run()
     assert not at.exception, [e.value for e in at.exception]

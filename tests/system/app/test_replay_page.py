@@ -12,7 +12,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data, downloads, plots, tokens
+from app import downloads, frames, plots, tokens
 from tests.conftest import MAIN, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -116,7 +116,7 @@ def test_replay_shows_every_drafted_block_of_a_multi_draft_step(app, trace_dir):
     assert len(chosen) == 1 and chosen[0]["draft"] == s["chosen"]
     n = s["window"]
     assert chosen[0]["ids"][:n] == s["draft_tokens"]  # the followed strip is the step's drafted block …
-    assert chosen[0]["fates"][:n] == data.draft_fates(s["accepted"], n)  # … coloured by the verifier's outcome
+    assert chosen[0]["fates"][:n] == frames.draft_fates(s["accepted"], n)  # … coloured by the verifier's outcome
     assert chosen[0]["ids"][n:] == s["emitted_tokens"][s["accepted"]:]  # then the correction / bonus
     for r in rows:
         if not r["chosen"]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app import acceptance, data, dpace_plots, multidraft_view, runs, sweep_plots
+from app import acceptance, dpace_plots, frames, multidraft_view, runs, sweep_plots, traces
 from tests.conftest import REPO
 
 
@@ -17,7 +17,7 @@ from tests.conftest import REPO
 def entries(trace_dir):
     from engine.trace.format import load_trace
 
-    return {p.name: data.make_entry(p.name, "bundled", load_trace(p)) for p in data.bundled_paths(trace_dir)}
+    return {p.name: frames.make_entry(p.name, "bundled", load_trace(p)) for p in traces.bundled_paths(trace_dir)}
 
 
 def test_cost_ratio_from_the_two_traces(entries):

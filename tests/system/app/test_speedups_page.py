@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from app import reconcile, reconcile_sources
+from app import reconcile, reconcile_sources, site_map
 from tests.conftest import MAIN, TIMEOUT
 
 
@@ -13,7 +13,7 @@ def test_a_link_lands_on_its_row(app):
     df = reconcile_sources.rows()
     row = df[df["kind"] == "oracle"].iloc[0]
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    link.switch_page("pages/speedups.py")
+    link.switch_page(site_map.file("speedups"))
     link.query_params = {"pair": row["pair"], "row": row["row"]}
     link.run()
     assert not link.exception, [e.value for e in link.exception]
@@ -30,7 +30,7 @@ def test_a_link_to_an_unknown_row_says_so(app):
     df = reconcile_sources.rows()
     pair = df["pair"].iloc[0]
     link = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
-    link.switch_page("pages/speedups.py")
+    link.switch_page(site_map.file("speedups"))
     link.query_params = {"pair": pair, "row": "gone"}
     link.run()
     assert not link.exception

@@ -10,7 +10,7 @@ import random
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import site_map, traces
 from engine.trace.format import TraceError, loads_trace
 from engine.trace.loadbench import synthetic_records
 from tests.conftest import MAIN, TIMEOUT
@@ -26,10 +26,10 @@ def app(tmp_path, monkeypatch):
     d = tmp_path / "traces"
     d.mkdir()
     (d / "small.jsonl").write_bytes(trace_bytes())
-    monkeypatch.setenv(data.TRACES_ENV, str(d))
+    monkeypatch.setenv(traces.TRACES_ENV, str(d))
     at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
     assert not at.exception
-    at.switch_page("pages/upload.py").run()
+    at.switch_page(site_map.file("upload")).run()
     return at
 
 
@@ -65,13 +65,24 @@ def test_killed_run_is_a_yellow_warning_saying_what_was_kept(app):
     assert "Line 10 is cut off" in w
 
 
+def test_a_file_over_the_limit_is_refused_on_the_page_in_text(app, monkeypatch):
+    """The uploader takes in more than the limit (traces.RECEIVE_MB), so a file over it reaches the page and
+    is refused with a visible line saying how to shrink it, not by the browser with a tooltip on a chip."""
+    monkeypatch.setattr(traces, "MAX_UPLOAD_MB", 1)
+    big = trace_bytes(2000, 200)
+    at = upload(app, ("big.jsonl", big))
+    assert [e.value for e in at.error] == [traces.size_message("big.jsonl", len(big))] and not at.success
+    assert "uploaded: big.jsonl" not in traces.uploads()
+    assert at.get("file_uploader")[0].proto.max_upload_size_mb == traces.RECEIVE_MB > 1
+
+
 def test_size_limit_message(monkeypatch):
-    """The browser's uploader refuses larger files itself; other paths (AppTest, the Live page's own
-    traces) reach add_trace_bytes, which says how to get under the limit."""
-    monkeypatch.setattr(data, "MAX_UPLOAD_MB", 1)
+    """Every path (the Upload page, AppTest, the Live page's own traces) reaches add_trace_bytes, which says
+    how to get under the limit."""
+    monkeypatch.setattr(traces, "MAX_UPLOAD_MB", 1)
     big = trace_bytes(2000, 200)
     assert len(big) > 1 << 20
-    label, msg = data.add_trace_bytes("/srv/tmp/big.jsonl", big)
+    label, msg = traces.add_trace_bytes("/srv/tmp/big.jsonl", big)
     assert label is None
     assert msg.startswith(f"big.jsonl: {len(big) / 1e6:.1f} MB exceeds the 1 MB upload limit; convert it to Parquet")
     assert "python -m engine export big.jsonl big.parquet" in msg
@@ -114,9 +125,9 @@ def test_fuzzed_traces_that_load_render_on_every_page(app):
     at = upload(app, *[(f"m{i}.jsonl", raw) for i, raw in enumerate(mutants)])
     assert not at.error
     for page in ("overview", "compare", "upload", "windows", "sweeps", "dpace", "audit"):  # Live: its own runs
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(site_map.file(page)).run()
         assert not at.exception, (page, [e.value for e in at.exception])
-    at.switch_page("pages/replay.py").run()
+    at.switch_page(site_map.file("replay")).run()
     for i in range(len(mutants)):
         at.session_state["replay_trace"] = f"uploaded: m{i}.jsonl"
         at.run()

@@ -1,5 +1,5 @@
 """The Windows page's headline sentences (app.window_story) on small hand-made frames, the gap chart
-(app.plots.gap_closed_bars) and the small data helpers behind them (app.data)."""
+(app.window_plots.gap_closed_bars) and the small data helpers behind them (app.frames, app.result_files)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from app import data, plots
+from app import plots, result_files, window_plots
 from app import window_story as story
 
 QWEN = {"target": {"name": "qwen2.5-coder-1.5b"}, "draft": {"name": "qwen2.5-coder-0.5b"}}
@@ -147,7 +147,7 @@ def test_ceiling_sentence_says_the_rule_the_share_and_when_only_ar_is_left():
 
 def test_gap_closed_bars_is_pure_and_shares_the_palette():
     g = story.gap_closed(ratio_table())
-    f = plots.gap_closed_bars(g)
+    f = window_plots.gap_closed_bars(g)
     bar, fig = f.data[0], f.to_dict()
     assert list(bar.x) == ["heuristic", "entropy"] and list(bar.y) == [-0.08, 0.25]
     # the colours adaptive markers get in speedup_vs_window, after its one fixed-γ line
@@ -283,28 +283,28 @@ def test_pacer_models_and_ceiling_model(tmp_path):
     (tmp_path / "pacer-bad" / "README.md").write_text("# something else\n")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "README.md").write_text("# PACER pre-verifier for `a` + `b`\n")
-    assert data.pacer_models(str(tmp_path)) == {"pacer-x": ("t1", "d1")}
-    assert data.pacer_models()["pacer-smollm2"] == ("smollm2-135m", "smollm2-draft")  # the bundled card
+    assert result_files.pacer_models(str(tmp_path)) == {"pacer-x": ("t1", "d1")}
+    assert result_files.pacer_models()["pacer-smollm2"] == ("smollm2-135m", "smollm2-draft")  # the bundled card
     sweep = tmp_path / "sweep.json"
     sweep.write_text(json.dumps({"weights": "models/pacer-x/pacer.safetensors"}))
-    assert data.pacer_ceiling_model(str(sweep)) == "pacer-x"
-    assert data.pacer_ceiling_model(str(tmp_path / "missing.json")) is None
+    assert result_files.pacer_ceiling_model(str(sweep)) == "pacer-x"
+    assert result_files.pacer_ceiling_model(str(tmp_path / "missing.json")) is None
 
 
 def test_bench_results_skips_unreadable_files(tmp_path):
     (tmp_path / "bench-a.json").write_text(json.dumps(bench()))
     (tmp_path / "bench-b.json").write_text("{not json")
     (tmp_path / "other.json").write_text("{}")
-    assert list(data.bench_results(str(tmp_path))) == ["bench-a.json"]
+    assert list(result_files.bench_results(str(tmp_path))) == ["bench-a.json"]
 
 
 def test_accept_run_ecdf_one_line_per_task_clipped():
     import pandas as pd
 
-    from app import plots
+    from app import plots, window_plots
 
     pos = pd.DataFrame({"task": ["qa", "qa", "qa", "rag"], "accept_run": [0, 3, 40, 1]})
-    f = plots.accept_run_ecdf(pos, clip=32)
+    f = window_plots.accept_run_ecdf(pos, clip=32)
     assert [t.name for t in f.data] == ["qa", "rag"]
     assert list(f.data[0].x) == [0, 3, 32] and list(f.data[0].y) == [1 / 3, 2 / 3, 1.0]
 
@@ -332,7 +332,7 @@ def test_bench_pacer_standing_and_sentence():
 
 
 def test_pacer_sweep_for_picks_the_drafts_sweep(tmp_path):
-    from app import data
+    from app import result_files
 
     models, results = tmp_path / "models", tmp_path / "results"
     for folder, pair in (("pacer-a", ("t1", "d1")), ("pacer-b", ("t2", "d2"))):
@@ -341,9 +341,9 @@ def test_pacer_sweep_for_picks_the_drafts_sweep(tmp_path):
     results.mkdir()
     (results / "pacer-sweep-b.json").write_text(json.dumps({"weights": "models/pacer-b/pacer.safetensors"}))
     (results / "pacer-sweep-a.json").write_text(json.dumps({"weights": "models/pacer-a/pacer.safetensors"}))
-    assert data.pacer_sweep_for("d2", str(results), str(models)) == str(results / "pacer-sweep-b.json")
-    assert data.pacer_sweep_for("d1", str(results), str(models)) == str(results / "pacer-sweep-a.json")
-    assert data.pacer_sweep_for("other", str(results), str(models)) == str(data.PACER_SWEEP)
+    assert result_files.pacer_sweep_for("d2", str(results), str(models)) == str(results / "pacer-sweep-b.json")
+    assert result_files.pacer_sweep_for("d1", str(results), str(models)) == str(results / "pacer-sweep-a.json")
+    assert result_files.pacer_sweep_for("other", str(results), str(models)) == str(result_files.PACER_SWEEP)
 
 
 def test_bench_gap_closed_on_the_wall_clock():

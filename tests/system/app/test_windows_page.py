@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import data
+from app import result_files, traces
 from tests.conftest import MAIN, REPO, TIMEOUT
 from tests.system.app.conftest import goto
 
@@ -56,7 +56,7 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     shutil.copy(REPO / "traces" / "ref-smollm2-greedy.jsonl", refs)  # sorts after the demo, before qwen: not first
     shutil.copy(REPO / "docs" / "results" / "ref-qwen-greedy-w8.jsonl", refs)
     shutil.copy(trace_dir / "demo-tiny-reference.jsonl", refs)
-    monkeypatch.setenv(data.TRACES_ENV, str(refs))
+    monkeypatch.setenv(traces.TRACES_ENV, str(refs))
     at = goto(AppTest.from_file(MAIN, default_timeout=TIMEOUT).run(), "windows")
     assert at.multiselect(key="win_refs").value == ["ref-qwen-greedy-w8.jsonl"]
     assert not any("blend" in w.value for w in at.warning)
@@ -71,17 +71,17 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
     for p in persist:  # only with this pair's fixed-window decode traces loaded (test_autocorrelation: its value)
         assert re.search(r"fixed-window decode traces: \*\*r\(1\) = −?\d\.\d\d\*\*", p)
     assert any(t.startswith("**Gap closed.** ") and ("(0 = best fixed" in t or "to the oracle (1)" in t) for t in text)
-    sweep = data.pacer_sweep_for("qwen2.5-coder-0.5b")  # this draft's own pre-verifier and its sweep
+    sweep = result_files.pacer_sweep_for("qwen2.5-coder-0.5b")  # this draft's own pre-verifier and its sweep
     assert sweep.endswith("pacer-sweep-qwen.json")
-    pos = story.pacer_position(data.pacer_ceiling(sweep))
+    pos = story.pacer_position(result_files.pacer_ceiling(sweep))
     assert (f"**PACER.** PACER's pre-verifier for qwen2.5-coder-0.5b (models/pacer-qwen) reaches "
             f"{story.num(pos['of_oracle'])} of the oracle's speedup, {story.num(pos['position'])} of the way") in said
     pair = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
-    found = story.find_bench(data.bench_results(), *pair)  # the newest bench of the pair with an oracle row
+    found = story.find_bench(result_files.bench_results(), *pair)  # the newest bench of the pair with an oracle row
     real = story.bench_oracle_ratio(found[1])
     # the oracle's speedup links to its row on the Speedups page
     assert f"{story.REAL_LABEL} {story.num(real['ratio'])}× (oracle [{story.num(real['oracle'])}× AR](speedups?" in said
-    pb = story.find_bench(data.bench_results(), *pair, need=story.bench_pacer_standing)
+    pb = story.find_bench(result_files.bench_results(), *pair, need=story.bench_pacer_standing)
     plain = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", said)  # the text without its links to the Speedups page
     assert pb is not None and story.pacer_wall_clock_sentence(*pb) in plain  # PACER on the wall clock
     assert re.search(r"the best PACER rule \([^)]*\) runs at \[\d\.\d\d× AR\]\(speedups\?", said)  # … linked
@@ -117,12 +117,12 @@ def test_windows_page_opens_on_the_qwen_pair_with_its_headline(trace_dir, tmp_pa
 
 def test_windows_page_shows_pacer_ceiling(app):
     """The ceiling chart and table come from the bundled sweep result, share of the oracle per rule."""
-    from app import data
+    from app import result_files
 
     at = goto(app, "windows")
     glance = at.info[0].value.split(": which window?**", 1)[0]
     draft = glance.rsplit(" ← ", 1)[-1]
-    PACER_SWEEP = Path(data.pacer_sweep_for(draft))  # the sweep of the pair the page opened on
+    PACER_SWEEP = Path(result_files.pacer_sweep_for(draft))  # the sweep of the pair the page opened on
     at.segmented_control(key="win_section").set_value("PACER's ceiling").run()
     titles = {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
     assert "PACER vs the oracle as the draft gets cheaper" in titles

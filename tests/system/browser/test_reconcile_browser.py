@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from app import site_map
 from tests.conftest import browser_missing, settle
 
 if browser_missing():
@@ -24,10 +25,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 SCREEN = {"width": 1400, "height": 900}
 # sidebar title -> (url path, the page's h1)
-PAGES = {"Overview": ("", "speclab"), "Replay": ("replay", "Replay"), "Windows": ("windows", "Windows"),
-         "Compare": ("compare", "Compare"), "Multi-draft": ("multidraft", "Multi-draft"),
-         "Speedups": ("speedups", "Speedups"), "Live": ("live", "Live"), "Upload": ("upload", "Upload"),
-         "Sweeps": ("sweeps", "Sweeps"), "D-PACE": ("dpace", "D-PACE training"), "Audit": ("audit", "Losslessness audit")}
+PAGES = {p.title: (p.url, p.heading) for p in site_map.PAGES}
 RAW = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|T \?")
 # Field names that reached a label in the issue, and any snake_case word outside code.
 IDENTIFIER = re.compile(r"\b(?:weight_share|max_lossless_error|blocks\.t_before|mb_ms)\b|\b[a-z]+_[a-z0-9]+(?:_[a-z0-9]+)*\b")

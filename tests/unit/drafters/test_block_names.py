@@ -27,7 +27,7 @@ def test_paths_still_work(tmp_path):
 
 def test_eagle_names_resolve_and_the_live_page_offers_the_head(monkeypatch, tmp_path):
     import engine.drafters.factory as f
-    from app import live
+    from app import live_inputs
     from engine.drafters.factory import EAGLE_HEADS, drafter_kind, eagle_path
 
     assert drafter_kind("eagle:qwen2.5-coder-1.5b") == "eagle"
@@ -36,5 +36,5 @@ def test_eagle_names_resolve_and_the_live_page_offers_the_head(monkeypatch, tmp_
     with pytest.raises(FileNotFoundError, match=r"eagle:qwen2.5-coder-1.5b: no committed head at .*eagle train"):
         eagle_path("eagle:qwen2.5-coder-1.5b")
     assert "models/" in EAGLE_HEADS["qwen2.5-coder-1.5b"]
-    assert live.EAGLE_DRAFT in live.draft_names() and live.own_drafter("eagle:x")
-    assert live.draft_preset(live.EAGLE_DRAFT) == "eagle:qwen2.5-coder-1.5b"
+    assert live_inputs.EAGLE_DRAFT in live_inputs.draft_names() and live_inputs.own_drafter("eagle:x")
+    assert live_inputs.draft_preset(live_inputs.EAGLE_DRAFT) == "eagle:qwen2.5-coder-1.5b"
