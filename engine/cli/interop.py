@@ -103,7 +103,9 @@ def import_peer(a) -> int:
         raise ValueError(str(e)) from None
     s, imp = t.summary, t.header["imported"]
     rate = s[ACCEPTANCE_RATE]
-    print(f"wrote {a.out}: {s['requests']} requests, {s['target_calls']} target calls, {s['new_tokens']} tokens; "
+    toks = (f"output length not in the file (its verify steps emitted {s['new_tokens']} tokens)"
+            if "output length" in imp["lacks"] else f"{s['new_tokens']} tokens")
+    print(f"wrote {a.out}: {s['requests']} requests, {s['target_calls']} target calls, {toks}; "
           f"{LABELS[EMITTED_PER_CALL]} {s[EMITTED_PER_CALL]:.3f}, acceptance rate "
           f"{'n/a' if rate is None else f'{rate:.3f}'}")
     from engine.interop.diagnose import LENGTH_NAMES, acceptance_lengths

@@ -167,3 +167,33 @@ def test_peers_run_end_to_end_with_stand_in_peers(model_dirs, tmp_path, monkeypa
     for pid in (int(p.name) for p in (tmp_path / "pids").iterdir()):  # every llama-server stopped
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _ar_of(data: bytes, slower: float) -> bytes:
+    out = []
+    for line in data.decode().splitlines():
+        r = json.loads(line)
+        r.pop("spec_decode_acceptance", None)
+        if "request_latency" in r["metrics"]:
+            r["metrics"]["request_latency"]["value"] *= slower
+        out.append(json.dumps(r))
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_new_formats_and_times_ar_on_the_command_line(tmp_path, capsys):
+    run, ar = FIX / "aiperf-vllm-k3.jsonl", tmp_path / "ar.jsonl"
+    ar.write_bytes(_ar_of(run.read_bytes(), 3.0))
+    out = tmp_path / "a.jsonl"
+    assert main(["import", "aiperf", str(run), "-o", str(out), "--ar", str(ar)]) == 0
+    text = capsys.readouterr().out
+    assert "Acceptance Length (per-request mean)" in text and "Token-Weighted Acceptance Length" in text
+    assert "×AR 3.000 against ar.jsonl" in text and "basis:" in text
+    assert main(["diagnose", str(out), "--ar", str(ar)]) == 0
+    text = capsys.readouterr().out
+    assert "why acceptance is low" in text and "first rejection at position" in text and "×AR 3.000" in text
+    assert main(["import", "llamacpp-stats", str(FIX / "llamacpp-stats.log"), "-o", str(tmp_path / "s.jsonl")]) == 0
+    assert "output length not in the file" in capsys.readouterr().out  # totals, never a measured output length
+    capsys.readouterr()
+    assert main(["diagnose", str(out), "--ar", str(out)]) != 0  # a run that drafted is no AR baseline
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: a.jsonl: not an autoregressive run") and "\n" not in err
