@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import site_map, traces
+from tests.aiperf_runs import ar_of
 from tests.conftest import MAIN, TIMEOUT
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
@@ -84,20 +85,9 @@ def test_hostile_reports_are_one_line_and_the_session_survives(app):
     assert list(at.session_state[traces.UPLOADS]) == ["uploaded: good.jsonl"]  # nothing half-loaded, nothing lost
 
 
-def _ar_of(data: bytes, slower: float) -> bytes:
-    out = []
-    for line in data.decode().splitlines():
-        r = json.loads(line)
-        r.pop("spec_decode_acceptance", None)
-        if "request_latency" in r["metrics"]:
-            r["metrics"]["request_latency"]["value"] *= slower
-        out.append(json.dumps(r))
-    return ("\n".join(out) + "\n").encode()
-
-
 def test_new_formats_and_an_ar_baseline_give_times_ar_and_why_low(app):
     run = (FIX / "aiperf-vllm-k3.jsonl").read_bytes()
-    at = upload(app, ("aiperf.jsonl", run), ("aiperf-ar.jsonl", _ar_of(run, 2.0)),
+    at = upload(app, ("aiperf.jsonl", run), ("aiperf-ar.jsonl", ar_of(run, 2.0)),
                 ("stats.log", (FIX / "llamacpp-stats.log").read_bytes()))
     assert not at.error, [e.value for e in at.error]
     at.selectbox(key="peer_diag_trace").set_value("uploaded: aiperf.jsonl").run()

@@ -8,6 +8,7 @@ import pytest
 
 from engine.__main__ import main
 from engine.trace.format import load_trace
+from tests.aiperf_runs import ar_of
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 
@@ -169,20 +170,9 @@ def test_peers_run_end_to_end_with_stand_in_peers(model_dirs, tmp_path, monkeypa
             os.kill(pid, 0)
 
 
-def _ar_of(data: bytes, slower: float) -> bytes:
-    out = []
-    for line in data.decode().splitlines():
-        r = json.loads(line)
-        r.pop("spec_decode_acceptance", None)
-        if "request_latency" in r["metrics"]:
-            r["metrics"]["request_latency"]["value"] *= slower
-        out.append(json.dumps(r))
-    return ("\n".join(out) + "\n").encode()
-
-
 def test_new_formats_and_times_ar_on_the_command_line(tmp_path, capsys):
     run, ar = FIX / "aiperf-vllm-k3.jsonl", tmp_path / "ar.jsonl"
-    ar.write_bytes(_ar_of(run.read_bytes(), 3.0))
+    ar.write_bytes(ar_of(run.read_bytes(), 3.0))
     out = tmp_path / "a.jsonl"
     assert main(["import", "aiperf", str(run), "-o", str(out), "--ar", str(ar)]) == 0
     text = capsys.readouterr().out

@@ -11,20 +11,10 @@ import pytest
 
 from engine.interop import baseline, formats
 from engine.interop.baseline import BaselineError, first_rejection, times_ar, why_low
+from tests.aiperf_runs import ar_of
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 AIPERF = (FIX / "aiperf-vllm-k3.jsonl").read_bytes()
-
-
-def ar_of(data: bytes, slower: float) -> bytes:
-    out = []
-    for line in data.decode().splitlines():
-        r = json.loads(line)
-        r.pop("spec_decode_acceptance", None)
-        if "request_latency" in r["metrics"]:
-            r["metrics"]["request_latency"]["value"] *= slower
-        out.append(json.dumps(r))
-    return ("\n".join(out) + "\n").encode()
 
 
 def test_times_ar_from_the_files_wall_times():
