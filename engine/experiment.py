@@ -310,7 +310,8 @@ def run(exp: Experiment, dry_run: bool = False, say: Callable[[str], None] = pri
         if any(s.parallel for s in exp.steps):
             say("wait")
         return 0
-    env = os.environ | dict(exp.env)
+    # SPECLAB_EXPERIMENT: a command whose result file is named at run time (the roofline's, by the CPU) records it
+    env = os.environ | dict(exp.env) | {"SPECLAB_EXPERIMENT": exp.file}
     for group in _groups(exp.steps):
         procs = []
         for i, s in enumerate(group):

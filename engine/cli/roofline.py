@@ -11,6 +11,7 @@ Worked example (a quiet machine; writes docs/results/roofline-<cpu>.json):
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -84,6 +85,8 @@ def cmd_roofline(a) -> int:
     result = run_roofline(cfg, prompts, lambda m, dt, w: load_model(m, dt, "cpu", role="model", weights=w), encode)
     result.update(command=common.command_line(), machine=machine_description(), lscpu=cpu,
                   software=software_versions(), prompts_file=str(a.prompts))
+    if os.environ.get("SPECLAB_EXPERIMENT"):  # its file is named by the CPU, so the experiment cannot stamp it
+        result["experiment"] = os.environ["SPECLAB_EXPERIMENT"]
     print(format_rows(result["rows"]))
     out = a.out if a.out is not None else str(REPO_ROOT / "docs" / "results" / f"roofline-{cpu_slug(cpu.get('Model name', ''), cpu_flags())}.json")
     if out:

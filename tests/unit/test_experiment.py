@@ -177,10 +177,12 @@ def test_run_stamps_the_json_result_and_stops_at_a_failure(tmp_path, monkeypatch
     text = GOOD.replace('out = "docs/results/toy.json"', f'out = "{out}"')
     e = load(tmp_path, text + '\n[[run]]\ncommand = "pacer train"\n')
     codes = iter([0, 3])
-    started = []
-    monkeypatch.setattr(ex.subprocess, "Popen", lambda argv, **k: started.append(argv) or FakeProc(next(codes)))
+    started, envs = [], []
+    monkeypatch.setattr(ex.subprocess, "Popen", lambda argv, **k: started.append(argv) or envs.append(k["env"])
+                        or FakeProc(next(codes)))
     assert ex.run(e, say=lambda s: None) == 3
     assert len(started) == 2 and started[0][1:4] == ["-m", "engine", "bench"]
+    assert envs[0]["SPECLAB_EXPERIMENT"] == e.file  # a result named at run time can record it too
     data = json.loads(out.read_text())
     assert data == {"rows": [], "command": "x", "experiment": e.file}
     assert not list(tmp_path.glob("*.tmp"))
