@@ -1,7 +1,7 @@
 """A trace as the dataframes every page draws from, and the Entry the pages share: steps, drafted
 positions, requests, the one-line description of a run, titles, run groups and the comparability check.
 Pure: a `engine.trace.format.Trace` in, frames and dicts out (no Streamlit, no torch). Where traces come
-from is app.traces; their token texts app.tokenizers.
+from is app.traces; their token texts app.token_texts.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import streamlit as st
 
 from app.frames import Entry, make_entry
-from app.tokenizers import tokenizer_for
+from app.token_texts import tokenizer_for
 from engine.interop import formats, specbench
 from engine.trace.format import TraceError, load_trace, loads_trace
 

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app import (acceptance, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
-                 site_map, tokenizers, tokens, traces)
+                 site_map, token_texts, tokens, traces)
 
 st.title(site_map.heading("compare"))
 entries = traces.all_traces()
@@ -145,9 +145,9 @@ for col, side, e in ((cols[0], "A", A), (cols[1], "B", B)):
         col.info(f"**{side}** · {imported.missing(e.trace, ('draft_tokens', 'emitted_tokens'))} After "
                  f"{min(k + 1, len(seq))} target calls: {sum(s['emitted'] for s in seq[: k + 1])} tokens.")
         continue
-    tok = tokenizers.entry_tokenizer(e)
+    tok = token_texts.entry_tokenizer(e)
     ids = {t for s in seq for t in (*s["draft_tokens"], *s["emitted_tokens"])}
-    texts = dict(zip(ids, tokenizers.token_texts(tok, list(ids))))
+    texts = dict(zip(ids, token_texts.token_texts(tok, list(ids))))
     with col.container(border=True):
         st.markdown(f"**{side} · {e.info['policy']}**")
         if k < len(seq):

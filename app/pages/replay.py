@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app import (costaware_view, downloads, fmt, frames, imported, plots, reconcile, reconcile_sources, runs, share,
-                 site_map, time_plots, tokenizers, tokens, traces)
+                 site_map, time_plots, token_texts, tokens, traces)
 
 st.title(site_map.heading("replay"))
 ss = st.session_state
@@ -62,10 +62,10 @@ if imported.replay_fallback(e, rid):  # an imported run: step counts, no tokens 
         del st.query_params["step"]
     st.stop()
 
-tok = tokenizers.entry_tokenizer(e)
+tok = token_texts.entry_tokenizer(e)
 ids = set(reqs.at[rid, "prompt_ids"]) | {t for s in raw for t in (*s["draft_tokens"], *s["emitted_tokens"])} | {
     t for s in raw for block in s.get("all_drafts") or [] for t in block}
-texts = dict(zip(ids, tokenizers.token_texts(tok, list(ids))))
+texts = dict(zip(ids, token_texts.token_texts(tok, list(ids))))
 if tok is None:
     st.caption(f"No tokenizer for target `{info['target']}` on this machine (`make models` installs it): tokens "
                "shown as ⟨id⟩.")

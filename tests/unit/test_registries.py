@@ -103,3 +103,23 @@ def test_no_app_module_over_about_400_lines():
 
     long = {str(p.relative_to(REPO)): n for p in APP.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these app modules (> {MAX_LINES} lines): {long}"
+
+
+def test_no_app_module_shadows_an_installed_package():
+    """Streamlit puts app/ first on sys.path, so app/<name>.py is what `import <name>` finds there: an app module
+    named like a library (app/tokenizers.py once hid HF's tokenizers, and every model load on Live failed)."""
+    import importlib.machinery
+    import sys
+
+    from pathlib import Path
+
+    app_dir = REPO / "app"
+    path = [p for p in sys.path if Path(p or ".").resolve() not in (app_dir, REPO)]
+    clashes = []
+    for f in sorted(app_dir.glob("*.py")):
+        if f.stem == "__init__":
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(f.stem, path)
+        if spec is not None or f.stem in sys.builtin_module_names:
+            clashes.append(f.name)
+    assert not clashes, f"app modules named like installed packages: {clashes}"

@@ -34,7 +34,7 @@ def synthetic_sweep(folder: Path) -> Path:
     return folder
 
 
-TORCH_FREE_MODULES = ("app.frames", "app.traces", "app.tokenizers", "app.analyses", "app.result_files",
+TORCH_FREE_MODULES = ("app.frames", "app.traces", "app.token_texts", "app.analyses", "app.result_files",
                       "app.plots", "app.tokens", "app.downloads", "app.audit_view", "app.multidraft_view",
                       "app.sweep_plots",
                       "app.dpace_plots", "engine.offline.analysis", "engine.offline.reference", "engine.offline.replay", "engine.bench.sweep",
