@@ -121,7 +121,7 @@ def ar_section(entries: dict[str, Any], label: str, trace) -> None:
            and k != label]
     if not ars:
         st.caption("×AR: upload the same engine's run without speculation (e.g. a vLLM file without "
-                   "spec_decode_metrics, a llama.cpp run without a draft) and choose it here as the baseline.")
+                   "speculative-decoding metrics, a llama.cpp run without a draft) and choose it here as the baseline.")
         return
     pick = st.selectbox("AR baseline (same engine, no speculation)", ["—", *ars], key="peer_diag_ar")
     if pick == "—":
