@@ -120,7 +120,7 @@ def ar_section(entries: dict[str, Any], label: str, trace) -> None:
     ars = [k for k, x in entries.items() if not x.info.get("draft") and x.trace.header.get("imported")
            and k != label]
     if not ars:
-        st.caption("×AR: upload the same engine's run without speculation (e.g. a vLLM file without "
+        st.markdown("×AR: upload the same engine's run without speculation (e.g. a vLLM file without "
                    "speculative-decoding metrics, a llama.cpp run without a draft) and choose it here as the baseline.")
         return
     pick = st.selectbox("AR baseline (same engine, no speculation)", ["—", *ars], key="peer_diag_ar")
