@@ -25,16 +25,20 @@ def test_probe_reports_every_condition(pair):
     assert (a - b).abs().max() < 1e-4
 
 
-def test_plain_linear_switch_restores_the_skinny_path(pair):
-    from engine.kernels.accelerate import use_skinny_linears
+def test_plain_linear_switch_restores_the_skinny_path():
     from engine.bench.step_probe import _linears
+    from engine.core.lm import HFModel
+    from engine.kernels.accelerate import use_skinny_linears
+    from engine.models.tiny import tiny_llama
 
-    target, _ = pair
+    # its own model: patching the session's shared tiny target would reroute every later test through accelerate
+    target = HFModel(tiny_llama(0), "t")
     n = use_skinny_linears(target.model)
     _linears(target, False)
     assert not any("forward" in m.__dict__ for m in target.model.modules())
     _linears(target, True)
     assert sum("forward" in m.__dict__ for m in target.model.modules()) >= n
+
 
 def test_probe_needs_enough_distinct_tokens(pair):
     with pytest.raises(ValueError, match="at least"):
