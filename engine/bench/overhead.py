@@ -3,9 +3,10 @@
 One-token steps (`lm.extend([t])`, the autoregressive step every path makes) on a warm cache, timed
 twice, interleaved per repeat: plainly (wall) and under torch's profiler, which adds up the time the
 operators themselves ran (their self CPU time; a foreign kernel called through ctypes counts as the
-Python around it, so for our qgemm kernel its own time is clocked separately with `perf_counter`):
+Python around it, so our C kernels' own calls — quantized qgemm, dense bf16 GEMV and attention — are
+clocked separately with `perf_counter`):
 
-    kernel share     Σ operator (and qgemm kernel) time / profiled wall
+    kernel share     Σ operator (and our C kernels') time / profiled wall
     overhead share   1 − kernel share: module dispatch, cache bookkeeping, masks, argument handling
     top operators    where the kernel time goes (matmul kernels, attention, cache concatenation)
 
@@ -21,22 +22,38 @@ from typing import Any
 import torch
 
 
-def _qgemm_clock(model: torch.nn.Module) -> tuple[list[float], list]:
-    """Wrap each QGemmLinear's forward to accumulate its wall time (seconds) into a one-cell list."""
-    from engine.kernels.qkernel import QGemmLinear
+class _ClockedLib:
+    """Stands in for a ctypes library: every `speclab_*` call it forwards adds its wall time to `spent[0]`
+    (seconds). The profiler cannot see inside a foreign function, so this is how our C kernels' own time
+    is counted as kernel time and not as the Python around it."""
+
+    def __init__(self, lib, spent: list[float]):
+        self._lib, self._spent = lib, spent
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if not name.startswith("speclab_"):
+            return fn
+
+        def timed(*args, _f=fn):
+            t = time.perf_counter()
+            try:
+                return _f(*args)
+            finally:
+                self._spent[0] += time.perf_counter() - t
+        return timed
+
+
+def _kernel_clock() -> tuple[list[float], list]:
+    """Route our C libraries (the quantized qgemm and the dense bf16 kernels) through `_ClockedLib`;
+    returns the one-cell clock and what to restore."""
+    from engine.kernels import dense_kernel, qkernel
 
     spent, restore = [0.0], []
-    for m in model.modules():
-        if isinstance(m, QGemmLinear):
-            fwd = m.forward
-
-            def timed(x, _f=fwd):
-                t = time.perf_counter()
-                y = _f(x)
-                spent[0] += time.perf_counter() - t
-                return y
-            m.forward = timed
-            restore.append(m)
+    for mod in (qkernel, dense_kernel):
+        if mod._lib is not None:
+            restore.append((mod, mod._lib))
+            mod._lib = _ClockedLib(mod._lib, spent)
     return spent, restore
 
 
@@ -56,7 +73,7 @@ def measure(lm, context: list[int], steps: int = 8, repeats: int = 3) -> dict[st
             lm.extend([context[-1]])
         walls.append((time.perf_counter() - t) / steps)
         lm.crop(base)
-        spent, wrapped = _qgemm_clock(lm.model)
+        spent, wrapped = _kernel_clock()
         try:
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 t = time.perf_counter()
@@ -64,14 +81,14 @@ def measure(lm, context: list[int], steps: int = 8, repeats: int = 3) -> dict[st
                     lm.extend([context[-1]])
                 wall = time.perf_counter() - t
         finally:
-            for m in wrapped:
-                del m.forward
+            for mod, lib in wrapped:
+                mod._lib = lib
         ops = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6  # µs → s
         kernel_shares.append(min(1.0, (ops + spent[0]) / wall))
         for e in prof.key_averages():
             tops[e.key] = tops.get(e.key, 0.0) + e.self_cpu_time_total / 1e3 / steps / repeats
         if spent[0]:
-            tops["qgemm (ctypes)"] = tops.get("qgemm (ctypes)", 0.0) + 1e3 * spent[0] / steps / repeats
+            tops["speclab C kernels"] = tops.get("speclab C kernels", 0.0) + 1e3 * spent[0] / steps / repeats
     lm.crop(base)
     share = statistics.median(kernel_shares)
     top = sorted(tops.items(), key=lambda kv: -kv[1])[:6]

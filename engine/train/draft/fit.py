@@ -40,6 +40,7 @@ from engine.train.draft.batches import (Batcher, choose_vocab_subset, collate, l
                                         sharegpt_assistant_counts, train_shards)
 from engine.train.draft.evaluate import bench, match_vectors, specbench_eval, summarize_matches
 from engine.train.draft.gen import GenConfig, default_data_dir
+from engine.train.loop import train_step
 from engine.train.draft.model import (build_draft_from_target, draft_hidden, export, head_logits, load_checkpoint,
                                       save_checkpoint)
 
@@ -249,15 +250,10 @@ def train(cfg: DraftConfig, resume: bool = False, overwrite: bool = False, targe
                 shards = new
                 batcher.set_pool(seqs)
         lr = lr_at(cfg, state["step"], max(state["elapsed_s"] / budget, state["step"] / cfg.max_steps))
-        for g in opt.param_groups:
-            g["lr"] = lr
         ids, flat, sidx, tlp, tgt_s, _ = collate(batcher.next(), vmap)
         state["epoch"], state["batches_in_epoch"] = batcher.epoch, batcher.consumed
         loss, kl, ce, acc = loss_fn(draft, ids, flat, sidx, tlp, tgt_s, subset, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        opt.step()
+        gn = float(train_step(opt, loss, params, lr, cfg.grad_clip))  # engine.train.loop: the shared step
         state["step"] += 1
         state["tokens"] += int(ids.numel())
         state["positions"] += int(len(flat))

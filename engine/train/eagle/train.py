@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from engine.trace.jsonio import write_json_atomic
 from engine.train.eagle.data import IGNORE, EagleData, batches, pad
+from engine.train.loop import train_step
 
 QWEN = "qwen2.5-coder-1.5b"
 
@@ -288,14 +289,9 @@ def _loop(cfg, head, fr, data, info, run: Path, progress: bool) -> dict:
     while step < total:
         rows = [data.train[i] for i in plan[step]]
         ids, feats, lab, _ = pad(rows, fd)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step, total)
         with amp():
             loss, accs = step_loss(head, fr, ids, feats, lab, cfg.unroll)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.clip)
-        opt.step()
+        train_step(opt, loss, head.parameters(), lr_at(cfg, step, total), cfg.clip)  # engine.train.loop: the shared step
         step += 1
         n = sum(len(r) for r in rows)
         seen += n

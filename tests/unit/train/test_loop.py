@@ -38,3 +38,15 @@ def test_a_step_is_the_hand_written_tail():
     assert torch.equal(norm, ref) and norm > 1.0  # the clip was active
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert oa.param_groups[0]["lr"] == 1e-2
+
+
+def test_every_trainer_steps_through_the_shared_step():
+    """One training loop tail: no trainer under engine/ calls backward / clip / zero_grad itself."""
+    import re
+
+    from tests.conftest import REPO
+
+    own = re.compile(r"\.backward\(|clip_grad_norm_\(|\.zero_grad\(")
+    offenders = [str(p.relative_to(REPO)) for p in (REPO / "engine").rglob("*.py")
+                 if p.name != "loop.py" and own.search(p.read_text())]
+    assert not offenders, f"trainers with their own optimiser tail (use engine.train.loop.train_step): {offenders}"
