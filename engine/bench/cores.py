@@ -60,3 +60,33 @@ def busy_cores(interval_s: float = 0.5, threshold: float = 0.5,
     busy = {k: round(v, 3) for k, v in s.items() if v > threshold}
     return {"ok": not busy, "busy": busy, "shares": {k: round(v, 3) for k, v in s.items()},
             "interval_s": interval_s, "threshold": threshold}
+
+
+def choose_threads(most: int, check: Callable[[], dict] = busy_cores) -> int:
+    """The threads a run should take: the cores no other process holds, at most `most`, at least one.
+
+    Why: a thread pool that waits on each other (OpenMP, llama.cpp's spinning workers) runs only as fast as
+    its slowest thread, so a thread placed on a core another process holds stalls every step; one thread
+    fewer loses a share, not the run. Example: 2 cores, one held → 1; the check failing → `most`."""
+    r = check()
+    if r.get("ok") is None:
+        return max(1, most)
+    free = len(r["shares"]) - len(r["busy"])
+    return max(1, min(most, free))
+
+
+class Hog:
+    """Another process holding one core for the length of a `with` block (a Python busy loop, at the caller's
+    priority): the busy machine of a timing that asks how a path fares beside other work."""
+
+    def __enter__(self) -> "Hog":
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.3)  # let it reach its loop before anything is timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()

@@ -97,11 +97,35 @@ def measure(lm, context: list[int], steps: int = 8, repeats: int = 3) -> dict[st
             "context_len": len(context), "weights": getattr(lm, "weights", "dense")}
 
 
+def busy_rows(lm, context: list[int], steps: int, repeats: int, threads: int, quiet_ms: float,
+              hog=None, choose=None) -> list[dict[str, Any]]:
+    """The same steps beside a process holding one core (engine.bench.cores.Hog): at `threads`, and at the
+    threads the busy machine leaves free (`choose_threads`, checked with the hog running). Each row's
+    `vs_quiet` = quiet step ÷ busy step (1.0: unharmed; the issue's bar is ≥ 0.5). Threads are restored."""
+    from engine.bench.cores import Hog, choose_threads
+
+    hog, choose = hog or Hog, choose or choose_threads
+    out = []
+    try:
+        with hog():
+            chosen = choose(threads)
+            for cond, n in (("busy", threads), ("busy, threads chosen", chosen)):
+                if cond != "busy" and n == threads:
+                    continue
+                torch.set_num_threads(n)
+                r = measure(lm, context, steps, repeats)
+                out.append(r | {"condition": cond, "threads": n, "vs_quiet": round(quiet_ms / r["step_ms"], 3)})
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 def format_overhead(rows: list[dict[str, Any]]) -> str:
-    lines = ["| weights | step (ms) | tokens/s | kernel share | overhead share | top operators (ms/step) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| weights | machine | threads | step (ms) | tokens/s | kernel share | overhead share | top operators (ms/step) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["top_ms_per_step"].items())[:3])
-        lines.append(f"| {r['weights']} | {r['step_ms']:.1f} | {1e3 / r['step_ms']:.2f} | {100 * r['kernel_share']:.1f} % "
-                     f"| {100 * r['overhead_share']:.1f} % | {top} |")
+        cond = r.get("condition", "quiet") + (f" ({r['vs_quiet']:.2f}× quiet)" if "vs_quiet" in r else "")
+        lines.append(f"| {r['weights']} | {cond} | {r.get('threads', '')} | {r['step_ms']:.1f} | {1e3 / r['step_ms']:.2f} "
+                     f"| {100 * r['kernel_share']:.1f} % | {100 * r['overhead_share']:.1f} % | {top} |")
     return "\n".join(lines)

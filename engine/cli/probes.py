@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
     o.add_argument("--steps", type=int, default=8)
     o.add_argument("--repeats", type=int, default=3)
     o.add_argument("--context", type=int, default=256, help="tokens of context in the cache")
+    o.add_argument("--busy", action="store_true",
+                   help="also time each path beside a process that holds one core: at --threads and at the threads "
+                        "the machine leaves free (engine.bench.cores.choose_threads)")
     common.add_out(o, "write the result as JSON")
     o.set_defaults(func=cmd_overhead)
 
@@ -105,7 +108,7 @@ def cmd_kernels(a) -> int:
 
 
 def cmd_overhead(a) -> int:
-    from engine.bench.overhead import format_overhead, measure
+    from engine.bench.overhead import busy_rows, format_overhead, measure
     from engine.models.load import load_model, machine_description, software_versions
     from engine.trace.jsonio import write_json_atomic
     from engine.trace.prompts import encode
@@ -118,7 +121,9 @@ def cmd_overhead(a) -> int:
     for w in dict.fromkeys(pw.target for pw in paths):  # one model: the target's path of each
         t = load_model(a.target, a.dtype, a.device, role="target", weights=w)
         ids = encode(t.tokenizer, measure.__doc__ * 40, chat=False)[: a.context]
-        rows.append(measure(t.lm, ids, a.steps, a.repeats))
+        rows.append(measure(t.lm, ids, a.steps, a.repeats) | {"condition": "quiet", "threads": a.threads})
+        if a.busy:
+            rows += busy_rows(t.lm, ids, a.steps, a.repeats, a.threads, rows[-1]["step_ms"])
         del t
     print(format_overhead(rows))
     if a.out:

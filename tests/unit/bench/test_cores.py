@@ -20,3 +20,11 @@ def test_unreadable_stat_is_unknown_not_a_crash():
         raise OSError("no /proc")
 
     assert busy_cores(read=boom, sleep=lambda s: None)["ok"] is None
+
+
+def test_the_hog_runs_inside_its_block_and_is_gone_after():
+    from engine.bench.cores import Hog
+
+    with Hog() as h:
+        assert h.proc.poll() is None  # spinning
+    assert h.proc.poll() is not None

@@ -42,3 +42,29 @@ def test_the_dense_kernels_calls_count_as_kernel_time_and_the_library_comes_back
             mod._lib = orig
     assert spent[0] > 0 and dense_kernel._lib is lib
     torch.testing.assert_close(y.float(), (x.float() @ w.float().T), rtol=2e-2, atol=2e-2)
+
+
+def test_busy_rows_time_beside_a_hog_at_both_thread_counts_and_restore_the_threads():
+    from contextlib import nullcontext
+
+    m = tiny_llama(0)
+    lm = HFModel(m, "tiny")
+    before = torch.get_num_threads()
+    rows = measure(lm, list(range(1, 20)), steps=2, repeats=1)
+    from engine.bench.overhead import busy_rows
+
+    busy = busy_rows(lm, list(range(1, 20)), 2, 1, before, rows["step_ms"], hog=nullcontext, choose=lambda n: 1)
+    conds = [(r["condition"], r["threads"]) for r in busy]
+    assert conds[0] == ("busy", before) and (before == 1 or conds[1] == ("busy, threads chosen", 1))
+    assert all(r["vs_quiet"] > 0 for r in busy) and torch.get_num_threads() == before
+    assert "busy, threads chosen" in format_overhead(busy) or before == 1
+
+
+def test_choose_threads_leaves_the_held_core():
+    from engine.bench.cores import choose_threads
+
+    held = {"ok": False, "busy": {"cpu1": 0.97}, "shares": {"cpu0": 0.03, "cpu1": 0.97}}
+    assert choose_threads(2, lambda: held) == 1
+    assert choose_threads(2, lambda: {"ok": True, "busy": {}, "shares": {"cpu0": 0.0, "cpu1": 0.1}}) == 2
+    assert choose_threads(2, lambda: {"ok": None, "error": "x"}) == 2
+    assert choose_threads(4, lambda: {"ok": False, "busy": {"cpu0": 1, "cpu1": 1}, "shares": {"cpu0": 1, "cpu1": 1}}) == 1
