@@ -130,6 +130,7 @@ def test_the_budget_counts_across_requests():
     assert MAX_STEPS == Budget().left
 
 
+@pytest.mark.slow  # ~15 s of building million-entry files; the full suite runs it
 def test_million_entry_arrays_are_refused_on_their_length():
     cases = [m for m in all_mutants() if "10^6" in m[0] and m[1].startswith("vllm-draft")]
     assert cases

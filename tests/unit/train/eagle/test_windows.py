@@ -1,5 +1,6 @@
 """The head's window replay is exact: replayed steps equal the decode loop's own steps."""
 
+import pytest
 import torch
 
 from engine.decode import DecodeConfig, decode
@@ -49,6 +50,7 @@ def _fit(head, t, steps=150):
         opt.step()
 
 
+@pytest.mark.slow  # ~25 s: a real decode loop beside the replay; the full suite runs it
 def test_fixed_windows_replay_the_decode_loop_exactly():
     t, head = _setup()
     prompt, n = [3, 1, 4, 1, 5], 24
@@ -66,6 +68,7 @@ def test_fixed_windows_replay_the_decode_loop_exactly():
     assert total_acc > 0  # the comparison covered accepting steps
 
 
+@pytest.mark.slow  # ~25 s: a real decode loop beside the replay; the full suite runs it
 def test_oracle_is_no_worse_than_any_fixed_window_and_autocorrelation():
     t, head = _setup()
     prompt, n = [2, 7, 1, 8], 20
