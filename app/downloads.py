@@ -84,11 +84,12 @@ def csv_button(df: pd.DataFrame, name: str, key: str, where=st) -> None:
 MISSING = "—"  # what an empty cell shows (never a raw None / nan)
 
 
-def table(df: pd.DataFrame, name: str, key: str, where=st, **kwargs) -> None:
+def table(df: pd.DataFrame, name: str, key: str, where=st, csv: pd.DataFrame | None = None, **kwargs) -> None:
     """st.dataframe plus its CSV button: every table in the app goes through here. Empty cells read
-    as MISSING."""
+    as MISSING. `csv`: the frame the CSV holds when the shown one differs (figures shown as links to the
+    Speedups page download as the figures)."""
     where.dataframe(df, **{"hide_index": True, "width": "stretch", "placeholder": MISSING, **kwargs})
-    csv_button(df, name, key, where)
+    csv_button(df if csv is None else csv, name, key, where)
 
 
 def trace_buttons(trace: Trace, name: str, key: str, where=st, jsonl: bytes | None = None) -> None:

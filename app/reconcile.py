@@ -35,7 +35,7 @@ HEADERS = {"what": "what", "speedup": "×AR", "kind": "figure", "basis": "cost b
            "weights": "weights path", "prompts": "prompts", "tokens": "tokens per prompt", "source": "from",
            "page": "shown on"}
 WALL, MODELLED, REPLAYED = "wall clock", "modelled", "replayed"
-RUNNABLE = ("run", "bench", "peer")  # a policy you can run, timed: the kinds that may answer the question
+RUNNABLE = ("run", "bench", "peer", "sweep")  # a policy you can run, timed: the kinds that may answer the question
 # A cell of a grid a page tabulates (every multi-draft verifier × K × L): a row so that the cell's link lands
 # on its own figure, listed on the Speedups page only when a link points at it (the grid is on its page).
 CELL = "cell"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import analyses, reconcile, result_files, runs, traces
+from app import analyses, reconcile, reconcile_tables, result_files, runs, traces
 from app import window_story as story
 
 MULTIDRAFT_JSON = "docs/results/multibench-qwen-paired-bf16.json"
@@ -28,10 +28,20 @@ def window_cost(refs: list, key: tuple):
     return "measured" if analysis.has_timings(refs) else float(analysis.CostModel().c)
 
 
-def _reference_rows() -> list[dict]:
-    from engine.offline import advise
+def window_costs(cost, timed: bool) -> tuple:
+    """The cost models of the Windows page's oracle table: the page's own first, then the defaults
+    (measured only when the references carry timings)."""
+    from engine.offline import analysis
 
-    refs_all, _ = traces.references()
+    return tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
+
+
+def _reference_rows() -> list[dict]:
+    from engine.offline import advise, analysis
+
+    # traces/ alone: an uploaded reference is evidence about its own run, shown on Windows when picked, never
+    # a row here (nor, through the cache below, in another session's rows)
+    refs_all, _ = traces.bundled_references()
     headers = {k: r.header for k, (r, _) in refs_all.items()}
     out = []
     for (target, draft), labels in story.group_by_pair(headers).items():
@@ -49,6 +59,9 @@ def _reference_rows() -> list[dict]:
         dtype = reconcile.dtype_of((h.get("target") or {}).get("dtype"))
         out += reconcile.window_rows(pair, wt, wt["cost"].iloc[0], ", ".join(labels), prompts,
                                      h.get("max_new_tokens"), dtype, cc)
+        ot = analyses.oracle_ratio_table(refs, key, window_costs(cost, analysis.has_timings(refs)))
+        out += reconcile_tables.window_cells(pair, reconcile_tables.refs_key(labels), wt, ot, prompts,
+                                             h.get("max_new_tokens"), dtype, ", ".join(labels))
         adv = advise.from_window_table(wt, story.pair_label((target, draft)), "measured", ceiling=cc)
         out += reconcile.advice_rows(pair, adv.speedup if adv.k else None, adv.k, ", ".join(labels),
                                      "replayed reference, page's cost model", "Windows", dtype)
@@ -135,6 +148,54 @@ def _dpace_rows() -> list[dict]:
     return out
 
 
+def sweep_folders() -> tuple[list[str], str]:
+    """The Sweeps page's folders (runs/**/ with a summary, then the bundled example) and the one it opens
+    on ($SPECLAB_SWEEP_DIR, else the first): the rows below are that folder's."""
+    import os
+
+    from engine.bench.sweep_grid import SUMMARY_NAME
+
+    runs_dir, example = traces.REPO / "runs", traces.REPO / "app" / "example_sweep"
+    found = sorted(str(p.parent) for p in runs_dir.glob(f"**/{SUMMARY_NAME}")) if runs_dir.is_dir() else []
+    if (example / SUMMARY_NAME).is_file():
+        found.append(str(example))
+    default = os.environ.get("SPECLAB_SWEEP_DIR") or (found[0] if found else "")
+    if default and default not in found:
+        found.insert(0, default)
+    return found, default
+
+
+def sweep_name(folder: str) -> str:
+    """A sweep folder as its ids name it: the path inside the repository, else the folder's name."""
+    p = Path(folder).resolve()
+    return str(p.relative_to(traces.REPO)) if p.is_relative_to(traces.REPO) else p.name
+
+
+def sweep_rows(folder: str, stamp: float = 0.0) -> list[dict]:
+    """Every speedup the Sweeps page shows for `folder`: per facet slice, each setting pooled over tasks,
+    each setting × task and each trace (app.reconcile_tables.sweep_cells)."""
+    from app import sweep_plots
+    from engine.bench.sweep_grid import SUMMARY_NAME
+    from engine.bench.sweep_summary import load_sweep_summary, with_settings
+
+    if not folder or not (Path(folder) / SUMMARY_NAME).is_file():
+        return []
+    df = with_settings(load_sweep_summary(folder))
+    facets = list(sweep_plots.facet_values(df))
+    out = []
+    for _, view in (df.groupby(facets) if facets else [((), df)]):
+        out += reconcile_tables.sweep_cells(sweep_name(folder), view, reconcile_tables.slice_key(view, facets),
+                                            sweep_plots.setting_table(view), sweep_plots.policy_task_table(view),
+                                            f"{Path(folder).name}/{SUMMARY_NAME}")
+    return out
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def sweep_frame(folder: str, stamp: float = 0.0) -> pd.DataFrame:
+    """`sweep_rows` as a frame: what the Sweeps page links to, without gathering every other page's rows."""
+    return reconcile.frame(sweep_rows(folder, stamp))
+
+
 def _peer_rows() -> list[dict]:
     from app import peer_view
 
@@ -142,15 +203,17 @@ def _peer_rows() -> list[dict]:
 
 
 @st.cache_data(ttl=600, show_spinner="Collecting every speedup the app shows…")
-def _static(multidraft: str) -> pd.DataFrame:
-    """Rows from committed results (bench, peers, multi-draft, references): the same for every session.
-    Keyed on the multi-draft file, so pointing the page at another one brings its rows (and links)."""
+def _static(multidraft: str, sweep: str = "", stamp: float = 0.0, refs: str = "") -> pd.DataFrame:
+    """Rows from committed results (bench, peers, multi-draft, references, the default sweep): the same for
+    every session. Keyed on the multi-draft file, the sweep folder (and its summary's time) and the
+    references' folder, so pointing a page at another one brings its rows (and links)."""
     rows, errors = [], []
-    for part in (_bench_rows, _peer_rows, lambda: _multidraft_rows(Path(multidraft)), _reference_rows, _dpace_rows):
+    parts = {"multidraft": lambda: _multidraft_rows(Path(multidraft)), "sweep": lambda: sweep_rows(sweep, stamp)}
+    for part in (_bench_rows, _peer_rows, parts["multidraft"], _reference_rows, _dpace_rows, parts["sweep"]):
         try:
             rows += part()
         except Exception as e:  # one unreadable source must not hide the others' rows; the page says which
-            name = "multidraft" if part.__name__ == "<lambda>" else part.__name__.strip("_").removesuffix("_rows")
+            name = next((k for k, f in parts.items() if f is part), part.__name__.strip("_").removesuffix("_rows"))
             errors.append(f"{name} results skipped ({type(e).__name__})")
     df = reconcile.frame(rows)
     df.attrs["errors"] = errors
@@ -162,7 +225,12 @@ def rows(entries: dict | None = None) -> pd.DataFrame:
     entries = traces.all_traces() if entries is None else entries
     df = runs.runs_frame(entries)
     live = reconcile.run_rows(df, entries) + _advice_rows(entries)
-    static = _static(str(multidraft_path()))
+    from engine.bench.sweep_grid import SUMMARY_NAME
+
+    sweep = sweep_folders()[1]
+    summary = Path(sweep) / SUMMARY_NAME if sweep else None
+    static = _static(str(multidraft_path()), sweep, summary.stat().st_mtime if summary and summary.is_file() else 0.0,
+                     str(traces.trace_dir()))
     out = reconcile.frame([*static.to_dict("records"), *live])
     out.attrs["errors"] = static.attrs.get("errors", [])
     return out
@@ -176,7 +244,7 @@ def pair_labels(df: pd.DataFrame) -> dict[str, str]:
     for folder, target in DPACE.items():
         if dpace_pair(folder) in out:
             out[dpace_pair(folder)] = f"{target} ← D-PACE block drafter"
-    refs_all, _ = traces.references()
+    refs_all, _ = traces.bundled_references()
     for r, _ in refs_all.values():
         t, d = story.pair_of(r.header)
         out[reconcile.pair_id(t)] = story.pair_label((runs.model_name(t), d))
@@ -184,4 +252,12 @@ def pair_labels(df: pd.DataFrame) -> dict[str, str]:
         pid = reconcile.pair_id(b.get("target"))
         if pid in out and out[pid] == pid and ":" not in str(b.get("draft")):
             out[pid] = f"{runs.model_name(b.get('target'))} ← {b.get('draft')}"
+    sweep = sweep_folders()[1]
+    if sweep and any(df.loc[df["page"] == "Sweeps", "pair"].isin([p for p, v in out.items() if v == p])):
+        from engine.bench.sweep_summary import load_sweep_summary
+
+        for (pair, target, draft), _ in load_sweep_summary(sweep).groupby(["pair", "target", "draft"]):
+            pid = reconcile_tables.sweep_pair(target, pair)
+            if out.get(pid) == pid:  # a sweep of a local tiny pair: its grid's name and the models' folders
+                out[pid] = f"sweep pair “{pair}” ({Path(str(target)).name} ← {Path(str(draft)).name})"
     return out

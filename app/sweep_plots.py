@@ -8,6 +8,8 @@ grid reads as one table."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -90,9 +92,16 @@ def speedup_heatmap(df: pd.DataFrame, title: str = "Speedup over autoregressive 
     return layout(fig, title, "task", ylabel, height=max(300, 90 + 45 * max(1, len(m.index))), legend=False)
 
 
-def conclusion(view: pd.DataFrame, tasks_table: pd.DataFrame | None = None) -> str:
+def conclusion(view: pd.DataFrame, tasks_table: pd.DataFrame | None = None,
+               link: Callable[[str, str | None], str | None] | None = None) -> str:
     """One or two sentences: the best drafter × policy pooled over tasks and its speedup, the tasks where
-    it does best and worst; where no setting beats autoregressive, say so."""
+    it does best and worst; where no setting beats autoregressive, say so. `link(setting, task)` (task None:
+    pooled) gives a figure's URL on the Speedups page, or None to print it plain."""
+
+    def fig(x: float, setting: str, task: str | None = None) -> str:
+        url = link(setting, task) if link else None
+        return f"[{x:.2f}×]({url})" if url else f"{x:.2f}×"
+
     settings = setting_table(view)
     spec = settings[settings["policy"] != AUTOREGRESSIVE] if "policy" in settings else settings
     spec = spec[spec["speedup"].notna()] if len(spec) else spec
@@ -105,10 +114,11 @@ def conclusion(view: pd.DataFrame, tasks_table: pd.DataFrame | None = None) -> s
     span = ""
     if len(per) > 1:
         lo, hi = per.loc[per["speedup"].idxmin()], per.loc[per["speedup"].idxmax()]
-        span = f", from {lo['speedup']:.2f}× on {lo['task']} to {hi['speedup']:.2f}× on {hi['task']}"
+        span = (f", from {fig(lo['speedup'], best['setting'], lo['task'])} on {lo['task']} to "
+                f"{fig(hi['speedup'], best['setting'], hi['task'])} on {hi['task']}")
     n_tasks = view["task"].nunique()
     if best["speedup"] >= 1:
-        return f"Best setting: {name} at **{best['speedup']:.2f}×** autoregressive over {n_tasks} tasks{span}."
+        return f"Best setting: {name} at **{fig(best['speedup'], best['setting'])}** autoregressive over {n_tasks} tasks{span}."
     return (f"No setting beats autoregressive decoding in this slice: the best, {name}, runs at "
-            f"**{best['speedup']:.2f}×** over {n_tasks} tasks{span} — the draft's forwards cost more than the "
+            f"**{fig(best['speedup'], best['setting'])}** over {n_tasks} tasks{span} — the draft's forwards cost more than the "
             "tokens they save; compare model-free drafters (no draft forward) or shorter windows.")

@@ -228,8 +228,8 @@ def _load_reference(path: str, mtime: float):
     return load_reference(path)
 
 
-def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
-    """Reference runs: label -> (Reference, cache key), bundled then uploaded; plus load errors."""
+def bundled_references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
+    """Reference runs of traces/ alone: label -> (Reference, cache key); plus load errors."""
     ok, bad = {}, {}
     for p in bundled_paths(kind="reference"):
         mtime = p.stat().st_mtime
@@ -237,6 +237,12 @@ def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
             ok[p.name] = (_load_reference(str(p), mtime), f"{p.name}@{mtime}")
         except TraceError as err:
             bad[p.name] = str(err)
+    return ok, bad
+
+
+def references() -> tuple[dict[str, tuple[Any, str]], dict[str, str]]:
+    """Reference runs: label -> (Reference, cache key), bundled then uploaded; plus load errors."""
+    ok, bad = bundled_references()
     restore_uploads()
     ok.update(st.session_state.get(REF_UPLOADS, {}))
     return ok, bad

@@ -2,13 +2,12 @@
 heatmap and the settings pooled over tasks. With no sweep of your own it opens on the bundled example
 (app/example_sweep: the real sweep code over the tiny untrained pair)."""
 
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 import streamlit as st
 
-from app import downloads, site_map, sweep_plots
+from app import downloads, reconcile, reconcile_sources, reconcile_tables, site_map, sweep_plots
 from engine.bench.sweep_grid import NO_DRAFTER, SUMMARY_NAME
 from engine.bench.sweep_summary import load_sweep_summary, with_settings
 from engine.metrics import ACCEPTANCE_RATE, ACCEPTED_PER_CALL, EMITTED_PER_CALL, LABELS
@@ -20,12 +19,7 @@ st.caption("A sweep folder is what `python -m engine sweep GRID.toml --out DIR` 
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(REPO / "app" / "example_sweep")
-found = sorted(str(p.parent) for p in (REPO / "runs").glob(f"**/{SUMMARY_NAME}")) if (REPO / "runs").is_dir() else []
-if (Path(EXAMPLE) / SUMMARY_NAME).is_file():
-    found.append(EXAMPLE)
-default = os.environ.get("SPECLAB_SWEEP_DIR") or (found[0] if found else "")
-if default and default not in found:
-    found.insert(0, default)
+found, default = reconcile_sources.sweep_folders()  # runs/**/ then the example; the Speedups page has `default`'s rows
 folder = st.selectbox("Sweep folder", found, index=found.index(default) if default else None,
                       accept_new_options=True, placeholder="path to a sweep folder",
                       format_func=lambda f: "bundled example (tiny untrained pair)" if f == EXAMPLE else f)
@@ -64,7 +58,28 @@ if facets:
         pick = col.selectbox(name, values, key=f"sweep_{name}")
         view = view[view[name] == pick]
 
-head.info(sweep_plots.conclusion(view) + (" *The bundled example's pair is random: run your own grid "
+# Each speedup links to its row on the Speedups page, which reconciles the folder the page opens on.
+known = reconcile_sources.sweep_frame(folder, stamp) if folder == default else None
+key = reconcile_tables.slice_key(view, list(facets))
+folder_id = reconcile_sources.sweep_name(folder)
+pair = reconcile_tables.sweep_pair(view["target"].iloc[0], view["pair"].iloc[0] if "pair" in view else None)
+
+
+def linked(table, ids, help: str):
+    """`table` with its speedups as links (AR rows: the 1.00 baseline, no link) and the column's config."""
+    ids = [None if pol == reconcile_tables.AUTOREGRESSIVE else i for i, pol in zip(ids, table["policy"])]
+    cells = reconcile_tables.links(known, pair, ids, table["speedup"])
+    return reconcile_tables.column(table, "speedup", cells, help)
+
+
+def href(setting: str, task: str | None = None) -> str | None:
+    """A figure of the headline as a link to its row (None: the folder is not reconciled, print it plain)."""
+    row = reconcile_tables.sweep_id(folder_id, key, setting, task)
+    hit = known is not None and ((known["pair"] == pair) & (known["row"] == row)).any()
+    return reconcile.href(pair, row) if hit else None
+
+
+head.info(sweep_plots.conclusion(view, link=href) + (" *The bundled example's pair is random: run your own grid "
                                          "(docs/sweeps.md) for numbers that mean something.*" if folder == EXAMPLE else ""),
           icon=":material/lightbulb:")
 st.plotly_chart(sweep_plots.speedup_heatmap(view), theme=None, width="stretch")
@@ -82,10 +97,19 @@ NUMBERS = {"tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1
 st.subheader("Per drafter and window setting")
 st.caption("Every task of this slice pooled: drafter (`model` = the pair's draft model; `lookup` / `suffix` copy "
            "from the prompt and output, no draft model) × window policy, best speedup first.")
-downloads.table(sweep_plots.setting_table(view), f"sweep-{p.name}-settings", "sweep_settings",
-                column_config=NUMBERS)
+settings = sweep_plots.setting_table(view)
+shown, col = linked(settings, [reconcile_tables.sweep_id(folder_id, key, s) for s in settings["setting"]],
+                    "tokens/s ÷ the autoregressive tasks' on the same prompts, every task pooled")
+downloads.table(shown, f"sweep-{p.name}-settings", "sweep_settings", column_config=NUMBERS | {"speedup": col},
+                csv=settings)
 st.subheader("Per setting and task")
-downloads.table(sweep_plots.policy_task_table(view), f"sweep-{p.name}-policy-task", "sweep_table",
-                column_config=NUMBERS)
+per_task = sweep_plots.policy_task_table(view)
+shown, col = linked(per_task, [reconcile_tables.sweep_id(folder_id, key, s, t) for s, t in zip(per_task["setting"],
+                                                                                          per_task["task"])],
+                    "tokens/s ÷ the autoregressive task's on the same prompts")
+downloads.table(shown, f"sweep-{p.name}-policy-task", "sweep_table", column_config=NUMBERS | {"speedup": col},
+                csv=per_task)
 with st.expander("Every task (one row per trace)"):
-    downloads.table(view, f"sweep-{p.name}-tasks", "sweep_tasks")
+    shown, col = linked(view, [reconcile_tables.sweep_id(folder_id, "", t) for t in view["task_id"]],
+                        "tokens/s ÷ the autoregressive task's on the same prompts (this trace's shard)")
+    downloads.table(shown, f"sweep-{p.name}-tasks", "sweep_tasks", column_config={"speedup": col}, csv=view)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import (analyses, autocorrelation, downloads, imported, reconcile, reconcile_sources, result_files, runs,
-                 share, site_map, traces, whatif, window_plots)
+from app import (analyses, autocorrelation, downloads, imported, reconcile, reconcile_sources, reconcile_tables,
+                 result_files, runs, share, site_map, traces, whatif, window_plots)
 from app import window_story as story
 
 st.title(site_map.heading("windows"))
@@ -144,8 +144,8 @@ if shown == SECTIONS[0]:
                    f"drafted window · dotted: i.i.d. closed form at α = {alpha:.2f}, c = {cm.c:.3g}"
                    + (f" · {wt.attrs['note']}" if wt.attrs.get("note") else ""))
 
-costs = tuple(dict.fromkeys([cost, *[x for x in analysis.DEFAULT_COSTS if x != "measured" or timed]]))
-ot = analyses.oracle_ratio_table(refs, key, costs)
+ot = analyses.oracle_ratio_table(refs, key, reconcile_sources.window_costs(cost, timed))
+refs_id = reconcile_tables.refs_key(chosen)  # the tables' speedups link to their rows (this view's, when reconciled)
 
 target, draft = story.pair_of(refs[0].header)
 oh = ot[ot["cost"] == wt["cost"].iloc[0]]
@@ -239,10 +239,16 @@ if shown == SECTIONS[3]:
                         key="win_ratio")
         show = ["task", "cost", "alpha", "best_gamma", "s_best_fixed", "s_oracle_a", "s_oracle_b", "ratio_a", "ratio_b",
                 "iid_ratio_a", "iid_ratio_b", "value"] + [k for k in ot.columns if k.startswith("pos:")]
-        human = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
-        downloads.table(human, "oracle-ratio", "win_ratio_table",
-                        column_config={k: st.column_config.NumberColumn(format="%.3f") for k in human.columns
-                                       if k not in ("task", "cost model", "best fixed γ*", "values")})
+        plain = ot[show].rename(columns=story.RATIO_HEADERS | {k: f"gap closed: {k[4:]}" for k in show if k.startswith("pos:")})
+        human = plain
+        config = {k: st.column_config.NumberColumn(format="%.3f") for k in human.columns
+                  if k not in ("task", "cost model", "best fixed γ*", "values")}
+        for col in ("s_best_fixed", "s_oracle_a", "s_oracle_b"):  # ×AR figures: each a link to its row
+            name = story.RATIO_HEADERS[col]
+            cells = reconcile_tables.links(speedups, pid, reconcile_tables.oracle_ids(refs_id, ot, col), ot[col])
+            human, config[name] = reconcile_tables.column(human, name, cells, f"{name} over autoregressive, replayed",
+                                                          "%.3f")
+        downloads.table(human, "oracle-ratio", "win_ratio_table", column_config=config, csv=plain)
         st.caption("oracle ÷ best fixed = S_oracle ÷ S_best fixed (oracle (a): window = the accepted run; (b): run + 1); "
                    "i.i.d. = the same from the closed form at the task's α; gap closed: <policy> = (S_policy − S_fixed*) ÷ "
                    "(S_oracle(a) − S_fixed*): 0 is the best fixed γ, 1 the oracle.")
@@ -250,7 +256,10 @@ if shown == SECTIONS[3]:
             st.plotly_chart(window_plots.accept_run_ecdf(pos), theme=None, width="stretch", key="win_arun")
             downloads.table(analyses.variability_table(refs, key, cost), "variability", "win_var_table")
         with st.expander(f"All simulated policies for task '{task}'"):
-            downloads.table(g, f"simulated-policies-{task}", "win_sim_table")
+            cells = reconcile_tables.links(speedups, pid, reconcile_tables.policy_ids(refs_id, g), g["speedup"])
+            sim, speed = reconcile_tables.column(g, "speedup", cells, "simulated tokens/s ÷ autoregressive, replayed",
+                                                 "%.3f")
+            downloads.table(sim, f"simulated-policies-{task}", "win_sim_table", column_config={"speedup": speed}, csv=g)
 
 if shown == SECTIONS[4]:
     with body:

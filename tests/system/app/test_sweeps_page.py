@@ -62,3 +62,32 @@ print("torch" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_sweeps_tables_link_every_speedup_to_its_row(app):
+    """The bundled example sweep's three tables: every speculative setting's speedup links to a row of the
+    Speedups page that prints it; the autoregressive baseline (1.00 by definition) links nowhere."""
+    from app import reconcile_sources
+    from tests.system.app.conftest import assert_linked, goto, table_with
+
+    rows = reconcile_sources.rows()
+    at = goto(app, "sweeps")
+    settings, per_task = table_with(at, "tasks"), table_with(at, "task")
+    every = table_with(at, "task_id")
+    for table in (settings, per_task, every):
+        spec = table.value["policy"] != "autoregressive"
+        assert assert_linked(table, "speedup", rows) == spec.sum() > 0
+        assert table.value.loc[~spec, "speedup"].isna().all()
+    # the headline's figures (the best setting pooled, its worst and best task) link to their rows too
+    import re
+    from urllib.parse import parse_qs, urlparse
+
+    figures = re.findall(r"\[(\d+\.\d\d)×\]\((speedups\?[^)]+)\)", at.info[0].value)
+    assert len(figures) == 3, at.info[0].value
+    for x, url in figures:
+        q = parse_qs(urlparse(url).query)
+        hit = rows[(rows["pair"] == q["pair"][0]) & (rows["row"] == q["row"][0])]
+        assert len(hit) == 1 and f"{hit['speedup'].iloc[0]:.2f}" == x
+    # the settings' rows are listed on the Speedups page (pooled over tasks), the cells only when linked
+    listed = rows[rows["page"] == "Sweeps"]
+    assert (listed["kind"] == "sweep").sum() == (settings.value["policy"] != "autoregressive").sum()

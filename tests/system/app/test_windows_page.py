@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -140,3 +141,27 @@ def test_windows_page_degrades_without_analysis(app, monkeypatch):
     monkeypatch.setitem(sys.modules, "engine.offline.analysis", None)  # import now raises ImportError
     at = goto(app, "windows")
     assert any("Window analysis is unavailable" in w.value for w in at.warning)
+
+
+def test_windows_tables_link_every_speedup_to_its_row(app):
+    """The oracle table's three ×AR columns and the simulated-policies table's speedups each link to a row
+    of the Speedups page that prints the figure; a cost ratio set by hand is no row, so its figures stay
+    plain numbers (never a link to a row that is not there)."""
+    from app import reconcile_sources
+    from tests.system.app.conftest import assert_linked, table_with
+
+    rows = reconcile_sources.rows()
+    at = goto(app, "windows")
+    at.segmented_control(key="win_section").set_value("Oracle ÷ best fixed, per task").run()
+    ratio = table_with(at, "oracle (a) speedup")
+    for col in ("speedup at γ*", "oracle (a) speedup", "oracle (b) speedup"):
+        assert assert_linked(ratio, col, rows) == len(ratio.value)  # every task × cost model
+    sim = table_with(at, "policy")
+    assert assert_linked(sim, "speedup", rows) == len(sim.value) > 16  # fixed γs, oracles, adaptive policies
+    assert {"fixed:1", "oracle:a", "oracle:c"} <= set(sim.value["policy"])
+
+    at.slider(key="win_c").set_value(0.37).run()  # the demo opens on the flat ratio: one set by hand
+    assert not at.exception
+    ratio = table_with(at, "oracle (a) speedup")
+    assert json.loads(ratio.proto.columns)["oracle (a) speedup"]["type_config"]["type"] == "number"
+    assert pd.api.types.is_float_dtype(ratio.value["oracle (a) speedup"])
