@@ -62,13 +62,13 @@ def busy_cores(interval_s: float = 0.5, threshold: float = 0.5,
             "interval_s": interval_s, "threshold": threshold}
 
 
-def choose_threads(most: int, check: Callable[[], dict] = busy_cores) -> int:
+def choose_threads(most: int, check: Callable[[], dict] | None = None) -> int:
     """The threads a run should take: the cores no other process holds, at most `most`, at least one.
 
     Why: a thread pool that waits on each other (OpenMP, llama.cpp's spinning workers) runs only as fast as
     its slowest thread, so a thread placed on a core another process holds stalls every step; one thread
     fewer loses a share, not the run. Example: 2 cores, one held → 1; the check failing → `most`."""
-    r = check()
+    r = (check or busy_cores)()
     if r.get("ok") is None:
         return max(1, most)
     free = len(r["shares"]) - len(r["busy"])

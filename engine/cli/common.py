@@ -40,8 +40,25 @@ def add_device(p: argparse.ArgumentParser, dtype: str = "auto", device: str = "a
     p.add_argument("--dtype", default=dtype, help=dtype_help)
     p.add_argument("--device", default=device, help="cpu | cuda | auto")
     if threads_flag:
-        p.add_argument("--threads", type=int, default=threads,
-                       help="torch CPU threads" + (" (default: torch's choice)" if threads is None else ""))
+        p.add_argument("--threads", type=thread_count, default=threads,
+                       help="torch CPU threads, or 'auto': the cores no other process holds now (checked for 0.5 s)"
+                            + (" (default: torch's choice)" if threads is None else ""))
+
+
+def thread_count(text: str) -> int:
+    """--threads N, or 'auto' → the cores no other process holds (engine.bench.cores.choose_threads), decided
+    once when the command line is read, so every later use of the flag sees a number. Why: on a 2-core machine
+    with one core held, a 2-thread pool runs at the pace of its stalled thread."""
+    if text == "auto":
+        import os
+
+        from engine.bench.cores import choose_threads
+
+        return choose_threads(os.cpu_count() or 1)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads takes a whole number or 'auto', got {text!r}") from None
 
 
 WEIGHTS_HELP = ("dense (de-quantised weights: the exactness reference) | quantized (each linear at its GGUF "

@@ -206,3 +206,16 @@ def test_cli_refuses_a_trace_it_cannot_write(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot write trace") and "\n" not in err
     json.dumps(err)
+
+
+def test_threads_auto_takes_the_free_cores_and_a_word_is_refused(monkeypatch, capsys):
+    import engine.bench.cores as cores
+    from engine.cli.common import thread_count
+
+    monkeypatch.setattr(cores, "busy_cores", lambda: {"ok": False, "busy": {"cpu1": 0.9},
+                                                      "shares": {"cpu0": 0.0, "cpu1": 0.9}})
+    assert thread_count("auto") == 1 and thread_count("2") == 2
+    with pytest.raises(SystemExit):
+        main(["decode", "--prompt", "x", "--threads", "two"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--threads takes a whole number or 'auto', got 'two'" in err
