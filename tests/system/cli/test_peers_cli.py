@@ -187,3 +187,21 @@ def test_new_formats_and_times_ar_on_the_command_line(tmp_path, capsys):
     assert main(["diagnose", str(out), "--ar", str(out)]) != 0  # a run that drafted is no AR baseline
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: a.jsonl: not an autoregressive run") and "\n" not in err
+
+
+def test_diagnose_sets_an_imported_run_beside_the_lab_s_runs_of_the_pair(tmp_path, capsys):
+    out = tmp_path / "v.jsonl"
+    assert main(["import", "vllm", str(FIX / "vllm-draft-k2.jsonl"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(out)]) == 0  # default folder: the bundled traces/
+    text = capsys.readouterr().out
+    assert "beside the lab's own runs of qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b" in text
+    assert "qwen-fixed-2-t0.jsonl" in text and "task 'summarization'" in text
+    assert main(["diagnose", str(out), "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)["beside_ours"]
+    assert b["imported"]["k"] == 2 and any(p["label"] == "qwen-fixed-2-t0.jsonl" for p in b["ours"])
+    assert main(["diagnose", str(out), "--ours", str(tmp_path)]) == 0  # a folder without the pair
+    assert "beside the lab's own runs: none — the lab has no run of" in capsys.readouterr().out
+    assert main(["diagnose", str(out), "--ours", str(tmp_path / "nope")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no such folder") and "\n" not in err
