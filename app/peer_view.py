@@ -189,7 +189,8 @@ def beside_section(entries: dict[str, Any], label: str, trace) -> None:
         st.plotly_chart(position_lines(pos), theme=None, width="stretch", key="peer_diag_beside")
     rej = pd.DataFrame(rejection_rows(b))
     if len(rej):
-        shares = sorted((c for c in rej.columns if c.isdigit()), key=int) + (["none"] if "none" in rej else [])
+        # "none" first: a long window's positions would push it off the table's right edge
+        shares = (["none"] if "none" in rej else []) + sorted((c for c in rej.columns if c.isdigit()), key=int)
         rej = rej[["task", "run", "steps", "mean acceptance length", *shares]]
         st.caption("Where drafts are first rejected: share of drafting steps whose first rejected draft was at "
                    "each position (none = every draft accepted), for the whole run and for each task both sides "

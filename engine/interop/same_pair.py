@@ -191,9 +191,10 @@ def position_rows(b: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def rejection_rows(b: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (task, run): the share of drafting steps first rejected at each position ("1", "2", …,
-    "none" = all accepted) and the mean acceptance length; task "all" is the whole run, then the tasks
-    both the imported run and one of ours carry. Shares are None where the run cannot tell them."""
+    """One row per (task, run): the share of drafting steps first rejected at each position ("1", "2", …, up
+    to the run's largest window; "none" = all accepted) and the mean acceptance length; task "all" is the
+    whole run, then the tasks both the imported run and one of ours carry. No share where the run cannot
+    tell them (totals only, windows not known per step) or past its window."""
     runs = [b["imported"], *b["ours"]] if b["imported"] else []
     if not runs:
         return []
@@ -205,9 +206,11 @@ def rejection_rows(b: dict[str, Any]) -> list[dict[str, Any]]:
             if not t:
                 continue
             fr = t["first_rejection"]["shares"] if task == "all" else t["first_rejection"]
+            # a position up to the run's window that no step was first rejected at is 0, not unknown
+            shares = {} if fr is None else {**{str(i): fr.get(str(i), 0.0) for i in range(1, p["k"] + 1)},
+                                            "none": fr.get("all", 0.0)}
             out.append({"task": task, "run": p["label"], "steps": t["steps"],
-                        "mean acceptance length": t["mean_acceptance_length"],
-                        **{("none" if k == "all" else k): v for k, v in (fr or {}).items()}})
+                        "mean acceptance length": t["mean_acceptance_length"], **shares})
     return out
 
 

@@ -139,3 +139,19 @@ def test_profile_of_a_run_with_variable_windows_stops_at_its_largest_window():
     assert p["k"] == max(s["window"] for s in spec) and len(p["per_position"]["rates"]) == p["k"]
     assert p["per_position"]["rates"] == pytest.approx(_rates(spec, p["k"]))
     assert sum(p["first_rejection"]["shares"].values()) == pytest.approx(1.0)
+
+
+def test_rejection_rows_fill_unseen_positions_with_zero_up_to_each_window():
+    from engine.interop.same_pair import position_rows, rejection_rows
+
+    ours = {n: load_trace(TRACES / n) for n in ("qwen-fixed-1-t0.jsonl", "qwen-heuristic-t0.jsonl")}
+    b = beside_ours(_peer("llamacpp-draft-k4.jsonl"), ours, "ll")
+    rows = {(r["task"], r["run"]): r for r in rejection_rows(b)}
+    h = rows[("all", "qwen-heuristic-t0.jsonl")]
+    k = b["ours"][1]["k"]
+    assert [h[str(i)] for i in range(1, k + 1)] + [h["none"]] == pytest.approx(
+        [b["ours"][1]["first_rejection"]["shares"].get(str(i), 0.0) for i in range(1, k + 1)]
+        + [b["ours"][1]["first_rejection"]["shares"]["all"]])
+    assert "2" not in rows[("all", "qwen-fixed-1-t0.jsonl")]  # past its window: no share, not 0
+    assert "1" not in rows[("all", "ll")]  # llama.cpp: windows split from totals, first rejections unknown
+    assert {r["run"] for r in position_rows(b)} == {"ll", *ours}
