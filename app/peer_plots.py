@@ -24,3 +24,21 @@ def speedup_bars(df: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(range=[0, max(1.2, float(top) * 1.2)])
     return layout(fig, "Speedup over each engine's own autoregressive decoding (labels: tokens/s)",
                   "engine · config", "speedup over own AR (×)", height=360)
+
+
+def position_lines(df: pd.DataFrame) -> go.Figure:
+    """Acceptance rate at each draft position, one line per run (engine.interop.same_pair.position_rows as a
+    frame: run, source, position, rate); the imported run drawn thick, the lab's own thin, so the drop of the
+    engine's run reads against ours on the same pair."""
+    fig = go.Figure()
+    runs = list(dict.fromkeys(df["run"]))
+    for run, c in zip(runs, palette(len(runs))):
+        d = df[df["run"] == run]
+        imported = bool((d["source"] == "imported").any())
+        fig.add_scatter(x=d["position"], y=d["rate"], mode="lines+markers", name=run + (" (imported)" if imported else ""),
+                        line={"color": c, "width": 4 if imported else 1.5, "dash": "solid" if imported else "dot"},
+                        hovertemplate="position %{x}: %{y:.1%} of drafting steps accepted it<extra>" + run + "</extra>")
+    fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
+    fig.update_xaxes(dtick=1)
+    return layout(fig, "Acceptance rate at each draft position: the imported run beside the lab's own runs",
+                  "draft position", "drafting steps that accepted it", height=340)

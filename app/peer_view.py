@@ -111,6 +111,7 @@ def diagnosis_section(entries: dict[str, Any]) -> None:
                    f"stated totals, not drawn as per-step data: " + ", ".join(f"{r:.3f}" for r in ps["rates"]))
     ar_section(entries, label, e.trace)
     why_section(e.trace)
+    beside_section(entries, label, e.trace)
 
 
 def ar_section(entries: dict[str, Any], label: str, trace) -> None:
@@ -159,6 +160,46 @@ def why_section(trace) -> None:
     d = w["per_position"].get("largest_drop")
     if d:
         st.caption(f"Conditional acceptance falls most at position {d['position']}: {d['from']:.3f} → {d['to']:.3f}.")
+
+
+def beside_section(entries: dict[str, Any], label: str, trace) -> None:
+    """An imported run beside the lab's own loaded runs of the same pair (engine.interop.same_pair): the
+    acceptance rate at each draft position, and where drafts are first rejected, overall and by task."""
+    if not trace.header.get("imported"):
+        return
+    from app.peer_plots import position_lines
+    from engine.interop.same_pair import beside_ours, position_rows, rejection_rows
+
+    ours = {k: x.trace for k, x in entries.items() if k != label and not x.trace.header.get("imported")}
+    b = beside_ours(trace, ours, label)
+    st.markdown("**Beside the lab's own runs of the same pair**")
+    if b["imported"] is None:
+        st.caption(f"None: {b['why']}.")
+        return
+    st.caption(f"{b['pair'][0]} ← {b['pair'][1]} (model names compared without hub prefix, path, quantisation or "
+               f"-Instruct): {len(b['ours'])} of the lab's runs. Acceptance rate at draft position i = drafting "
+               f"steps that accepted at least i drafts ÷ drafting steps; a run stops at its largest window.")
+    if b["imported"]["why"]:
+        st.info(f"The imported run: {b['imported']['why']}. Its totals: mean acceptance length "
+                f"{b['imported']['mean_acceptance_length']:.3f}"
+                + ("" if b["imported"]["acceptance_rate"] is None else
+                   f", acceptance rate {b['imported']['acceptance_rate']:.1%}") + ".")
+    pos = pd.DataFrame(position_rows(b), columns=["run", "source", "position", "rate", "drop"])
+    if len(pos):
+        st.plotly_chart(position_lines(pos), theme=None, width="stretch", key="peer_diag_beside")
+    rej = pd.DataFrame(rejection_rows(b))
+    if len(rej):
+        # "none" first: a long window's positions would push it off the table's right edge
+        shares = (["none"] if "none" in rej else []) + sorted((c for c in rej.columns if c.isdigit()), key=int)
+        rej = rej[["task", "run", "steps", "mean acceptance length", *shares]]
+        st.caption("Where drafts are first rejected: share of drafting steps whose first rejected draft was at "
+                   "each position (none = every draft accepted), for the whole run and for each task both sides "
+                   "carry; — where the file cannot tell (totals only, or windows not known per step).")
+        st.dataframe(rej, hide_index=True, placeholder="—",
+                     column_config={c: st.column_config.NumberColumn(format="percent") for c in shares}
+                     | {"mean acceptance length": st.column_config.NumberColumn(format="%.3f")})
+    for name, why in b["skipped"]:
+        st.caption(f"Left out: {name} ({why}).")
 
 
 # ---------------------------------------------------------------- the peers benchmark (Compare page)

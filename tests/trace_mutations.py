@@ -1,12 +1,14 @@
 """Random mutations of a valid trace, shared by the trace-loader fuzz test (test_trace_fuzz.py) and the
 hostile-upload app test (test_upload_hostile.py): the base trace, the value pool, the raw texts
-json.dumps cannot write, the hypothesis strategy of one mutation, and `mutate`.
+json.dumps cannot write, the hypothesis strategy of one mutation, `apply_ops` (the record-level mutations,
+also used on imported traces by test_fuzz_imported.py) and `mutate`.
 
 Not a test module (no test_ prefix): pytest does not collect it, and importing it brings in no tests."""
 
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from hypothesis import strategies as st
 
@@ -41,15 +43,19 @@ OPS = st.one_of(
 )
 
 
-def mutate(ops: list[tuple]) -> bytes:
-    """Apply the ops to a copy of BASE; structural ops on the records, the rest on the bytes."""
-    recs = json.loads(json.dumps(BASE))
-    raws: list[str] = []
-    byte_ops = []
+RECORD_OPS = ("delete", "set", "set_elem", "raw", "dup", "swap", "drop")
+
+
+def apply_ops(recs: list, ops: list[tuple], other: Callable[[list, tuple], None] | None = None,
+              raws: list[str] | None = None, keep_one: bool = False) -> list:
+    """Apply the record ops (RECORD_OPS) to `recs` in place, in order; an op of another kind goes to
+    `other(recs, op)` at its turn (a caller's own ops: byte edits, an import's `lacks` toggle). A "raw" op
+    marks the value and appends its text to `raws`; `keep_one`: "drop" never removes the last record."""
     for op in ops:
         kind = op[0]
-        if kind in ("cut", "flip"):
-            byte_ops.append(op)
+        if kind not in RECORD_OPS:
+            if other is not None:
+                other(recs, op)
             continue
         if not recs:
             continue
@@ -65,7 +71,7 @@ def mutate(ops: list[tuple]) -> bytes:
             if lists:
                 v = r[lists[op[2] % len(lists)]]
                 v[op[3] % len(v)] = POOL[op[4]]
-        elif kind == "raw" and keys:
+        elif kind == "raw" and keys and raws is not None:
             r[keys[op[2] % len(keys)]] = RAW_MARK
             raws.append(RAW[op[3]])
         elif kind == "dup":
@@ -73,8 +79,17 @@ def mutate(ops: list[tuple]) -> bytes:
         elif kind == "swap":
             j = op[2] % len(recs)
             recs[i], recs[j] = recs[j], recs[i]
-        elif kind == "drop":
+        elif kind == "drop" and (len(recs) > 1 or not keep_one):
             del recs[i]
+    return recs
+
+
+def mutate(ops: list[tuple]) -> bytes:
+    """Apply the ops to a copy of BASE; structural ops on the records, the rest on the bytes."""
+    recs = json.loads(json.dumps(BASE))
+    raws: list[str] = []
+    byte_ops: list[tuple] = []
+    apply_ops(recs, ops, lambda _, op: byte_ops.append(op), raws)
     text = "".join(json.dumps(r) + "\n" for r in recs)
     for raw in raws:  # values json.dumps cannot write (NaN, 100k-deep nesting) go in as text
         text = text.replace(json.dumps(RAW_MARK), raw, 1)

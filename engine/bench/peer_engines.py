@@ -259,15 +259,22 @@ class LlamaServer:
             self.cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
                          "--spec-draft-n-min", "0",
                          "-td", str(threads), "-tbd", str(threads)]
+        self.log_path = Path(log) if log else None
         self.log = open(log, "w", encoding="utf-8") if log else subprocess.DEVNULL
         self.p: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 600.0) -> float:
+        from engine.bench.llama_build import describe, last_line, read_record, signal_name
+
         t0 = time.perf_counter()
         self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=peer_env())
         while time.perf_counter() - t0 < timeout_s:
-            if self.p.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.p.returncode}: {' '.join(self.cmd)}")
+            if self.p.poll() is not None:  # one line: how it died, where, and which build this is
+                if self.log is not subprocess.DEVNULL:
+                    self.log.flush()
+                where = f"; log {self.log_path}: {last_line(self.log_path)!r}" if self.log_path else ""
+                raise RuntimeError(f"llama-server died with {signal_name(self.p.returncode)} before /health "
+                                   f"answered{where}; build: {describe(read_record(Path(self.cmd[0]).parent))}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
@@ -335,11 +342,17 @@ class LlamaCppEngine:
         self.name, self.configs, self.weights = name, tuple(configs), weights
         self.bin_dir, self.target, self.draft, self.threads, self.log_dir = Path(bin_dir), target, draft, threads, log_dir
         self.servers: dict[str, LlamaServer] = {}
+        from engine.bench.llama_build import read_record
+
+        self.build = read_record(self.bin_dir)  # which build flags the install kept (engine.bench.llama_build)
 
     def start(self) -> dict[str, Any]:
         Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        from engine.bench.llama_build import describe
+
         info: dict[str, Any] = {"version": llama_version(self.bin_dir), "start_s": {}, "threads": self.threads,
-                                "target": Path(self.target).name, "draft": Path(self.draft).name}
+                                "target": Path(self.target).name, "draft": Path(self.draft).name,
+                                "build": self.build, "build_line": describe(self.build)}
         for c, (m, k) in self.parsed.items():
             s = LlamaServer(self.bin_dir, self.target, self.draft if m == "draft" else None, k, self.threads,
                             log=Path(self.log_dir) / f"llamacpp-{c.replace(':', '-')}.log")

@@ -93,6 +93,10 @@ def rounds(engines: list[PeerEngine]) -> list[list[tuple[PeerEngine, str]]]:
             for r in range(n)]
 
 
+class NoEngineStarted(RuntimeError):
+    """Every engine failed to start: one line naming each (the command prints it as its error)."""
+
+
 def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_tokens: int, warmup_tokens: int = 8,
               checkpoint: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
               core_check: Callable[[], dict] | None = None) -> dict[str, Any]:
@@ -138,7 +142,7 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
                 failed[e.name] = f"{e.name} could not start: {type(err).__name__}: {first}"
                 say(failed[e.name])
         if len(failed) == len(engines):
-            raise RuntimeError("; ".join(failed.values()))
+            raise NoEngineStarted("; ".join(failed.values()))
         if failed:
             plan = rounds([e for e in engines if e.name not in failed])
         if core_check is None:
@@ -268,8 +272,10 @@ def log_entry(result: dict[str, Any], title: str = "speclab beside vLLM and llam
              f"{cfg.get('warmup_tokens')}-token warm-up per config, untimed.",
              f"- Order: {cfg.get('order')}; rounds: " + "; ".join(", ".join(r) for r in cfg.get("rounds", [])) + "."]
     for name, e in eng.items():
-        info = {k: v for k, v in e.items() if k not in ("configs", "command")}
+        info = {k: v for k, v in e.items() if k not in ("configs", "command", "build")}  # build: its line says it
         lines.append(f"- {name}: {json_short(info)}")
+    for line in (result.get("failed") or {}).values():
+        lines.append(f"- left out: {line}")
     lines += ["", "Command:", "", "```", str(result.get("command", "")), "```", "", "## The table", "",
               format_table(result.get("rows", [])), ""]
     for peer, t in (result.get("target_check") or {}).items():

@@ -1,12 +1,13 @@
 """`python -m engine import specbench FILE [--questions Q.jsonl] --out T.jsonl [--baseline B.jsonl --tokenizer DIR]`
 `python -m engine import {vllm,vllm-prom,llamacpp,sglang} FILE -o T.jsonl`
-`python -m engine diagnose TRACE [--c C]`
+`python -m engine diagnose TRACE [--c C] [--ar FILE] [--ours DIR]`
 
 Import writes the answer file as a trace (engine.interop.specbench) and, given the baseline's answer
 file, prints Spec-Bench's speed.py table (engine.interop.speed) for the pair; a serving engine's report
 becomes a trace that says what it lacks (engine.interop.formats). Diagnose prints per-position
 acceptance, the fitted acceptance α, the window the cost model recommends and the accepted-length
-bound (engine.interop.diagnose).
+bound (engine.interop.diagnose); an imported run is also set beside the lab's own runs of the same
+pair (engine.interop.same_pair).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def add_parser(sub) -> None:
     d.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     d.add_argument("--ar", default=None, help="the same engine's run without speculation (a trace or an engine's "
                                               "report): the run's ×AR from both files' timings")
+    d.add_argument("--ours", default=None,
+                   help="folder of the lab's own traces to set an imported run beside (same target and draft "
+                        "models, names normalised; default traces/)")
     d.set_defaults(func=cmd_diagnose)
 
 
@@ -171,11 +175,22 @@ def cmd_diagnose(a) -> int:
 
     d = diagnose(t, a.c)
     w = why_low(t)
+    beside = None
+    if t.header.get("imported"):  # an engine's run: set beside the lab's own runs of the same pair
+        from pathlib import Path
+
+        from engine.interop.same_pair import beside_ours, format_beside, own_runs, pair_key
+
+        if getattr(a, "ours", None) and not Path(a.ours).is_dir():
+            raise ValueError(f"--ours {a.ours}: no such folder")
+        beside = beside_ours(t, own_runs(pair_key(t), getattr(a, "ours", None)), Path(a.trace).name)
     if a.json:
-        print(json.dumps({**d, "why_low": w}, indent=1))
+        print(json.dumps({**d, "why_low": w, **({"beside_ours": beside} if beside else {})}, indent=1))
     else:
         print(format_diagnosis(d, a.trace))
         print("\n".join(format_why(w)))
+        if beside:
+            print("\n".join(format_beside(beside)))
     if getattr(a, "ar", None):
         print("\n".join(_ar_lines(t, a.ar)))
     return 0

@@ -133,6 +133,12 @@ def cmd_peers(a) -> int:
     from engine.trace.prompts import encode, load_prompts, task_of
 
     engines = build_engines(a)
+    from engine.bench.llama_build import describe
+    from engine.bench.peer_engines import LlamaCppEngine
+
+    for e in engines:  # which build flags the install kept on this CPU (also in the result: engines.<name>.build)
+        if isinstance(e, LlamaCppEngine):
+            print(f"{e.name} build: {describe(e.build)}")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_path(a.target), local_files_only=True)
@@ -153,7 +159,14 @@ def cmd_peers(a) -> int:
 
     checkpoint = (lambda r: write_json_atomic(with_roofline(r) | extra, a.out)) if a.out else None
     s0 = busy.sample()
-    result = with_roofline(run_peers(engines, prompts, a.max_new_tokens, a.warmup_tokens, checkpoint)) | extra
+    from engine.bench.peers import NoEngineStarted
+
+    try:
+        result = with_roofline(run_peers(engines, prompts, a.max_new_tokens, a.warmup_tokens, checkpoint)) | extra
+    except NoEngineStarted as e:  # one line naming every engine and why; a peer that failed alone is in `failed`
+        raise ValueError(str(e)) from None
+    for name, line in result["failed"].items():
+        print(f"left out: {line}")
     report = busy.busy_between(s0, busy.sample())
     result["busy"] = report.to_dict() if report is not None else None  # peer servers' cores count as others here
     from engine.bench.peers import ar_ratio

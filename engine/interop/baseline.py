@@ -124,9 +124,10 @@ def times_ar(run: Trace, ar: Trace, ar_name: str = "baseline") -> dict[str, Any]
     return out
 
 
-def first_rejection(trace: Trace) -> dict[str, Any]:
-    """Shares of drafting steps by the position (1-based) of their first rejected draft; 'all' = none rejected."""
-    spec = drafting_steps(trace)
+def first_rejection(trace: Trace, steps: list[dict] | None = None) -> dict[str, Any]:
+    """Shares of drafting steps by the position (1-based) of their first rejected draft; 'all' = none rejected.
+    `steps`: a subset of the trace's steps (one task's, engine.interop.same_pair), else all of them."""
+    spec = drafting_steps(trace, steps)
     if not per_step_known(trace):
         return {"shares": None, "why": "totals only: the file has no per-step accepted counts"}
     if "window per step" in _lacks(trace):  # windows split from totals (llama.cpp): a full accept is not data

@@ -99,3 +99,38 @@ def test_new_formats_and_an_ar_baseline_give_times_ar_and_why_low(app):
     assert any("basis" in c.value and "wall time" in c.value for c in at.caption)  # the basis is stated
     at.selectbox(key="peer_diag_trace").set_value("uploaded: stats.log").run()
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_an_imported_run_beside_the_lab_s_runs_of_the_same_pair(app, tmp_path):
+    import shutil
+
+    import pandas as pd
+
+    from engine.interop import formats
+    from engine.interop.same_pair import beside_ours, rejection_rows
+    from engine.trace.format import load_trace
+
+    bundled = Path(__file__).resolve().parents[3] / "traces"
+    for n in ("qwen-fixed-2-t0.jsonl", "qwen-oracle-t0.jsonl"):  # the lab's runs of the pair, in the app's folder
+        shutil.copy(bundled / n, tmp_path / "traces" / n)
+    vllm = (FIX / "vllm-draft-k2.jsonl").read_bytes()
+    head = (FIX / "llamacpp-draft-k2.jsonl").read_text().splitlines()[0]  # names the pair; the record has totals only
+    totals = f"{head}\n{json.dumps({**LLAMA, 'category': 'qa'})}\n".encode()
+    at = upload(app, ("vllm-k2.jsonl", vllm), ("totals.jsonl", totals),
+                ("spec.log", (FIX / "llamacpp-speculative-simple-k4.log").read_bytes()))
+    at.selectbox(key="peer_diag_trace").set_value("uploaded: vllm-k2.jsonl").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Beside the lab's own runs of the same pair" in " ".join(m.value for m in at.markdown)
+    table = next(d.value for d in at.dataframe if "mean acceptance length" in d.value.columns)
+    want = pd.DataFrame(rejection_rows(beside_ours(formats.loads_peer(vllm, "v.jsonl"),
+                                                   {"qwen-fixed-2-t0.jsonl": load_trace(bundled / "qwen-fixed-2-t0.jsonl")},
+                                                   "uploaded: vllm-k2.jsonl")))
+    assert list(table["run"]) == list(want["run"]) and list(table["task"]) == list(want["task"])
+    assert table["1"].tolist() == pytest.approx(want["1"].tolist())  # the engine's figures, as computed
+    assert set(table["task"]) > {"all"} and "qwen-fixed-2-t0.jsonl" in set(table["run"])
+    assert any(c.value.startswith("Left out: qwen-oracle-t0.jsonl") for c in at.caption)
+    at.selectbox(key="peer_diag_trace").set_value("uploaded: totals.jsonl").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(i.value.startswith("The imported run: totals only") for i in at.info)
+    at.selectbox(key="peer_diag_trace").set_value("uploaded: spec.log").run()
+    assert any(c.value.startswith("None: the file does not name both models") for c in at.caption)

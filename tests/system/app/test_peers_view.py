@@ -59,3 +59,23 @@ def test_compare_page_without_a_peers_result_draws_no_section(app, tmp_path, mon
     monkeypatch.setenv(peer_view.PEERS_ENV, str(tmp_path))
     at = goto(app, "compare")
     assert not any(s.value.startswith("Peers") for s in at.subheader)
+
+
+def test_position_lines_draw_each_run_s_rates_the_imported_one_thick():
+    import pandas as pd
+
+    from app.peer_plots import position_lines
+    from engine.interop import formats
+    from engine.interop.same_pair import beside_ours, position_rows
+    from engine.trace.format import load_trace
+
+    fix = SMALL.parent
+    imp = formats.loads_peer((fix / "vllm-draft-k4.jsonl").read_bytes(), "v.jsonl")
+    ours = {"qwen-fixed-4-t0.jsonl": load_trace(fix.parents[2] / "traces" / "qwen-fixed-4-t0.jsonl")}
+    b = beside_ours(imp, ours, "v.jsonl")
+    df = pd.DataFrame(position_rows(b))
+    fig = position_lines(df)
+    assert [t.name for t in fig.data] == ["v.jsonl (imported)", "qwen-fixed-4-t0.jsonl"]
+    assert list(fig.data[0].y) == b["imported"]["per_position"]["rates"] and len(fig.data[0].x) == 4
+    assert list(fig.data[1].y) == b["ours"][0]["per_position"]["rates"]
+    assert fig.data[0].line.width > fig.data[1].line.width

@@ -32,3 +32,23 @@ def test_specbench_upload_reaches_overview_and_windows(browser, server, tmp_path
         expect(pg.get_by_text("none is drawn until it is given", exact=False)).to_be_visible()
     finally:
         pg.context.close()
+
+
+def test_a_vllm_run_is_set_beside_the_bundled_runs_of_its_pair(browser, server):
+    """vLLM's K = 2 run of the Qwen pair, uploaded: the diagnosis sets it beside the bundled qwen-* traces —
+    the per-position chart and the first-rejection table, the oracle run named as left out."""
+    from pathlib import Path
+
+    raw = (Path(__file__).resolve().parents[2] / "fixtures" / "peers" / "vllm-draft-k2.jsonl").read_bytes()
+    pg = new_session(browser, server)
+    try:
+        nav(pg, "Upload")
+        pg.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
+            files=[{"name": "vllm-k2.jsonl", "mimeType": "application/json", "buffer": raw}])
+        expect(pg.get_by_text("Loaded vllm-k2.jsonl")).to_be_visible()
+        expect(pg.get_by_text("Beside the lab's own runs of the same pair")).to_be_visible()
+        expect(pg.get_by_text("Acceptance rate at each draft position", exact=False).first).to_be_visible()
+        expect(pg.get_by_text("Left out: qwen-oracle-t0.jsonl", exact=False)).to_be_visible()
+        expect(pg.get_by_test_id("stAlertContentError")).to_have_count(0)
+    finally:
+        pg.context.close()

@@ -187,3 +187,52 @@ def test_new_formats_and_times_ar_on_the_command_line(tmp_path, capsys):
     assert main(["diagnose", str(out), "--ar", str(out)]) != 0  # a run that drafted is no AR baseline
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: a.jsonl: not an autoregressive run") and "\n" not in err
+
+
+def test_diagnose_sets_an_imported_run_beside_the_lab_s_runs_of_the_pair(tmp_path, capsys):
+    out = tmp_path / "v.jsonl"
+    assert main(["import", "vllm", str(FIX / "vllm-draft-k2.jsonl"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(out)]) == 0  # default folder: the bundled traces/
+    text = capsys.readouterr().out
+    assert "beside the lab's own runs of qwen2.5-coder-1.5b ← qwen2.5-coder-0.5b" in text
+    assert "qwen-fixed-2-t0.jsonl" in text and "task 'summarization'" in text
+    assert main(["diagnose", str(out), "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)["beside_ours"]
+    assert b["imported"]["k"] == 2 and any(p["label"] == "qwen-fixed-2-t0.jsonl" for p in b["ours"])
+    assert main(["diagnose", str(out), "--ours", str(tmp_path)]) == 0  # a folder without the pair
+    assert "beside the lab's own runs: none — the lab has no run of" in capsys.readouterr().out
+    assert main(["diagnose", str(out), "--ours", str(tmp_path / "nope")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no such folder") and "\n" not in err
+
+
+SEGV_LLAMA = "import os, signal\nprint('I cmn init: llama threadpool init, n_threads = 2', flush=True)\n" \
+             "os.kill(os.getpid(), signal.SIGSEGV)\n"
+
+
+def test_a_peer_that_cannot_start_is_one_line_naming_it_and_the_others_results_are_kept(model_dirs, tmp_path, capsys):
+    """A llama-server that dies with SIGSEGV at start (the native build on an AMX Xeon): `peers` names llama.cpp
+    in one line, runs speclab, and stores both the rows and the failure; with no other engine it is the error."""
+    target, draft, prompts = model_dirs
+    (tmp_path / "bin").mkdir()
+    _wrapper(tmp_path / "bin" / "llama-server", SEGV_LLAMA)
+    for g in ("t.gguf", "d.gguf"):
+        (tmp_path / g).write_bytes(b"")
+    common = ["--target", str(target), "--draft", str(draft), "--dtype", "fp32", "--threads", "1", "--prompts",
+              str(prompts), "--max-new-tokens", "4", "--warmup-tokens", "0", "--vllm", "", "--bandwidth-mib", "0",
+              "--llamacpp", "ar,draft:2", "--llama-bin", str(tmp_path / "bin"), "--gguf-target", str(tmp_path / "t.gguf"),
+              "--gguf-draft", str(tmp_path / "d.gguf"), "--log-dir", str(tmp_path / "logs")]
+    out = tmp_path / "peers.json"
+    assert main(["peers", *common, "--speclab", "ar", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "llama.cpp build: build not recorded" in text  # which build it is, said before the run
+    left = [ln for ln in text.splitlines() if ln.startswith("left out: llama.cpp could not start")]
+    assert len(left) == 1 and "SIGSEGV" in left[0] and "llama threadpool init" in left[0]
+    r = json.loads(out.read_text())
+    assert {x["engine"] for x in r["rows"]} == {"speclab"} and r["rows"][0]["prompts"] >= 1
+    assert r["failed"]["llama.cpp"] == left[0].removeprefix("left out: ")
+    assert main(["peers", *common, "--speclab", ""]) == 2  # nothing else to run: the failure is the error
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: llama.cpp could not start: RuntimeError: llama-server died with SIGSEGV") \
+        and "\n" not in err

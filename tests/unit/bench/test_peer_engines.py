@@ -83,3 +83,30 @@ def test_peers_run_with_their_own_openmp_defaults(monkeypatch):
     monkeypatch.setenv("GOMP_SPINCOUNT", "20000")
     env = peer_env({"X": "1"})
     assert "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env and env["X"] == "1"
+
+
+def test_a_llama_server_that_dies_at_start_is_one_line_with_its_log_and_build(tmp_path):
+    """As the native build did on an AMX Xeon: SIGSEGV at "llama threadpool init". The line names the signal,
+    the log's last line and the build the install kept (engine.bench.llama_build's record)."""
+    import json
+    import sys
+
+    from engine.bench.llama_build import RECORD
+
+    (tmp_path / "segv.py").write_text("import os, signal\nprint('I cmn init: llama threadpool init, n_threads = 2', "
+                                      "flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    exe = tmp_path / "llama-server"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "segv.py"} "$@"\n')
+    exe.chmod(0o755)
+    (tmp_path / RECORD).write_text(json.dumps({"kept": "native", "cmake_args": ["-DGGML_NATIVE=ON"], "verified": False,
+                                               "tried": [{"name": "native", "outcome": "not checked: no GGUF"}]}))
+    for g in ("t.gguf", "d.gguf"):
+        (tmp_path / g).write_bytes(b"")
+    eng = LlamaCppEngine(tmp_path, tmp_path / "t.gguf", tmp_path / "d.gguf", ("ar",), log_dir=tmp_path / "logs")
+    assert eng.build["kept"] == "native"
+    with pytest.raises(RuntimeError) as e:
+        eng.start()
+    eng.stop()
+    line = str(e.value)
+    assert line.startswith("llama-server died with SIGSEGV (signal 11) before /health answered") and "\n" not in line
+    assert "llama threadpool init" in line and "build: native build (native (-march=native)), unverified" in line

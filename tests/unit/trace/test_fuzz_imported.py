@@ -20,7 +20,7 @@ from engine.interop import formats
 from engine.trace import assemble
 from engine.trace.assemble import build_trace
 from engine.trace.check import LACKABLE, TraceError
-from tests.trace_mutations import POOL
+from tests.trace_mutations import POOL, apply_ops
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 SOURCES = [("vllm", "vllm-draft-k2.jsonl"), ("llamacpp", "llamacpp-draft-k4.jsonl"),
@@ -36,34 +36,19 @@ OPS = st.one_of(st.tuples(st.just("delete"), idx, idx), st.tuples(st.just("set")
                 st.tuples(st.just("lacks"), idx))
 
 
+def _toggle_lacks(recs: list, op: tuple) -> None:
+    """The import's own op: toggle one lackable field in the header's `imported.lacks` (both passes must agree
+    either way)."""
+    if recs and isinstance(recs[0], dict) and isinstance(recs[0].get("imported"), dict):
+        lacks = recs[0]["imported"].get("lacks")
+        if isinstance(lacks, list):
+            k = LACKABLE[op[1] % len(LACKABLE)]
+            lacks.remove(k) if k in lacks else lacks.append(k)
+
+
 def mutate(recs: list, ops: list[tuple]) -> list:
-    recs = json.loads(json.dumps(recs))
-    for op in ops:
-        kind, i = op[0], op[1] % len(recs)
-        r = recs[i]
-        keys = sorted(r) if isinstance(r, dict) else []
-        if kind == "delete" and keys:
-            del r[keys[op[2] % len(keys)]]
-        elif kind == "set" and keys:
-            r[keys[op[2] % len(keys)]] = POOL[op[3]]
-        elif kind == "set_elem" and keys:
-            lists = [k for k in keys if isinstance(r[k], list) and r[k]]
-            if lists:
-                v = r[lists[op[2] % len(lists)]]
-                v[op[3] % len(v)] = POOL[op[4]]
-        elif kind == "dup":
-            recs.insert(op[2] % (len(recs) + 1), json.loads(json.dumps(r)))
-        elif kind == "swap":
-            j = op[2] % len(recs)
-            recs[i], recs[j] = recs[j], recs[i]
-        elif kind == "drop" and len(recs) > 1:
-            del recs[i]
-        elif kind == "lacks" and isinstance(recs[0], dict) and isinstance(recs[0].get("imported"), dict):
-            lacks = recs[0]["imported"].get("lacks")
-            if isinstance(lacks, list):  # toggle one lackable field: the passes must agree either way
-                k = LACKABLE[op[1] % len(LACKABLE)]
-                lacks.remove(k) if k in lacks else lacks.append(k)
-    return recs
+    """The shared record mutations (tests/trace_mutations.apply_ops) plus the `lacks` toggle, on a copy."""
+    return apply_ops(json.loads(json.dumps(recs)), ops, _toggle_lacks, keep_one=True)
 
 
 def both(recs: list):
@@ -101,3 +86,14 @@ def test_every_base_import_takes_the_screened_pass_and_agrees(monkeypatch):
 @given(base=st.integers(0, len(BASES) - 1), ops=st.lists(OPS, min_size=1, max_size=3))
 def test_mutated_imports_agree_on_both_passes(base, ops):
     assert_agree(mutate(BASES[base], ops))
+
+
+def test_a_step_without_a_field_its_header_lacks_agrees_on_both_passes():
+    """Found by the property above (it surfaced only in some orders of a run): a step record of an import
+    that lacks context_len, with the key left out rather than null, crashed the context check (KeyError)."""
+    recs = mutate(BASES[1], [])
+    i = next(i for i, r in enumerate(recs) if r.get("type") == "step")
+    assert "context_len" in recs[0]["imported"]["lacks"]
+    del recs[i]["context_len"]
+    fast, ref = both(recs)
+    assert not isinstance(fast, Exception) and fast.steps == ref.steps
