@@ -92,8 +92,7 @@ def load_parquet(data: bytes, name: str) -> Trace:
             pf = _policy_fields(table) if j is None else None
             if pf is not None:
                 rows = step_rows(table, pf)
-                if not {"window", "emitted", *STEP_DEFAULTS} <= set(table.column_names):
-                    fill_counts(rows, num)  # every row has every column: only a missing column needs filling
+                fill_counts(rows, num)  # a missing column, or a null in one (a row that did not state it)
                 wheres = [f"{name}: row {i}" for i in range(len(rows))]
                 recs = head + list(zip(wheres, rows)) + tail
                 return build_trace(recs, source=name, screened=num,

@@ -391,16 +391,19 @@ def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
     and the optional fields' defaults (STEP_DEFAULTS), so every loaded step has every key."""
     if not steps:
         return
-    try:  # every step has every key (what writers produce): nothing to fill, one C-level pass to know
-        list(map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps))
-        return
+    try:  # every step has every key (what writers produce), none null: nothing to fill, one C-level pass to know
+        if not any(w is None or e is None for w, e, *_ in map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps)):
+            return
     except KeyError:
         pass
-    if not all("window" in s and "emitted" in s for s in steps):
+    if not all(s.get("window") is not None and s.get("emitted") is not None for s in steps):
+        # a count left out, or null (a Parquet column is null where a row did not state it): the screen's count
         known = cols["window_known"].tolist() if "window_known" in cols else [True] * len(steps)
         for s, wi, ei, k in zip(steps, cols["window"].tolist(), cols["emitted"].tolist(), known):
-            s.setdefault("window", wi if k else None)  # an import that lacks the window: unknown, as the reference
-            s.setdefault("emitted", ei)
+            if s.get("window") is None:
+                s["window"] = wi if k else None  # an import that lacks the window: unknown, as the reference
+            if s.get("emitted") is None:
+                s["emitted"] = ei
     for k, v in STEP_DEFAULTS.items():
         if not all(k in s for s in steps):
             for s in steps:

@@ -20,7 +20,7 @@ import math
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine.trace import screen as trace_screen
@@ -117,6 +117,7 @@ def test_mutated_jsonl_is_refused_in_one_line_or_sound(ops):
 @given(ops=st.lists(st.tuples(st.just("set"), idx, idx, st.integers(0, len(POOL) - 1)) |
                 st.tuples(st.just("set_elem"), idx, idx, idx, st.integers(0, len(POOL) - 1)) |
                 st.tuples(st.just("delete"), idx, idx), min_size=1, max_size=2))
+@example(ops=[("delete", 3, 388)])  # a step without "window": null in its Parquet column, counted from its drafts
 def test_mutated_parquet_agrees_with_the_generic_path(ops, tmp_path_factory, monkeypatch_module):
     """Steps mutated, then written as Parquet columns without validation: the Arrow-column screen
     and the row-by-row path must give the same answer."""
