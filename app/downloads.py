@@ -43,9 +43,11 @@ def _cell(v):
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    """The table exactly as shown (no index), UTF-8 CSV; list/dict cells become JSON text so a
-    spreadsheet shows them whole and `json.loads` reads them back."""
-    out = df.copy()
+    """The table as shown (no index), UTF-8 CSV; list/dict cells become JSON text so a spreadsheet shows
+    them whole and `json.loads` reads them back; a speedup shown as a link is its figure, not the URL."""
+    from app.reconcile import link_figures
+
+    out = link_figures(df).copy()
     for c in out.columns:
         if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple, dict))).any():
             out[c] = out[c].map(_cell)

@@ -373,3 +373,16 @@ def figure_link(pair: str, row: str, x: float | None) -> str | None:
 
 
 FIGURE_TEXT = r"x=0?([0-9]+\.[0-9]+)"  # LinkColumn(display_text=…): the figure in figure_link's URL
+
+
+def link_figures(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with every column of figure links (figure_link's URLs) turned back into the figures they show:
+    what a CSV of the table holds. Example: 'speedups?x=01.10&pair=…' → 1.1."""
+    out = None
+    for c in df.columns:
+        vals = df[c].dropna()
+        if len(vals) and all(isinstance(v, str) and v.startswith(f"{PAGE}?x=") for v in vals):
+            out = df.copy() if out is None else out
+            out[c] = [float(re.search(FIGURE_TEXT, v).group(1)) if isinstance(v, str) else None for v in df[c]]
+    return df if out is None else out
+

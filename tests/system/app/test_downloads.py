@@ -52,3 +52,12 @@ def test_stem_makes_safe_file_names():
     assert downloads.stem("live: live-A-fixed_4.jsonl") == "live-live-A-fixed_4"
     assert downloads.stem("a/b/c.parquet") == "c"
     assert downloads.stem(":::") == "trace"
+
+
+def test_a_linked_speedup_is_its_figure_in_the_csv():
+    """A table cell shown as a link to its Speedups row (reconcile.figure_link) downloads as the figure."""
+    from app import reconcile
+
+    df = pd.DataFrame({"run": ["a", "b"], "×AR": [reconcile.figure_link("p", "r1", 1.104), None]})
+    text = downloads.csv_bytes(df).decode()
+    assert text.splitlines()[1:] == ["a,1.1", "b,"] and "speedups?" not in text
