@@ -256,8 +256,12 @@ def pair_labels(df: pd.DataFrame) -> dict[str, str]:
     if sweep and any(df.loc[df["page"] == "Sweeps", "pair"].isin([p for p, v in out.items() if v == p])):
         from engine.bench.sweep_summary import load_sweep_summary
 
-        for (pair, target, draft), _ in load_sweep_summary(sweep).groupby(["pair", "target", "draft"]):
+        summ = load_sweep_summary(sweep)
+        keys = [k for k in ("pair", "target", "draft") if k in summ.columns]  # a summary may name no draft model
+        for vals, _ in (summ.groupby(keys) if {"pair", "target"} <= set(keys) else ()):
+            pair, target, draft = (*vals, None)[:3]
             pid = reconcile_tables.sweep_pair(target, pair)
             if out.get(pid) == pid:  # a sweep of a local tiny pair: its grid's name and the models' folders
-                out[pid] = f"sweep pair “{pair}” ({Path(str(target)).name} ← {Path(str(draft)).name})"
+                models = Path(str(target)).name + (f" ← {Path(str(draft)).name}" if draft is not None else "")
+                out[pid] = f"sweep pair “{pair}” ({models})"
     return out

@@ -36,3 +36,17 @@ def test_a_link_to_an_unknown_row_says_so(app):
     assert not link.exception
     assert any("`gone` is not loaded" in c.value for c in link.caption)
     assert reconcile.answer_sentence(df, pair, "x")  # every pair has its sentence
+
+
+def test_the_page_opens_on_a_sweep_whose_summary_names_no_draft_model(app, tmp_path_factory, monkeypatch):
+    """The browser suite's sweep (tests/conftest.tiny_sweep) has no `draft` column: the page labelled its pairs
+    by grouping on one and crashed with a KeyError."""
+    from tests.conftest import tiny_sweep
+
+    monkeypatch.setenv("SPECLAB_SWEEP_DIR", str(tiny_sweep(tmp_path_factory)))
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT).run()
+    at.switch_page(site_map.file("speedups"))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    labels = reconcile_sources.pair_labels(reconcile_sources.rows())
+    assert any(v.startswith("sweep pair") for v in labels.values()), labels
