@@ -174,7 +174,7 @@ def beside_section(entries: dict[str, Any], label: str, trace) -> None:
     b = beside_ours(trace, ours, label)
     st.markdown("**Beside the lab's own runs of the same pair**")
     if b["imported"] is None:
-        st.caption(f"None: {b['why']}.")
+        st.caption(f"Nothing to compare: {b['why']}.")
         return
     st.caption(f"{b['pair'][0]} ← {b['pair'][1]} (model names compared without hub prefix, path, quantisation or "
                f"-Instruct): {len(b['ours'])} of the lab's runs. Acceptance rate at draft position i = drafting "

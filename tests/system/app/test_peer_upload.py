@@ -133,4 +133,4 @@ def test_an_imported_run_beside_the_lab_s_runs_of_the_same_pair(app, tmp_path):
     assert not at.exception, [e.value for e in at.exception]
     assert any(i.value.startswith("The imported run: totals only") for i in at.info)
     at.selectbox(key="peer_diag_trace").set_value("uploaded: spec.log").run()
-    assert any(c.value.startswith("None: the file does not name both models") for c in at.caption)
+    assert any(c.value.startswith("Nothing to compare: the file does not name both models") for c in at.caption)
