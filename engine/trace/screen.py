@@ -392,7 +392,8 @@ def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
     if not steps:
         return
     try:  # every step has every key (what writers produce), none null: nothing to fill, one C-level pass to know
-        if not any(w is None or e is None for w, e, *_ in map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps)):
+        list(map(itemgetter("window", "emitted", *STEP_DEFAULTS), steps))  # a KeyError where a key is left out
+        if None not in map(itemgetter("window"), steps) and None not in map(itemgetter("emitted"), steps):
             return
     except KeyError:
         pass
