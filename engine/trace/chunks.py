@@ -1,5 +1,5 @@
 """Step columns gathered while a JSONL trace is parsed (engine/trace/jsonl.py): the third column source
-of the screen (engine/trace/screen.py), beside DictColumns and ArrowColumns.
+of the screen (engine/trace/screen.py), beside DictColumns and the Parquet reader's ArrowColumns.
 
 Kept apart from the screen because it is about *reading fast* (packing values into buffers while
 they are still in the CPU cache), not about the rules; `_ChunkColumns` answers the same questions as

@@ -6,11 +6,10 @@ costs a fraction of that. The screen only says *which step is the first bad one*
 runs the reference `validate_step` on that step for the exact one-line message, so messages stay
 defined in one place (engine/trace/check.py).
 
-Two column sources feed the same rules: `DictColumns` (steps parsed from JSONL: every value's type
-is checked) and `ArrowColumns` (a Parquet table whose schema already fixes the types: values are
-checked straight from Arrow's buffers, with no Python object per value). `ArrowColumns.make`
-returns None for any schema it does not expect; the loader then takes the dict path. A third source,
-the chunks gathered while JSONL is parsed, is engine/trace/chunks.py.
+Column sources feed the same rules: `DictColumns` here (steps parsed from JSONL: every value's type
+is checked); `ArrowColumns` in engine/trace/parquet.py (a Parquet table whose schema already fixes
+the types: values are checked straight from Arrow's buffers, with no Python object per value); the
+chunks gathered while JSONL is parsed, engine/trace/chunks.py.
 
 The screen must reject at least what `validate_step` rejects; tests/unit/trace/test_fuzz.py checks that
 the screened and the reference paths agree on random mutations.
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 from itertools import chain, repeat
 from operator import is_, itemgetter
-from typing import Any
 
 import numpy as np
 
@@ -208,94 +206,6 @@ class _Fixed(DictColumns):
         return self.col
 
 
-class ArrowColumns:
-    """Columns of a Parquet step table whose schema is the one `to_parquet` writes."""
-
-    REQUIRED = {**{k: "int" for k in INT_FIELDS}, "draft_tokens": "ilist", "emitted_tokens": "ilist",
-                **{k: "flist" for k in VALUE_LISTS}, **{k: "float" for k in TIME_FIELDS},
-                "correction": "int?", "bonus": "int?", "stop_reason": "str", "finished": "str?", "type": "str"}
-    OPTIONAL = {"window": "int", "emitted": "int", "t_rule_ms": "float?", "policy_fields": "str?",
-                "chosen": "int", "all_drafts": "null", "decisions": "null"}
-
-    def __init__(self, table) -> None:
-        self.t, self.n = table, table.num_rows
-
-    @classmethod
-    def make(cls, table) -> "ArrowColumns | None":
-        import pyarrow as pa
-
-        def fits(typ, kind: str) -> bool:
-            if typ == pa.null():
-                return kind.endswith("?") or kind == "null"
-            kind = kind.rstrip("?")
-            if kind in ("int", "float"):
-                return typ == pa.int64() or (kind == "float" and typ == pa.float64())
-            if kind in ("ilist", "flist"):
-                return pa.types.is_list(typ) and (typ.value_type == pa.int64() or
-                                                  (kind == "flist" and typ.value_type == pa.float64()))
-            return typ == pa.string() if kind == "str" else False
-
-        names = set(table.column_names)
-        if not set(cls.REQUIRED) <= names or not names <= set(cls.REQUIRED) | set(cls.OPTIONAL):
-            return None
-        for k in names:
-            if not fits(table.schema.field(k).type, {**cls.REQUIRED, **cls.OPTIONAL}[k]):
-                return None
-        return cls(table)
-
-    def _arr(self, k: str):
-        return self.t.column(k).combine_chunks()
-
-    def objects(self, k: str) -> list:
-        return self.t.column(k).to_pylist() if k in self.t.column_names else [_MISSING] * self.n
-
-    def number(self, k: str, integer: bool, optional: bool, nullable: bool = True
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if not nullable and k in self.t.column_names:  # the column exists: a null in it is a bad value
-            a, present, bad = self.number(k, integer, optional)
-            return a, np.ones(self.n, bool), bad | ~present
-        if k not in self.t.column_names:
-            return np.zeros(self.n, np.int64 if integer else np.float64), np.zeros(self.n, bool), \
-                np.full(self.n, not optional)
-        a = self._arr(k)
-        if a.null_count == len(a):  # an all-null (or null-typed) column: absent everywhere
-            return np.zeros(self.n, np.int64 if integer else np.float64), np.zeros(self.n, bool), \
-                np.full(self.n, not optional)
-        present = ~np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)
-        vals = a.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64 if integer else np.float64)
-        return vals, present, (~present if not optional else np.zeros(self.n, bool))
-
-    def lists(self, k: str, integer: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        import pyarrow.compute as pc
-
-        a = self._arr(k)
-        bad = np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)
-        lens = pc.list_value_length(a).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        flat = a.flatten()
-        rows = np.repeat(np.arange(self.n), lens)
-        fnull = np.asarray(flat.is_null().to_numpy(zero_copy_only=False), bool)
-        vals = flat.fill_null(0).to_numpy(zero_copy_only=False)
-        if integer and vals.dtype != np.int64:
-            fnull |= vals != np.round(vals)
-        bad[rows[fnull]] = True
-        return lens, vals.astype(np.int64 if integer else np.float64), rows, bad
-
-    def rare(self) -> np.ndarray:  # make() admits all_drafts / decisions only as all-null columns
-        if "chosen" in self.t.column_names:
-            v, present, _ = self.number("chosen", True, True)
-            return ~present | (v != 0)  # the reference refuses a null chosen too
-        return np.zeros(self.n, bool)
-
-    def policy_fields_bad(self) -> np.ndarray:  # a JSON string per row: parsed (and checked) as rows are built
-        return np.zeros(self.n, bool)
-
-    def finished(self) -> tuple[np.ndarray, np.ndarray]:
-        return DictColumns.finished(self)
-
-    def stop_reason_bad(self) -> np.ndarray:
-        return DictColumns.stop_reason_bad(self)
-
-
 def screen_steps(cols: "DictColumns | ArrowColumns", lacks: frozenset = frozenset()
                  ) -> tuple[int | None, dict[str, np.ndarray]]:
     """(index of the first step `validate_step(…, lacks)` would refuse, or None; numeric columns of the
@@ -410,12 +320,3 @@ def fill_counts(steps: list[dict], cols: dict[str, np.ndarray]) -> None:
             for s in steps:
                 if k not in s:
                     s[k] = v() if callable(v) else v
-
-
-def step_rows(table, policy_fields: list[Any] | None = None) -> list[dict]:
-    """Step dicts from a screened Arrow table: one column at a time to Python, then zipped into dicts
-    (about 3× faster than Table.to_pylist)."""
-    names = table.column_names
-    cols = [table.column(k).to_pylist() if k != "policy_fields" or policy_fields is None else policy_fields
-            for k in names]
-    return [dict(zip(names, vals)) for vals in zip(*cols)]

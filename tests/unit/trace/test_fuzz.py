@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine.trace import screen as trace_screen
+from engine.trace import parquet as trace_parquet
 from engine.trace.assemble import build_trace
 from engine.trace.format import Trace, TraceError, loads_trace, summarize, to_parquet
 from engine.trace.parse import parse_jsonl
@@ -136,7 +136,7 @@ def test_mutated_parquet_agrees_with_the_generic_path(ops, tmp_path_factory, mon
     data = path.read_bytes()
     fast = load_parquet(data)
     with monkeypatch_module.context() as m:
-        m.setattr(trace_screen.ArrowColumns, "make", classmethod(lambda cls, table: None))
+        m.setattr(trace_parquet.ArrowColumns, "make", classmethod(lambda cls, table: None))
         ref = load_parquet(data)
     if isinstance(fast, TraceError):
         assert "\n" not in str(fast) and str(fast) == str(ref), (fast, ref)
