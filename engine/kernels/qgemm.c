@@ -1,6 +1,7 @@
 /* Weight-only quantized matmul for x86 CPUs: y[M,N] = x[M,K] · Ŵ[N,K]ᵀ. Two builds of this file:
  * with AVX-512 VNNI (integer dot products by vpdpbusd, two groups per 512-bit step) and with AVX2 only
- * (vpmaddubsw + vpmaddwd; an 8-bit weight is split into its two nibbles so no 16-bit sum saturates).
+ * (vpmaddubsw + vpmaddwd in 128-bit steps, `rows_avx2`; an 8-bit weight is split into its two nibbles so no
+ * 16-bit sum saturates).
  *
  * Weights, per output row n and group g of 32 inputs: Ŵ = s[n,g]·q + mn[n,g], q unsigned
  * (4-bit: 0…15, two per byte; 8-bit: 0…255), s and mn in fp16. Packing of a 4-bit group (16 bytes):
@@ -25,20 +26,12 @@
 #define MCHUNK 8
 #define MAXG 512 /* K ≤ 16384 */
 
-/* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
-static inline __m256i dot32(__m256i q, __m256i x, int bits) {
 #if defined(__AVX512VNNI__)
-    (void)bits;
+/* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
+static inline __m256i dot32(__m256i q, __m256i x) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
-#else
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (bits == 4) return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low4), x), ones);
-    __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), x), ones);
-    return _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4));
-#endif
 }
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -75,6 +68,7 @@ static void quantize_x(const uint16_t *x, int M, int K, int8_t *a, float *d, flo
     }
 }
 
+#if defined(__AVX512VNNI__)
 /* Rows N0…N1 for MC activation rows (MC a compile-time constant after inlining, so the accumulators
  * live in registers; two per row, over even and odd groups, to hide the FMA latency). */
 static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits, int N0, int N1, int K,
@@ -104,7 +98,6 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
             float sv = _cvtsh_ss(sr[e]);
             for (int m = 0; m < MC; m++) sd[m][e] = sv * d[(size_t)m * G + e];
         }
-#if defined(__AVX512VNNI__)
         /* two groups per 512-bit step: lanes 0–7 hold group g, lanes 8–15 group g + 1 */
         const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         __m512 acc[MCHUNK];
@@ -133,10 +126,7 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++)
             acc0[m] = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
-#else
-        int g = 0;
-#endif
-        for (; g < G; g++) {  /* AVX2: every group; AVX-512: an odd last group */
+        for (; g < G; g++) {  /* an odd last group */
             __m256i q0;
             if (bits == 4) {
                 __m128i p = _mm_loadu_si128((const __m128i *)(wr + (size_t)g * 16));
@@ -146,8 +136,7 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
             }
 #pragma GCC unroll 8
             for (int m = 0; m < MC; m++) {
-                __m256i d0 = dot32(q0, _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)g * GROUP)),
-                                   bits);
+                __m256i d0 = dot32(q0, _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)g * GROUP)));
                 acc0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_broadcast_ss(&sd[m][g]), acc0[m]);
             }
         }
@@ -169,6 +158,110 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
         }
     }
 }
+
+#else
+/* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
+ * (their nibbles unpacked once, the activation loads shared). Why this shape (measured on a 2.0 GHz Zen 1
+ * EPYC, where a 256-bit op is two 128-bit ones and vpmaddubsw / vpmaddwd share one pipe, so the multiplies
+ * bound the loop): the two nibble halves' vpmaddubsw sums are added in 16 bits (|Σ| ≤ 4·15·127 = 7620, no
+ * saturation) before one vpmaddwd, three multiplies a group instead of four; R = 2 rows give two independent
+ * FMA chains. In cache, M = 1: 9.6 against 8.0 GB/s for the earlier 256-bit loop; M = 4: 2.8 against 2.4.
+ * Each row's own sequence of operations does not depend on R or MC, so rows stay batch-invariant.
+ * 8-bit weights: low and high nibbles as two 4-bit products, the high one weighted by 16 in vpmaddwd. */
+static inline __attribute__((always_inline)) void rows_avx2(const int MC, const int R, int bits, int n, int K,
+        const int8_t *a, const float *d, const float *c, const uint8_t *w, const uint16_t *s,
+        const uint16_t *mn, uint16_t *y, int ldy) {
+    const int G = K / GROUP;
+    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+    const __m128i low4 = _mm_set1_epi8(0x0f), ones = _mm_set1_epi16(1), sixteen = _mm_set1_epi16(16);
+    /* sd[(r·MC + m)·G + g] = s[n+r, g] · d[m, g]: the inner loop then only broadcasts a load */
+    float sd[2 * MCHUNK * MAXG] __attribute__((aligned(32)));
+    __m128 acc[2][MCHUNK];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        const uint16_t *sr = s + (size_t)(n + r) * G;
+        float *sdr = sd + (size_t)r * MC * G;
+        int e = 0;
+        for (; e + 8 <= G; e += 8) {
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + e)));
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) _mm256_storeu_ps(sdr + (size_t)m * G + e, _mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + e)));
+        }
+        for (; e < G; e++) {
+            float sv = _cvtsh_ss(sr[e]);
+            for (int m = 0; m < MC; m++) sdr[(size_t)m * G + e] = sv * d[(size_t)m * G + e];
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) acc[r][m] = _mm_setzero_ps();
+    }
+    for (int g = 0; g < G; g++) {
+        __m128i lo[2][2], hi[2][2];  /* [row][16-byte half of an 8-bit group] */
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 4 ? 16 : GROUP);
+            __m128i p = _mm_loadu_si128((const __m128i *)wg);
+            lo[r][0] = _mm_and_si128(p, low4);
+            hi[r][0] = _mm_and_si128(_mm_srli_epi16(p, 4), low4);
+            if (bits == 8) {
+                p = _mm_loadu_si128((const __m128i *)(wg + 16));
+                lo[r][1] = _mm_and_si128(p, low4);
+                hi[r][1] = _mm_and_si128(_mm_srli_epi16(p, 4), low4);
+            } else {
+                lo[r][1] = hi[r][1] = _mm_setzero_si128();  /* unused (bits is a constant here: no code) */
+            }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            const int8_t *ag = a + (size_t)m * K + (size_t)g * GROUP;
+            const __m128i a0 = _mm_loadu_si128((const __m128i *)ag), a1 = _mm_loadu_si128((const __m128i *)(ag + 16));
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                __m128i i32;
+                if (bits == 4) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
+                    i32 = _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r][0], a0), _mm_maddubs_epi16(hi[r][0], a1)), ones);
+                } else {  /* q = lo + 16·hi, bytes 0–15 against a0, 16–31 against a1 */
+                    i32 = _mm_add_epi32(
+                        _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r][0], a0), _mm_maddubs_epi16(lo[r][1], a1)), ones),
+                        _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(hi[r][0], a0), _mm_maddubs_epi16(hi[r][1], a1)), sixteen));
+                }
+                acc[r][m] = _mm_fmadd_ps(_mm_cvtepi32_ps(i32), _mm_broadcast_ss(sd + ((size_t)r * MC + m) * G + g), acc[r][m]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        const uint16_t *mr = mn + (size_t)(n + r) * G;
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {  /* the groups' minimum terms: Σ_g mn[n,g] · c[m,g], eight groups per step */
+            __m256 mac = _mm256_setzero_ps();
+            int h = 0;
+            for (; h + 8 <= G; h += 8)
+                mac = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
+                                      _mm256_loadu_ps(c + (size_t)m * G + h), mac);
+            float tail = 0.f;
+            for (int t = h; t < G; t++) tail += _cvtsh_ss(mr[t]) * c[(size_t)m * G + t];
+            __m128 v = acc[r][m];
+            v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+            v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+            y[(size_t)m * ldy + n + r] = f32_to_bf16(_mm_cvtss_f32(v) + hsum256(mac) + tail);
+        }
+    }
+}
+
+/* Rows N0…N1, two at a time (one left over alone), MC a compile-time constant in each body. */
+static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits, int N0, int N1, int K,
+        const int8_t *a, const float *d, const float *c, const uint8_t *w, const uint16_t *s,
+        const uint16_t *mn, uint16_t *y, int ldy) {
+    int n = N0;
+    if (bits == 4) {  /* bits a constant in each body */
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 4, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, 4, n, K, a, d, c, w, s, mn, y, ldy);
+    } else {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 8, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, 8, n, K, a, d, c, w, s, mn, y, ldy);
+    }
+}
+#endif
 
 static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
                  const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *y, int ldy) {
