@@ -118,7 +118,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     kernels even where ours runs). Raises ValueError in one line (an unknown weights path, a GPU model on a
     quantized path, a GGUF type the quantized path cannot run)."""
     from engine.kernels import dense_kernel, qkernel
-    from engine.kernels.fast_layer import use_dense_kernel
+    from engine.kernels.fast_layer import use_dense_kernel, use_fast_layers
     from engine.kernels.rowwise_attention import use_rowwise
 
     p = next(model.parameters())
@@ -129,6 +129,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
         ours = [m for m in layers if isinstance(m, qkernel.QGemmLinear)]
         if layers and len(ours) == len(layers):  # every linear batch-invariant: attention is what is left
             use_rowwise(model)
+            use_fast_layers(model)  # fused q|k|v and gate|up on qgemm, no module machinery between (same bits)
         if ours:
             path = f"speclab qgemm ({qkernel.variant()})"
             why = "our weight-only kernel" + ("" if len(ours) == len(layers) else

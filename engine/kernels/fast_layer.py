@@ -1,9 +1,12 @@
-"""A lean decoder-layer forward for short forwards of Llama / Qwen2-shaped models on our bf16 kernels: one
-fused q|k|v product, one fused gate|up product, the row-wise attention kernel, and nothing else between.
+"""A lean decoder-layer forward for short forwards of Llama / Qwen2-shaped models on our kernels (the bf16
+GEMV, or the quantized qgemm): one fused q|k|v product, one fused gate|up product, the row-wise attention
+kernel, and nothing else between.
 
     use_dense_kernel(model) -> int    route a bf16 model onto our kernels: every linear the kernel takes, the
                                       row-wise attention, and these layers (how many linears)
-    use_fast_layers(model) -> int     patch each decoder layer that has the shape (how many); a forward of more
+    use_fast_layers(model) -> int     patch each decoder layer that has the shape and whose projections all run on
+                                      one of our kernels (how many; engine.kernels.accelerate calls it for a
+                                      quantized model whose every linear is on qgemm); a forward of more
                                       than dense_kernel.MAX_ROWS rows, a batch, a padded or tree mask, or
                                       anything unexpected runs the layer's own transformers forward
 
@@ -17,16 +20,19 @@ small ops between them — ten module calls, seven kernel calls and two dozen te
 (docs/log/2026-12-05-dense-kernel.md). Fusing halves the kernel calls and skips the module machinery; the
 norms, rope and activation are the model's own functions, so nothing is re-implemented.
 
-Exact: our kernel computes each output row from its own weight row alone (bf16_kernels.c), so a row of the
+Exact: our kernels compute each output row from its own weight row alone (bf16_kernels.c, qgemm.c), so a row of the
 fused product is bit-identical to the same row of the separate products, and the attention is the same
 kernel call; the patched layer returns the bits the unpatched one does (tests/unit/kernels/test_fast_layer.py).
-The fused weights are one buffer, and each projection's weight becomes a view of its rows: no extra memory.
+The fused weights are one buffer, and each projection's weight (or packed q, s, mn) becomes a view of its rows:
+no extra memory. Measured on the quantized path (a 2-core Zen 1 EPYC, AVX2): see docs/log/2026-12-06-quantized-fast-layer.md.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
+from typing import Callable
 
 import torch
 
@@ -36,20 +42,29 @@ from engine.kernels.rowwise_attention import _plain_causal, rowwise_attention, u
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
 
 
-def _fits(layer: torch.nn.Module) -> bool:
+def _kind(lin) -> str | None:
+    """'dense' for a bf16 nn.Linear our bf16 kernel takes, 'qgemm' for a linear on our quantized kernel."""
+    if isinstance(lin, torch.nn.Linear):
+        return "dense" if dense_kernel.fits(lin.weight) else None
+    from engine.kernels.qkernel import QGemmLinear
+
+    return "qgemm" if isinstance(lin, QGemmLinear) else None
+
+
+def _fits(layer: torch.nn.Module) -> str | None:
+    """The kind ('dense' | 'qgemm') every projection of `layer` runs on, or None (no lean forward)."""
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     if attn is None or mlp is None or not hasattr(layer, "input_layernorm") or not hasattr(layer, "post_attention_layernorm"):
-        return False
-    for owner, names in PROJECTIONS:
-        for n in names:
-            lin = getattr(getattr(layer, owner), n, None)
-            if not isinstance(lin, torch.nn.Linear) or not dense_kernel.fits(lin.weight):
-                return False
+        return None
+    kinds = {_kind(getattr(getattr(layer, owner), n, None)) for owner, names in PROJECTIONS for n in names}
+    if len(kinds) != 1 or None in kinds:
+        return None
     cfg = getattr(attn, "config", None)
     rope = getattr(sys.modules.get(type(attn).__module__), "apply_rotary_pos_emb", None)
-    return (cfg is not None and rope is not None and getattr(attn, "sliding_window", None) is None
-            and hasattr(attn, "layer_idx") and hasattr(attn, "head_dim") and hasattr(mlp, "act_fn")
-            and attn.k_proj.weight.shape == attn.v_proj.weight.shape)
+    ok = (cfg is not None and rope is not None and getattr(attn, "sliding_window", None) is None
+          and hasattr(attn, "layer_idx") and hasattr(attn, "head_dim") and hasattr(mlp, "act_fn")
+          and attn.k_proj.out_features == attn.v_proj.out_features)
+    return kinds.pop() if ok else None
 
 
 def _fuse(lins: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -68,6 +83,51 @@ def _fuse(lins: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | Non
             lin.bias = torch.nn.Parameter(b[row:row + n], requires_grad=False)
         row += n
     return w, b
+
+
+def _q_product(lins: list) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x [M, K] bf16 → [x Ŵ_1ᵀ + b_1 | x Ŵ_2ᵀ + b_2 | …] on our quantized kernel (engine.kernels.qkernel).
+    Linears of one format share one kernel call on their stacked rows, and each linear's packed buffers
+    become views of its rows (no extra memory); mixed formats (a GGUF's Q6_K v_proj beside Q4_K q and k) take
+    one call each. Bits: the kernel computes each row from its own weight row alone, and the bias is added
+    in bf16 as QGemmLinear.forward adds it."""
+    from engine.kernels import qkernel
+
+    if len({lin.bits for lin in lins}) > 1:
+        parts = [_q_product([lin]) for lin in lins]
+        return lambda x: torch.cat([f(x) for f in parts], dim=-1)
+    if len(lins) == 1:
+        q, s, mn = lins[0].q, lins[0].s, lins[0].mn
+    else:
+        q, s, mn = (torch.cat([getattr(lin, k) for lin in lins]) for k in ("q", "s", "mn"))
+        row = 0
+        for lin in lins:
+            n = lin.out_features
+            lin.q, lin.s, lin.mn = q[row:row + n], s[row:row + n], mn[row:row + n]
+            row += n
+    bias = None
+    if any(lin.bias is not None for lin in lins):
+        bias = torch.cat([lin.bias.detach() if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.bfloat16)
+                          for lin in lins])
+    bits = lins[0].bits
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        y = qkernel.qgemm(x, q, s, mn, bits)
+        return y if bias is None else y + bias
+    return product
+
+
+def _products(layer: torch.nn.Module, kind: str) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The layer's four products, x [q, K] bf16 → y [q, N] bf16 with bias: qkv (fused), o, gu (fused), down."""
+    attn, mlp = layer.self_attn, layer.mlp
+    groups = {"qkv": [attn.q_proj, attn.k_proj, attn.v_proj], "o": [attn.o_proj],
+              "gu": [mlp.gate_proj, mlp.up_proj], "down": [mlp.down_proj]}
+    if kind == "qgemm":
+        return {k: _q_product(lins) for k, lins in groups.items()}
+    layer._speclab_qkv, layer._speclab_gu = _fuse(groups["qkv"]), _fuse(groups["gu"])
+    w = {"qkv": layer._speclab_qkv, "gu": layer._speclab_gu, "o": (attn.o_proj.weight, attn.o_proj.bias),
+         "down": (mlp.down_proj.weight, mlp.down_proj.bias)}
+    return {k: functools.partial(dense_kernel.bgemv, w=wb[0], b=wb[1]) for k, wb in w.items()}
 
 
 _mask_memo: list = [None, None, False]  # (mask object, (q, kv), plain causal?): one check per forward, not per layer
@@ -96,7 +156,8 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     attn, mlp = self.self_attn, self.mlp
     hd, (nq, nkv) = attn.head_dim, self._speclab_heads
     x = self.input_layernorm(hidden_states).reshape(q, d)
-    qkv = dense_kernel.bgemv(x, self._speclab_qkv[0], self._speclab_qkv[1])
+    mm = self._speclab_mm
+    qkv = mm["qkv"](x)
     qs, ks, vs = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
     qs = qs.view(1, q, nq, hd).transpose(1, 2)
     ks = ks.view(1, q, nkv, hd).transpose(1, 2)
@@ -107,10 +168,10 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     o = dense_kernel.attention(qs, ks, vs, attn.scaling)
     if o is None:  # a cache layout the kernel does not take: the same rule in torch
         o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
-    h = hidden_states + dense_kernel.bgemv(o.reshape(q, nq * hd), attn.o_proj.weight, attn.o_proj.bias).view(b, q, d)
+    h = hidden_states + mm["o"](o.reshape(q, nq * hd)).view(b, q, d)
     y = self.post_attention_layernorm(h).reshape(q, d)
-    g, u = dense_kernel.bgemv(y, self._speclab_gu[0], self._speclab_gu[1]).split(self._speclab_inter, dim=-1)
-    return h + dense_kernel.bgemv(mlp.act_fn(g) * u, mlp.down_proj.weight, mlp.down_proj.bias).view(b, q, d)
+    g, u = mm["gu"](y).split(self._speclab_inter, dim=-1)
+    return h + mm["down"](mlp.act_fn(g) * u).view(b, q, d)
 
 
 def use_fast_layers(model: torch.nn.Module) -> int:
@@ -122,13 +183,13 @@ def use_fast_layers(model: torch.nn.Module) -> int:
     layers = getattr(decoder, "layers", None) or []
     n = 0
     for layer in layers:
-        if "forward" in layer.__dict__ or not _fits(layer):
+        kind = None if "forward" in layer.__dict__ else _fits(layer)
+        if kind is None:
             continue
         attn, mlp = layer.self_attn, layer.mlp
-        layer._speclab_heads = (attn.q_proj.weight.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim)
-        layer._speclab_inter = mlp.gate_proj.weight.shape[0]
-        layer._speclab_qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
-        layer._speclab_gu = _fuse([mlp.gate_proj, mlp.up_proj])
+        layer._speclab_heads = (attn.q_proj.out_features // attn.head_dim, attn.k_proj.out_features // attn.head_dim)
+        layer._speclab_inter = mlp.gate_proj.out_features
+        layer._speclab_mm = _products(layer, kind)
         layer._speclab_rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         layer._speclab_slow = layer.forward
         layer.forward = types.MethodType(_fast_forward, layer)

@@ -72,3 +72,53 @@ def test_layers_it_does_not_patch_and_forwards_it_leaves_alone():
     assert calls  # a prefill longer than MAX_ROWS runs the layer's own forward
     f32 = _model("llama").float()
     assert use_fast_layers(f32) == 0  # float32 weights: not the kernel's
+
+
+def _quantized(mixed: bool):
+    """A tiny Qwen2 on our qgemm kernel: int4 everywhere, or (mixed) v_proj and down_proj at 8 bits, as a GGUF
+    Q4_K_M keeps some of them in Q6_K."""
+    from engine.kernels import qkernel
+    from engine.kernels.quant import quantize_model
+    from engine.kernels.rowwise_attention import use_rowwise
+
+    model = _model("qwen2")
+    dense = {n: (m.weight.detach().clone(), None if m.bias is None else m.bias.detach().clone())
+             for n, m in model.named_modules() if n.endswith(("v_proj", "down_proj"))}
+    quantize_model(model, "int4")
+    if mixed:
+        for n, (w, b) in dense.items():
+            parent, _, attr = n.rpartition(".")
+            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear(w, b, 8))
+    use_rowwise(model)
+    return model
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_quantized_layers_return_the_same_bits(mixed):
+    from engine.kernels import qkernel
+
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm kernel: {qkernel.available()}")
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(2))
+    fast_model = _quantized(mixed)
+    assert use_fast_layers(fast_model) == 2
+    layer = fast_model.model.layers[0]
+    slow_calls = []
+    for lay in fast_model.model.layers:
+        lay._speclab_slow = (lambda f: lambda *a, **k: slow_calls.append(1) or f(*a, **k))(lay._speclab_slow)
+    fast = _decode(fast_model, ids)
+    assert not slow_calls
+    assert torch.equal(fast, _decode(_quantized(mixed), ids))  # the transformers layers on the same kernel
+    gp, up = layer.mlp.gate_proj, layer.mlp.up_proj
+    assert up.q.data_ptr() == gp.q.data_ptr() + gp.q.numel()  # stacked gate|up: views, no copy
+
+
+def test_accelerate_puts_a_quantized_model_on_the_lean_layers():
+    from engine.kernels import qkernel
+    from engine.kernels.accelerate import accelerate
+
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm kernel: {qkernel.available()}")
+    model = _model("llama")
+    accelerate(model, "int4")
+    assert all("forward" in layer.__dict__ for layer in model.model.layers)
