@@ -7,7 +7,7 @@
  * instruction torch's bf16 GEMV on AVX2 runs at ~2 GB/s (measured: 1.9 GB/s against 7.3 GB/s for its fp32
  * GEMV on the same 8960×1536 weight, one thread, EPYC with AVX2 only), so bf16 weights were slower than fp32
  * ones although they are half the bytes. Here a weight row is widened in registers (a bf16 is the top half of
- * a float32: zero-extend, shift left 16 — exact) and multiplied by float32 FMAs: the weight stays bf16 in
+ * a float32: interleaved below with zeros — exact) and multiplied by float32 FMAs: the weight stays bf16 in
  * memory, so a step reads 2 bytes a weight.
  *
  * Batch-invariant like the AVX-512 file: every y[m,n] accumulates its own 8 float32 lanes over k in order with
@@ -24,15 +24,14 @@
 #ifndef MCHUNK
 #define MCHUNK 4 /* activation rows per pass over a block of weight rows */
 #endif
-/* RB: weight rows per block: 12 accumulators + 3 widened weight vectors fit AVX2's 16 registers (the
- * activation is an FMA memory operand) */
+/* RB: weight rows per block for one activation row (3 accumulators + 6 widened weight vectors + 2 activations) */
 #ifndef RB
 #define RB 3
 #endif
 /* PF: software prefetch this many weights ahead in each row (one line per 32 weights). Measured M = 1 on a
  * 2-core AVX2 EPYC (~20 GB/s): 0 → 256 lifts the K = 1536 shapes from ~14 to ~15 GB/s (128–320 alike, 512 and
  * 1024 no better than none); K = 8960 rows already stream at ~20 GB/s. RB ∈ {2, 3, 4, 6} × MCHUNK ∈ {1, 2, 4}:
- * RB = 3, MCHUNK = 4 best or level at M = 1 and best at M = 4. */
+ * RB = 3, MCHUNK = 4 best or level at M = 1 and best at M = 4 (measured with the earlier widening). */
 #ifndef PF
 #define PF 256
 #endif
@@ -50,7 +49,30 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(b);
 }
 
-/* Weight rows n0 … n0+R-1 against activation rows m0 … m0+MC-1 (R, MC compile-time after inlining). */
+/* 16 bf16 → two vectors of 8 float32, exactly, by interleaving zeros below each bf16: `lo` holds elements
+ * 0–3 and 8–11, `hi` 4–7 and 12–15 (unpacking works within each 128-bit half). The activations are widened
+ * once per call into that same order (`widen_x`), so each product pairs the right elements. Why: on AVX2
+ * the earlier widening (vpmovzxwd + vpslld, four 128-bit uops per 8 weights on a Zen 1) made the one-row
+ * GEMV compute-bound at ~13 GB/s a core in cache; two unpacks per 16 weights lift it to ~22 GB/s
+ * (a 2.0 GHz Zen 1 EPYC, K = 1536, one thread), above the ~12.5 GB/s a core that a 2-core decode can read. */
+static inline void load16(const uint16_t *p, __m256 *lo, __m256 *hi) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+}
+
+/* x[M, K] bf16 → float32 in load16's order: per 16 elements, 0–3, 8–11, 4–7, 12–15. */
+static void widen_x(const uint16_t *x, size_t n, float *xf) {
+    for (size_t i = 0; i < n; i += 16) {
+        __m256 lo, hi;
+        load16(x + i, &lo, &hi);
+        _mm256_storeu_ps(xf + i, lo);
+        _mm256_storeu_ps(xf + i + 8, hi);
+    }
+}
+
+/* Weight rows n0 … n0+R-1 against activation rows m0 … m0+MC-1 (R, MC compile-time after inlining). Each
+ * y[m,n] is the same chain of FMAs whatever R and MC are: R only sets how many rows share a pass. */
 static inline __attribute__((always_inline)) void block(const int R, const int MC, int n0, int m0, int K,
         const float *xf, const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
     __m256 acc[MCHUNK][RB];
@@ -60,20 +82,20 @@ static inline __attribute__((always_inline)) void block(const int R, const int M
         for (int r = 0; r < R; r++) acc[m][r] = _mm256_setzero_ps();
     const uint16_t *wr = w + (size_t)n0 * K;
     const float *xr = xf + (size_t)m0 * K;
-    for (int k = 0; k < K; k += 8) {
-        __m256 wv[RB];
+    for (int k = 0; k < K; k += 16) {
+        __m256 wl[RB], wh[RB];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
 #if PF
             if ((k & 31) == 0) _mm_prefetch((const char *)(wr + (size_t)r * K + k + PF), _MM_HINT_T0);
 #endif
-            wv[r] = load8(wr + (size_t)r * K + k);
+            load16(wr + (size_t)r * K + k, &wl[r], &wh[r]);
         }
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++) {
-            const __m256 xv = _mm256_loadu_ps(xr + (size_t)m * K + k);
+            const __m256 x0 = _mm256_loadu_ps(xr + (size_t)m * K + k), x1 = _mm256_loadu_ps(xr + (size_t)m * K + k + 8);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[m][r] = _mm256_fmadd_ps(wv[r], xv, acc[m][r]);
+            for (int r = 0; r < R; r++) acc[m][r] = _mm256_fmadd_ps(wh[r], x1, _mm256_fmadd_ps(wl[r], x0, acc[m][r]));
         }
     }
 #pragma GCC unroll 8
@@ -86,13 +108,22 @@ static inline __attribute__((always_inline)) void block(const int R, const int M
         }
 }
 
+/* R weight rows from n0 against every activation row: one row of activations RB = 3 weight rows at a time;
+ * several (a verify) two weight rows at a time, then one, so the accumulators and widened weights fit AVX2's
+ * 16 registers (measured: R = 3 at MC = 4 spills and runs ~6 % slower than R = 2). */
 static void rows_block(int R, int n0, int M, int K, const float *xf, const uint16_t *w, const uint16_t *b,
                        uint16_t *y, int N) {
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
-#define CASE(RR, MM) if (R == RR && mc == MM) { block(RR, MM, n0, m0, K, xf, w, b, y, N); continue; }
-        CASE(RB, 1) CASE(RB, 2) CASE(RB, 3) CASE(RB, 4)
-        CASE(1, 1) CASE(1, 2) CASE(1, 3) CASE(1, 4)
+        if (mc == 1) {
+            if (R == RB) block(RB, 1, n0, m0, K, xf, w, b, y, N);
+            else for (int r = 0; r < R; r++) block(1, 1, n0 + r, m0, K, xf, w, b, y, N);
+            continue;
+        }
+        int r = 0;
+#define CASE(MM) if (mc == MM) { for (; r + 2 <= R; r += 2) block(2, MM, n0 + r, m0, K, xf, w, b, y, N); \
+                                 if (r < R) { block(1, MM, n0 + r, m0, K, xf, w, b, y, N); } continue; }
+        CASE(2) CASE(3) CASE(4)
 #undef CASE
     }
 }
@@ -103,13 +134,13 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
     if (K % 32 != 0 || M < 1 || N < 1) return 1;
     float *xf = (float *)malloc(sizeof(float) * (size_t)M * K);
     if (!xf) return 2;
-    for (size_t i = 0; i < (size_t)M * K; i += 8) _mm256_storeu_ps(xf + i, load8(x + i));
+    widen_x(x, (size_t)M * K, xf);
     int blocks = N / RB;
     /* a small weight is not worth waking a second thread (the same rule as the AVX-512 build) */
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, xf, w, b, y, N);
-    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, xf, w, b, y, N);
+    if (blocks * RB < N) rows_block(N - blocks * RB, blocks * RB, M, K, xf, w, b, y, N);
     free(xf);
     return 0;
 }
