@@ -24,7 +24,7 @@ Exact: our kernels compute each output row from its own weight row alone (bf16_k
 fused product is bit-identical to the same row of the separate products, and the attention is the same
 kernel call; the patched layer returns the bits the unpatched one does (tests/unit/kernels/test_fast_layer.py).
 The fused weights are one buffer, and each projection's weight (or packed q, s, mn) becomes a view of its rows:
-no extra memory. Measured on the quantized path (a 2-core Zen 1 EPYC, AVX2): see docs/log/2026-12-06-quantized-fast-layer.md.
+no extra memory. Measured on the quantized path (a 2-core Zen 1 EPYC, AVX2): see docs/log/2026-12-06-avx2-kernels-and-quantized-fast-layers.md.
 """
 
 from __future__ import annotations
