@@ -47,6 +47,8 @@ def test_rows_are_bit_identical_whatever_the_batch_and_threads():
     x = torch.randn(13, 256, dtype=torch.bfloat16)
     one_by_one = torch.cat([bgemv(x[i:i + 1], w) for i in range(13)])
     assert torch.equal(one_by_one, bgemv(x, w))
+    for m in (2, 3, 5, 6):  # every verify size's own code path (two weight rows a pass, then one)
+        assert torch.equal(one_by_one[:m], bgemv(x[:m], w)), m
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
