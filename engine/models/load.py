@@ -60,6 +60,21 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: str = "cpu") -> tor
     return DTYPES[dtype]
 
 
+def _bf16_for_qgemm(weights: str, device: str, target: "LoadedModel | None") -> bool:
+    """Whether `--dtype auto` loads a quantized model in bf16 where bf16 is not native: yes when our qgemm
+    kernel runs here (it takes bf16 activations, so a float32 model converts them both ways at every call and
+    cannot take the lean decoder layer). Measured on a 2-core Zen 1 EPYC (AVX2), one-token step of the 1.5B
+    target: 143.5 ms in float32, 119.6 ms in bf16 (docs/log/2026-12-06-avx2-kernels-and-quantized-fast-layers.md).
+    A draft keeps its target's dtype when the target is not bf16 (a mixed pair's dense float32 target)."""
+    if weights == "dense" or device != "cpu":
+        return False
+    if target is not None and target.lm.dtype != torch.bfloat16:
+        return False
+    from engine.kernels import qkernel
+
+    return qkernel.available() is None
+
+
 # ---------------------------------------------------------------- loading
 
 
@@ -83,6 +98,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
 
     `weights` (engine.kernels.quant.WEIGHTS): 'dense', or a quantized fast path; None = the target's path
     when a target is given, else 'dense' (a draft given its own path: a mixed pair, engine.models.pair_weights).
+    `dtype` 'auto': `resolve_dtype`, except a quantized model on our qgemm kernel loads in bf16 (`_bf16_for_qgemm`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,6 +110,8 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         raise ValueError(check_weights(weights))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if dtype == "auto" and dt == torch.float32 and _bf16_for_qgemm(weights, dev, target):
+        dt = torch.bfloat16
     t0 = time.perf_counter()
     subset = None
     if name_or_path in ("smollm2-135m", "smollm2-135m-instruct"):

@@ -95,3 +95,20 @@ def test_no_kernel_switch_outside_accelerate():
     stray = {f: s for f, s in found.items() if s and f not in MAY_SWITCH}
     assert not stray, stray
     assert found["engine/kernels/accelerate.py"]  # the check sees calls at all
+
+
+def test_auto_loads_a_quantized_model_in_bf16_where_our_kernel_takes_it(tmp_path, monkeypatch):
+    """On a CPU without native bf16 `--dtype auto` is float32, except for a model on our qgemm kernel (it takes
+    bf16 activations); a draft beside a float32 target (a mixed pair) keeps float32."""
+    from engine.kernels import qkernel
+    from engine.models import load as load_mod
+
+    monkeypatch.setattr(load_mod, "native_bf16", lambda *a, **k: False)  # an AVX2-only CPU, whatever runs this
+    tiny_llama(0).save_pretrained(tmp_path)
+    dense = load_mod.load_model(str(tmp_path), "auto", "cpu")
+    assert dense.lm.dtype == torch.float32
+    quant = load_mod.load_model(str(tmp_path), "auto", "cpu", weights="int4")
+    assert quant.lm.dtype == (torch.bfloat16 if qkernel.available() is None else torch.float32)
+    draft = load_mod.load_model(str(tmp_path), "auto", "cpu", role="draft", target=dense, weights="int4")
+    assert draft.lm.dtype == torch.float32
+    assert load_mod.load_model(str(tmp_path), "fp32", "cpu", weights="int4").lm.dtype == torch.float32  # asked
