@@ -55,6 +55,7 @@ models: $(STAMP)
 # llama.cpp from source), then their runs on the Qwen pair re-recorded as the committed fixtures
 # (tests/fixtures/peers/; the tests read only those). Needs `make models`. Never a dependency of `test`.
 peers: models
+	$(BIN)/python -m engine models --keep-gguf
 	scripts/peers/install.sh
 	scripts/peers/run_vllm_fixtures.sh
 	PYTHONPATH=. $(BIN)/python scripts/peers/run_llamacpp.py

