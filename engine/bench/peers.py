@@ -93,6 +93,11 @@ def rounds(engines: list[PeerEngine]) -> list[list[tuple[PeerEngine, str]]]:
             for r in range(n)]
 
 
+def _one_line(what: str, err: Exception) -> str:
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+    return f"{what}: {type(err).__name__}: {first}"
+
+
 class NoEngineStarted(RuntimeError):
     """Every engine failed to start: one line naming each (the command prints it as its error)."""
 
@@ -138,8 +143,7 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
             try:
                 infos[e.name] = e.start()
             except Exception as err:  # a peer that dies at start (a crashing build): name it, keep the rest
-                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-                failed[e.name] = f"{e.name} could not start: {type(err).__name__}: {first}"
+                failed[e.name] = _one_line(f"{e.name} could not start", err)
                 say(failed[e.name])
         if len(failed) == len(engines):
             raise NoEngineStarted("; ".join(failed.values()))
@@ -152,10 +156,18 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
             say(f"cores busy before timing: {cores.get('busy')} — another process holds a core; timings of engines "
                 f"whose threads spin (llama.cpp) suffer most (recorded in the result)")
         for rnd, slots in enumerate(plan):
-            for e, c in slots:
+            slots = [(e, c) for e, c in slots if e.name not in failed]
+            for e, c in list(slots):
                 if getattr(e, "one_at_a_time", False):
                     say(f"round {rnd + 1}: {e.name} {c}")
-                    e.activate(c)
+                    try:
+                        e.activate(c)
+                    except Exception as err:  # its engine for this config died starting: drop it, keep what ran
+                        failed[e.name] = _one_line(f"{e.name} could not start {c}", err)
+                        say(failed[e.name])
+                        slots = [(e2, c2) for e2, c2 in slots if e2 is not e]
+            if not slots:
+                continue
             for e, c in slots:  # untimed: the first requests of a config are slow
                 if warmup_tokens and (rnd == 0 or getattr(e, "one_at_a_time", False)):
                     e.run(c, prompts[0], warmup_tokens)
@@ -169,6 +181,8 @@ def run_peers(engines: list[PeerEngine], prompts: list[PeerPrompt], max_new_toke
                         + (f", mean acceptance length {1 + r.accepted / r.spec_steps:.2f}" if r.spec_steps else ""))
                 if checkpoint is not None:
                     checkpoint(result(False))
+        if not runs:
+            raise NoEngineStarted("; ".join(failed.values()))
     finally:
         for e in engines:
             try:

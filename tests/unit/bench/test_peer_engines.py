@@ -110,3 +110,26 @@ def test_a_llama_server_that_dies_at_start_is_one_line_with_its_log_and_build(tm
     line = str(e.value)
     assert line.startswith("llama-server died with SIGSEGV (signal 11) before /health answered") and "\n" not in line
     assert "llama threadpool init" in line and "build: native build (native (-march=native)), unverified" in line
+
+
+def _python(path, body):
+    import sys
+
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{body}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_vllm_whose_compiled_ops_die_is_refused_at_start_in_one_line(tmp_path):
+    """vLLM's CPU wheels need AVX-512: on an AVX2 CPU `import vllm._C` dies with SIGILL; the start says so
+    before an engine start of a minute (the peers driver then leaves vLLM out, naming it)."""
+    from engine.bench.peer_engines import vllm_runs_here
+
+    sigill = _python(tmp_path / "python", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
+    why = vllm_runs_here(sigill)
+    assert why.startswith("vLLM's CPU build does not run on this CPU (") and "SIGILL (signal 4)" in why
+    assert "\n" not in why
+    e = VllmEngine(sigill, tmp_path, tmp_path, ("ar",), log_dir=tmp_path / "logs")
+    with pytest.raises(RuntimeError, match="importing vllm._C ended with SIGILL"):
+        e.start()
+    assert vllm_runs_here(_python(tmp_path / "ok", "pass")) is None

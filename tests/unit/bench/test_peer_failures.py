@@ -65,3 +65,32 @@ def test_busy_cores_from_two_readings():
         raise OSError("no /proc")
 
     assert cores.busy_cores(read=broken, sleep=lambda s: None)["ok"] is None
+
+
+class DiesOnActivate(Fake):
+    """vLLM's shape: starts, then its per-config engine dies (a wheel built for AVX-512 on an AVX2 CPU: SIGILL)."""
+
+    def activate(self, config):
+        if config != "ar":
+            raise RuntimeError("vLLM worker exited (-4): see build/peers/vllm-draft-2.log\nmore")
+        super().activate(config)
+
+
+def test_a_peer_that_dies_when_a_config_starts_is_dropped_and_what_ran_is_kept():
+    a = Fake("speclab", ["ar", "spec:2"])
+    v = DiesOnActivate("vllm", ["ar", "spec:2", "spec:4"], one_at_a_time=True)
+    said = []
+    res = run_peers([a, v], PROMPTS, 8, warmup_tokens=0, say=said.append, core_check=lambda: IDLE)
+    line = res["failed"]["vllm"]
+    assert line == "vllm could not start spec:2: RuntimeError: vLLM worker exited (-4): see build/peers/vllm-draft-2.log"
+    assert line in said and res["complete"]
+    rows = {(r["engine"], r["config"]) for r in res["rows"]}
+    assert ("vllm", "ar") in rows and ("vllm", "spec:2") not in rows and ("speclab", "spec:2") in rows
+    assert "activate spec:4" not in v.log  # dropped for the rounds after too
+    assert sum(1 for r in res["runs"] if r["engine"] == "speclab") == 3 * 2 * 3  # every round still ran
+
+
+def test_an_engine_dying_before_any_run_fails_the_run_naming_it():
+    with pytest.raises(RuntimeError, match="vllm could not start spec:2"):
+        run_peers([DiesOnActivate("vllm", ["spec:2", "ar"], one_at_a_time=True)], PROMPTS, 8, warmup_tokens=0,
+                  say=lambda s: None, core_check=lambda: IDLE)
