@@ -39,13 +39,13 @@ ARMS = {
 CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL")
 
 
-def _run(arm: str, worktree: Path, out: Path, weights: str, threads: int) -> list[dict]:
+def _run(arm: str, worktree: Path, out: Path, weights: str, threads: int, target: str | None = None) -> list[dict]:
     extra, old = ARMS[arm]
     env = {k: v for k, v in os.environ.items() if k not in CLEARED} | extra
     if old:
         env["PYTHONPATH"] = str(worktree)  # ahead of the editable install's finder, so the old tree is imported
     cmd = [sys.executable, "-m", "engine", "overhead", "--weights", weights, "--threads", str(threads),
-           "--dtype", "bf16", "--out", str(out)]
+           "--dtype", "bf16", "--out", str(out)] + (["--target", target] if target else [])
     subprocess.run(cmd, env=env, cwd=worktree if old else REPO, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["rows"]
@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--weights", default="dense,quantized")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--target", default=None, help="the model (overhead's --target; default: its own)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     arms = a.arms.split(",")
@@ -72,7 +73,7 @@ def main() -> None:
         try:
             for r in range(a.rounds):
                 for arm in arms:
-                    rows = _run(arm, wt, Path(tmp) / f"{arm}-{r}.json", a.weights, a.threads)
+                    rows = _run(arm, wt, Path(tmp) / f"{arm}-{r}.json", a.weights, a.threads, a.target)
                     for row in rows:
                         runs.append({"round": r, "arm": arm, "weights": row["weights"], "step_ms": row["step_ms"],
                                      "kernel_share": row["kernel_share"]})
@@ -92,7 +93,7 @@ def main() -> None:
     from engine.kernels.kernel_build import cpu_flags  # noqa: E402
     from engine.models.load import machine_description, software_versions  # noqa: E402
 
-    rec = {"kind": "step-before-after", "before": a.before,
+    rec = {"kind": "step-before-after", "before": a.before, "target": a.target or "overhead's default",
            "after": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                    text=True).stdout.strip(),
            "summary": summary, "runs": runs, "threads": a.threads, "machine": machine_description(),

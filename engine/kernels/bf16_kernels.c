@@ -78,6 +78,21 @@ static void rows_block(int R, int n0, int M, int K, const uint16_t *x, const uin
     }
 }
 
+/* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h; bf16 products need
+ * no widened copy, so `unused` is): the weight-row blocks shared out as speclab_bgemv shares them, a barrier. */
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, const uint16_t *w, const uint16_t *b,
+                     uint16_t *y) {
+    (void)unused;
+    const int blocks = N / RB;
+#pragma omp for schedule(static) nowait
+    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, x, w, b, y, N);
+#pragma omp for schedule(static) nowait
+    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+#pragma omp barrier
+}
+
+#include "fused_layer.h"
+
 /* 0 on success; 1 for a shape it does not take (K not a multiple of 32). */
 int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
                   int threads) {

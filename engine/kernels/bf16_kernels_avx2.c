@@ -128,6 +128,24 @@ static void rows_block(int R, int n0, int M, int K, const float *xf, const uint1
     }
 }
 
+/* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h): the activations
+ * widened once into xf [M, K], the weight-row blocks shared out as speclab_bgemv shares them, then a barrier. */
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *xf, const uint16_t *w, const uint16_t *b,
+                     uint16_t *y) {
+#pragma omp single
+    widen_x(x, (size_t)M * K, xf);
+    const int blocks = N / RB;
+#pragma omp for schedule(static) nowait
+    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, xf, w, b, y, N);
+#pragma omp single nowait
+    {
+        if (blocks * RB < N) rows_block(N - blocks * RB, blocks * RB, M, K, xf, w, b, y, N);
+    }
+#pragma omp barrier
+}
+
+#include "fused_layer.h"
+
 /* 0 on success; 1 for a shape it does not take (K not a multiple of 32, as the AVX-512 build); 2 out of memory. */
 int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
                   int threads) {

@@ -10,6 +10,12 @@ kernel, and nothing else between.
                                       than dense_kernel.MAX_ROWS rows, a batch, a padded or tree mask, or
                                       anything unexpected runs the layer's own transformers forward
 
+A dense Llama / Qwen2 layer goes further where it can (`_fusable`): the C layer of fused_layer.h, two calls around
+the attention (norm₁, q|k|v, rope; then W_o, the residual, norm₂, gate|up, silu·up, W_down, the residual), each
+one parallel region instead of ~25 torch ops and five kernel wake-ups. It is batch-invariant (lossless greedy
+speculation holds) but not bit-identical to the transformers layer: its norms sum in row order
+(tests/unit/kernels/test_fused_layer.py). `FUSED[0] = False` keeps the lean Python layer below.
+
 Per layer, x the layer's input [1, q, d] (q ≤ MAX_ROWS rows after a cached prefix):
 
     h   = x + W_o · attn(rope(W_qkv · norm₁(x) + b_qkv))      W_qkv = [W_q; W_k; W_v] (rows stacked)
@@ -174,6 +180,55 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     return h + mm["down"](mlp.act_fn(g) * u).view(b, q, d)
 
 
+FUSED = [True]  # the dense layers take fused_layer.h where they can; tests switch it off to hold the lean layer
+
+
+def _fusable(layer: torch.nn.Module) -> bool:
+    """A dense Llama / Qwen2 layer the C layer (fused_layer.h) computes as transformers does: RMS norms, the
+    rotate-half rope, silu, and no MLP bias it would miss."""
+    attn, mlp = layer.self_attn, layer.mlp
+    mod = type(attn).__module__
+    n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
+    return (FUSED[0] and mod.endswith((".modeling_llama", ".modeling_qwen2"))
+            and all(hasattr(n, "variance_epsilon") and getattr(n, "weight", None) is not None
+                    and n.weight.dtype == torch.bfloat16 and n.weight.shape == (attn.q_proj.in_features,)
+                    for n in (n1, n2))
+            and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu"
+            and attn.head_dim % 2 == 0 and attn.head_dim <= 512 and hasattr(attn, "scaling"))
+
+
+def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
+                   position_embeddings=None, **kwargs):
+    """The layer in two C calls around the attention (fused_layer.h): norm₁, q|k|v and rope; then W_o, the
+    residual, norm₂, gate|up, silu·up, W_down and the residual. Same guards as `_fast_forward`."""
+    if cache is None:
+        cache = kwargs.get("past_key_values")
+    b, q, d = hidden_states.shape
+    cos, sin = position_embeddings if position_embeddings is not None else (None, None)
+    if (b != 1 or q > dense_kernel.MAX_ROWS or cache is None or cos is None or cos.dtype != torch.bfloat16
+            or hidden_states.dtype != torch.bfloat16 or torch.is_grad_enabled()
+            or not _plain(attention_mask, q, cache.get_seq_length(self.self_attn.layer_idx) + q)):
+        return self._speclab_slow(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                  cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+    attn = self.self_attn
+    hd, (nq, nkv) = attn.head_dim, self._speclab_heads
+    x = hidden_states.reshape(q, d).contiguous()
+    f = self._speclab_fused
+    qkv = dense_kernel.layer_in(x, f["n1"], f["eps1"], *self._speclab_qkv, (nq, nkv, hd),
+                                cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous())
+    qs, ks, vs = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
+    qs = qs.view(1, q, nq, hd).transpose(1, 2)
+    ks = ks.reshape(1, q, nkv, hd).transpose(1, 2)
+    vs = vs.reshape(1, q, nkv, hd).transpose(1, 2)
+    ks, vs = cache.update(ks, vs, attn.layer_idx)
+    o = dense_kernel.attention(qs, ks, vs, attn.scaling)
+    if o is None:  # a cache layout the kernel does not take: the same rule in torch
+        o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
+    out = dense_kernel.layer_out(x, o.reshape(q, nq * hd).contiguous(), f["o"], f["n2"], f["eps2"],
+                                 self._speclab_gu, f["down"])
+    return out.view(b, q, d)
+
+
 def use_fast_layers(model: torch.nn.Module) -> int:
     """Patch every decoder layer of `model` that has the Llama / Qwen2 shape and whose projections our kernel
     takes (use_dense_kernel calls it); returns how many."""
@@ -192,7 +247,15 @@ def use_fast_layers(model: torch.nn.Module) -> int:
         layer._speclab_mm = _products(layer, kind)
         layer._speclab_rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         layer._speclab_slow = layer.forward
-        layer.forward = types.MethodType(_fast_forward, layer)
+        fused = kind == "dense" and _fusable(layer)
+        if fused:
+            attn, mlp = layer.self_attn, layer.mlp
+            layer._speclab_fused = {
+                "n1": layer.input_layernorm.weight.detach().contiguous(), "eps1": float(layer.input_layernorm.variance_epsilon),
+                "n2": layer.post_attention_layernorm.weight.detach().contiguous(),
+                "eps2": float(layer.post_attention_layernorm.variance_epsilon),
+                "o": (attn.o_proj.weight, attn.o_proj.bias), "down": (mlp.down_proj.weight, mlp.down_proj.bias)}
+        layer.forward = types.MethodType(_fused_forward if fused else _fast_forward, layer)
         n += 1
     return n
 

@@ -4,12 +4,21 @@ of several rows, a crop), no extra weight memory, and the fall-backs (long forwa
 import pytest
 import torch
 
-from engine.kernels import dense_kernel
+from engine.kernels import dense_kernel, fast_layer
 from engine.kernels.fast_layer import use_dense_kernel, use_fast_layers
 from engine.core.kv_cache import GrowingCache
 
 pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
                                 reason=f"dense kernel: {dense_kernel.available()}")
+
+
+@pytest.fixture(autouse=True)
+def _lean_layers():
+    """These tests hold the lean Python layer to the transformers layer's bits: the C layer the dense path takes
+    where it can (fused_layer.h) is switched off here and tested in test_fused_layer.py."""
+    fast_layer.FUSED[0] = False
+    yield
+    fast_layer.FUSED[0] = True
 
 
 def _model(kind: str):
