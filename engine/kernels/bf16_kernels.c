@@ -80,8 +80,9 @@ static void rows_block(int R, int n0, int M, int K, const uint16_t *x, const uin
 
 /* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h; bf16 products need
  * no widened copy, so `unused` is): the weight-row blocks shared out as speclab_bgemv shares them, a barrier. */
-static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, const uint16_t *w, const uint16_t *b,
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, const void *wh, const uint16_t *b,
                      uint16_t *y) {
+    const uint16_t *w = (const uint16_t *)wh;
     (void)unused;
     const int blocks = N / RB;
 #pragma omp for schedule(static) nowait

@@ -141,8 +141,9 @@ static void rows_block(int R, int n0, int M, int K, const float *xf, const uint1
 
 /* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h): the activations
  * widened once into xf [M, K], the weight-row blocks shared out as speclab_bgemv shares them, then a barrier. */
-static void par_gemv(int M, int N, int K, const uint16_t *x, float *xf, const uint16_t *w, const uint16_t *b,
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *xf, const void *wh, const uint16_t *b,
                      uint16_t *y) {
+    const uint16_t *w = (const uint16_t *)wh;
 #pragma omp single
     widen_x(x, (size_t)M * K, xf);
     const int blocks = N / RB;

@@ -6,8 +6,8 @@ whatever the row count.
     bgemv(x, w, b) -> y                  y[M, N] = x[M, K] · w[N, K]ᵀ + b, bf16 in and out, M ≤ MAX_ROWS
     long_linear(x, w, b) -> y            a longer forward (a prefill) on the CPU's fastest GEMM (float32 on AVX2)
     attention(q, k, v, scale) -> o       causal attention of a few query rows on the KV cache, row by row
-    layer_in(x, …) / layer_out(x, a, …)  a Llama / Qwen2 decoder layer in two calls around the attention
-                                         (fused_layer.h; used by engine.kernels.fast_layer)
+    library_handle() -> CDLL | None      the loaded library, whose speclab_layer_in / _out (fused_layer.h) the
+                                         lean layers call through engine.kernels.fused
     kernel_of(model) -> str              'speclab bgemv' once engine.kernels.fast_layer.use_dense_kernel routed
                                          the model's linears, attention and decoder layers onto these kernels
 
@@ -36,6 +36,7 @@ import os
 
 import torch
 
+from engine.kernels import fused
 from engine.kernels.kernel_build import BUILDS, cpu_flags, library, load_library
 
 VARIANTS = {  # build → CPU flags it needs, fastest first: AVX-512 BF16 dot products, else AVX2 widening + FMA
@@ -76,16 +77,16 @@ def available() -> str | None:
             "speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
             "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
                                                                           ctypes.c_void_p, ctypes.c_int],
-            "speclab_layer_in": [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 3
-                                + [ctypes.c_void_p] * 3 + [ctypes.c_int],
-            "speclab_layer_out": [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-                                 + [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 5
-                                 + [ctypes.c_int]})
+            **fused.ARGTYPES})
         _variant = name
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
+
+
+def library_handle():
+    """The loaded library (`available()` first), or None."""
+    return _lib
 
 
 def loaded_variant() -> str | None:
@@ -129,39 +130,6 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale
     rc = _lib.speclab_attn(q, h, hkv, d, n, qs.data_ptr(), key.data_ptr(), value.data_ptr(), key.stride(1),
                            float(scale), out.data_ptr(), torch.get_num_threads())
     return out if rc == 0 else None
-
-
-def _ptr(t: torch.Tensor | None):
-    return None if t is None else t.data_ptr()
-
-
-def layer_in(x: torch.Tensor, norm_w: torch.Tensor, eps: float, w: torch.Tensor, b: torch.Tensor | None,
-             heads: tuple[int, int, int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The fused layer's first half (fused_layer.h): x [M, D] → [q|k|v] [M, N] with rope applied to q and k;
-    heads = (nq, nkv, head_dim); cos, sin [M, head_dim]; all bf16 and contiguous."""
-    m, d = x.shape
-    nq, nkv, hd = heads
-    y = torch.empty(m, w.shape[0], dtype=torch.bfloat16)
-    rc = _lib.speclab_layer_in(m, d, x.data_ptr(), norm_w.data_ptr(), eps, w.shape[0], w.data_ptr(), _ptr(b),
-                               nq, nkv, hd, cos.data_ptr(), sin.data_ptr(), y.data_ptr(), torch.get_num_threads())
-    if rc != 0:
-        raise RuntimeError(f"speclab_layer_in refused M={m} D={d} N={w.shape[0]} heads={heads} (rc {rc})")
-    return y
-
-
-def layer_out(x: torch.Tensor, a: torch.Tensor, o: tuple, norm_w: torch.Tensor, eps: float, gu: tuple,
-              down: tuple) -> torch.Tensor:
-    """The fused layer's second half (fused_layer.h): the residual stream x [M, D] and the attention's output
-    a [M, Da] → the layer's output [M, D]; o, gu, down = (weight, bias or None), gu's rows gate then up."""
-    m, d = x.shape
-    out = torch.empty(m, d, dtype=torch.bfloat16)
-    inter = gu[0].shape[0] // 2
-    rc = _lib.speclab_layer_out(m, d, x.data_ptr(), a.data_ptr(), a.shape[1], o[0].data_ptr(), _ptr(o[1]),
-                                norm_w.data_ptr(), eps, inter, gu[0].data_ptr(), _ptr(gu[1]), down[0].data_ptr(),
-                                _ptr(down[1]), out.data_ptr(), torch.get_num_threads())
-    if rc != 0:
-        raise RuntimeError(f"speclab_layer_out refused M={m} D={d} Da={a.shape[1]} I={inter} (rc {rc})")
-    return out
 
 
 def fits(weight: torch.Tensor) -> bool:

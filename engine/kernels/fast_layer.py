@@ -35,6 +35,7 @@ no extra memory. Measured on the quantized path (a 2-core Zen 1 EPYC, AVX2): see
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 import types
@@ -42,7 +43,7 @@ from typing import Callable
 
 import torch
 
-from engine.kernels import dense_kernel
+from engine.kernels import dense_kernel, fused
 from engine.kernels.rowwise_attention import _plain_causal, rowwise_attention, use_rowwise
 
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
@@ -91,19 +92,15 @@ def _fuse(lins: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | Non
     return w, b
 
 
-def _q_product(lins: list) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x [M, K] bf16 → [x Ŵ_1ᵀ + b_1 | x Ŵ_2ᵀ + b_2 | …] on our quantized kernel (engine.kernels.qkernel).
-    Linears of one format share one kernel call on their stacked rows, and each linear's packed buffers
-    become views of its rows (no extra memory); mixed formats (a GGUF's Q6_K v_proj beside Q4_K q and k) take
-    one call each. Bits: the kernel computes each row from its own weight row alone, and the bias is added
-    in bf16 as QGemmLinear.forward adds it."""
-    from engine.kernels import qkernel
-
+def _q_parts(lins: list) -> tuple[list[tuple], torch.Tensor | None]:
+    """The packed row segments [(rows, bits, q, s, mn), …] of `lins` stacked along N, and their bias (bf16, zeros
+    where a linear has none; None where none has one). Linears of one format are stacked into one segment and
+    each linear's packed buffers become views of its rows (no extra memory); mixed formats (a GGUF's Q6_K v_proj
+    beside Q4_K q and k) keep a segment each."""
     if len({lin.bits for lin in lins}) > 1:
-        parts = [_q_product([lin]) for lin in lins]
-        return lambda x: torch.cat([f(x) for f in parts], dim=-1)
-    if len(lins) == 1:
-        q, s, mn = lins[0].q, lins[0].s, lins[0].mn
+        segs = [seg for lin in lins for seg in _q_parts([lin])[0]]
+    elif len(lins) == 1:
+        segs = [(lins[0].out_features, lins[0].bits, lins[0].q, lins[0].s, lins[0].mn)]
     else:
         q, s, mn = (torch.cat([getattr(lin, k) for lin in lins]) for k in ("q", "s", "mn"))
         row = 0
@@ -111,15 +108,27 @@ def _q_product(lins: list) -> Callable[[torch.Tensor], torch.Tensor]:
             n = lin.out_features
             lin.q, lin.s, lin.mn = q[row:row + n], s[row:row + n], mn[row:row + n]
             row += n
+        segs = [(row, lins[0].bits, q, s, mn)]
     bias = None
     if any(lin.bias is not None for lin in lins):
         bias = torch.cat([lin.bias.detach() if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.bfloat16)
                           for lin in lins])
-    bits = lins[0].bits
+    return segs, bias
+
+
+def _q_product(lins: list) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x [M, K] bf16 → [x Ŵ_1ᵀ + b_1 | x Ŵ_2ᵀ + b_2 | …] on our quantized kernel (engine.kernels.qkernel), one
+    call per segment of `_q_parts`. Bits: the kernel computes each row from its own weight row alone, and the bias
+    is added in bf16 as QGemmLinear.forward adds it."""
+    from engine.kernels import qkernel
+
+    segs, bias = _q_parts(lins)
 
     def product(x: torch.Tensor) -> torch.Tensor:
-        y = qkernel.qgemm(x, q, s, mn, bits)
+        ys = [qkernel.qgemm(x, q, s, mn, bits) for _, bits, q, s, mn in segs]
+        y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
         return y if bias is None else y + bias
+    product.parts = (segs, bias)
     return product
 
 
@@ -180,12 +189,12 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     return h + mm["down"](mlp.act_fn(g) * u).view(b, q, d)
 
 
-FUSED = [True]  # the dense layers take fused_layer.h where they can; tests switch it off to hold the lean layer
+FUSED = [True]  # layers take fused_layer.h where they can; tests switch it off to hold the lean layer
 
 
 def _fusable(layer: torch.nn.Module) -> bool:
-    """A dense Llama / Qwen2 layer the C layer (fused_layer.h) computes as transformers does: RMS norms, the
-    rotate-half rope, silu, and no MLP bias it would miss."""
+    """A Llama / Qwen2 layer the C layer (fused_layer.h) computes as transformers does: RMS norms, the
+    rotate-half rope, silu."""
     attn, mlp = layer.self_attn, layer.mlp
     mod = type(attn).__module__
     n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
@@ -195,6 +204,33 @@ def _fusable(layer: torch.nn.Module) -> bool:
                     for n in (n1, n2))
             and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu"
             and attn.head_dim % 2 == 0 and attn.head_dim <= 512 and hasattr(attn, "scaling"))
+
+
+def _fused_weights(layer: torch.nn.Module, kind: str) -> dict | None:
+    """The C layer's library and weight handles for `layer` (its products already built by `_products`), or
+    None where that library lacks the layer or a product has more than three packed segments."""
+    attn, mlp = layer.self_attn, layer.mlp
+    if kind == "dense":
+        lib = dense_kernel.library_handle()
+        wb = {"qkv": layer._speclab_qkv, "gu": layer._speclab_gu, "o": (attn.o_proj.weight, attn.o_proj.bias),
+              "down": (mlp.down_proj.weight, mlp.down_proj.bias)}
+        handles = {k: (w.data_ptr(), b) for k, (w, b) in wb.items()}
+        keep = []
+    else:
+        from engine.kernels import qkernel
+
+        lib = qkernel._lib
+        parts = {k: f.parts for k, f in layer._speclab_mm.items()}
+        if any(len(segs) > 3 for segs, _ in parts.values()):
+            return None
+        keep = [fused.QWeight.of(segs) for segs, _ in parts.values()]
+        handles = {k: (ctypes.addressof(w), parts[k][1]) for k, w in zip(parts, keep)}
+    if lib is None or not hasattr(lib, "speclab_layer_in"):
+        return None
+    n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
+    return {"lib": lib, **handles, "keep": keep, "n_qkv": attn.q_proj.out_features + 2 * attn.k_proj.out_features,
+            "n1": (n1.weight.detach().contiguous(), float(n1.variance_epsilon)),
+            "n2": (n2.weight.detach().contiguous(), float(n2.variance_epsilon))}
 
 
 def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
@@ -214,8 +250,8 @@ def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, 
     hd, (nq, nkv) = attn.head_dim, self._speclab_heads
     x = hidden_states.reshape(q, d).contiguous()
     f = self._speclab_fused
-    qkv = dense_kernel.layer_in(x, f["n1"], f["eps1"], *self._speclab_qkv, (nq, nkv, hd),
-                                cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous())
+    qkv = fused.layer_in(f["lib"], x, f["n1"], *f["qkv"], f["n_qkv"], (nq, nkv, hd),
+                         cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous())
     qs, ks, vs = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
     qs = qs.view(1, q, nq, hd).transpose(1, 2)
     ks = ks.reshape(1, q, nkv, hd).transpose(1, 2)
@@ -224,8 +260,8 @@ def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, 
     o = dense_kernel.attention(qs, ks, vs, attn.scaling)
     if o is None:  # a cache layout the kernel does not take: the same rule in torch
         o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
-    out = dense_kernel.layer_out(x, o.reshape(q, nq * hd).contiguous(), f["o"], f["n2"], f["eps2"],
-                                 self._speclab_gu, f["down"])
+    out = fused.layer_out(f["lib"], x, o.reshape(q, nq * hd).contiguous(), f["o"], f["n2"], f["gu"], f["down"],
+                          self._speclab_inter)
     return out.view(b, q, d)
 
 
@@ -247,15 +283,9 @@ def use_fast_layers(model: torch.nn.Module) -> int:
         layer._speclab_mm = _products(layer, kind)
         layer._speclab_rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         layer._speclab_slow = layer.forward
-        fused = kind == "dense" and _fusable(layer)
-        if fused:
-            attn, mlp = layer.self_attn, layer.mlp
-            layer._speclab_fused = {
-                "n1": layer.input_layernorm.weight.detach().contiguous(), "eps1": float(layer.input_layernorm.variance_epsilon),
-                "n2": layer.post_attention_layernorm.weight.detach().contiguous(),
-                "eps2": float(layer.post_attention_layernorm.variance_epsilon),
-                "o": (attn.o_proj.weight, attn.o_proj.bias), "down": (mlp.down_proj.weight, mlp.down_proj.bias)}
-        layer.forward = types.MethodType(_fused_forward if fused else _fast_forward, layer)
+        layer._speclab_fused = _fused_weights(layer, kind) if _fusable(layer) else None
+        fused_ = layer._speclab_fused is not None
+        layer.forward = types.MethodType(_fused_forward if fused_ else _fast_forward, layer)
         n += 1
     return n
 

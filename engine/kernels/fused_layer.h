@@ -1,7 +1,11 @@
 /* A Llama / Qwen2 decoder layer in two calls around the attention, for short forwards (a decode step, a
- * verify), included by both bf16 kernel builds (bf16_kernels.c, bf16_kernels_avx2.c), each of which supplies
- *   par_gemv(M, N, K, x, scratch, w, b, y)   y[M,N] = x[M,K]·W[N,K]ᵀ (+ b) inside an OpenMP parallel region,
- *                                             every row computed as speclab_bgemv computes it, then a barrier
+ * verify), included by the bf16 kernel builds (bf16_kernels.c, bf16_kernels_avx2.c) and the quantized one
+ * (qgemm.c), each of which supplies
+ *   par_gemv(M, N, K, x, scratch, w, b, y)   y[M,N] = x[M,K]·Ŵ[N,K]ᵀ (+ b) inside an OpenMP parallel region,
+ *                                             every row computed as that build's own product computes it (and
+ *                                             the bias added as its Python side adds it), then a barrier;
+ *                                             w is the build's weight handle (a bf16 [N,K] array; for qgemm a
+ *                                             struct qweight of up to three packed row segments)
  * Per layer, x [M, D] the layer's input, in paper-free notation (transformers' LlamaDecoderLayer):
  *   speclab_layer_in:   xn = rms(x)·w₁;  [q|k|v] = xn·W_qkvᵀ + b;  q, k ← rope(q, k; cos, sin)   (rotate-half form)
  *   (the caller appends k, v to its cache and runs speclab_attn: a = attn(q, K, V))
@@ -53,7 +57,7 @@ static inline uint16_t fl_add(uint16_t a, uint16_t b) { return f32_to_bf16(bf16_
 
 /* 0 on success; 1 for a shape it does not take; 2 out of memory. qkv: [M, N] out, N = (nq + 2·nkv)·hd;
  * cos, sin: [M, hd]. */
-int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float eps, int N, const uint16_t *w,
+int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float eps, int N, const void *w,
                      const uint16_t *b, int nq, int nkv, int hd, const uint16_t *cs, const uint16_t *sn,
                      uint16_t *qkv, int threads) {
     if (M < 1 || D % 32 || hd % 2 || hd > 512 || N != (nq + 2 * nkv) * hd) return 1;
@@ -82,9 +86,9 @@ int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float 
 
 /* out [M, D] = the layer's output; a [M, Da] the attention's output (heads concatenated). The MLP's I is
  * the intermediate size: wgu [2I, D] (gate rows, then up rows), wdown [D, I]. Biases may be NULL. */
-int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, const uint16_t *wo,
-                      const uint16_t *bo, const uint16_t *nw, float eps, int I, const uint16_t *wgu,
-                      const uint16_t *bgu, const uint16_t *wdown, const uint16_t *bdown, uint16_t *out, int threads) {
+int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, const void *wo,
+                      const uint16_t *bo, const uint16_t *nw, float eps, int I, const void *wgu,
+                      const uint16_t *bgu, const void *wdown, const uint16_t *bdown, uint16_t *out, int threads) {
     if (M < 1 || D % 32 || Da % 32 || I % 32) return 1;
     const size_t big = (size_t)M * (Da > I ? (Da > D ? Da : D) : (I > D ? I : D));
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * D * 2);

@@ -314,6 +314,50 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     return 0;
 }
 
+/* A quantized product for the fused layer (fused_layer.h): up to three row segments stacked along N, each
+ * packed as speclab_qgemm takes it — one segment where every projection of the product has the same bits,
+ * one per projection where a GGUF mixes them (a Q6_K v_proj beside Q4_K q and k). */
+struct qweight {
+    int nseg;
+    int rows[3], bits[3];
+    const uint8_t *q[3];
+    const uint16_t *s[3], *mn[3];
+};
+
+/* speclab_qgemm's product inside an OpenMP parallel region: activations quantized once (into `scratch`, which
+ * holds ≥ 4·M·K bytes), blocks of 64 rows shared out per segment, then a barrier; the bias is added after the
+ * rounding, in bf16, as QGemmLinear.forward adds it. */
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, const void *wh, const uint16_t *b,
+                     uint16_t *y) {
+    const struct qweight *W = (const struct qweight *)wh;
+    const int G = K / GROUP;
+    int8_t *a = (int8_t *)scratch;
+    float *d = (float *)(a + (((size_t)M * K + 63) & ~(size_t)63)), *c = d + (size_t)M * G;
+#pragma omp single
+    quantize_x(x, M, K, a, d, c);
+    for (int m0 = 0; m0 < M; m0 += MCHUNK) {
+        const int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
+        int col = 0;
+        for (int sg = 0; sg < W->nseg; sg++) {
+            const int n = W->rows[sg], nb = (n + 63) / 64;
+#pragma omp for schedule(static) nowait
+            for (int bk = 0; bk < nb; bk++) {
+                const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
+                rows(mc, W->bits[sg], n0, n1, K, a + (size_t)m0 * K, d + (size_t)m0 * G, c + (size_t)m0 * G,
+                     W->q[sg], W->s[sg], W->mn[sg], y + (size_t)m0 * N + col, N);
+            }
+            col += n;
+        }
+    }
+#pragma omp barrier
+    if (b) {
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * N; t++) y[t] = f32_to_bf16(bf16_to_f32(y[t]) + bf16_to_f32(b[t % N]));
+    }
+}
+
+#include "fused_layer.h"
+
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {

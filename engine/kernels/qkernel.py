@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.kernels.dense_kernel import long_linear
+from engine.kernels import fused
 from engine.kernels.kernel_build import BUILDS, cpu_flags, library, load_library  # cpu_flags: tests stub it here
 
 SOURCE = Path(__file__).with_name("qgemm.c")
@@ -65,7 +66,7 @@ def available() -> str | None:
         path, _built = library(BUILDS[f"qgemm-{name}"])
         _lib = load_library(path, {
             "speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
-            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int]})
+            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int], **fused.ARGTYPES})
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why

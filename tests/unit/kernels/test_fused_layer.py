@@ -59,3 +59,54 @@ def test_layers_the_c_layer_would_compute_differently_keep_the_lean_forward():
     model.model.layers[0].mlp.config.hidden_act = "gelu"  # one config: every layer's MLP reads it
     use_dense_kernel(model)
     assert all(layer.forward.__func__ is fast_layer._fast_forward for layer in model.model.layers)
+
+
+def _qgemm_or_skip():
+    from engine.kernels import qkernel
+
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm kernel: {qkernel.available()}")
+
+
+def _quantized(mixed, fused=True):
+    from engine.kernels.fast_layer import use_fast_layers
+    from tests.unit.kernels.test_fast_layer import _quantized as build
+
+    model = build(mixed)
+    fast_layer.FUSED[0] = fused
+    try:
+        assert use_fast_layers(model) == 2
+    finally:
+        fast_layer.FUSED[0] = True
+    return model
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_quantized_c_layer_is_the_lean_layer_up_to_the_norms_sum_order(mixed):
+    """On qgemm the C layer's products are the kernel's own rows (one packed segment per bit width: int4
+    everywhere, or v_proj and down_proj at 8 bits), the bias added after rounding as QGemmLinear adds it."""
+    _qgemm_or_skip()
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(3))
+    fused, lean = _quantized(mixed), _quantized(mixed, fused=False)
+    layer = fused.model.layers[0]
+    assert layer.forward.__func__ is fast_layer._fused_forward
+    assert [s[1] for s in layer._speclab_mm["qkv"].parts[0]] == ([4, 4, 8] if mixed else [4])
+    a, b = _decode(fused, ids), _decode(lean, ids)
+    diff = (a.float() - b.float()).abs()
+    assert diff.max() <= 0.03 * b.float().abs().max(), diff.max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_quantized_verify_gives_the_bits_of_one_row_steps(mixed):
+    _qgemm_or_skip()
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(4))
+    model = _quantized(mixed)
+    with torch.inference_mode():
+        c1 = GrowingCache()
+        model(ids[:, :40], past_key_values=c1, use_cache=True)
+        steps = torch.cat([model(ids[:, t:t + 1], past_key_values=c1, use_cache=True).logits[0] for t in range(40, 45)])
+        c2 = GrowingCache()
+        model(ids[:, :40], past_key_values=c2, use_cache=True)
+        verify = model(ids[:, 40:45], past_key_values=c2, use_cache=True).logits[0]
+    assert torch.equal(steps, verify)

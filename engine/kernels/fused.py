@@ -1,0 +1,73 @@
+"""The fused decoder layer's two C calls (engine/kernels/fused_layer.h) on either kernel library: the dense bf16
+builds (weights: bf16 [N, K] arrays) or qgemm (weights: `QWeight`, up to three packed row segments).
+
+    ARGTYPES                          ctypes signatures of speclab_layer_in / speclab_layer_out (each library
+                                      declares them with its own entry points)
+    QWeight.of(segments) -> QWeight   the C struct qweight of one product: [(rows, bits, q, s, mn), …]
+    layer_in(lib, x, norm, w, b, heads, cos, sin) -> qkv       norm₁, [q|k|v] = xn·Wᵀ + b, rope on q and k
+    layer_out(lib, x, a, o, norm, gu, down, inter) -> out      W_o, residual, norm₂, gate|up, silu·up, W_down, residual
+
+A weight handle is an int (a data pointer, or the address of a QWeight the caller keeps alive); `norm` is
+(weight, eps); o, gu, down are (handle, bias or None); gu's rows are gate then up, `inter` rows each.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+ARGTYPES = {
+    "speclab_layer_in": [_I, _I, _P, _P, _F, _I, _P, _P, _I, _I, _I, _P, _P, _P, _I],
+    "speclab_layer_out": [_I, _I, _P, _P, _I, _P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _I],
+}
+
+
+class QWeight(ctypes.Structure):
+    """qgemm.c's `struct qweight`: one product's rows in up to three segments of one bit width each."""
+
+    _fields_ = [("nseg", _I), ("rows", _I * 3), ("bits", _I * 3), ("q", _P * 3), ("s", _P * 3), ("mn", _P * 3)]
+
+    @classmethod
+    def of(cls, segments: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]) -> "QWeight":
+        if not 1 <= len(segments) <= 3:
+            raise ValueError(f"a fused product takes 1–3 segments, got {len(segments)}")
+        w = cls()
+        w.nseg = len(segments)
+        for i, (rows, bits, q, s, mn) in enumerate(segments):
+            if not (q.is_contiguous() and s.is_contiguous() and mn.is_contiguous()):
+                raise ValueError("packed segments must be contiguous")
+            w.rows[i], w.bits[i] = rows, bits
+            w.q[i], w.s[i], w.mn[i] = q.data_ptr(), s.data_ptr(), mn.data_ptr()
+        return w
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+def layer_in(lib, x: torch.Tensor, norm: tuple[torch.Tensor, float], w: int, b: torch.Tensor | None, n: int,
+             heads: tuple[int, int, int], cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [M, D] bf16 → [q|k|v] [M, n] bf16 (n = (nq + 2·nkv)·head_dim), rope applied; cos, sin [M, head_dim]."""
+    m, d = x.shape
+    nq, nkv, hd = heads
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    rc = lib.speclab_layer_in(m, d, x.data_ptr(), norm[0].data_ptr(), norm[1], n, w, _ptr(b), nq, nkv, hd,
+                              cos.data_ptr(), sin.data_ptr(), y.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"speclab_layer_in refused M={m} D={d} N={n} heads={heads} (rc {rc})")
+    return y
+
+
+def layer_out(lib, x: torch.Tensor, a: torch.Tensor, o: tuple, norm: tuple[torch.Tensor, float], gu: tuple,
+              down: tuple, inter: int) -> torch.Tensor:
+    """The residual stream x [M, D] and the attention's output a [M, Da] → the layer's output [M, D] bf16."""
+    m, d = x.shape
+    out = torch.empty(m, d, dtype=torch.bfloat16)
+    rc = lib.speclab_layer_out(m, d, x.data_ptr(), a.data_ptr(), a.shape[1], o[0], _ptr(o[1]), norm[0].data_ptr(),
+                               norm[1], inter, gu[0], _ptr(gu[1]), down[0], _ptr(down[1]), out.data_ptr(),
+                               torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"speclab_layer_out refused M={m} D={d} Da={a.shape[1]} I={inter} (rc {rc})")
+    return out
