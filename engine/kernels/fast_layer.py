@@ -14,7 +14,7 @@ A dense Llama / Qwen2 layer goes further where it can (`_fusable`): the C layer 
 the attention (norm₁, q|k|v, rope; then W_o, the residual, norm₂, gate|up, silu·up, W_down, the residual), each
 one parallel region instead of ~25 torch ops and five kernel wake-ups. It is batch-invariant (lossless greedy
 speculation holds) but not bit-identical to the transformers layer: its norms sum in row order
-(tests/unit/kernels/test_fused_layer.py). `FUSED[0] = False` keeps the lean Python layer below.
+(tests/unit/kernels/test_fused.py). `SPECLAB_FUSED_LAYER=0` (or `FUSED[0] = False`) keeps the lean Python layer below.
 
 Per layer, x the layer's input [1, q, d] (q ≤ MAX_ROWS rows after a cached prefix):
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 import types
 from typing import Callable
@@ -189,7 +190,9 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
     return h + mm["down"](mlp.act_fn(g) * u).view(b, q, d)
 
 
-FUSED = [True]  # layers take fused_layer.h where they can; tests switch it off to hold the lean layer
+# layers take fused_layer.h where they can; SPECLAB_FUSED_LAYER=0 keeps the lean Python layer (the transformers
+# layer's bits on our kernels), and tests switch it off to hold that layer to them
+FUSED = [os.environ.get("SPECLAB_FUSED_LAYER", "1") != "0"]
 
 
 def _fusable(layer: torch.nn.Module) -> bool:

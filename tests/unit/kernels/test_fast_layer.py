@@ -15,10 +15,10 @@ pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
 @pytest.fixture(autouse=True)
 def _lean_layers():
     """These tests hold the lean Python layer to the transformers layer's bits: the C layer the dense path takes
-    where it can (fused_layer.h) is switched off here and tested in test_fused_layer.py."""
-    fast_layer.FUSED[0] = False
+    where it can (fused_layer.h) is switched off here and tested in test_fused.py."""
+    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], False
     yield
-    fast_layer.FUSED[0] = True
+    fast_layer.FUSED[0] = old
 
 
 def _model(kind: str):

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
 
 def _patched(kind, fused=True):
     model = _model(kind)
-    fast_layer.FUSED[0] = fused
+    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], fused
     try:
         use_dense_kernel(model)
     finally:
-        fast_layer.FUSED[0] = True
+        fast_layer.FUSED[0] = old
     return model
 
 
@@ -73,11 +73,11 @@ def _quantized(mixed, fused=True):
     from tests.unit.kernels.test_fast_layer import _quantized as build
 
     model = build(mixed)
-    fast_layer.FUSED[0] = fused
+    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], fused
     try:
         assert use_fast_layers(model) == 2
     finally:
-        fast_layer.FUSED[0] = True
+        fast_layer.FUSED[0] = old
     return model
 
 
