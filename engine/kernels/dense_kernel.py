@@ -6,8 +6,7 @@ whatever the row count.
     bgemv(x, w, b) -> y                  y[M, N] = x[M, K] · w[N, K]ᵀ + b, bf16 in and out, M ≤ MAX_ROWS
     long_linear(x, w, b) -> y            a longer forward (a prefill) on the CPU's fastest GEMM (float32 on AVX2)
     attention(q, k, v, scale) -> o       causal attention of a few query rows on the KV cache, row by row
-    library_handle() -> CDLL | None      the loaded library, whose speclab_layer_in / _out (fused_layer.h) the
-                                         lean layers call through engine.kernels.fused
+    (the library also holds speclab_layer_in / _out, fused_layer.h, which engine.kernels.fused calls)
     kernel_of(model) -> str              'speclab bgemv' once engine.kernels.fast_layer.use_dense_kernel routed
                                          the model's linears, attention and decoder layers onto these kernels
 
@@ -82,11 +81,6 @@ def available() -> str | None:
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
-
-
-def library_handle():
-    """The loaded library (`available()` first), or None."""
-    return _lib
 
 
 def loaded_variant() -> str | None:

@@ -34,6 +34,7 @@ SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 GROUP = 32
+MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
 _built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'

@@ -20,8 +20,8 @@ def test_shares_add_up_and_the_model_is_restored(weights, kernel):
     r = measure(lm, list(range(1, 20)), steps=3, repeats=2)
     assert 0 <= r["overhead_share"] <= 1 and abs(r["kernel_share"] + r["overhead_share"] - 1) < 1e-9
     assert r["step_ms"] > 0 and r["top_ms_per_step"] and r["weights"] == weights
-    if kernel == "auto" and weights != "dense":
-        assert "speclab C kernels" in r["top_ms_per_step"]
+    if kernel == "auto" and (weights != "dense" or dense_kernel.available() is None):
+        assert "speclab C kernels" in r["top_ms_per_step"]  # the C layer's calls (fused_layer.h) are clocked too
     assert all("forward" not in mod.__dict__ for mod in m.modules() if isinstance(mod, qkernel.QGemmLinear))
     lm.reset()
     torch.testing.assert_close(lm.extend([1, 2, 3])[-1], before)
