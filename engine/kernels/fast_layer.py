@@ -10,7 +10,7 @@ kernel, and nothing else between.
                                       than dense_kernel.MAX_ROWS rows, a batch, a padded or tree mask, or
                                       anything unexpected runs the layer's own transformers forward
 
-A dense Llama / Qwen2 layer goes further where it can (`_fusable`): the C layer of fused_layer.h, two calls around
+A Llama / Qwen2 layer on either kernel goes further where it can (`_fusable`): the C layer of fused_layer.h, two calls around
 the attention (norm₁, q|k|v, rope; then W_o, the residual, norm₂, gate|up, silu·up, W_down, the residual), each
 one parallel region instead of ~25 torch ops and five kernel wake-ups. It is batch-invariant (lossless greedy
 speculation holds) but not bit-identical to the transformers layer: its norms sum in row order
@@ -159,35 +159,49 @@ def _plain(mask, q: int, kv: int) -> bool:
     return ok
 
 
-def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                  position_embeddings=None, **kwargs):
-    if cache is None:
-        cache = kwargs.get("past_key_values")
-    b, q, d = hidden_states.shape
-    if (b != 1 or q > dense_kernel.MAX_ROWS or cache is None or position_embeddings is None
-            or hidden_states.dtype != torch.bfloat16 or torch.is_grad_enabled()
-            or not _plain(attention_mask, q, cache.get_seq_length(self.self_attn.layer_idx) + q)):
-        return self._speclab_slow(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
-                                  cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
-    attn, mlp = self.self_attn, self.mlp
-    hd, (nq, nkv) = attn.head_dim, self._speclab_heads
-    x = self.input_layernorm(hidden_states).reshape(q, d)
-    mm = self._speclab_mm
-    qkv = mm["qkv"](x)
+def _takes(self, hidden_states, attention_mask, cache, position_embeddings) -> bool:
+    """Whether the lean forwards take this call: one sequence of ≤ MAX_ROWS bf16 rows after a cached prefix, a
+    plain causal mask, no grad (anything else runs the layer's own transformers forward)."""
+    b, q, _ = hidden_states.shape
+    return not (b != 1 or q > dense_kernel.MAX_ROWS or cache is None or position_embeddings is None
+                or hidden_states.dtype != torch.bfloat16 or torch.is_grad_enabled()
+                or not _plain(attention_mask, q, cache.get_seq_length(self.self_attn.layer_idx) + q))
+
+
+def _heads(self, qkv: torch.Tensor, q: int):
+    """[q|k|v] rows [q, N] → query, key and value heads [1, H, q, hd] (views)."""
+    hd, (nq, nkv) = self.self_attn.head_dim, self._speclab_heads
     qs, ks, vs = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
-    qs = qs.view(1, q, nq, hd).transpose(1, 2)
-    ks = ks.view(1, q, nkv, hd).transpose(1, 2)
-    vs = vs.reshape(1, q, nkv, hd).transpose(1, 2)
-    cos, sin = position_embeddings
-    qs, ks = self._speclab_rope(qs, ks, cos, sin)
+    return (qs.view(1, q, nq, hd).transpose(1, 2), ks.reshape(1, q, nkv, hd).transpose(1, 2),
+            vs.reshape(1, q, nkv, hd).transpose(1, 2))
+
+
+def _attend(self, qs, ks, vs, cache) -> torch.Tensor:
+    """Append k, v to the cache and attend, row by row: the heads' outputs concatenated, [q, H·hd]."""
+    attn = self.self_attn
     ks, vs = cache.update(ks, vs, attn.layer_idx)
     o = dense_kernel.attention(qs, ks, vs, attn.scaling)
     if o is None:  # a cache layout the kernel does not take: the same rule in torch
         o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
-    h = hidden_states + mm["o"](o.reshape(q, nq * hd)).view(b, q, d)
+    return o.reshape(qs.shape[2], -1)
+
+
+def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
+                  position_embeddings=None, **kwargs):
+    if cache is None:
+        cache = kwargs.get("past_key_values")
+    if not _takes(self, hidden_states, attention_mask, cache, position_embeddings):
+        return self._speclab_slow(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                  cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+    b, q, d = hidden_states.shape
+    mm = self._speclab_mm
+    qs, ks, vs = _heads(self, mm["qkv"](self.input_layernorm(hidden_states).reshape(q, d)), q)
+    cos, sin = position_embeddings
+    qs, ks = self._speclab_rope(qs, ks, cos, sin)
+    h = hidden_states + mm["o"](_attend(self, qs, ks, vs, cache)).view(b, q, d)
     y = self.post_attention_layernorm(h).reshape(q, d)
     g, u = mm["gu"](y).split(self._speclab_inter, dim=-1)
-    return h + mm["down"](mlp.act_fn(g) * u).view(b, q, d)
+    return h + mm["down"](self.mlp.act_fn(g) * u).view(b, q, d)
 
 
 # layers take fused_layer.h where they can; SPECLAB_FUSED_LAYER=0 keeps the lean Python layer (the transformers
@@ -210,8 +224,8 @@ def _fusable(layer: torch.nn.Module) -> bool:
 
 
 def _fused_weights(layer: torch.nn.Module, kind: str) -> dict | None:
-    """The C layer's library and weight handles for `layer` (its products already built by `_products`), or
-    None where that library lacks the layer or a product has more than three packed segments."""
+    """The C layer's kernel module and weight handles for `layer` (its products already built by `_products`),
+    or None where that library lacks the layer, a product has more than three packed segments or is too wide."""
     attn, mlp = layer.self_attn, layer.mlp
     if kind == "dense":
         mod = dense_kernel
@@ -245,29 +259,19 @@ def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, 
     residual, norm₂, gate|up, silu·up, W_down and the residual. Same guards as `_fast_forward`."""
     if cache is None:
         cache = kwargs.get("past_key_values")
-    b, q, d = hidden_states.shape
-    cos, sin = position_embeddings if position_embeddings is not None else (None, None)
-    if (b != 1 or q > dense_kernel.MAX_ROWS or cache is None or cos is None or cos.dtype != torch.bfloat16
-            or hidden_states.dtype != torch.bfloat16 or torch.is_grad_enabled()
-            or not _plain(attention_mask, q, cache.get_seq_length(self.self_attn.layer_idx) + q)):
+    if (not _takes(self, hidden_states, attention_mask, cache, position_embeddings)
+            or position_embeddings[0].dtype != torch.bfloat16):
         return self._speclab_slow(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                                   cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
-    attn = self.self_attn
-    hd, (nq, nkv) = attn.head_dim, self._speclab_heads
+    b, q, d = hidden_states.shape
+    hd, (nq, nkv) = self.self_attn.head_dim, self._speclab_heads
     x = hidden_states.reshape(q, d).contiguous()
+    cos, sin = position_embeddings
     f = self._speclab_fused
     qkv = fused.layer_in(f["mod"]._lib, x, f["n1"], *f["qkv"], f["n_qkv"], (nq, nkv, hd),
                          cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous())
-    qs, ks, vs = qkv.split((nq * hd, nkv * hd, nkv * hd), dim=-1)
-    qs = qs.view(1, q, nq, hd).transpose(1, 2)
-    ks = ks.reshape(1, q, nkv, hd).transpose(1, 2)
-    vs = vs.reshape(1, q, nkv, hd).transpose(1, 2)
-    ks, vs = cache.update(ks, vs, attn.layer_idx)
-    o = dense_kernel.attention(qs, ks, vs, attn.scaling)
-    if o is None:  # a cache layout the kernel does not take: the same rule in torch
-        o, _ = rowwise_attention(attn, qs, ks, vs, None, scaling=attn.scaling)
-    out = fused.layer_out(f["mod"]._lib, x, o.reshape(q, nq * hd).contiguous(), f["o"], f["n2"], f["gu"], f["down"],
-                          self._speclab_inter)
+    o = _attend(self, *_heads(self, qkv, q), cache).contiguous()
+    out = fused.layer_out(f["mod"]._lib, x, o, f["o"], f["n2"], f["gu"], f["down"], self._speclab_inter)
     return out.view(b, q, d)
 
 

@@ -90,7 +90,8 @@ int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da
                       const uint16_t *bo, const uint16_t *nw, float eps, int I, const void *wgu,
                       const uint16_t *bgu, const void *wdown, const uint16_t *bdown, uint16_t *out, int threads) {
     if (M < 1 || D % 32 || Da % 32 || I % 32) return 1;
-    const size_t big = (size_t)M * (Da > I ? (Da > D ? Da : D) : (I > D ? I : D));
+    const int widest = Da > D ? (Da > I ? Da : I) : (D > I ? D : I); /* the widest product input: its scratch */
+    const size_t big = (size_t)M * widest;
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * D * 2);
     uint16_t *gu = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * I * 2);
     uint16_t *act = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * I);

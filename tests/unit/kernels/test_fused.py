@@ -40,10 +40,8 @@ def test_the_fused_layer_is_the_transformers_layer_up_to_the_norms_sum_order(kin
     assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "llama"])
-def test_a_verify_gives_the_bits_of_one_row_steps(kind):
-    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(2))
-    model = _patched(kind)
+def _steps_and_verify(model, ids):
+    """Logits of five one-row steps after a 40-token prefill, and of the same five rows as one verify."""
     with torch.inference_mode():
         c1 = GrowingCache()
         model(ids[:, :40], past_key_values=c1, use_cache=True)
@@ -51,6 +49,13 @@ def test_a_verify_gives_the_bits_of_one_row_steps(kind):
         c2 = GrowingCache()
         model(ids[:, :40], past_key_values=c2, use_cache=True)
         verify = model(ids[:, 40:45], past_key_values=c2, use_cache=True).logits[0]
+    return steps, verify
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_verify_gives_the_bits_of_one_row_steps(kind):
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(2))
+    steps, verify = _steps_and_verify(_patched(kind), ids)
     assert torch.equal(steps, verify)
 
 
@@ -101,12 +106,5 @@ def test_the_quantized_c_layer_is_the_lean_layer_up_to_the_norms_sum_order(mixed
 def test_a_quantized_verify_gives_the_bits_of_one_row_steps(mixed):
     _qgemm_or_skip()
     ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(4))
-    model = _quantized(mixed)
-    with torch.inference_mode():
-        c1 = GrowingCache()
-        model(ids[:, :40], past_key_values=c1, use_cache=True)
-        steps = torch.cat([model(ids[:, t:t + 1], past_key_values=c1, use_cache=True).logits[0] for t in range(40, 45)])
-        c2 = GrowingCache()
-        model(ids[:, :40], past_key_values=c2, use_cache=True)
-        verify = model(ids[:, 40:45], past_key_values=c2, use_cache=True).logits[0]
+    steps, verify = _steps_and_verify(_quantized(mixed), ids)
     assert torch.equal(steps, verify)
