@@ -23,7 +23,15 @@
 #include "bf16.h"
 
 #define GROUP 32
+/* MCHUNK: activation rows sharing one pass over a weight block. AVX-512 has 32 vector registers, room for
+ * 8 rows' accumulators; AVX2 has 16, and 8 rows × 2 weight rows of accumulators spill: measured on a
+ * 2-core Zen 1 (K = 1536, N = 8960, 4-bit), 4 rows run a prefill at 61.5–62.0 GFLOP/s against 55.5–55.9
+ * for 8 (M = 8 … 300, bit-identical output); M = 1 is unchanged. */
+#if defined(__AVX512VNNI__)
 #define MCHUNK 8
+#else
+#define MCHUNK 4
+#endif
 #define MAXG 512 /* K ≤ 16384 */
 
 #if defined(__AVX512VNNI__)
@@ -41,29 +49,44 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-/* Quantize activations: a[m, k] int8, d[m, g], c[m, g] = d · Σ a over the group. */
+/* Quantize activations: a[m, k] int8, d[m, g], c[m, g] = d · Σ a over the group. Per group of 32:
+ * d = max|x| / 127, a = lrint(x / d) clamped to ±127, in eight-lane steps (the same operations as a scalar loop:
+ * the max ignores a NaN as `av > amax` does, cvtps rounds to nearest even as lrintf does, a NaN quotient
+ * becomes 0 as the int of lrintf's long gives, the sum is exact). */
 static void quantize_x(const uint16_t *x, int M, int K, int8_t *a, float *d, float *c) {
-    int G = K / GROUP;
+    const int G = K / GROUP;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int m = 0; m < M; m++) {
         for (int g = 0; g < G; g++) {
             const uint16_t *xs = x + (size_t)m * K + (size_t)g * GROUP;
-            float v[GROUP], amax = 0.f;
-            for (int k = 0; k < GROUP; k++) {
-                v[k] = bf16_to_f32(xs[k]);
-                float av = fabsf(v[k]);
-                if (av > amax) amax = av;
+            __m256 v[4], mx = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xs + 8 * i))), 16));
+                mx = _mm256_max_ps(_mm256_and_ps(v[i], absmask), mx);  /* a NaN lane keeps mx */
             }
-            float dd = amax / 127.f, inv = dd > 0.f ? 1.f / dd : 0.f;
-            int sum = 0;
-            int8_t *as = a + (size_t)m * K + (size_t)g * GROUP;
-            for (int k = 0; k < GROUP; k++) {
-                int q = (int)lrintf(v[k] * inv);
-                q = q > 127 ? 127 : (q < -127 ? -127 : q);
-                as[k] = (int8_t)q;
-                sum += q;
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+            const float amax = _mm_cvtss_f32(h);
+            const float dd = amax / 127.f, inv = dd > 0.f ? 1.f / dd : 0.f;
+            const __m256 iv = _mm256_set1_ps(inv);
+            __m256i q[4], sum = _mm256_setzero_si256();
+            for (int i = 0; i < 4; i++) {
+                __m256 t = _mm256_mul_ps(v[i], iv);
+                t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));  /* NaN → 0, as (int)lrintf gives */
+                q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(t), lim), nlim);
+                sum = _mm256_add_epi32(sum, q[i]);
             }
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(a + (size_t)m * K + (size_t)g * GROUP), _mm256_permutevar8x32_epi32(p, order));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
             d[(size_t)m * G + g] = dd;
-            c[(size_t)m * G + g] = dd * (float)sum;
+            c[(size_t)m * G + g] = dd * (float)_mm_cvtsi128_si32(s4);
         }
     }
 }
@@ -277,11 +300,15 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         case 1: rows_mc(1, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 2: rows_mc(2, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 3: rows_mc(3, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+#if MCHUNK == 4
+        default: rows_mc(4, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+#else
         case 4: rows_mc(4, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 5: rows_mc(5, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 6: rows_mc(6, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 7: rows_mc(7, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         default: rows_mc(8, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
+#endif
     }
 }
 

@@ -131,7 +131,17 @@ def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) 
     return out
 
 
-DENSE_ROWS = 64  # a forward of more rows (a prefill) de-quantises and runs the CPU's fastest GEMM: compute-bound
+# A forward of more rows than this (a prefill) de-quantises and runs the CPU's fastest GEMM, per build (None:
+# never). AVX2: our integer kernel runs a prefill as fast as torch's float32 GEMM on weights already widened,
+# and the de-quantise + widen costs ~40 ms per 8960×1536 weight on top — measured on a 2-core Zen 1, K = 1536,
+# N = 8960: M = 75 qgemm 38.5 ms against 66.7 ms de-quantised, M = 300 152 against 168 (docs/log/
+# 2026-12-06-quantized-prefill-on-avx2.md). AVX-512 VNNI: bf16 GEMM where bf16 is native, past 64 rows.
+DENSE_ROWS = {"avx512vnni": 64, "avx2": None}
+
+
+def dense_rows() -> int | None:
+    """Rows past which this CPU's build de-quantises for a long forward (`DENSE_ROWS`); None: never."""
+    return DENSE_ROWS.get(variant() or "", None)
 
 
 class QGemmLinear(torch.nn.Module):
@@ -149,6 +159,7 @@ class QGemmLinear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.out_features, self.in_features = weight.shape
         self.act_dtype = torch.bfloat16
+        self.dense_rows = dense_rows()  # looked up once: variant() reads the CPU's flags
 
     @staticmethod
     def fits(weight: torch.Tensor) -> bool:
@@ -161,7 +172,7 @@ class QGemmLinear(torch.nn.Module):
         shape, dt = x.shape, x.dtype
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
         with torch.inference_mode():
-            if x2.shape[0] > DENSE_ROWS:  # shared by every run of a prompt: batch invariance is not at stake
+            if self.dense_rows is not None and x2.shape[0] > self.dense_rows:  # shared by every run of a prompt: batch invariance is not at stake
                 y = long_linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
             else:
                 y = qgemm(x2, self.q, self.s, self.mn, self.bits)

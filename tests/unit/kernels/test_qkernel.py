@@ -57,6 +57,22 @@ def test_rows_are_bit_identical_whatever_the_batch(bits):
         torch.set_num_threads(2 if torch.get_num_threads() < 2 else torch.get_num_threads())
 
 
+@needs_kernel
+def test_activations_round_half_to_even_and_a_nan_counts_as_zero():
+    """One-hot 8-bit weights read back each quantized activation: with max|x| = 127 the step d is 1, so
+    y[n] = a[n] = lrint(x[n]) exactly (ties to even, as the scalar quantizer did; a NaN → 0, ignored by the max)."""
+    lin = QGemmLinear(torch.zeros(GROUP, GROUP), None, 8)
+    lin.q.copy_(torch.eye(GROUP, dtype=torch.uint8))
+    lin.s.fill_(1.0)
+    lin.mn.zero_()
+    vals = [127.0, 0.5, 1.5, 2.5, -0.5, -1.5, 126.5, float("nan"), -3.25, 3.75]
+    x = torch.zeros(1, GROUP)
+    x[0, :len(vals)] = torch.tensor(vals)
+    y = lin(x.to(torch.bfloat16)).float()[0]
+    want = [127, 0, 2, 2, 0, -2, 126, 0, -3, 4] + [0] * (GROUP - len(vals))
+    assert y.tolist() == want
+
+
 def test_shapes_the_kernel_cannot_take():
     assert not QGemmLinear.fits(torch.zeros(8, 40)) and QGemmLinear.fits(torch.zeros(8, 64))
 
@@ -102,6 +118,25 @@ def test_a_long_forward_runs_dense_on_the_same_weights(bits):
     w = torch.randn(32, 2 * GROUP)
     lin = QGemmLinear(w, None, bits)
     assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, bits), lin.dequantized().to(torch.bfloat16))
-    x = torch.randn(qkernel.DENSE_ROWS + 5, 2 * GROUP, dtype=torch.bfloat16)
+    lin.dense_rows = 64  # as the AVX-512 build does; the AVX2 build never takes this branch
+    x = torch.randn(lin.dense_rows + 5, 2 * GROUP, dtype=torch.bfloat16)
     ref = x.float() @ lin.dequantized().T
     assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
+
+
+@needs_kernel
+def test_a_long_forward_stays_on_the_kernel_where_the_build_says_never(monkeypatch):
+    w = torch.randn(32, 2 * GROUP)
+    lin = QGemmLinear(w, None, 4)
+    lin.dense_rows = None
+    monkeypatch.setattr(qkernel, "dequant_bf16", lambda *a: pytest.fail("de-quantised a long forward"))
+    x = torch.randn(300, 2 * GROUP, dtype=torch.bfloat16)
+    y = lin(x)
+    assert torch.equal(y[7:8], lin(x[7:8]))  # the kernel's rows are batch-invariant: row 7 alone is the same
+
+
+def test_dense_rows_follow_the_build(monkeypatch):
+    monkeypatch.setattr(qkernel, "variant", lambda: "avx2")
+    assert qkernel.dense_rows() is None
+    monkeypatch.setattr(qkernel, "variant", lambda: "avx512vnni")
+    assert qkernel.dense_rows() == 64
