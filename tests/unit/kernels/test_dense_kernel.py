@@ -162,3 +162,20 @@ def test_a_long_forward_runs_on_the_fastest_gemm_with_the_same_product(monkeypat
     assert y.dtype == torch.bfloat16 and y.shape == (80, 700)
     assert ((y.float() - ref).abs() <= 1e-2 * ref.abs() + 2e-2).all()
     assert torch.equal(linear(x[None], w, b)[0], y)  # linear routes a long forward there
+
+
+def test_a_long_forward_of_a_models_own_parameter_runs_on_the_fast_gemm_without_grad(monkeypatch):
+    """A model's Parameters keep requires_grad=True under inference_mode; the long path must still take them
+    (it once sent them to torch's bf16 GEMM, ~5× slower on AVX2) — and leave them to autograd when grad is on."""
+    calls = []
+    real = dense_kernel.long_linear
+    monkeypatch.setattr(dense_kernel, "long_linear", lambda *a: calls.append(1) or real(*a))
+    w = torch.nn.Parameter(torch.randn(48, 64, dtype=torch.bfloat16))
+    x = torch.randn(MAX_ROWS + 3, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        y = linear(x, w)
+    assert calls and y.shape == (MAX_ROWS + 3, 48)
+    calls.clear()
+    out = linear(x, w)  # grad on: autograd's own linear, so the weight gets its gradient
+    out.float().sum().backward()
+    assert not calls and w.grad is not None and w.grad.shape == w.shape
