@@ -63,6 +63,21 @@ class GrowingLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    def reserve(self, n: int) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """Room for n more rows, for a writer that fills them itself (the C layer, engine.kernels.fused.layer):
+        the key and value buffers [B, H, cap, D] (cap ≥ length + n) and the first free row; `advance(n)` then
+        makes them live. None before the first `update` (the buffers' shape is not known yet)."""
+        if not self.is_initialized or self._k is None:
+            return None
+        if self.length + n > self._k.shape[-2]:
+            self._grow(self.length + n, self._k, self._v)
+        return self._k, self._v, self.length
+
+    def advance(self, n: int) -> None:
+        """The n rows after `length` were written in place (see `reserve`)."""
+        self.length += n
+        self._view()
+
     def reset(self) -> None:
         self._k = self._v = None
         self.length = 0

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bf16.h"
+#include "attn_row.h"
 #ifndef MCHUNK
 #define MCHUNK 4 /* activation rows per pass over a block of weight rows */
 #endif
@@ -182,7 +183,7 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
 int speclab_attn(int q, int H, int Hkv, int D, int L, const uint16_t *Q, const uint16_t *K, const uint16_t *V,
                  long long hs, float scale, uint16_t *out, int threads) {
     if (D % 32 != 0 || D > 512 || H % Hkv != 0 || q < 1 || q > L) return 1;
-    const int group = H / Hkv, steps = D / 8;
+    const int group = H / Hkv;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
@@ -195,38 +196,8 @@ int speclab_attn(int q, int H, int Hkv, int D, int L, const uint16_t *Q, const u
         for (int t = 0; t < q * H; t++) {
             if (!s) continue;
             const int i = t / H, h = t % H, n = L - q + i + 1;
-            const uint16_t *qr = Q + ((size_t)i * H + h) * D;
-            const uint16_t *kh = K + (size_t)(h / group) * hs, *vh = V + (size_t)(h / group) * hs;
-            float qf[512] __attribute__((aligned(32)));
-            for (int c = 0; c < steps; c++) _mm256_store_ps(qf + 8 * c, load8(qr + 8 * c));
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                const uint16_t *kr = kh + (size_t)j * D;
-                __m256 acc = _mm256_setzero_ps();
-                for (int c = 0; c < steps; c++) acc = _mm256_fmadd_ps(load8(kr + 8 * c), _mm256_load_ps(qf + 8 * c), acc);
-                float v = hsum256(acc) * scale;
-                s[j] = v;
-                if (v > mx) mx = v;
-            }
-            float sum = 0.f;
-            for (int j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
-            }
-            const float inv = 1.f / sum;
-            __m256 o[64]; /* D / 8 float32 lanes */
-            for (int c = 0; c < steps; c++) o[c] = _mm256_setzero_ps();
-            for (int j = 0; j < n; j++) {
-                const __m256 p = _mm256_set1_ps(s[j] * inv);
-                const uint16_t *vr = vh + (size_t)j * D;
-                for (int c = 0; c < steps; c++) o[c] = _mm256_fmadd_ps(p, load8(vr + 8 * c), o[c]);
-            }
-            uint16_t *orow = out + ((size_t)i * H + h) * D;
-            for (int c = 0; c < steps; c++) {
-                float buf[8];
-                _mm256_storeu_ps(buf, o[c]);
-                for (int e = 0; e < 8; e++) orow[8 * c + e] = f32_to_bf16(buf[e]);
-            }
+            fl_attn_row(D, n, Q + ((size_t)i * H + h) * D, K + (size_t)(h / group) * hs, V + (size_t)(h / group) * hs,
+                        scale, s, out + ((size_t)i * H + h) * D);
         }
         free(s);
     }

@@ -207,6 +207,9 @@ def _fast_forward(self, hidden_states, attention_mask=None, position_ids=None, c
 # layers take fused_layer.h where they can; SPECLAB_FUSED_LAYER=0 keeps the lean Python layer (the transformers
 # layer's bits on our kernels), and tests switch it off to hold that layer to them
 FUSED = [os.environ.get("SPECLAB_FUSED_LAYER", "1") != "0"]
+# with a growing cache the C layer is one call (speclab_layer: the cache append and the attention inside);
+# SPECLAB_LAYER_CALLS=3 keeps it in three (layer_in, attention, layer_out), and tests compare the two
+ONE_CALL = [os.environ.get("SPECLAB_LAYER_CALLS", "1") != "3"]
 
 
 def _fusable(layer: torch.nn.Module) -> bool:
@@ -246,11 +249,37 @@ def _fused_weights(layer: torch.nn.Module, kind: str) -> dict | None:
     if mod._lib is None or not hasattr(mod._lib, "speclab_layer_in"):
         return None
     n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
+    norms = {"n1": (n1.weight.detach().contiguous(), float(n1.variance_epsilon)),
+             "n2": (n2.weight.detach().contiguous(), float(n2.variance_epsilon))}
+    one = None
+    hd = attn.head_dim
+    if hasattr(mod._lib, "speclab_layer") and hd % 32 == 0:  # speclab_layer's attention rows: 32-wide steps
+        one = fused.Layer(D=attn.q_proj.in_features, nq=attn.q_proj.out_features // hd,
+                          nkv=attn.k_proj.out_features // hd, hd=hd, I=mlp.gate_proj.out_features,
+                          eps1=norms["n1"][1], eps2=norms["n2"][1], scale=float(attn.scaling),
+                          n1=norms["n1"][0].data_ptr(), n2=norms["n2"][0].data_ptr())
+        for key in ("qkv", "o", "gu", "down"):
+            setattr(one, "w" + key, handles[key][0])
+            setattr(one, "b" + key, fused._ptr(handles[key][1]))
     # the library's module, not the library: it is looked up at each call, as the kernels' other callers do, so
     # the overhead probe's clock (engine.bench.overhead) sees these calls too
     return {"mod": mod, **handles, "keep": keep, "n_qkv": attn.q_proj.out_features + 2 * attn.k_proj.out_features,
-            "n1": (n1.weight.detach().contiguous(), float(n1.variance_epsilon)),
-            "n2": (n2.weight.detach().contiguous(), float(n2.variance_epsilon))}
+            **norms, "one": one}
+
+
+def _room(cache, idx: int, q: int, nkv: int, hd: int):
+    """(cache layer, key buffer, value buffer, first free row) where the layer's cache grows in place
+    (engine.core.kv_cache.GrowingLayer.reserve) in the layout speclab_layer writes; else None."""
+    layers = getattr(cache, "layers", None)
+    lay = layers[idx] if layers is not None and idx < len(layers) else None
+    room = lay.reserve(q) if hasattr(lay, "reserve") else None
+    if room is None:
+        return None
+    k, v, past = room
+    if (k.dtype != torch.bfloat16 or v.dtype != torch.bfloat16 or k.shape[:2] != (1, nkv) or k.shape[-1] != hd
+            or k.stride()[2:] != (hd, 1) or v.stride() != k.stride() or k.device.type != "cpu"):
+        return None
+    return lay, k, v, past
 
 
 def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
@@ -268,6 +297,13 @@ def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, 
     x = hidden_states.reshape(q, d).contiguous()
     cos, sin = position_embeddings
     f = self._speclab_fused
+    room = _room(cache, self.self_attn.layer_idx, q, nkv, hd) if (f["one"] is not None and ONE_CALL[0]) else None
+    if room is not None:
+        lay, k, v, past = room
+        out = fused.layer(f["mod"]._lib, f["one"], x, cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(),
+                          k, v, past)
+        lay.advance(q)
+        return out.view(b, q, d)
     qkv = fused.layer_in(f["mod"]._lib, x, f["n1"], *f["qkv"], f["n_qkv"], (nq, nkv, hd),
                          cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous())
     o = _attend(self, *_heads(self, qkv, q), cache).contiguous()

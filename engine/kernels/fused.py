@@ -6,6 +6,9 @@ builds (weights: bf16 [N, K] arrays) or qgemm (weights: `QWeight`, up to three p
     QWeight.of(segments) -> QWeight   the C struct qweight of one product: [(rows, bits, q, s, mn), …]
     layer_in(lib, x, norm, w, b, heads, cos, sin) -> qkv       norm₁, [q|k|v] = xn·Wᵀ + b, rope on q and k
     layer_out(lib, x, a, o, norm, gu, down, inter) -> out      W_o, residual, norm₂, gate|up, silu·up, W_down, residual
+    Layer(...)                        the C struct fl_layer: one layer's shapes, norms and weight handles, built once
+    layer(lib, ly, x, cos, sin, k, v, past) -> out              the whole layer in one call: the two above, the
+                                      cache append into k, v [1, nkv, cap, hd] at row `past`, and the attention
 
 A weight handle is an int (a data pointer, or the address of a QWeight the caller keeps alive); `norm` is
 (weight, eps); o, gu, down are (handle, bias or None); gu's rows are gate then up, `inter` rows each.
@@ -21,6 +24,7 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 ARGTYPES = {
     "speclab_layer_in": [_I, _I, _P, _P, _F, _I, _P, _P, _I, _I, _I, _P, _P, _P, _I],
     "speclab_layer_out": [_I, _I, _P, _P, _I, _P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _I],
+    "speclab_layer": [_P, _I, _P, _P, _P, _P, _P, ctypes.c_longlong, _I, _P, _I],
 }
 
 
@@ -70,4 +74,25 @@ def layer_out(lib, x: torch.Tensor, a: torch.Tensor, o: tuple, norm: tuple[torch
                                torch.get_num_threads())
     if rc != 0:
         raise RuntimeError(f"speclab_layer_out refused M={m} D={d} Da={a.shape[1]} I={inter} (rc {rc})")
+    return out
+
+
+class Layer(ctypes.Structure):
+    """fused_layer.h's `struct fl_layer`: what `layer` needs that does not change from call to call."""
+
+    _fields_ = [("D", _I), ("nq", _I), ("nkv", _I), ("hd", _I), ("I", _I), ("eps1", _F), ("eps2", _F),
+                ("scale", _F), ("n1", _P), ("n2", _P), ("wqkv", _P), ("wo", _P), ("wgu", _P), ("wdown", _P),
+                ("bqkv", _P), ("bo", _P), ("bgu", _P), ("bdown", _P)]
+
+
+def layer(lib, ly: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          past: int) -> torch.Tensor:
+    """x [M, D] → the layer's output [M, D] bf16, writing the M new keys / values into rows past … past + M − 1
+    of the cache buffers k, v [1, nkv, cap, hd] (cap ≥ past + M; rows contiguous, heads `k.stride(1)` apart)."""
+    m = x.shape[0]
+    out = torch.empty(m, ly.D, dtype=torch.bfloat16)
+    rc = lib.speclab_layer(ctypes.byref(ly), m, x.data_ptr(), cos.data_ptr(), sin.data_ptr(), k.data_ptr(),
+                           v.data_ptr(), k.stride(1), past, out.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"speclab_layer refused M={m} past={past} (rc {rc})")
     return out

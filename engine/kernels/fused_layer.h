@@ -10,6 +10,8 @@
  *   speclab_layer_in:   xn = rms(x)·w₁;  [q|k|v] = xn·W_qkvᵀ + b;  q, k ← rope(q, k; cos, sin)   (rotate-half form)
  *   (the caller appends k, v to its cache and runs speclab_attn: a = attn(q, K, V))
  *   speclab_layer_out:  h = x + a·W_oᵀ;  y = rms(h)·w₂;  [g|u] = y·W_guᵀ;  out = h + (silu(g)⊙u)·W_downᵀ
+ *   speclab_layer:      all of it in one call and one parallel region, the cache append (k, v rows written
+ *                       into the caller's buffer) and the attention (attn_row.h) included
  *   rms(x) = bf16(x / sqrt(mean(x²) + ε)),  every product and sum rounded to bf16 where transformers rounds it.
  *
  * Why: on a small model the ~25 torch ops and 5 kernel calls of a layer, each waking the second thread, cost
@@ -25,7 +27,10 @@
 #ifndef SPECLAB_FUSED_LAYER_H
 #define SPECLAB_FUSED_LAYER_H
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
+#include <string.h>
+#include "attn_row.h"
 #include "bf16.h"
 
 /* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. */
@@ -123,6 +128,84 @@ int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da
         for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
     }
     free(h), free(gu), free(act), free(scratch);
+    return 0;
+}
+/* A layer's constant part for speclab_layer, built once per layer by the caller (engine/kernels/fused.py). */
+struct fl_layer {
+    int D, nq, nkv, hd, I;
+    float eps1, eps2, scale;
+    const uint16_t *n1, *n2;                  /* the two norms' weights [D] */
+    const void *wqkv, *wo, *wgu, *wdown;      /* the build's weight handles */
+    const uint16_t *bqkv, *bo, *bgu, *bdown;  /* biases or NULL */
+};
+
+/* The whole layer for M rows after `past` cached ones: out [M, D]. kc, vc: the layer's key and value buffers
+ * [nkv, cap, hd] (head stride hs elements, cap ≥ past + M): rows past … past + M − 1 of each head are written
+ * here, then every query row attends to its own prefix. 0 on success, 1 a shape it does not take, 2 no memory.
+ * The same operations, in the same order, as speclab_layer_in, the cache append, attn_row.h and
+ * speclab_layer_out called one after another; one parallel region instead of three, one call instead of
+ * a dozen Python steps (the AVX2 bf16 build's speclab_attn runs the same attn_row.h, so there the bits equal
+ * the three-call layer's; the AVX-512 build's speclab_attn sums its products in another order). */
+int speclab_layer(const struct fl_layer *ly, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn,
+                  uint16_t *kc, uint16_t *vc, long long hs, int past, uint16_t *out, int threads) {
+    const int D = ly->D, nq = ly->nq, nkv = ly->nkv, hd = ly->hd, I = ly->I;
+    const int N = (nq + 2 * nkv) * hd, Da = nq * hd, L = past + M;
+    if (M < 1 || past < 0 || D % 32 || Da % 32 || I % 32 || hd % 32 || hd > 512 || nkv < 1 || nq % nkv) return 1;
+    if (threads < 1) threads = 1;
+    int widest = D > Da ? D : Da;
+    if (I > widest) widest = I;
+    const size_t n16 = (size_t)M * (D + N + Da + 2 * D + 2 * I + I);  /* xn, qkv, a, h|y, gu, act */
+    const size_t n32 = (size_t)M * widest + (size_t)threads * L;      /* product scratch, attention scores */
+    char *mem = (char *)malloc(n32 * sizeof(float) + n16 * sizeof(uint16_t));
+    if (!mem) return 2;
+    float *scratch = (float *)mem, *scores = scratch + (size_t)M * widest;
+    uint16_t *xn = (uint16_t *)(scores + (size_t)threads * L), *qkv = xn + (size_t)M * D, *a = qkv + (size_t)M * N;
+    uint16_t *h = a + (size_t)M * Da, *y = h + (size_t)M * D, *gu = y + (size_t)M * D, *act = gu + (size_t)M * 2 * I;
+    const int group = nq / nkv;
+#pragma omp parallel num_threads(threads)
+    {
+        float *s = scores + (size_t)omp_get_thread_num() * L;
+#pragma omp for schedule(static)
+        for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, ly->n1, ly->eps1, xn + (size_t)m * D);
+        par_gemv(M, N, D, xn, scratch, ly->wqkv, ly->bqkv, qkv);
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * (nq + nkv); t++) {
+            const int m = t / (nq + nkv), hh = t % (nq + nkv);
+            fl_rope_row(hd, qkv + (size_t)m * N + (size_t)hh * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * nkv; t++) {  /* the cache append */
+            const int m = t / nkv, hh = t % nkv;
+            const uint16_t *row = qkv + (size_t)m * N + (size_t)(nq + hh) * hd;
+            memcpy(kc + (size_t)hh * hs + (size_t)(past + m) * hd, row, sizeof(uint16_t) * hd);
+            memcpy(vc + (size_t)hh * hs + (size_t)(past + m) * hd, row + (size_t)nkv * hd, sizeof(uint16_t) * hd);
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * nq; t++) {
+            const int i = t / nq, hh = t % nq;
+            fl_attn_row(hd, past + i + 1, qkv + (size_t)i * N + (size_t)hh * hd, kc + (size_t)(hh / group) * hs,
+                        vc + (size_t)(hh / group) * hs, ly->scale, s, a + ((size_t)i * nq + hh) * hd);
+        }
+        par_gemv(M, D, Da, a, scratch, ly->wo, ly->bo, h);
+#pragma omp for schedule(static)
+        for (int m = 0; m < M; m++) {
+            uint16_t *hr = h + (size_t)m * D;
+            for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
+            fl_rms_row(D, hr, ly->n2, ly->eps2, y + (size_t)m * D);
+        }
+        par_gemv(M, 2 * I, D, y, scratch, ly->wgu, ly->bgu, gu);
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * I; t++) {
+            const int m = t / I, i = t % I;
+            const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
+            const float sg = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
+            act[t] = f32_to_bf16(sg * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
+        }
+        par_gemv(M, D, I, act, scratch, ly->wdown, ly->bdown, out);
+#pragma omp for schedule(static)
+        for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
+    }
+    free(mem);
     return 0;
 }
 #endif

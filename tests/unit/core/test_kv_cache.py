@@ -108,3 +108,25 @@ def test_growing_tensor_appends_in_place_and_crops():
     k.append(torch.zeros(1, 2, 0, 4))
     k.append(torch.ones(1, 2, 5, 4))
     assert k.view().shape == (1, 2, 5, 4) and float(k.view().sum()) == 40.0
+
+
+def test_rows_reserved_and_written_in_place_read_as_updates_do():
+    """reserve/advance (the C layer writes its own keys and values): the same cache as update, past a reallocation."""
+    ours, ref = make_cache(), DynamicCache()
+    assert ours.layers == [] or ours.layers[0].reserve(1) is None  # no buffer before the first update
+    k, v = _kv(1, 300, 1)
+    ours.update(k, v, 0)
+    ref.update(k, v, 0)
+    lay = ours.layers[0]
+    for step, n in enumerate([1, 3, 260]):  # 300 + 256 rows of room: the third reservation reallocates
+        k, v = _kv(1, n, 10 + step)
+        kb, vb, past = lay.reserve(n)
+        assert past == lay.length and kb.shape[-2] >= past + n and vb.stride() == kb.stride()
+        kb[..., past:past + n, :] = k
+        vb[..., past:past + n, :] = v
+        lay.advance(n)
+        ref.update(k, v, 0)
+        _same(ours, ref)
+    lay.crop(-5)
+    ref.crop(-5)
+    _same(ours, ref)

@@ -108,3 +108,116 @@ def test_a_quantized_verify_gives_the_bits_of_one_row_steps(mixed):
     ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(4))
     steps, verify = _steps_and_verify(_quantized(mixed), ids)
     assert torch.equal(steps, verify)
+
+
+def _wide(kind):
+    """A tiny model whose heads are 32 wide: the one-call layer's attention rows take it (head_dim % 32)."""
+    import transformers
+
+    cls, cfg_cls = ((transformers.Qwen2ForCausalLM, transformers.Qwen2Config) if kind == "qwen2"
+                    else (transformers.LlamaForCausalLM, transformers.LlamaConfig))
+    torch.manual_seed(0)
+    cfg = cfg_cls(vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2)
+    return cls(cfg).to(torch.bfloat16).eval()
+
+
+def _wide_quantized(mixed):
+    from engine.kernels import qkernel
+    from engine.kernels.fast_layer import use_fast_layers
+    from engine.kernels.quant import quantize_model
+    from engine.kernels.rowwise_attention import use_rowwise
+
+    model = _wide("qwen2")
+    dense = {n: (m.weight.detach().clone(), None if m.bias is None else m.bias.detach().clone())
+             for n, m in model.named_modules() if n.endswith(("v_proj", "down_proj"))}
+    quantize_model(model, "int4")
+    if mixed:
+        for n, (w, b) in dense.items():
+            parent, _, attr = n.rpartition(".")
+            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear(w, b, 8))
+    use_rowwise(model)
+    assert use_fast_layers(model) == 2
+    return model
+
+
+def _one_and_three(model, ids, monkeypatch):
+    """`_decode` (prefill, steps, a crop, a 3-row verify) with the layer in one call, then in three; the one-call
+    runs counted, the cache made to grow in place while decoding (a first capacity of 2 rows past the prompt)."""
+    from engine.core import kv_cache
+    from engine.kernels import fused
+
+    monkeypatch.setattr(kv_cache, "MIN_CAPACITY", 2)
+    calls = []
+    real = fused.layer
+    monkeypatch.setattr(fused, "layer", lambda *a: calls.append(a[4].shape[0]) or real(*a))
+    old = fast_layer.ONE_CALL[0]
+    try:
+        fast_layer.ONE_CALL[0] = True
+        one = _decode(model, ids)
+        fast_layer.ONE_CALL[0] = False
+        n_one = len(calls)
+        three = _decode(model, ids)
+    finally:
+        fast_layer.ONE_CALL[0] = old
+    assert n_one == 2 * 4 and len(calls) == n_one  # 2 layers × (3 steps + the verify); none with three calls
+    return one, three
+
+
+def _same_attention_rows() -> bool:
+    """Whether the three-call layer's attention (dense_kernel.attention) runs attn_row.h, as speclab_layer does:
+    the AVX2 bf16 build; the AVX-512 one sums q·k in 16-lane steps."""
+    return dense_kernel.loaded_variant() == "bgemv-avx2"
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_the_one_call_layer_is_the_three_call_layer(kind, monkeypatch):
+    model = _wide(kind)
+    use_dense_kernel(model)
+    assert all(layer._speclab_fused["one"] is not None for layer in model.model.layers)
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(5))
+    one, three = _one_and_three(model, ids, monkeypatch)
+    if _same_attention_rows():
+        assert torch.equal(one, three)
+    else:
+        assert (one.float() - three.float()).abs().max() <= 0.03 * three.float().abs().max()
+    assert torch.equal(one.argmax(-1), three.argmax(-1))
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_one_call_verify_gives_the_bits_of_one_row_steps(kind):
+    model = _wide(kind)
+    use_dense_kernel(model)
+    steps, verify = _steps_and_verify(model, torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(6)))
+    assert torch.equal(steps, verify)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_quantized_one_call_layer_is_the_three_call_layer_and_batch_invariant(mixed, monkeypatch):
+    _qgemm_or_skip()
+    model = _wide_quantized(mixed)
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(7))
+    one, three = _one_and_three(model, ids[:, :44], monkeypatch)
+    if _same_attention_rows():
+        assert torch.equal(one, three)
+    assert torch.equal(one.argmax(-1), three.argmax(-1))
+    steps, verify = _steps_and_verify(model, ids)
+    assert torch.equal(steps, verify)
+
+
+def test_a_cache_that_cannot_be_written_in_place_keeps_three_calls():
+    from transformers.cache_utils import DynamicCache
+
+    model = _wide("qwen2")
+    use_dense_kernel(model)
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(8))
+    with torch.inference_mode():
+        c1, c2 = DynamicCache(), GrowingCache()
+        for c in (c1, c2):
+            model(ids[:, :40], past_key_values=c, use_cache=True)
+        a = model(ids[:, 40:42], past_key_values=c1, use_cache=True).logits  # torch.cat cache: no room to write
+        b = model(ids[:, 40:42], past_key_values=c2, use_cache=True).logits
+    assert c1.get_seq_length() == c2.get_seq_length() == 42
+    if _same_attention_rows():
+        assert torch.equal(a, b)
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
