@@ -118,6 +118,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     kernels even where ours runs). Raises ValueError in one line (an unknown weights path, a GPU model on a
     quantized path, a GGUF type the quantized path cannot run)."""
     from engine.kernels import dense_kernel, qkernel
+    from engine.kernels.fast_decoder import use_fast_decoder
     from engine.kernels.fast_layer import use_dense_kernel, use_fast_layers
     from engine.kernels.rowwise_attention import use_rowwise
 
@@ -130,6 +131,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
         if layers and len(ours) == len(layers):  # every linear batch-invariant: attention is what is left
             use_rowwise(model)
             use_fast_layers(model)  # fused q|k|v and gate|up on qgemm, no module machinery between (same bits)
+            use_fast_decoder(model)  # where every layer is one C call: a step's layers in one call (same bits)
         if ours:
             path = f"speclab qgemm ({qkernel.variant()})"
             why = "our weight-only kernel" + ("" if len(ours) == len(layers) else
@@ -145,6 +147,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     if p.dtype == torch.bfloat16:
         n = use_dense_kernel(model)
         if n:
+            use_fast_decoder(model)  # where every layer is one C call: a step's layers in one call (same bits)
             return KernelReport(weights, dev, dt, "speclab bgemv", f"our bf16 kernel ({dense_kernel.loaded_variant()} "
                                 f"build) for forwards of ≤ "
                                 f"{dense_kernel.MAX_ROWS} rows (torch's GEMM beyond)", dense_kernel.built(), n)

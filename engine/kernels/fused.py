@@ -9,6 +9,7 @@ builds (weights: bf16 [N, K] arrays) or qgemm (weights: `QWeight`, up to three p
     Layer(...)                        the C struct fl_layer: one layer's shapes, norms and weight handles, built once
     layer(lib, ly, x, cos, sin, k, v, past) -> out              the whole layer in one call: the two above, the
                                       cache append into k, v [1, nkv, cap, hd] at row `past`, and the attention
+    decoder(lib, lys, ks, vs, x, cos, sin, past) -> out         every layer in one call (engine.kernels.fast_decoder)
 
 A weight handle is an int (a data pointer, or the address of a QWeight the caller keeps alive); `norm` is
 (weight, eps); o, gu, down are (handle, bias or None); gu's rows are gate then up, `inter` rows each.
@@ -25,6 +26,7 @@ ARGTYPES = {
     "speclab_layer_in": [_I, _I, _P, _P, _F, _I, _P, _P, _I, _I, _I, _P, _P, _P, _I],
     "speclab_layer_out": [_I, _I, _P, _P, _I, _P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _I],
     "speclab_layer": [_P, _I, _P, _P, _P, _P, _P, ctypes.c_longlong, _I, _P, _I],
+    "speclab_decoder": [_I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _P, _I],
 }
 
 
@@ -95,4 +97,21 @@ def layer(lib, ly: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                            v.data_ptr(), k.stride(1), past, out.data_ptr(), torch.get_num_threads())
     if rc != 0:
         raise RuntimeError(f"speclab_layer refused M={m} past={past} (rc {rc})")
+    return out
+
+
+def decoder(lib, lys, ks: list[torch.Tensor], vs: list[torch.Tensor], x: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor, past: int) -> torch.Tensor:
+    """x [M, D] through every layer (`lys`: a ctypes array of the layers' `Layer` addresses, kept alive by the
+    caller) → the last layer's output [M, D] bf16; each layer's M new keys / values written into its buffers
+    ks[l], vs[l] at rows past … past + M − 1, as `layer` writes them."""
+    n, m = len(ks), x.shape[0]
+    kp = (ctypes.c_void_p * n)(*[k.data_ptr() for k in ks])
+    vp = (ctypes.c_void_p * n)(*[v.data_ptr() for v in vs])
+    hs = (ctypes.c_longlong * n)(*[k.stride(1) for k in ks])
+    out = torch.empty_like(x)
+    rc = lib.speclab_decoder(n, lys, kp, vp, hs, m, x.data_ptr(), cos.data_ptr(), sin.data_ptr(), past,
+                             out.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"speclab_decoder refused {n} layers, M={m} past={past} (rc {rc})")
     return out

@@ -139,6 +139,87 @@ struct fl_layer {
     const uint16_t *bqkv, *bo, *bgu, *bdown;  /* biases or NULL */
 };
 
+/* speclab_layer's buffers for M rows of a layer shaped like ly, carved from one allocation. */
+struct fl_bufs {
+    float *scratch, *scores;  /* product scratch [M, widest]; attention scores [threads, L] */
+    uint16_t *xn, *qkv, *a, *h, *y, *gu, *act;
+};
+
+static char *fl_alloc(const struct fl_layer *ly, int M, int L, int threads, struct fl_bufs *b) {
+    const int N = (ly->nq + 2 * ly->nkv) * ly->hd, Da = ly->nq * ly->hd, D = ly->D, I = ly->I;
+    int widest = D > Da ? D : Da;
+    if (I > widest) widest = I;
+    const size_t n16 = (size_t)M * (D + N + Da + 2 * D + 2 * I + I);  /* xn, qkv, a, h|y, gu, act */
+    const size_t n32 = (size_t)M * widest + (size_t)threads * L;
+    char *mem = (char *)malloc(n32 * sizeof(float) + n16 * sizeof(uint16_t));
+    if (!mem) return NULL;
+    b->scratch = (float *)mem;
+    b->scores = b->scratch + (size_t)M * widest;
+    b->xn = (uint16_t *)(b->scores + (size_t)threads * L);
+    b->qkv = b->xn + (size_t)M * D;
+    b->a = b->qkv + (size_t)M * N;
+    b->h = b->a + (size_t)M * Da;
+    b->y = b->h + (size_t)M * D;
+    b->gu = b->y + (size_t)M * D;
+    b->act = b->gu + (size_t)M * 2 * I;
+    return mem;
+}
+
+static int fl_bad(const struct fl_layer *ly, int M, int past) {
+    const int Da = ly->nq * ly->hd;
+    return M < 1 || past < 0 || ly->D % 32 || Da % 32 || ly->I % 32 || ly->hd % 32 || ly->hd > 512 || ly->nkv < 1
+           || ly->nq % ly->nkv;
+}
+
+/* The layer's work inside an OpenMP parallel region (every thread calls it; it ends on a barrier). */
+static void fl_layer_body(const struct fl_layer *ly, const struct fl_bufs *b, int M, const uint16_t *x,
+                          const uint16_t *cs, const uint16_t *sn, uint16_t *kc, uint16_t *vc, long long hs, int past,
+                          uint16_t *out) {
+    const int D = ly->D, nq = ly->nq, nkv = ly->nkv, hd = ly->hd, I = ly->I;
+    const int N = (nq + 2 * nkv) * hd, Da = nq * hd, L = past + M, group = nq / nkv;
+    uint16_t *xn = b->xn, *qkv = b->qkv, *a = b->a, *h = b->h, *y = b->y, *gu = b->gu, *act = b->act;
+    float *s = b->scores + (size_t)omp_get_thread_num() * L;
+#pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, ly->n1, ly->eps1, xn + (size_t)m * D);
+    par_gemv(M, N, D, xn, b->scratch, ly->wqkv, ly->bqkv, qkv);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * (nq + nkv); t++) {
+        const int m = t / (nq + nkv), hh = t % (nq + nkv);
+        fl_rope_row(hd, qkv + (size_t)m * N + (size_t)hh * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
+    }
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * nkv; t++) {  /* the cache append */
+        const int m = t / nkv, hh = t % nkv;
+        const uint16_t *row = qkv + (size_t)m * N + (size_t)(nq + hh) * hd;
+        memcpy(kc + (size_t)hh * hs + (size_t)(past + m) * hd, row, sizeof(uint16_t) * hd);
+        memcpy(vc + (size_t)hh * hs + (size_t)(past + m) * hd, row + (size_t)nkv * hd, sizeof(uint16_t) * hd);
+    }
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * nq; t++) {
+        const int i = t / nq, hh = t % nq;
+        fl_attn_row(hd, past + i + 1, qkv + (size_t)i * N + (size_t)hh * hd, kc + (size_t)(hh / group) * hs,
+                    vc + (size_t)(hh / group) * hs, ly->scale, s, a + ((size_t)i * nq + hh) * hd);
+    }
+    par_gemv(M, D, Da, a, b->scratch, ly->wo, ly->bo, h);
+#pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        uint16_t *hr = h + (size_t)m * D;
+        for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
+        fl_rms_row(D, hr, ly->n2, ly->eps2, y + (size_t)m * D);
+    }
+    par_gemv(M, 2 * I, D, y, b->scratch, ly->wgu, ly->bgu, gu);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * I; t++) {
+        const int m = t / I, i = t % I;
+        const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
+        const float sg = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
+        act[t] = f32_to_bf16(sg * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
+    }
+    par_gemv(M, D, I, act, b->scratch, ly->wdown, ly->bdown, out);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
+}
+
 /* The whole layer for M rows after `past` cached ones: out [M, D]. kc, vc: the layer's key and value buffers
  * [nkv, cap, hd] (head stride hs elements, cap ≥ past + M): rows past … past + M − 1 of each head are written
  * here, then every query row attends to its own prefix. 0 on success, 1 a shape it does not take, 2 no memory.
@@ -148,64 +229,46 @@ struct fl_layer {
  * the three-call layer's; the AVX-512 build's speclab_attn sums its products in another order). */
 int speclab_layer(const struct fl_layer *ly, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn,
                   uint16_t *kc, uint16_t *vc, long long hs, int past, uint16_t *out, int threads) {
-    const int D = ly->D, nq = ly->nq, nkv = ly->nkv, hd = ly->hd, I = ly->I;
-    const int N = (nq + 2 * nkv) * hd, Da = nq * hd, L = past + M;
-    if (M < 1 || past < 0 || D % 32 || Da % 32 || I % 32 || hd % 32 || hd > 512 || nkv < 1 || nq % nkv) return 1;
+    if (fl_bad(ly, M, past)) return 1;
     if (threads < 1) threads = 1;
-    int widest = D > Da ? D : Da;
-    if (I > widest) widest = I;
-    const size_t n16 = (size_t)M * (D + N + Da + 2 * D + 2 * I + I);  /* xn, qkv, a, h|y, gu, act */
-    const size_t n32 = (size_t)M * widest + (size_t)threads * L;      /* product scratch, attention scores */
-    char *mem = (char *)malloc(n32 * sizeof(float) + n16 * sizeof(uint16_t));
+    struct fl_bufs b;
+    char *mem = fl_alloc(ly, M, past + M, threads, &b);
     if (!mem) return 2;
-    float *scratch = (float *)mem, *scores = scratch + (size_t)M * widest;
-    uint16_t *xn = (uint16_t *)(scores + (size_t)threads * L), *qkv = xn + (size_t)M * D, *a = qkv + (size_t)M * N;
-    uint16_t *h = a + (size_t)M * Da, *y = h + (size_t)M * D, *gu = y + (size_t)M * D, *act = gu + (size_t)M * 2 * I;
-    const int group = nq / nkv;
 #pragma omp parallel num_threads(threads)
-    {
-        float *s = scores + (size_t)omp_get_thread_num() * L;
-#pragma omp for schedule(static)
-        for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, ly->n1, ly->eps1, xn + (size_t)m * D);
-        par_gemv(M, N, D, xn, scratch, ly->wqkv, ly->bqkv, qkv);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * (nq + nkv); t++) {
-            const int m = t / (nq + nkv), hh = t % (nq + nkv);
-            fl_rope_row(hd, qkv + (size_t)m * N + (size_t)hh * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
-        }
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * nkv; t++) {  /* the cache append */
-            const int m = t / nkv, hh = t % nkv;
-            const uint16_t *row = qkv + (size_t)m * N + (size_t)(nq + hh) * hd;
-            memcpy(kc + (size_t)hh * hs + (size_t)(past + m) * hd, row, sizeof(uint16_t) * hd);
-            memcpy(vc + (size_t)hh * hs + (size_t)(past + m) * hd, row + (size_t)nkv * hd, sizeof(uint16_t) * hd);
-        }
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * nq; t++) {
-            const int i = t / nq, hh = t % nq;
-            fl_attn_row(hd, past + i + 1, qkv + (size_t)i * N + (size_t)hh * hd, kc + (size_t)(hh / group) * hs,
-                        vc + (size_t)(hh / group) * hs, ly->scale, s, a + ((size_t)i * nq + hh) * hd);
-        }
-        par_gemv(M, D, Da, a, scratch, ly->wo, ly->bo, h);
-#pragma omp for schedule(static)
-        for (int m = 0; m < M; m++) {
-            uint16_t *hr = h + (size_t)m * D;
-            for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
-            fl_rms_row(D, hr, ly->n2, ly->eps2, y + (size_t)m * D);
-        }
-        par_gemv(M, 2 * I, D, y, scratch, ly->wgu, ly->bgu, gu);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * I; t++) {
-            const int m = t / I, i = t % I;
-            const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
-            const float sg = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
-            act[t] = f32_to_bf16(sg * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
-        }
-        par_gemv(M, D, I, act, scratch, ly->wdown, ly->bdown, out);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
-    }
+    fl_layer_body(ly, &b, M, x, cs, sn, kc, vc, hs, past, out);
     free(mem);
+    return 0;
+}
+
+/* The decoder's nl layers one after another in one call and one parallel region: x [M, D] in, out [M, D] the
+ * last layer's output (before the final norm). Layer l's constant part lys[l], its cache buffers kc[l], vc[l]
+ * (head stride hs[l]); every layer shaped as lys[0] and `past` rows cached in each. Each layer is exactly
+ * speclab_layer's work, so the bits are those of nl speclab_layer calls. */
+int speclab_decoder(int nl, const struct fl_layer *const *lys, uint16_t *const *kc, uint16_t *const *vc,
+                    const long long *hs, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn, int past,
+                    uint16_t *out, int threads) {
+    if (nl < 1) return 1;
+    for (int l = 0; l < nl; l++) {
+        const struct fl_layer *a = lys[l], *z = lys[0];
+        if (fl_bad(a, M, past) || a->D != z->D || a->nq != z->nq || a->nkv != z->nkv || a->hd != z->hd || a->I != z->I)
+            return 1;
+    }
+    if (threads < 1) threads = 1;
+    struct fl_bufs b;
+    char *mem = fl_alloc(lys[0], M, past + M, threads, &b);
+    uint16_t *ping = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * lys[0]->D);
+    if (!mem || !ping) {
+        free(mem), free(ping);
+        return 2;
+    }
+    /* layer l reads `in` and writes `dst`, alternating so the last layer writes `out` */
+    uint16_t *bufs[2] = {ping, out};
+#pragma omp parallel num_threads(threads)
+    for (int l = 0; l < nl; l++) {
+        const uint16_t *in = l == 0 ? x : bufs[(nl - l + 1) % 2];
+        fl_layer_body(lys[l], &b, M, in, cs, sn, kc[l], vc[l], hs[l], past, bufs[(nl - l) % 2]);
+    }
+    free(mem), free(ping);
     return 0;
 }
 #endif

@@ -151,6 +151,9 @@ def _one_and_three(model, ids, monkeypatch):
     calls = []
     real = fused.layer
     monkeypatch.setattr(fused, "layer", lambda *a: calls.append(a[4].shape[0]) or real(*a))
+    from engine.kernels import fast_decoder
+
+    monkeypatch.setattr(fast_decoder, "ENABLED", [False])  # the layers' own calls (the decoder's: test_fast_decoder)
     old = fast_layer.ONE_CALL[0]
     try:
         fast_layer.ONE_CALL[0] = True

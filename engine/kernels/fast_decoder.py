@@ -1,0 +1,104 @@
+"""A decode step's whole decoder in one C call (engine/kernels/fused_layer.h's speclab_decoder): the embedding and
+the rope tables in torch, then every layer — norm, q|k|v, rope, the cache append, attention, W_o, the MLP — in one
+OpenMP parallel region, then the final norm.
+
+    use_fast_decoder(model) -> bool   route the decoder's short forwards there when every layer has the one-call
+                                      C layer (engine.kernels.fast_layer); True when it did
+
+Why (profiled, SmolLM2-135M dense on a 2-core Zen 1): with the layer in one C call each, a step still spent ~5 ms
+of ~24 ms in Python — 30 layers' module calls, guards, cache bookkeeping and ctypes argument conversion, and the
+decoder's own mask and rope machinery. Here that is one guard, one call and one bookkeeping pass per step.
+
+Bits: each layer is speclab_layer's own body (fl_layer_body), so a step here equals the one-call layers' step bit
+for bit, and stays batch-invariant (a k-row verify equals k one-row steps). Anything else — a batch, a tree or
+padding mask, positions that do not follow the cache, hidden states or attentions asked for, a cache that does not
+grow in place, a prefill longer than dense_kernel.MAX_ROWS — runs the decoder's own forward (and the layers' C
+calls), unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import types
+
+import torch
+
+from engine.kernels import dense_kernel, fast_layer, fused
+
+# SPECLAB_FAST_DECODER=0 keeps the per-layer calls (tests compare the two)
+ENABLED = [os.environ.get("SPECLAB_FAST_DECODER", "1") != "0"]
+_SHAPE = ("D", "nq", "nkv", "hd", "I")
+
+
+def use_fast_decoder(model: torch.nn.Module) -> bool:
+    """Patch `model`'s decoder when every layer runs the one-call C layer of one library and shape."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = list(getattr(decoder, "layers", None) or [])
+    fs = [getattr(layer, "_speclab_fused", None) for layer in layers]
+    if (not layers or "forward" in decoder.__dict__ or any(f is None or f["one"] is None for f in fs)
+            or any(f["mod"] is not fs[0]["mod"] for f in fs)
+            or any(tuple(getattr(f["one"], a) for a in _SHAPE) != tuple(getattr(fs[0]["one"], a) for a in _SHAPE)
+                   for f in fs)
+            or not all(hasattr(decoder, a) for a in ("embed_tokens", "rotary_emb", "norm"))):
+        return False
+    decoder._speclab_fs = fs
+    decoder._speclab_lys = (ctypes.c_void_p * len(fs))(*[ctypes.addressof(f["one"]) for f in fs])
+    decoder._speclab_slow = decoder.forward
+    decoder.forward = types.MethodType(_decoder_forward, decoder)
+    return True
+
+
+def _output(hidden: torch.Tensor, cache):
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    key = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+    return BaseModelOutputWithPast(last_hidden_state=hidden, **{key: cache})
+
+
+_PLAIN_KEYS = {"input_ids", "attention_mask", "position_ids", "cache", "past_key_values", "use_cache", "inputs_embeds"}
+
+
+def _rooms(self, kw: dict):
+    """(input ids [1, q], cache, [(layer cache, k, v, past)], past) when this call takes the one-call decoder."""
+    ids, cache = kw.get("input_ids"), kw.get("cache", kw.get("past_key_values"))
+    if (not ENABLED[0] or not fast_layer.ONE_CALL[0] or torch.is_grad_enabled() or kw.get("inputs_embeds") is not None or kw.get("use_cache") is False
+            or any(v not in (None, False) for k, v in kw.items() if k not in _PLAIN_KEYS)
+            or getattr(self.config, "output_hidden_states", False) or getattr(self.config, "output_attentions", False)
+            or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1
+            or not 1 <= ids.shape[1] <= dense_kernel.MAX_ROWS or cache is None):
+        return None
+    q = ids.shape[1]
+    f0 = self._speclab_fs[0]["one"]
+    rooms = []
+    for i in range(len(self._speclab_fs)):
+        room = fast_layer._room(cache, i, q, f0.nkv, f0.hd)
+        if room is None or (rooms and room[3] != rooms[0][3]):
+            return None
+        rooms.append(room)
+    past = rooms[0][3]
+    mask, pos = kw.get("attention_mask"), kw.get("position_ids")
+    if mask is not None and not (mask.dim() == 2 and mask.shape == (1, past + q) and bool(mask.all())):
+        return None
+    if pos is not None and not (pos.shape == (1, q) and torch.equal(pos[0].cpu(), torch.arange(past, past + q))):
+        return None
+    return ids, cache, rooms, past
+
+
+def _decoder_forward(self, *args, **kw):
+    got = None if args else _rooms(self, kw)
+    if got is None:
+        return self._speclab_slow(*args, **kw)
+    ids, cache, rooms, past = got
+    q = ids.shape[1]
+    h = self.embed_tokens(ids)
+    cos, sin = self.rotary_emb(h, position_ids=torch.arange(past, past + q, device=h.device).unsqueeze(0))
+    if h.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16:
+        return self._speclab_slow(*args, **kw)
+    hd = self._speclab_fs[0]["one"].hd
+    out = fused.decoder(self._speclab_fs[0]["mod"]._lib, self._speclab_lys, [r[1] for r in rooms],
+                        [r[2] for r in rooms], h.reshape(q, -1).contiguous(), cos.reshape(q, hd).contiguous(),
+                        sin.reshape(q, hd).contiguous(), past)
+    for lay, *_ in rooms:
+        lay.advance(q)
+    return _output(self.norm(out.view(1, q, -1)), cache)

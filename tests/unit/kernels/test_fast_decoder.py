@@ -1,0 +1,126 @@
+"""The decoder in one C call (engine/kernels/fast_decoder.py → fused_layer.h's speclab_decoder): the bits of the
+one-call layers, batch-invariant, taken only for a plain short forward on a cache that grows in place, and the
+decoder's own forward for everything else."""
+
+import pytest
+import torch
+
+from engine.core.kv_cache import GrowingCache
+from engine.kernels import dense_kernel, fast_decoder, fused
+from engine.kernels.fast_layer import use_dense_kernel as _dense_layers
+from tests.unit.kernels.test_fast_layer import _decode, _model
+from tests.unit.kernels.test_fused import _qgemm_or_skip, _steps_and_verify, _wide, _wide_quantized
+
+
+
+def use_dense_kernel(model):
+    """As engine.kernels.accelerate does for a bf16 model: the kernel's layers, then the one-call decoder."""
+    _dense_layers(model)
+    return fast_decoder.use_fast_decoder(model)
+
+
+pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
+                                reason=f"dense kernel: {dense_kernel.available()}")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The decoder calls made, as the row counts they took."""
+    calls = []
+    real = fused.decoder
+    monkeypatch.setattr(fused, "decoder", lambda *a: calls.append(a[4].shape[0]) or real(*a))
+    return calls
+
+
+def _on_and_off(model, ids, calls):
+    old = fast_decoder.ENABLED[0]
+    try:
+        fast_decoder.ENABLED[0] = True
+        on = _decode(model, ids)
+        n = list(calls)
+        fast_decoder.ENABLED[0] = False
+        off = _decode(model, ids)
+    finally:
+        fast_decoder.ENABLED[0] = old
+    assert n == [1, 1, 1, 3] and len(calls) == 4  # three steps and the verify; the 40-token prefill is too long
+    return on, off
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_the_decoder_in_one_call_gives_the_bits_of_its_layers(kind, counted):
+    model = _wide(kind)
+    use_dense_kernel(model)
+    assert "forward" in model.model.__dict__
+    on, off = _on_and_off(model, torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(9)), counted)
+    assert torch.equal(on, off)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_verify_in_one_call_gives_the_bits_of_one_row_steps(kind):
+    model = _wide(kind)
+    use_dense_kernel(model)
+    steps, verify = _steps_and_verify(model, torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(10)))
+    assert torch.equal(steps, verify)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_quantized_decoder_in_one_call(mixed, counted):
+    _qgemm_or_skip()
+    model = _wide_quantized(mixed)
+    assert fast_decoder.use_fast_decoder(model)
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(11))
+    on, off = _on_and_off(model, ids[:, :44], counted)
+    assert torch.equal(on, off)
+    steps, verify = _steps_and_verify(model, ids)
+    assert torch.equal(steps, verify)
+
+
+def test_layers_without_the_one_call_layer_leave_the_decoder_alone():
+    model = _model("qwen2")  # 16-wide heads: no one-call layer
+    use_dense_kernel(model)
+    assert "forward" not in model.model.__dict__
+    assert not fast_decoder.use_fast_decoder(model)
+
+
+def test_what_the_one_call_decoder_does_not_take_runs_the_decoders_own_forward(counted):
+    """Hidden states asked for, positions that do not follow the cache (a tree), a padding mask, a cache that
+    does not grow in place: the decoder's own forward, with the same results as with the fast decoder off."""
+    from transformers.cache_utils import DynamicCache
+
+    model = _wide("qwen2")
+    use_dense_kernel(model)
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(12))
+
+    def run():
+        outs = []
+        with torch.inference_mode():
+            for make in (GrowingCache, DynamicCache):
+                c = make()
+                model(ids[:, :40], past_key_values=c, use_cache=True)
+                out = model(ids[:, 40:41], past_key_values=c, use_cache=True, output_hidden_states=True)
+                outs += [out.logits, out.hidden_states[-1]]
+                pos = torch.tensor([[41, 42, 42]])  # a tree's depths: two siblings at one position
+                outs.append(model(ids[:, 41:44], past_key_values=c, use_cache=True, position_ids=pos).logits)
+                mask = torch.ones(1, 45, dtype=torch.long)
+                mask[0, 3] = 0
+                outs.append(model(ids[:, 40:41], past_key_values=c, use_cache=True, attention_mask=mask).logits)
+        return outs
+
+    on = run()
+    assert counted == []
+    old = fast_decoder.ENABLED[0]
+    fast_decoder.ENABLED[0] = False
+    try:
+        off = run()
+    finally:
+        fast_decoder.ENABLED[0] = old
+    assert all(torch.equal(a, b) for a, b in zip(on, off))
+
+
+def test_the_one_switch_puts_a_model_on_the_one_call_decoder():
+    from engine.kernels.accelerate import accelerate
+
+    model = _wide("llama")
+    report = accelerate(model, "dense")
+    assert report.path == "speclab bgemv" and "forward" in model.model.__dict__
+    assert model.model.forward.__func__ is fast_decoder._decoder_forward
