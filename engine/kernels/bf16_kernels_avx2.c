@@ -45,18 +45,7 @@
 #define PFBLOCK 5000
 #endif
 
-/* 8 bf16 → 8 float32, exactly. */
-static inline __m256 load8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
-/* A fixed-order reduction of 8 lanes (the same for every row, so results do not depend on M). */
-static inline float hsum256(__m256 v) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
-    return _mm_cvtss_f32(b);
-}
+/* (fl_hsum8, attn_row.h: a fixed-order reduction of 8 lanes, the same for every row, so results do not depend on M) */
 
 /* 16 bf16 → two vectors of 8 float32, exactly, by interleaving zeros below each bf16: `lo` holds elements
  * 0–3 and 8–11, `hi` 4–7 and 12–15 (unpacking works within each 128-bit half). The activations are widened
@@ -114,7 +103,7 @@ static inline __attribute__((always_inline)) void block(const int R, const int M
     for (int m = 0; m < MC; m++)
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            float v = hsum256(acc[m][r]);
+            float v = fl_hsum8(acc[m][r]);
             if (b) v += bf16_to_f32(b[n0 + r]);
             y[(size_t)(m0 + m) * N + n0 + r] = f32_to_bf16(v);
         }

@@ -10,9 +10,12 @@ kernel, and nothing else between.
                                       than dense_kernel.MAX_ROWS rows, a batch, a padded or tree mask, or
                                       anything unexpected runs the layer's own transformers forward
 
-A Llama / Qwen2 layer on either kernel goes further where it can (`_fusable`): the C layer of fused_layer.h, two calls around
-the attention (norm₁, q|k|v, rope; then W_o, the residual, norm₂, gate|up, silu·up, W_down, the residual), each
-one parallel region instead of ~25 torch ops and five kernel wake-ups. It is batch-invariant (lossless greedy
+A Llama / Qwen2 layer on either kernel goes further where it can (`_fusable`): the C layer of fused_layer.h — one
+call (`speclab_layer`) where the KV cache grows in place (engine.core.kv_cache: the call writes the new keys and
+values into its buffer and attends there), else two calls around the attention (norm₁, q|k|v, rope; then W_o,
+the residual, norm₂, gate|up, silu·up, W_down, the residual) — one parallel region a call instead of ~25 torch
+ops and five kernel wake-ups (`SPECLAB_LAYER_CALLS=3` keeps the two calls; engine.kernels.fast_decoder goes on
+to one call for every layer of a step). It is batch-invariant (lossless greedy
 speculation holds) but not bit-identical to the transformers layer: its norms sum in row order
 (tests/unit/kernels/test_fused.py). `SPECLAB_FUSED_LAYER=0` (or `FUSED[0] = False`) keeps the lean Python layer below.
 

@@ -60,6 +60,47 @@ static void fl_rope_row(int hd, uint16_t *x, const uint16_t *cs, const uint16_t 
 
 static inline uint16_t fl_add(uint16_t a, uint16_t b) { return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b)); }
 
+/* The layers' two halves inside an OpenMP parallel region (every thread calls them; each ends on a barrier),
+ * shared by the calls below. fl_in: xn = rms(x), qkv = xn·Wᵀ + b, rope on q and k. */
+static void fl_in(int M, int D, const uint16_t *x, const uint16_t *nw, float eps, int N, const void *w,
+                  const uint16_t *b, int nq, int nkv, int hd, const uint16_t *cs, const uint16_t *sn, uint16_t *xn,
+                  float *scratch, uint16_t *qkv) {
+#pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, nw, eps, xn + (size_t)m * D);
+    par_gemv(M, N, D, xn, scratch, w, b, qkv);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * (nq + nkv); t++) {
+        const int m = t / (nq + nkv), hh = t % (nq + nkv);
+        fl_rope_row(hd, qkv + (size_t)m * N + (size_t)hh * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
+    }
+}
+
+/* fl_out: h = x + a·W_oᵀ, y = rms(h), [g|u] = y·W_guᵀ, act = silu(g)⊙u, out = h + act·W_downᵀ
+ * (h, y [M, D]; gu [M, 2I]; act [M, I]: the caller's buffers). */
+static void fl_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, const void *wo, const uint16_t *bo,
+                   const uint16_t *nw, float eps, int I, const void *wgu, const uint16_t *bgu, const void *wdown,
+                   const uint16_t *bdown, float *scratch, uint16_t *h, uint16_t *y, uint16_t *gu, uint16_t *act,
+                   uint16_t *out) {
+    par_gemv(M, D, Da, a, scratch, wo, bo, h); /* h ← a·W_oᵀ, then the residual below */
+#pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        uint16_t *hr = h + (size_t)m * D;
+        for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
+        fl_rms_row(D, hr, nw, eps, y + (size_t)m * D);
+    }
+    par_gemv(M, 2 * I, D, y, scratch, wgu, bgu, gu);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * I; t++) {
+        const int m = t / I, i = t % I;
+        const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
+        const float s = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
+        act[t] = f32_to_bf16(s * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
+    }
+    par_gemv(M, D, I, act, scratch, wdown, bdown, out);
+#pragma omp for schedule(static)
+    for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
+}
+
 /* 0 on success; 1 for a shape it does not take; 2 out of memory. qkv: [M, N] out, N = (nq + 2·nkv)·hd;
  * cos, sin: [M, hd]. */
 int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float eps, int N, const void *w,
@@ -74,16 +115,7 @@ int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float 
         return 2;
     }
 #pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
-        for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, nw, eps, xn + (size_t)m * D);
-        par_gemv(M, N, D, xn, scratch, w, b, qkv);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * (nq + nkv); t++) {
-            const int m = t / (nq + nkv), h = t % (nq + nkv);
-            fl_rope_row(hd, qkv + (size_t)m * N + (size_t)h * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
-        }
-    }
+    fl_in(M, D, x, nw, eps, N, w, b, nq, nkv, hd, cs, sn, xn, scratch, qkv);
     free(xn);
     free(scratch);
     return 0;
@@ -105,31 +137,12 @@ int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da
         free(h), free(gu), free(act), free(scratch);
         return 2;
     }
-    uint16_t *y = h + (size_t)M * D; /* the second norm's output */
 #pragma omp parallel num_threads(threads)
-    {
-        par_gemv(M, D, Da, a, scratch, wo, bo, h); /* h ← a·W_oᵀ, then the residual below */
-#pragma omp for schedule(static)
-        for (int m = 0; m < M; m++) {
-            uint16_t *hr = h + (size_t)m * D;
-            for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
-            fl_rms_row(D, hr, nw, eps, y + (size_t)m * D);
-        }
-        par_gemv(M, 2 * I, D, y, scratch, wgu, bgu, gu);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * I; t++) {
-            const int m = t / I, i = t % I;
-            const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
-            const float s = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
-            act[t] = f32_to_bf16(s * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
-        }
-        par_gemv(M, D, I, act, scratch, wdown, bdown, out);
-#pragma omp for schedule(static)
-        for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
-    }
+    fl_out(M, D, x, a, Da, wo, bo, nw, eps, I, wgu, bgu, wdown, bdown, scratch, h, h + (size_t)M * D, gu, act, out);
     free(h), free(gu), free(act), free(scratch);
     return 0;
 }
+
 /* A layer's constant part for speclab_layer, built once per layer by the caller (engine/kernels/fused.py). */
 struct fl_layer {
     int D, nq, nkv, hd, I;
@@ -177,16 +190,9 @@ static void fl_layer_body(const struct fl_layer *ly, const struct fl_bufs *b, in
                           uint16_t *out) {
     const int D = ly->D, nq = ly->nq, nkv = ly->nkv, hd = ly->hd, I = ly->I;
     const int N = (nq + 2 * nkv) * hd, Da = nq * hd, L = past + M, group = nq / nkv;
-    uint16_t *xn = b->xn, *qkv = b->qkv, *a = b->a, *h = b->h, *y = b->y, *gu = b->gu, *act = b->act;
+    uint16_t *qkv = b->qkv, *a = b->a;
     float *s = b->scores + (size_t)omp_get_thread_num() * L;
-#pragma omp for schedule(static)
-    for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, ly->n1, ly->eps1, xn + (size_t)m * D);
-    par_gemv(M, N, D, xn, b->scratch, ly->wqkv, ly->bqkv, qkv);
-#pragma omp for schedule(static)
-    for (int t = 0; t < M * (nq + nkv); t++) {
-        const int m = t / (nq + nkv), hh = t % (nq + nkv);
-        fl_rope_row(hd, qkv + (size_t)m * N + (size_t)hh * hd, cs + (size_t)m * hd, sn + (size_t)m * hd);
-    }
+    fl_in(M, D, x, ly->n1, ly->eps1, N, ly->wqkv, ly->bqkv, nq, nkv, hd, cs, sn, b->xn, b->scratch, qkv);
 #pragma omp for schedule(static)
     for (int t = 0; t < M * nkv; t++) {  /* the cache append */
         const int m = t / nkv, hh = t % nkv;
@@ -200,24 +206,8 @@ static void fl_layer_body(const struct fl_layer *ly, const struct fl_bufs *b, in
         fl_attn_row(hd, past + i + 1, qkv + (size_t)i * N + (size_t)hh * hd, kc + (size_t)(hh / group) * hs,
                     vc + (size_t)(hh / group) * hs, ly->scale, s, a + ((size_t)i * nq + hh) * hd);
     }
-    par_gemv(M, D, Da, a, b->scratch, ly->wo, ly->bo, h);
-#pragma omp for schedule(static)
-    for (int m = 0; m < M; m++) {
-        uint16_t *hr = h + (size_t)m * D;
-        for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
-        fl_rms_row(D, hr, ly->n2, ly->eps2, y + (size_t)m * D);
-    }
-    par_gemv(M, 2 * I, D, y, b->scratch, ly->wgu, ly->bgu, gu);
-#pragma omp for schedule(static)
-    for (int t = 0; t < M * I; t++) {
-        const int m = t / I, i = t % I;
-        const float g = bf16_to_f32(gu[(size_t)m * 2 * I + i]);
-        const float sg = bf16_to_f32(f32_to_bf16(g / (1.f + expf(-g))));
-        act[t] = f32_to_bf16(sg * bf16_to_f32(gu[(size_t)m * 2 * I + I + i]));
-    }
-    par_gemv(M, D, I, act, b->scratch, ly->wdown, ly->bdown, out);
-#pragma omp for schedule(static)
-    for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
+    fl_out(M, D, x, a, Da, ly->wo, ly->bo, ly->n2, ly->eps2, I, ly->wgu, ly->bgu, ly->wdown, ly->bdown, b->scratch,
+           b->h, b->y, b->gu, b->act, out);
 }
 
 /* The whole layer for M rows after `past` cached ones: out [M, D]. kc, vc: the layer's key and value buffers

@@ -83,14 +83,14 @@ def test_layers_it_does_not_patch_and_forwards_it_leaves_alone():
     assert use_fast_layers(f32) == 0  # float32 weights: not the kernel's
 
 
-def _quantized(mixed: bool):
-    """A tiny Qwen2 on our qgemm kernel: int4 everywhere, or (mixed) v_proj and down_proj at 8 bits, as a GGUF
-    Q4_K_M keeps some of them in Q6_K."""
+def _quantized(mixed: bool, model=None):
+    """A tiny Qwen2 (or `model`) on our qgemm kernel: int4 everywhere, or (mixed) v_proj and down_proj at 8 bits,
+    as a GGUF Q4_K_M keeps some of them in Q6_K."""
     from engine.kernels import qkernel
     from engine.kernels.quant import quantize_model
     from engine.kernels.rowwise_attention import use_rowwise
 
-    model = _model("qwen2")
+    model = _model("qwen2") if model is None else model
     dense = {n: (m.weight.detach().clone(), None if m.bias is None else m.bias.detach().clone())
              for n, m in model.named_modules() if n.endswith(("v_proj", "down_proj"))}
     quantize_model(model, "int4")

@@ -123,20 +123,10 @@ def _wide(kind):
 
 
 def _wide_quantized(mixed):
-    from engine.kernels import qkernel
     from engine.kernels.fast_layer import use_fast_layers
-    from engine.kernels.quant import quantize_model
-    from engine.kernels.rowwise_attention import use_rowwise
+    from tests.unit.kernels.test_fast_layer import _quantized as build
 
-    model = _wide("qwen2")
-    dense = {n: (m.weight.detach().clone(), None if m.bias is None else m.bias.detach().clone())
-             for n, m in model.named_modules() if n.endswith(("v_proj", "down_proj"))}
-    quantize_model(model, "int4")
-    if mixed:
-        for n, (w, b) in dense.items():
-            parent, _, attr = n.rpartition(".")
-            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear(w, b, 8))
-    use_rowwise(model)
+    model = build(mixed, _wide("qwen2"))
     assert use_fast_layers(model) == 2
     return model
 
