@@ -60,7 +60,8 @@ _PLAIN_KEYS = {"input_ids", "attention_mask", "position_ids", "cache", "past_key
 
 
 def _rooms(self, kw: dict):
-    """(input ids [1, q], cache, [(layer cache, k, v, past)], past) when this call takes the one-call decoder."""
+    """(input ids [1, q], cache, [(layer cache, k, v, past)], position ids [1, q]) when this call takes the
+    one-call decoder."""
     ids, cache = kw.get("input_ids"), kw.get("cache", kw.get("past_key_values"))
     if (not ENABLED[0] or not fast_layer.ONE_CALL[0] or torch.is_grad_enabled() or kw.get("inputs_embeds") is not None or kw.get("use_cache") is False
             or any(v not in (None, False) for k, v in kw.items() if k not in _PLAIN_KEYS)
@@ -72,7 +73,7 @@ def _rooms(self, kw: dict):
     f0 = self._speclab_fs[0]["one"]
     rooms = []
     for i in range(len(self._speclab_fs)):
-        room = fast_layer._room(cache, i, q, f0.nkv, f0.hd)
+        room = fast_layer.cache_room(cache, i, q, f0.nkv, f0.hd)
         if room is None or (rooms and room[3] != rooms[0][3]):
             return None
         rooms.append(room)
@@ -80,19 +81,20 @@ def _rooms(self, kw: dict):
     mask, pos = kw.get("attention_mask"), kw.get("position_ids")
     if mask is not None and not (mask.dim() == 2 and mask.shape == (1, past + q) and bool(mask.all())):
         return None
-    if pos is not None and not (pos.shape == (1, q) and torch.equal(pos[0].cpu(), torch.arange(past, past + q))):
+    want = torch.arange(past, past + q, device=ids.device).unsqueeze(0)  # positions that follow the cache
+    if pos is not None and not (pos.shape == (1, q) and torch.equal(pos.to(want.device), want)):
         return None
-    return ids, cache, rooms, past
+    return ids, cache, rooms, want
 
 
 def _decoder_forward(self, *args, **kw):
     got = None if args else _rooms(self, kw)
     if got is None:
         return self._speclab_slow(*args, **kw)
-    ids, cache, rooms, past = got
-    q = ids.shape[1]
+    ids, cache, rooms, pos = got
+    q, past = ids.shape[1], rooms[0][3]
     h = self.embed_tokens(ids)
-    cos, sin = self.rotary_emb(h, position_ids=torch.arange(past, past + q, device=h.device).unsqueeze(0))
+    cos, sin = self.rotary_emb(h, position_ids=pos)
     if h.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16:
         return self._speclab_slow(*args, **kw)
     hd = self._speclab_fs[0]["one"].hd

@@ -270,7 +270,7 @@ def _fused_weights(layer: torch.nn.Module, kind: str) -> dict | None:
             **norms, "one": one}
 
 
-def _room(cache, idx: int, q: int, nkv: int, hd: int):
+def cache_room(cache, idx: int, q: int, nkv: int, hd: int):
     """(cache layer, key buffer, value buffer, first free row) where the layer's cache grows in place
     (engine.core.kv_cache.GrowingLayer.reserve) in the layout speclab_layer writes; else None."""
     layers = getattr(cache, "layers", None)
@@ -300,7 +300,7 @@ def _fused_forward(self, hidden_states, attention_mask=None, position_ids=None, 
     x = hidden_states.reshape(q, d).contiguous()
     cos, sin = position_embeddings
     f = self._speclab_fused
-    room = _room(cache, self.self_attn.layer_idx, q, nkv, hd) if (f["one"] is not None and ONE_CALL[0]) else None
+    room = cache_room(cache, self.self_attn.layer_idx, q, nkv, hd) if (f["one"] is not None and ONE_CALL[0]) else None
     if room is not None:
         lay, k, v, past = room
         out = fused.layer(f["mod"]._lib, f["one"], x, cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(),
