@@ -30,11 +30,12 @@ def build(request, monkeypatch):
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 3, 4, 7])  # chunks of four activation rows and their tails
 @pytest.mark.parametrize("n", [5, 64, 67])  # blocks of four weight rows and their tails
-def test_the_kernel_computes_x_times_w_plus_b(rows, n):
+@pytest.mark.parametrize("k", [96, 1056])  # the AVX2 build's short-row product (K ≤ 1024) and its row blocks
+def test_the_kernel_computes_x_times_w_plus_b(rows, n, k):
     torch.manual_seed(rows * 100 + n)
-    w = torch.randn(n, 96, dtype=torch.bfloat16)
+    w = torch.randn(n, k, dtype=torch.bfloat16)
     b = torch.randn(n, dtype=torch.bfloat16)
-    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    x = torch.randn(rows, k, dtype=torch.bfloat16)
     ref = x.float() @ w.float().T + b.float()
     y = bgemv(x, w, b)
     assert y.dtype == torch.bfloat16 and y.shape == (rows, n)
@@ -42,12 +43,23 @@ def test_the_kernel_computes_x_times_w_plus_b(rows, n):
 
 
 @needs_kernel
-def test_rows_are_bit_identical_whatever_the_batch_and_threads():
-    w = torch.randn(131, 256, dtype=torch.bfloat16)
-    x = torch.randn(13, 256, dtype=torch.bfloat16)
+@pytest.mark.parametrize("k", [256, 1056])  # the AVX2 build's short-row product and its row blocks
+def test_rows_are_bit_identical_whatever_the_batch_and_threads(k):
+    # each weight row carries a cancelling pair ±2¹⁶ at two of a few positions where x is 1, so the float32 sums
+    # round at a scale near the result's own and a different summation order shows in the bf16 result (with plain
+    # randn data a reordered sum rounds to the same bf16 nearly always, and such a test could not fail)
+    torch.manual_seed(k)
+    w = torch.randn(131, k)
+    x = torch.randn(13, k)
+    spots = torch.tensor([0, 20, 37, 70, 101, 250])
+    x[:, spots] = 1.0
+    for n in range(131):
+        i, j = spots[torch.randperm(len(spots))[:2]]
+        w[n, i], w[n, j] = 2.0 ** 16, -(2.0 ** 16)
+    w, x = w.to(torch.bfloat16), x.to(torch.bfloat16)
     one_by_one = torch.cat([bgemv(x[i:i + 1], w) for i in range(13)])
     assert torch.equal(one_by_one, bgemv(x, w))
-    for m in (2, 3, 5, 6):  # every verify size's own code path (two weight rows a pass, then one)
+    for m in (2, 3, 4, 5, 6, 7):  # every verify size's own passes (rows of 3 and 2 short; 2 and 1 in blocks)
         assert torch.equal(one_by_one[:m], bgemv(x[:m], w)), m
     n = torch.get_num_threads()
     torch.set_num_threads(1)
