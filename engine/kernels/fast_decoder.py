@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import types
+import weakref
 
 import torch
 
@@ -70,37 +71,66 @@ def _rooms(self, kw: dict):
             or not 1 <= ids.shape[1] <= dense_kernel.MAX_ROWS or cache is None):
         return None
     q = ids.shape[1]
-    f0 = self._speclab_fs[0]["one"]
-    rooms = []
-    for i in range(len(self._speclab_fs)):
-        room = fast_layer.cache_room(cache, i, q, f0.nkv, f0.hd)
-        if room is None or (rooms and room[3] != rooms[0][3]):
-            return None
-        rooms.append(room)
-    past = rooms[0][3]
+    got = _same_rooms(self, cache, q)
+    if got is None:
+        f0 = self._speclab_fs[0]["one"]
+        rooms = []
+        for i in range(len(self._speclab_fs)):
+            room = fast_layer.cache_room(cache, i, q, f0.nkv, f0.hd)
+            if room is None or (rooms and room[3] != rooms[0][3]):
+                return None
+            rooms.append(room)
+        lays, ks, vs = [r[0] for r in rooms], [r[1] for r in rooms], [r[2] for r in rooms]
+        ptrs = fused.cache_pointers(ks, vs)
+        # weak references: a finished request's cache and buffers are not kept alive by the memo
+        self._speclab_rooms = (weakref.ref(cache), [weakref.ref(t) for t in lays + ks + vs], min(k.shape[2] for k in ks),
+                               ptrs)
+        got = lays, ptrs, rooms[0][3]
+    lays, ptrs, past = got
     mask, pos = kw.get("attention_mask"), kw.get("position_ids")
     if mask is not None and not (mask.dim() == 2 and mask.shape == (1, past + q) and bool(mask.all())):
         return None
     want = torch.arange(past, past + q, device=ids.device).unsqueeze(0)  # positions that follow the cache
     if pos is not None and not (pos.shape == (1, q) and torch.equal(pos.to(want.device), want)):
         return None
-    return ids, cache, rooms, want
+    return ids, cache, lays, ptrs, past, want
+
+
+def _same_rooms(self, cache, q: int):
+    """(layers, pointers, past) from the last step's checked rooms when every layer still holds the same buffers
+    at one length with room for q more rows; else None (the full check runs). Why: the full check — every
+    layer's reserve, dtype, shape and strides, and the pointer arrays — was ~0.35 ms of SmolLM2-135M's ~17 ms
+    step on a 2-core Zen 1, for buffers that change only when one grows."""
+    memo = getattr(self, "_speclab_rooms", None)
+    if memo is None or memo[0]() is not cache:
+        return None
+    _, refs, cap, ptrs = memo
+    layers = getattr(cache, "layers", ())
+    n = len(layers)
+    if 3 * n != len(refs) or not n:
+        return None
+    past = layers[0].length
+    if past + q > cap:
+        return None
+    for i, lay in enumerate(layers):
+        if refs[i]() is not lay or lay._k is not refs[n + i]() or lay._v is not refs[2 * n + i]() or lay.length != past:
+            return None
+    return layers, ptrs, past
 
 
 def _decoder_forward(self, *args, **kw):
     got = None if args else _rooms(self, kw)
     if got is None:
         return self._speclab_slow(*args, **kw)
-    ids, cache, rooms, pos = got
-    q, past = ids.shape[1], rooms[0][3]
+    ids, cache, lays, ptrs, past, pos = got
+    q = ids.shape[1]
     h = self.embed_tokens(ids)
     cos, sin = self.rotary_emb(h, position_ids=pos)
     if h.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16:
         return self._speclab_slow(*args, **kw)
     hd = self._speclab_fs[0]["one"].hd
-    out = fused.decoder(self._speclab_fs[0]["mod"]._lib, self._speclab_lys, [r[1] for r in rooms],
-                        [r[2] for r in rooms], h.reshape(q, -1).contiguous(), cos.reshape(q, hd).contiguous(),
-                        sin.reshape(q, hd).contiguous(), past)
-    for lay, *_ in rooms:
+    out = fused.decoder(self._speclab_fs[0]["mod"]._lib, self._speclab_lys, ptrs, h.reshape(q, -1).contiguous(),
+                        cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(), past)
+    for lay in lays:
         lay.advance(q)
     return _output(self.norm(out.view(1, q, -1)), cache)

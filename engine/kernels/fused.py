@@ -100,15 +100,20 @@ def layer(lib, ly: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return out
 
 
-def decoder(lib, lys, ks: list[torch.Tensor], vs: list[torch.Tensor], x: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, past: int) -> torch.Tensor:
+def cache_pointers(ks: list[torch.Tensor], vs: list[torch.Tensor]) -> tuple:
+    """The layers' key and value buffers ks[l], vs[l] [1, nkv, cap, hd] as `decoder` takes them: (key addresses,
+    value addresses, head strides) as ctypes arrays. Valid while those buffers live (the caller keeps them)."""
+    n = len(ks)
+    return ((ctypes.c_void_p * n)(*[k.data_ptr() for k in ks]), (ctypes.c_void_p * n)(*[v.data_ptr() for v in vs]),
+            (ctypes.c_longlong * n)(*[k.stride(1) for k in ks]))
+
+
+def decoder(lib, lys, ptrs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, past: int) -> torch.Tensor:
     """x [M, D] through every layer (`lys`: a ctypes array of the layers' `Layer` addresses, kept alive by the
     caller) → the last layer's output [M, D] bf16; each layer's M new keys / values written into its buffers
-    ks[l], vs[l] at rows past … past + M − 1, as `layer` writes them."""
-    n, m = len(ks), x.shape[0]
-    kp = (ctypes.c_void_p * n)(*[k.data_ptr() for k in ks])
-    vp = (ctypes.c_void_p * n)(*[v.data_ptr() for v in vs])
-    hs = (ctypes.c_longlong * n)(*[k.stride(1) for k in ks])
+    (`ptrs`: `cache_pointers`) at rows past … past + M − 1, as `layer` writes them."""
+    kp, vp, hs = ptrs
+    n, m = len(kp), x.shape[0]
     out = torch.empty_like(x)
     rc = lib.speclab_decoder(n, lys, kp, vp, hs, m, x.data_ptr(), cos.data_ptr(), sin.data_ptr(), past,
                              out.data_ptr(), torch.get_num_threads())

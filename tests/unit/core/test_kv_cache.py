@@ -1,6 +1,7 @@
 """The in-place KV cache: the same keys and values as DynamicCache through updates, crops and batch reshapes, and the
 same logits from a model run on it."""
 
+import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
@@ -130,3 +131,24 @@ def test_rows_reserved_and_written_in_place_read_as_updates_do():
     lay.crop(-5)
     ref.crop(-5)
     _same(ours, ref)
+
+
+def test_keys_and_values_are_the_live_rows_read_when_asked():
+    """keys / values are views of the buffer's live rows made on each read (advance and crop only move the length);
+    writing them directly while a buffer is held is refused, not silently dropped."""
+    c = make_cache()
+    k, v = _kv(1, 5, 3)
+    c.update(k, v, 0)
+    lay = c.layers[0]
+    kb, vb, past = lay.reserve(2)
+    kb[..., past:past + 2, :] = 7.0
+    assert lay.keys.shape[-2] == 5  # reserved rows are not live yet
+    lay.advance(2)
+    assert lay.keys.shape[-2] == 7 and bool((lay.keys[..., 5:, :] == 7.0).all())
+    assert torch.equal(lay.values[..., :5, :], v)
+    lay.crop(-4)
+    assert lay.keys.shape[-2] == lay.values.shape[-2] == 3
+    with pytest.raises(RuntimeError, match="through update"):
+        lay.keys = torch.zeros(1, 2, 3, 8)
+    lay.offload()
+    assert lay.keys.device.type == "cpu" and torch.equal(lay.keys, k[..., :3, :])

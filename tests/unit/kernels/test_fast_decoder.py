@@ -28,7 +28,7 @@ def counted(monkeypatch):
     """The decoder calls made, as the row counts they took."""
     calls = []
     real = fused.decoder
-    monkeypatch.setattr(fused, "decoder", lambda *a: calls.append(a[4].shape[0]) or real(*a))
+    monkeypatch.setattr(fused, "decoder", lambda *a: calls.append(a[3].shape[0]) or real(*a))
     return calls
 
 
@@ -124,3 +124,40 @@ def test_the_one_switch_puts_a_model_on_the_one_call_decoder():
     report = accelerate(model, "dense")
     assert report.path == "speclab bgemv" and "forward" in model.model.__dict__
     assert model.model.forward.__func__ is fast_decoder._decoder_forward
+
+
+def test_two_requests_taking_turns_each_write_their_own_cache(counted):
+    """The last step's checked cache buffers are reused only for the same cache and buffers: two caches decoding
+    in turns (and one cropped back, as a rejected draft does) give the bits of the per-layer path, and a finished
+    request's cache is not kept alive by the decoder."""
+    import gc
+    import weakref
+
+    model = _wide("qwen2")
+    use_dense_kernel(model)
+    ids = torch.randint(0, 96, (2, 52), generator=torch.Generator().manual_seed(13))
+
+    def run():
+        outs, caches = [], [GrowingCache(), GrowingCache()]
+        with torch.inference_mode():
+            for r in (0, 1):
+                model(ids[r:r + 1, :40], past_key_values=caches[r], use_cache=True)
+            for t in range(40, 46):
+                for r in (0, 1):
+                    outs.append(model(ids[r:r + 1, t:t + 1], past_key_values=caches[r], use_cache=True).logits)
+            caches[0].crop(-3)  # three rows dropped: the next step writes over them
+            for t in range(43, 47):
+                outs.append(model(ids[0:1, t:t + 1], past_key_values=caches[0], use_cache=True).logits)
+        return outs, weakref.ref(caches[0])
+
+    on, gone = run()
+    assert len(counted) == 12 + 4  # every step on the one-call decoder (a prefill on an empty cache is not)
+    gc.collect()
+    assert gone() is None
+    old = fast_decoder.ENABLED[0]
+    fast_decoder.ENABLED[0] = False
+    try:
+        off, _ = run()
+    finally:
+        fast_decoder.ENABLED[0] = old
+    assert all(torch.equal(a, b) for a, b in zip(on, off))
