@@ -62,23 +62,11 @@
 
 /* (fl_hsum8, attn_row.h: a fixed-order reduction of 8 lanes, the same for every row, so results do not depend on M) */
 
-/* 16 bf16 → two vectors of 8 float32, exactly, by interleaving zeros below each bf16: `lo` holds elements
- * 0–3 and 8–11, `hi` 4–7 and 12–15 (unpacking works within each 128-bit half). The activations are widened
- * once per call into that same order (`widen_x`), so each product pairs the right elements. Why: on AVX2
- * the earlier widening (vpmovzxwd + vpslld, four 128-bit uops per 8 weights on a Zen 1) made the one-row
- * GEMV compute-bound at ~13 GB/s a core in cache; two unpacks per 16 weights lift it to ~22 GB/s
- * (a 2.0 GHz Zen 1 EPYC, K = 1536, one thread), above the ~12.5 GB/s a core that a 2-core decode can read. */
-static inline void load16(const uint16_t *p, __m256 *lo, __m256 *hi) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
-    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
-    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
-}
-
-/* x[M, K] bf16 → float32 in load16's order: per 16 elements, 0–3, 8–11, 4–7, 12–15. */
+/* x[M, K] bf16 → float32 in fl_load16's order: per 16 elements, 0–3, 8–11, 4–7, 12–15. */
 static void widen_x(const uint16_t *x, size_t n, float *xf) {
     for (size_t i = 0; i < n; i += 16) {
         __m256 lo, hi;
-        load16(x + i, &lo, &hi);
+        fl_load16(x + i, &lo, &hi);
         _mm256_storeu_ps(xf + i, lo);
         _mm256_storeu_ps(xf + i + 8, hi);
     }
@@ -105,7 +93,7 @@ static inline __attribute__((always_inline)) void block(const int R, const int M
 #if PF
             if ((k & 31) == 0) _mm_prefetch((const char *)(wr + (size_t)r * K + k + pfo), _MM_HINT_T0);
 #endif
-            load16(wr + (size_t)r * K + k, &wl[r], &wh[r]);
+            fl_load16(wr + (size_t)r * K + k, &wl[r], &wh[r]);
         }
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++) {
@@ -152,7 +140,7 @@ static void rows_block(int R, int n0, int M, int K, const float *xf, const uint1
 }
 
 /* One weight row n (K ≤ SHORTK) against activation rows m0 … m0+MC-1, in four FMA chains per y[m,n]: chain j
- * takes the lanes of load16's lo/hi halves of the 16-weight groups at k ≡ 0 or 16 (mod 32), and the result is
+ * takes the lanes of fl_load16's lo/hi halves of the 16-weight groups at k ≡ 0 or 16 (mod 32), and the result is
  * hsum(((c0 + c1) + (c2 + c3))), the same operations whatever MC is (so batch-invariant, as the blocks). */
 static inline __attribute__((always_inline)) void short_row(const int MC, int n, int m0, int K, const float *xf,
         const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
@@ -167,8 +155,8 @@ static inline __attribute__((always_inline)) void short_row(const int MC, int n,
         /* one line of weights per 32; past the row's end this is the next rows, which come next in memory */
         _mm_prefetch((const char *)(wr + k + PFS), _MM_HINT_T0);
         __m256 l0, h0, l1, h1;
-        load16(wr + k, &l0, &h0);
-        load16(wr + k + 16, &l1, &h1);
+        fl_load16(wr + k, &l0, &h0);
+        fl_load16(wr + k + 16, &l1, &h1);
 #pragma GCC unroll 4
         for (int m = 0; m < MC; m++) {
             const float *xm = xr + (size_t)m * K + k;

@@ -2,6 +2,8 @@
 each build this CPU can run): the product against float32 matmul, bias, batch invariance (what makes greedy
 speculative decoding exact on the dense path), routing a model's linears through it, and the refusals."""
 
+import math
+
 import pytest
 import torch
 
@@ -191,3 +193,24 @@ def test_a_long_forward_of_a_models_own_parameter_runs_on_the_fast_gemm_without_
     out = linear(x, w)  # grad on: autograd's own linear, so the weight gets its gradient
     out.float().sum().backward()
     assert not calls and w.grad is not None and w.grad.shape == w.shape
+
+
+@needs_kernel
+@pytest.mark.parametrize("delta", [-60.0, -20.0, -12.5, -3.0, -1.0, 0.5, 2.0, 7.0, 15.0, 60.0])
+def test_the_softmax_weights_are_the_logistic_of_a_score_gap(delta):
+    """Two keys whose scores differ by delta, values one-hot: the output is (σ(delta), 1 − σ(delta)) up to the bf16
+    rounding of the output — the softmax's exponential (a polynomial on AVX2) checked across its range."""
+    from engine.kernels.dense_kernel import attention
+
+    d = 64
+    query = torch.zeros(1, 1, 1, d, dtype=torch.bfloat16)
+    query[..., 0] = delta
+    key = torch.zeros(1, 1, 2, d, dtype=torch.bfloat16)
+    key[0, 0, 0, 0] = 1.0  # score delta; the second key scores 0
+    value = torch.zeros(1, 1, 2, d, dtype=torch.bfloat16)
+    value[0, 0, 0, 0] = value[0, 0, 1, 1] = 1.0
+    out = attention(query, key, value, 1.0)[0, 0, 0].float()
+    for got, want in zip(out[:2].tolist(), torch.sigmoid(torch.tensor([delta, -delta], dtype=torch.float64)).tolist()):
+        half_step = 2.0 ** (math.frexp(want)[1] - 9)  # half a bf16 step at want: the output's own rounding
+        assert abs(got - want) <= half_step + 1e-6 * want, (got, want)
+    assert bool((out[2:] == 0).all())
