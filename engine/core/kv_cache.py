@@ -24,6 +24,27 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 MIN_CAPACITY = 256  # rows first allocated past the prompt; why: a short answer then never reallocates
 
 
+class _LiveRows:
+    """GrowingLayer.keys / .values: a view of the buffer's first `length` rows, made when read; before the first
+    update, whatever was assigned. Why: the one-call decoder (engine.kernels.fast_decoder) advances every layer each
+    step and reads none of them; two slicing views a layer, made eagerly, were 0.43 ms of SmolLM2-135M's ~17 ms step
+    on a 2-core Zen 1. Assigning while a buffer is held is refused (it would be silently dropped)."""
+
+    def __init__(self, buf: str, name: str) -> None:
+        self.buf, self.name, self.slot = buf, name, "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        b = obj.__dict__.get(self.buf)
+        return obj.__dict__.get(self.slot) if b is None else b[..., : obj.length, :]
+
+    def __set__(self, obj, t) -> None:
+        if obj.__dict__.get(self.buf) is not None:
+            raise RuntimeError(f"a GrowingLayer's {self.name} are a view of its buffer: write them through update")
+        obj.__dict__[self.slot] = t
+
+
 class GrowingLayer(DynamicLayer):
     """One layer's keys and values in a buffer of `capacity` rows, of which the first `length` are live."""
 
@@ -32,30 +53,8 @@ class GrowingLayer(DynamicLayer):
         self._k = self._v = None
         self.length = 0
 
-    # keys / values: views of the buffers' live rows, made when read. Why: the one-call decoder (engine.kernels.
-    # fast_decoder) advances every layer each step and reads none of them; two slicing views a layer were 0.43 ms
-    # of SmolLM2-135M's ~17 ms step on a 2-core Zen 1. Before the first update they are what was assigned.
-    @property
-    def keys(self) -> torch.Tensor | None:
-        k = self.__dict__.get("_k")
-        return self.__dict__.get("_keys") if k is None else k[..., : self.length, :]
-
-    @keys.setter
-    def keys(self, t: torch.Tensor | None) -> None:
-        if self.__dict__.get("_k") is not None:
-            raise RuntimeError("a GrowingLayer's keys are a view of its buffer: write them through update")
-        self.__dict__["_keys"] = t
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        v = self.__dict__.get("_v")
-        return self.__dict__.get("_values") if v is None else v[..., : self.length, :]
-
-    @values.setter
-    def values(self, t: torch.Tensor | None) -> None:
-        if self.__dict__.get("_v") is not None:
-            raise RuntimeError("a GrowingLayer's values are a view of its buffer: write them through update")
-        self.__dict__["_values"] = t
+    keys = _LiveRows("_k", "keys")  # views of the buffers' live rows, made when read
+    values = _LiveRows("_v", "values")
 
     def offload(self) -> None:
         if self._k is not None:
