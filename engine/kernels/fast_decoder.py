@@ -61,8 +61,8 @@ _PLAIN_KEYS = {"input_ids", "attention_mask", "position_ids", "cache", "past_key
 
 
 def _rooms(self, kw: dict):
-    """(input ids [1, q], cache, [(layer cache, k, v, past)], position ids [1, q]) when this call takes the
-    one-call decoder."""
+    """(input ids [1, q], cache, its layers, their buffers' `fused.cache_pointers`, past, position ids [1, q]) when
+    this call takes the one-call decoder; else None."""
     ids, cache = kw.get("input_ids"), kw.get("cache", kw.get("past_key_values"))
     if (not ENABLED[0] or not fast_layer.ONE_CALL[0] or torch.is_grad_enabled() or kw.get("inputs_embeds") is not None or kw.get("use_cache") is False
             or any(v not in (None, False) for k, v in kw.items() if k not in _PLAIN_KEYS)
