@@ -32,8 +32,9 @@ static inline void fl_load16(const uint16_t *p, __m256 *lo, __m256 *hi) {
 
 /* e^x on 8 lanes: x = n·ln2 + r (|r| ≤ ln2 / 2, ln2 in two parts so r is exact to float32), e^r by a degree-6
  * polynomial (Cephes' expf coefficients), 2ⁿ put into the exponent. Relative error ≤ 1.2e-7 against libm's expf
- * over [−87, 88] (measured, step 0.0137); x is clamped to ±88.376 (e^x ≥ 88.7 overflows to 2.4e38, not inf);
- * −inf and x < −88 give 0 or a denormal-free tiny value, NaN stays NaN (min/max return their second operand on NaN). */
+ * over [−87, 88] (measured, step 0.0137); x is clamped to ±88.376 (above it the result is 2.4e38, not inf;
+ * below about −87.7, and for −inf, it is 0 where libm gives a denormal); NaN stays NaN (min/max return their second
+ * operand on NaN). */
 static inline __m256 fl_exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(_mm256_set1_ps(-88.3762626647949f), x));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),

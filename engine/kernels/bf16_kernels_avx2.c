@@ -185,25 +185,33 @@ static void short_rows(int n, int M, int K, const float *xf, const uint16_t *w, 
     if (M - m0 == 1) short_row(1, n, m0, K, xf, w, b, y, N);
 }
 
+/* The product's shares of work, one shape per weight (by row length, never by M, so every row's bits are the same
+ * whatever M is): `units` of one short row, or of a block of RB rows; `rest`, the rows after the last block. */
+static inline int units(int N, int K) { return K <= SHORTK ? N : N / RB; }
+
+static inline void unit(int i, int M, int N, int K, const float *xf, const uint16_t *w, const uint16_t *b,
+                        uint16_t *y) {
+    if (K <= SHORTK) short_rows(i, M, K, xf, w, b, y, N);
+    else rows_block(RB, i * RB, M, K, xf, w, b, y, N);
+}
+
+static inline void rest(int M, int N, int K, const float *xf, const uint16_t *w, const uint16_t *b, uint16_t *y) {
+    const int n0 = K <= SHORTK ? N : N / RB * RB;
+    if (n0 < N) rows_block(N - n0, n0, M, K, xf, w, b, y, N);
+}
+
 /* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h): the activations
- * widened once into xf [M, K], the weight-row blocks shared out as speclab_bgemv shares them, then a barrier. */
+ * widened once into xf [M, K], the units shared out as speclab_bgemv shares them, then a barrier. */
 static void par_gemv(int M, int N, int K, const uint16_t *x, float *xf, const void *wh, const uint16_t *b,
                      uint16_t *y) {
     const uint16_t *w = (const uint16_t *)wh;
 #pragma omp single
     widen_x(x, (size_t)M * K, xf);
-    if (K <= SHORTK) {
-#pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) short_rows(n, M, K, xf, w, b, y, N);
-        return;
-    }
-    const int blocks = N / RB;
+    const int n = units(N, K);
 #pragma omp for schedule(static) nowait
-    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, xf, w, b, y, N);
+    for (int i = 0; i < n; i++) unit(i, M, N, K, xf, w, b, y);
 #pragma omp single nowait
-    {
-        if (blocks * RB < N) rows_block(N - blocks * RB, blocks * RB, M, K, xf, w, b, y, N);
-    }
+    rest(M, N, K, xf, w, b, y);
 #pragma omp barrier
 }
 
@@ -216,18 +224,12 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
     float *xf = (float *)malloc(sizeof(float) * (size_t)M * K);
     if (!xf) return 2;
     widen_x(x, (size_t)M * K, xf);
-    int blocks = N / RB;
     /* a small weight is not worth waking a second thread (the same rule as the AVX-512 build) */
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
-    if (K <= SHORTK) {
+    const int n = units(N, K);
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int n = 0; n < N; n++) short_rows(n, M, K, xf, w, b, y, N);
-        free(xf);
-        return 0;
-    }
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, xf, w, b, y, N);
-    if (blocks * RB < N) rows_block(N - blocks * RB, blocks * RB, M, K, xf, w, b, y, N);
+    for (int i = 0; i < n; i++) unit(i, M, N, K, xf, w, b, y);
+    rest(M, N, K, xf, w, b, y);
     free(xf);
     return 0;
 }
