@@ -83,8 +83,7 @@ def _rooms(self, kw: dict):
         lays, ks, vs = [r[0] for r in rooms], [r[1] for r in rooms], [r[2] for r in rooms]
         ptrs = fused.cache_pointers(ks, vs)
         # weak references: a finished request's cache and buffers are not kept alive by the memo
-        self._speclab_rooms = (weakref.ref(cache), [weakref.ref(t) for t in lays + ks + vs], min(k.shape[2] for k in ks),
-                               ptrs)
+        self._speclab_rooms = (weakref.ref(cache), [weakref.ref(t) for t in lays + ks + vs], ptrs)
         got = lays, ptrs, rooms[0][3]
     lays, ptrs, past = got
     mask, pos = kw.get("attention_mask"), kw.get("position_ids")
@@ -97,25 +96,25 @@ def _rooms(self, kw: dict):
 
 
 def _same_rooms(self, cache, q: int):
-    """(layers, pointers, past) from the last step's checked rooms when every layer still holds the same buffers
-    at one length with room for q more rows; else None (the full check runs). Why: the full check — every
-    layer's reserve, dtype, shape and strides, and the pointer arrays — was ~0.35 ms of SmolLM2-135M's ~17 ms
-    step on a 2-core Zen 1, for buffers that change only when one grows."""
+    """(layers, pointers, past) from the last step's checked rooms when every layer's `reserve(q)` hands back the
+    same buffers at one length; else None (the full check runs). Why: the full check — dtype, shape and strides of
+    every layer's buffers, and the pointer arrays — was ~0.35 ms of SmolLM2-135M's ~17 ms step on a 2-core Zen 1,
+    for buffers that change only when one grows."""
     memo = getattr(self, "_speclab_rooms", None)
     if memo is None or memo[0]() is not cache:
         return None
-    _, refs, cap, ptrs = memo
+    _, refs, ptrs = memo
     layers = getattr(cache, "layers", ())
     n = len(layers)
     if 3 * n != len(refs) or not n:
         return None
-    past = layers[0].length
-    if past + q > cap:
-        return None
+    pasts = set()
     for i, lay in enumerate(layers):
-        if refs[i]() is not lay or lay._k is not refs[n + i]() or lay._v is not refs[2 * n + i]() or lay.length != past:
+        room = lay.reserve(q) if refs[i]() is lay else None
+        if room is None or room[0] is not refs[n + i]() or room[1] is not refs[2 * n + i]():
             return None
-    return layers, ptrs, past
+        pasts.add(room[2])
+    return (layers, ptrs, pasts.pop()) if len(pasts) == 1 else None
 
 
 def _decoder_forward(self, *args, **kw):
