@@ -21,7 +21,8 @@ An experiment is a list of engine runs (`python -m engine COMMAND ARGS`) plus wh
     -- or, instead of command: copy = "build/x/*.jsonl", to_prefix = "traces/qwen-" (copy files, renamed)
 
 experiments/_defaults.toml holds [env] (for every run) and [args] (for every run whose subcommand has
-the flag and that does not set it). Strings may use {cache} (the speclab model cache, $SPECLAB_CACHE).
+the flag and that does not set it). Strings may use {cache} (the speclab model cache, $SPECLAB_CACHE) and {cpu}
+(this machine's CPU kind, e.g. 'amd-epyc-avx512bf16': one recipe writes one result file per CPU kind it meets).
 Every mistake — an unknown key, a missing field, a wrong type, an unknown pair, a flag the subcommand
 lacks, a value its argparse refuses — is one line naming the file and the key, raised before any run.
 """
@@ -144,7 +145,12 @@ class Commands(Protocol):
 
 
 def _text(v: Any) -> str:
-    return str(v).replace("{cache}", str(cache_dir()))
+    s = str(v).replace("{cache}", str(cache_dir()))
+    if "{cpu}" in s:
+        from engine.kernels.kernel_build import this_cpu
+
+        s = s.replace("{cpu}", this_cpu())
+    return s
 
 
 def _join(items: list) -> str:
@@ -221,7 +227,7 @@ def _step(where: str, run: dict, top: dict, defaults: dict, commands: Commands) 
     refusal = commands.refusal(argv)  # the engine's own parser: types, choices, required flags
     if refusal:
         raise ExperimentError(f"{where}: {refusal}")
-    return Step(argv=tuple(argv), out=run.get("out"), parallel=run.get("parallel", False),
+    return Step(argv=tuple(argv), out=_text(run["out"]) if run.get("out") is not None else None, parallel=run.get("parallel", False),
                 stagger_s=float(run.get("stagger_s", 0.0)))
 
 

@@ -12,7 +12,6 @@ Worked example (a quiet machine; writes docs/results/roofline-<cpu>.json):
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from engine.cli import common
@@ -39,26 +38,11 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_roofline)
 
 
-def cpu_slug(model_name: str, flags: set[str] | frozenset = frozenset()) -> str:
-    """'AMD EPYC 9R14 96-Core Processor' → 'amd-epyc-9r14'; '' → 'unknown-cpu' (the default file name). With the
-    CPU's flags, its vector class is appended ('-amx', '-avx512bf16', '-avx512', '-avx2'): virtual machines may
-    report a bare 'AMD EPYC', and two such CPUs with different kernels must not share a file."""
-    name = re.sub(r"\((R|TM|tm|r)\)", "", model_name)
-    name = re.sub(r"\b(Processor|CPU|\d+-Core)\b.*$", "", name).strip() or "unknown cpu"
-    name = re.sub(r"@.*$", "", name)
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    if not flags:
-        return slug
-    isa = next((tag for tag, need in (("amx", "amx_tile"), ("avx512bf16", "avx512_bf16"), ("avx512", "avx512f"),
-                                      ("avx2", "avx2")) if need in flags), "sse")
-    return f"{slug}-{isa}"
-
-
 def cmd_roofline(a) -> int:
     from engine.bench.bandwidth import BandwidthConfig, measure
     from engine.bench.roofline_run import RooflineConfig, check, format_rows, run_roofline
     from engine.cli.peers import lscpu
-    from engine.kernels.kernel_build import cpu_flags
+    from engine.kernels.kernel_build import this_cpu
     from engine.models.load import load_model, machine_description, software_versions
     from engine.paths import REPO_ROOT
     from engine.trace.jsonio import write_json_atomic
@@ -88,7 +72,7 @@ def cmd_roofline(a) -> int:
     if os.environ.get("SPECLAB_EXPERIMENT"):  # its file is named by the CPU, so the experiment cannot stamp it
         result["experiment"] = os.environ["SPECLAB_EXPERIMENT"]
     print(format_rows(result["rows"]))
-    out = a.out if a.out is not None else str(REPO_ROOT / "docs" / "results" / f"roofline-{cpu_slug(cpu.get('Model name', ''), cpu_flags())}.json")
+    out = a.out if a.out is not None else str(REPO_ROOT / "docs" / "results" / f"roofline-{this_cpu()}.json")
     if out:
         write_json_atomic(result, out)
         print(f"wrote {out}")

@@ -9,6 +9,8 @@ used by the install step (setup.py), by the first-use build into the user cache,
     library(b) -> (Path, how)     the installed library, else one built once into the cache ('cache')
     load_library(path, fns)       ctypes.CDLL with each entry's argument types
     cpu_flags() -> set[str]       the CPU's flags (/proc/cpuinfo)
+    cpu_slug(name, flags) -> str  'AMD EPYC' + its flags → 'amd-epyc-avx512bf16': a CPU kind's file-name part
+    this_cpu() -> str             that slug for this machine (experiments' {cpu}, roofline's default file)
 
 Why built at install: compiling on first use ran inside the first model load (a Live page, a Ray worker),
 and a wheel without the `.c` files fell back to torch without a word. `pip install .` and `pip install -e .`
@@ -31,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import subprocess
 import sysconfig
 from dataclasses import dataclass
@@ -73,6 +76,34 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+def cpu_slug(model_name: str, flags: set[str] | frozenset = frozenset()) -> str:
+    """'AMD EPYC 9R14 96-Core Processor' → 'amd-epyc-9r14'; '' → 'unknown-cpu' (the default file name). With the
+    CPU's flags, its vector class is appended ('-amx', '-avx512bf16', '-avx512', '-avx2'): virtual machines may
+    report a bare 'AMD EPYC', and two such CPUs with different kernels must not share a file."""
+    name = re.sub(r"\((R|TM|tm|r)\)", "", model_name)
+    name = re.sub(r"\b(Processor|CPU|\d+-Core)\b.*$", "", name).strip() or "unknown cpu"
+    name = re.sub(r"@.*$", "", name)
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not flags:
+        return slug
+    isa = next((tag for tag, need in (("amx", "amx_tile"), ("avx512bf16", "avx512_bf16"), ("avx512", "avx512f"),
+                                      ("avx2", "avx2")) if need in flags), "sse")
+    return f"{slug}-{isa}"
+
+
+def this_cpu() -> str:
+    """This machine's cpu_slug, from /proc/cpuinfo's model name and flags (what lscpu prints as 'Model name')."""
+    model = ""
+    try:
+        for line in open("/proc/cpuinfo", encoding="ascii", errors="ignore"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return cpu_slug(model, cpu_flags())
 
 
 def cache_dir() -> Path:

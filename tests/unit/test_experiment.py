@@ -96,6 +96,23 @@ paired = false
     assert b.argv == ("bench", "--target", "smollm2-135m")  # no draft, no defaults, a false switch left out
 
 
+def test_cpu_placeholder_names_this_cpu_kind_in_argv_and_stamped_out(tmp_path, monkeypatch):
+    import engine.kernels.kernel_build as kb
+
+    monkeypatch.setattr(kb, "this_cpu", lambda: "amd-epyc-avx512bf16")
+    e = load(tmp_path, GOOD.replace('out = "docs/results/toy.json"', 'out = "docs/results/toy-{cpu}.json"'))
+    (s,) = e.steps
+    assert s.out == "docs/results/toy-amd-epyc-avx512bf16.json"  # the file the run writes is the one stamped
+    assert s.argv[s.argv.index("--out") + 1] == s.out
+
+
+def test_cpu_slug_names_the_vector_class():
+    from engine.kernels.kernel_build import cpu_slug
+
+    assert cpu_slug("AMD EPYC", {"avx2", "fma"}) == "amd-epyc-avx2"
+    assert cpu_slug("AMD EPYC", {"avx2", "avx512f", "avx512_bf16"}) == "amd-epyc-avx512bf16"
+
+
 def test_pair_none_and_a_command_without_the_pair_flags(tmp_path):
     e = load(tmp_path, 'description = "t"\npair = "qwen"\n[[run]]\ncommand = "pacer train"\nout = "w.safetensors"\n')
     assert e.steps[0].argv == ("pacer", "train", "--out", "w.safetensors")

@@ -98,7 +98,7 @@ def test_multibench_records_the_bandwidth_and_each_rows_fraction(model_dirs, tmp
 
 
 def test_the_default_file_is_named_after_the_cpu():
-    from engine.cli.roofline import cpu_slug
+    from engine.kernels.kernel_build import cpu_slug
 
     assert cpu_slug("AMD EPYC 9R14 96-Core Processor") == "amd-epyc-9r14"
     assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C") == "intel-xeon-platinum-8488c"
