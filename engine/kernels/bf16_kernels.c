@@ -8,8 +8,8 @@
  * converted. W is the model's own row-major bf16 tensor: no packed copy, no extra memory.
  *
  * Every y[m,n] is computed by the same sequence of operations whatever M is: its own 16 float32 lanes
- * accumulate K/32 steps in order, are reduced in a fixed order, the bias is added in float32 and the
- * result rounded to bf16 once. So a k-token verify gives bit-identical logits to k one-token steps
+ * accumulate K/32 steps in order (rows of K ≤ SHORTK: in four chains, step s into chain s mod 4, summed in a
+ * fixed order), are reduced in a fixed order, the bias is added in float32 and the result rounded to bf16 once. So a k-token verify gives bit-identical logits to k one-token steps
  * (with the row-wise attention of engine/kernels/rowwise_attention.py, the whole forward is batch-invariant).
  * Built by engine/kernels/dense_kernel.py; called through ctypes with raw pointers.
  */
@@ -78,17 +78,95 @@ static void rows_block(int R, int n0, int M, int K, const uint16_t *x, const uin
     }
 }
 
+/* SHORTK: a weight with rows of at most this many elements takes the short-row product (`short_rows`) instead
+ * of the blocks above; PFS: its prefetch distance in weights. Why: six rows of 576–1536 weights read side by side
+ * are six streams of 1–3 KB, which the hardware prefetchers follow badly; read one after another, in memory order
+ * and prefetched, they are one stream. Measured M = 1, 2 threads, a 2-core Zen 4 EPYC (~31–35 GB/s read), from
+ * memory (hand harness over both builds, best of 5, interleaved, two rounds): 49152×576 (SmolLM2's head)
+ * 15.6–20.5 → 27.0–28.1 GB/s, 1536×576 17.3–20.2 → 27.7–28.0, 9728×896 (the 0.5B draft's MLP) 18.5–22.2 →
+ * 26.8–28.3, 8960×1536 25.3–27.6 → 27.6–27.8; at M = 4 (a verify of three drafts) 14.8 → 22.7–24.2 (head), 22.2 →
+ * 23.9–26.8 (8960×1536). At M = 8 rows of 1536 run slower so (15–16 against 18 GB/s); rows of 4864 and 8960 keep
+ * the blocks at every M (they read as fast or faster there). */
+#ifndef SHORTK
+#define SHORTK 2048
+#endif
+#ifndef PFS
+#define PFS 1024
+#endif
+
+/* One weight row n (K ≤ SHORTK) against activation rows m0 … m0+MC-1, in four dot-product chains per y[m,n]: chain
+ * j takes the 32-element steps s ≡ j (mod 4), and the chains are summed in a fixed order at the end. */
+static inline __attribute__((always_inline)) void short_row(const int MC, int n, int m0, int K, const uint16_t *x,
+        const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
+    __m512 acc[MCHUNK][4];
+#pragma GCC unroll 4
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) acc[m][j] = _mm512_setzero_ps();
+    const uint16_t *wr = w + (size_t)n * K;
+    const uint16_t *xr = x + (size_t)m0 * K;
+    int k = 0;
+    for (; k + 128 <= K; k += 128) {
+        /* one line of weights per step; past the row's end this is the next rows, which come next in memory */
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            _mm_prefetch((const char *)(wr + k + 32 * j + PFS), _MM_HINT_T0);
+            const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wr + k + 32 * j));
+#pragma GCC unroll 4
+            for (int m = 0; m < MC; m++)
+                acc[m][j] = _mm512_dpbf16_ps(acc[m][j], wv,
+                                             (__m512bh)_mm512_loadu_si512((const void *)(xr + (size_t)m * K + k + 32 * j)));
+        }
+    }
+    for (int j = 0; k < K; k += 32, j++) {  /* the last K mod 128: steps to chains 0, 1, 2 in order */
+        _mm_prefetch((const char *)(wr + k + PFS), _MM_HINT_T0);
+        const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wr + k));
+#pragma GCC unroll 4
+        for (int m = 0; m < MC; m++)
+            acc[m][j] = _mm512_dpbf16_ps(acc[m][j], wv, (__m512bh)_mm512_loadu_si512((const void *)(xr + (size_t)m * K + k)));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MC; m++) {
+        float v = hsum512(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
+        if (b) v += bf16_to_f32(b[n]);
+        y[(size_t)(m0 + m) * N + n] = f32_to_bf16(v);
+    }
+}
+
+static void short_rows(int n, int M, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
+                       int N) {
+    int m0 = 0;
+    for (; M - m0 >= 4; m0 += 4) short_row(4, n, m0, K, x, w, b, y, N);
+    if (M - m0 == 3) short_row(3, n, m0, K, x, w, b, y, N);
+    else if (M - m0 == 2) short_row(2, n, m0, K, x, w, b, y, N);
+    else if (M - m0 == 1) short_row(1, n, m0, K, x, w, b, y, N);
+}
+
+/* The product's shares of work, one shape per weight (by row length, never by M, so every row's bits are the same
+ * whatever M is): `units` of one short row, or of a block of RB rows; `rest`, the rows after the last block. */
+static inline int units(int N, int K) { return K <= SHORTK ? N : N / RB; }
+
+static inline void unit(int i, int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                        uint16_t *y) {
+    if (K <= SHORTK) short_rows(i, M, K, x, w, b, y, N);
+    else rows_block(RB, i * RB, M, K, x, w, b, y, N);
+}
+
+static inline void rest(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y) {
+    for (int n = K <= SHORTK ? N : N / RB * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+}
+
 /* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h; bf16 products need
- * no widened copy, so `unused` is): the weight-row blocks shared out as speclab_bgemv shares them, a barrier. */
+ * no widened copy, so `unused` is): the units shared out as speclab_bgemv shares them, then a barrier. */
 static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, const void *wh, const uint16_t *b,
                      uint16_t *y) {
     const uint16_t *w = (const uint16_t *)wh;
     (void)unused;
-    const int blocks = N / RB;
+    const int n = units(N, K);
 #pragma omp for schedule(static) nowait
-    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, x, w, b, y, N);
-#pragma omp for schedule(static) nowait
-    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+    for (int i = 0; i < n; i++) unit(i, M, N, K, x, w, b, y);
+#pragma omp single nowait
+    rest(M, N, K, x, w, b, y);
 #pragma omp barrier
 }
 
@@ -98,13 +176,13 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, cons
 int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
                   int threads) {
     if (K % 32 != 0 || M < 1 || N < 1) return 1;
-    int blocks = N / RB;
     /* a small weight (the 0.5B draft's key / value projections: 0.2 MB) is not worth waking a second thread:
      * under OMP_WAIT_POLICY=PASSIVE each parallel region costs ~50 µs of wake-up here */
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
+    const int n = units(N, K);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int i = 0; i < blocks; i++) rows_block(RB, i * RB, M, K, x, w, b, y, N);
-    for (int n = blocks * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+    for (int i = 0; i < n; i++) unit(i, M, N, K, x, w, b, y);
+    rest(M, N, K, x, w, b, y);
     return 0;
 }
 

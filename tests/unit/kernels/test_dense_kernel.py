@@ -32,7 +32,7 @@ def build(request, monkeypatch):
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 3, 4, 7])  # chunks of four activation rows and their tails
 @pytest.mark.parametrize("n", [5, 64, 67])  # blocks of four weight rows and their tails
-@pytest.mark.parametrize("k", [96, 1056])  # the AVX2 build's short-row product (K ≤ 1024) and its row blocks
+@pytest.mark.parametrize("k", [96, 1056, 2080])  # short rows and row blocks: AVX2 K ≤ 1024, AVX-512 K ≤ 2048 (+ tail steps)
 def test_the_kernel_computes_x_times_w_plus_b(rows, n, k):
     torch.manual_seed(rows * 100 + n)
     w = torch.randn(n, k, dtype=torch.bfloat16)
@@ -45,7 +45,7 @@ def test_the_kernel_computes_x_times_w_plus_b(rows, n, k):
 
 
 @needs_kernel
-@pytest.mark.parametrize("k", [256, 1056])  # the AVX2 build's short-row product and its row blocks
+@pytest.mark.parametrize("k", [256, 1056, 2080])  # short rows and row blocks on each build (AVX2 ≤ 1024, AVX-512 ≤ 2048)
 def test_rows_are_bit_identical_whatever_the_batch_and_threads(k):
     # each weight row carries a cancelling pair ±2¹⁶ at two of a few positions where x is 1, so the float32 sums
     # round at a scale near the result's own and a different summation order shows in the bf16 result (with plain
