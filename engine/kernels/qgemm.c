@@ -4,8 +4,11 @@
  * 16-bit sum saturates).
  *
  * Weights, per output row n and group g of 32 inputs: Ŵ = s[n,g]·q + mn[n,g], q unsigned
- * (4-bit: 0…15, two per byte; 8-bit: 0…255), s and mn in fp16. Packing of a 4-bit group (16 bytes):
- * byte j holds q[j] in its low nibble and q[16 + j] in its high nibble.
+ * (4-bit: 0…15, two per byte; 6-bit: 0…63; 8-bit: 0…255), s and mn in fp16. Packing of a 4-bit group (16 bytes):
+ * byte j holds q[j] in its low nibble and q[16 + j] in its high nibble. A 6-bit group is its low nibbles packed
+ * as a 4-bit group (16 bytes) and its top two bits (8 bytes: byte j holds those of q[j], q[8 + j], q[16 + j],
+ * q[24 + j] in bit pairs 0–1, 2–3, 4–5, 6–7), laid out a pair of groups at a time — 16 + 16 bytes of nibbles,
+ * then 8 + 8 of top bits, 48 bytes (a last lone group: 16 + 8) — so a row is one stream (ROW_BYTES: 3K/4).
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
@@ -33,6 +36,18 @@
 #define MCHUNK 4
 #endif
 #define MAXG 512 /* K ≤ 16384 */
+#define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 : (size_t)(K))
+
+/* Where group g of a 6-bit row keeps its nibbles (NIB6) and its top bits (TOP6), G groups a row. */
+#define NIB6(g) ((size_t)(g) / 2 * 48 + (size_t)((g) & 1) * 16)
+#define TOP6(g, G) ((size_t)(g) / 2 * 48 + (((g) & 1) ? 40 : ((g) + 1 < (G) ? 32 : 16)))
+
+/* q[0…31] of group g of a 6-bit row, one byte each: the odd last group's (and speclab_dequant's) unpacking. */
+static inline void unpack6(const uint8_t *wr, int K, int g, uint8_t q[32]) {
+    const uint8_t *lo = wr + NIB6(g), *hi = wr + TOP6(g, K / GROUP);
+    for (int j = 0; j < 32; j++)
+        q[j] = (uint8_t)((j < 16 ? lo[j] & 0x0f : lo[j - 16] >> 4) | (((hi[j % 8] >> (2 * (j / 8))) & 3) << 4));
+}
 
 #if defined(__AVX512VNNI__)
 /* Σ of q[j]·x[j] over each 4 bytes: q unsigned (≤ 15 for 4-bit, ≤ 255 for 8-bit), x signed. */
@@ -108,14 +123,26 @@ static void quantize_x(const uint16_t *x, int M, int K, int8_t *a, float *d, flo
 #endif
 
 /* Rows N0…N1 for MC activation rows (MC a compile-time constant after inlining, so the accumulators
- * live in registers; two per row, over even and odd groups, to hide the FMA latency). */
+ * live in registers; two per row, over even and odd groups, to hide the FMA latency). A 6-bit pair of groups is
+ * read as a 4-bit one, its top bits added by one shuffle, one shift per 16-bit word, one shift and one ternary
+ * op: q stays 0…63 unsigned, so vpdpbusd takes it as it takes 4- and 8-bit q. */
 static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits, int N0, int N1, int K,
         const int8_t *a, const float *d, const float *c, const uint8_t *w, const uint16_t *s,
         const uint16_t *mn, uint16_t *y, int ldy) {
     const int G = K / GROUP;
-    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+    const size_t row_bytes = ROW_BYTES(bits, K);
     const int pf = row_bytes <= VPF_ROW;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
+    /* 6-bit high bits for groups g, g+1 (16 bytes, broadcast to the four 128-bit lanes): lane L holds bytes
+     * (L/2)·16 … of the pair's 64 q, so byte b of lane L takes source byte 8·(L/2) + b mod 8, shifted right by
+     * 2·(2·(L mod 2) + b/8), as a 16-bit shift (both bytes of a word share the count) */
+    static const int8_t hctl[64] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3,
+                                    4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10,
+                                    11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15};
+    static const int16_t hcnt[32] = {0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6,
+                                     0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6};
+    const __m512i hsh = _mm512_loadu_si512((const void *)hctl), hsc = _mm512_loadu_si512((const void *)hcnt);
+    const __m512i top2 = _mm512_set1_epi8(0x30);
     for (int n = N0; n < N1; n++) {
         __m256 acc0[MCHUNK], acc1[MCHUNK];
 #pragma GCC unroll 8
@@ -146,14 +173,19 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
         for (; g + 1 < G; g += 2) {
             __m512i q;
             if (pf) {  /* a line per 2 groups of 8-bit, per 4 of 4-bit: one in two is a repeat, and costs nothing */
-                _mm_prefetch((const char *)(wr + (size_t)g * (bits == 4 ? 16 : GROUP) + VPF), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : 16) + VPF), _MM_HINT_T0);
                 if (bits == 8) _mm_prefetch((const char *)(wr + (size_t)g * GROUP + VPF + 32), _MM_HINT_T0);
             }
-            if (bits == 4) {
-                __m256i p = _mm256_loadu_si256((const __m256i *)(wr + (size_t)g * 16));  /* groups g, g+1 */
+            if (bits != 8) {
+                __m256i p = _mm256_loadu_si256((const __m256i *)(wr + (bits == 6 ? NIB6(g) : (size_t)g * 16)));  /* groups g, g+1 */
                 __m256i lo = _mm256_and_si256(p, low4), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low4);
                 q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
                                        _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+                if (bits == 6) {  /* q |= (top two bits) << 4; 0xF8: A | (B & C) */
+                    __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wr + TOP6(g, G))));
+                    h = _mm512_slli_epi16(_mm512_srlv_epi16(_mm512_shuffle_epi8(h, hsh), hsc), 4);
+                    q = _mm512_ternarylogic_epi32(q, h, top2, 0xF8);
+                }
             } else {
                 q = _mm512_loadu_si512((const void *)(wr + (size_t)g * GROUP));
             }
@@ -174,6 +206,10 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
             if (bits == 4) {
                 __m128i p = _mm_loadu_si128((const __m128i *)(wr + (size_t)g * 16));
                 q0 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(p, 4), p), low4);
+            } else if (bits == 6) {
+                uint8_t t[32];
+                unpack6(wr, K, g, t);
+                q0 = _mm256_loadu_si256((const __m256i *)t);
             } else {
                 q0 = _mm256_loadu_si256((const __m256i *)(wr + (size_t)g * GROUP));
             }
@@ -225,11 +261,18 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
     __m128i lo[2][2], hi[2][2];  /* [row][16-byte half of an 8-bit group] */
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
-        const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 4 ? 16 : GROUP);
+        const uint8_t *wr = w + (size_t)(n + r) * row_bytes;
+        const uint8_t *wg = wr + (bits == 6 ? NIB6(g) : (size_t)g * (bits == 8 ? GROUP : 16));
         __m128i p = _mm_loadu_si128((const __m128i *)wg);
         lo[r][0] = _mm_and_si128(p, low4);
         hi[r][0] = _mm_and_si128(_mm_srli_epi16(p, 4), low4);
-        if (bits == 8) {
+        if (bits == 6) {  /* as an 8-bit group: low nibbles of q[0…15] and q[16…31], then their top two bits */
+            const __m128i three = _mm_set1_epi8(3);
+            const __m128i h = _mm_loadl_epi64((const __m128i *)(wr + TOP6(g, G)));
+            lo[r][1] = hi[r][0];
+            hi[r][0] = _mm_and_si128(_mm_unpacklo_epi64(h, _mm_srli_epi16(h, 2)), three);
+            hi[r][1] = _mm_and_si128(_mm_unpacklo_epi64(_mm_srli_epi16(h, 4), _mm_srli_epi16(h, 6)), three);
+        } else if (bits == 8) {
             p = _mm_loadu_si128((const __m128i *)(wg + 16));
             lo[r][1] = _mm_and_si128(p, low4);
             hi[r][1] = _mm_and_si128(_mm_srli_epi16(p, 4), low4);
@@ -260,7 +303,7 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
         const int8_t *a, const float *d, const float *c, const uint8_t *w, const uint16_t *s,
         const uint16_t *mn, uint16_t *y, int ldy) {
     const int G = K / GROUP;
-    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+    const size_t row_bytes = ROW_BYTES(bits, K);
     /* sd[(r·MC + m)·G + g] = s[n+r, g] · d[m, g]: the inner loop then only broadcasts a load */
     float sd[2 * MCHUNK * MAXG] __attribute__((aligned(32)));
     __m128 acc[2][MCHUNK];
@@ -289,9 +332,9 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     for (; g + 4 <= G; g += 4) {
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 4 ? 16 : GROUP);
+            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : 16);
             _mm_prefetch((const char *)(wg + QPF), _MM_HINT_T0);  /* a line a pass: 4 groups of 4-bit */
-            if (bits == 8) _mm_prefetch((const char *)(wg + QPF + 64), _MM_HINT_T0);
+            if (bits != 4) _mm_prefetch((const char *)(wg + QPF + 64), _MM_HINT_T0);  /* 6-bit: 96 bytes a pass */
         }
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) qgroup(MC, R, bits, n, g + u, K, G, row_bytes, a, w, sd, acc);
@@ -325,6 +368,9 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
     if (bits == 4) {  /* bits a constant in each body */
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 4, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 4, n, K, a, d, c, w, s, mn, y, ldy);
+    } else if (bits == 6) {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 6, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, 6, n, K, a, d, c, w, s, mn, y, ldy);
     } else {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 8, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 8, n, K, a, d, c, w, s, mn, y, ldy);
@@ -353,7 +399,7 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
 /* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ; returns 0, or −1 on a bad shape or allocation failure. */
 int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_t *w, const uint16_t *s,
                   const uint16_t *mn, uint16_t *y, int nthreads) {
-    if ((bits != 4 && bits != 8) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
+    if ((bits != 4 && bits != 6 && bits != 8) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
     int G = K / GROUP;
     int8_t *a = (int8_t *)malloc((size_t)M * K);
     float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
@@ -426,18 +472,20 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
-    if ((bits != 4 && bits != 8) || K % GROUP || N < 1) return -1;
+    if ((bits != 4 && bits != 6 && bits != 8) || K % GROUP || N < 1) return -1;
     const int G = K / GROUP;
-    const size_t row_bytes = bits == 4 ? (size_t)K / 2 : (size_t)K;
+    const size_t row_bytes = ROW_BYTES(bits, K);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int n = 0; n < N; n++) {
         const uint8_t *wr = w + (size_t)n * row_bytes;
         uint16_t *o = out + (size_t)n * K;
         for (int g = 0; g < G; g++) {
             float sg = _cvtsh_ss(s[(size_t)n * G + g]), mg = _cvtsh_ss(mn[(size_t)n * G + g]);
+            uint8_t q6[32];
+            if (bits == 6) unpack6(wr, K, g, q6);
             for (int j = 0; j < GROUP; j++) {
                 int q = bits == 4 ? (j < 16 ? wr[(size_t)g * 16 + j] & 0x0f : wr[(size_t)g * 16 + j - 16] >> 4)
-                                  : wr[(size_t)g * GROUP + j];
+                        : bits == 6 ? q6[j] : wr[(size_t)g * GROUP + j];
                 o[(size_t)g * GROUP + j] = f32_to_bf16(sg * (float)q + mg);
             }
         }

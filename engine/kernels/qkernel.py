@@ -4,7 +4,7 @@ build where the CPU has it, else an AVX2 build, called through ctypes on tensors
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
-    QGemmLinear(weight, bias, bits)   4- or 8-bit weights per group of 32 inputs, asymmetric:
+    QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
 
 Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
@@ -34,6 +34,7 @@ SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 GROUP = 32
+BITS = (4, 6, 8)  # the widths qgemm.c reads
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -92,6 +93,16 @@ def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, t
     q = torch.round((g - mn.float()[..., None]) / sf[..., None]).clamp(0, levels).to(torch.uint8)
     if bits == 4:
         q = (q[..., :16] | (q[..., 16:] << 4)).reshape(n, k // 2)
+    elif bits == 6:  # qgemm.c's layout: per pair of groups 16 + 16 bytes of low nibbles, then 8 + 8 of top bits
+        lo, hi = q & 0x0F, q >> 4
+        nib = lo[..., :16] | (lo[..., 16:] << 4)  # [N, G, 16]
+        top = hi[..., 0:8] | (hi[..., 8:16] << 2) | (hi[..., 16:24] << 4) | (hi[..., 24:32] << 6)  # [N, G, 8]
+        G, even = k // GROUP, k // GROUP // 2 * 2
+        parts = [torch.cat([nib[:, :even].reshape(n, even // 2, 32), top[:, :even].reshape(n, even // 2, 16)],
+                           dim=2).reshape(n, even * 24)]
+        if G > even:  # a last lone group: its 16 bytes of nibbles, then its 8 of top bits
+            parts += [nib[:, even], top[:, even]]
+        q = torch.cat(parts, dim=1)
     else:
         q = q.reshape(n, k)
     return q.contiguous(), s.contiguous(), mn.contiguous()
@@ -103,6 +114,16 @@ def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> tor
     if bits == 4:
         b = q.reshape(n, G, 16)
         qq = torch.cat([b & 0x0F, b >> 4], dim=2).float()
+    elif bits == 6:
+        even = G // 2 * 2
+        pairs = q[:, :even * 24].reshape(n, even // 2, 48)
+        b = pairs[..., :32].reshape(n, even, 16)
+        t = pairs[..., 32:].reshape(n, even, 8)
+        if G > even:
+            b = torch.cat([b, q[:, even * 24:even * 24 + 16].reshape(n, 1, 16)], dim=1)
+            t = torch.cat([t, q[:, even * 24 + 16:].reshape(n, 1, 8)], dim=1)
+        top = torch.cat([(t >> sh) & 3 for sh in (0, 2, 4, 6)], dim=2)  # q[0…7], q[8…15], q[16…23], q[24…31]
+        qq = (torch.cat([b & 0x0F, b >> 4], dim=2) | (top << 4)).float()
     else:
         qq = q.reshape(n, G, GROUP).float()
     return (qq * s.float()[..., None] + mn.float()[..., None]).reshape(n, G * GROUP)
@@ -149,12 +170,14 @@ class QGemmLinear(torch.nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int) -> None:
         super().__init__()
+        if bits not in BITS:
+            raise ValueError(f"qgemm takes {', '.join(map(str, BITS))}-bit weights, not {bits}")
         q, s, mn = pack(weight, bits)
         self.register_buffer("q", q)
         self.register_buffer("s", s)
         self.register_buffer("mn", mn)
         self.bits = bits
-        self.fmt = "int4" if bits == 4 else "int8"
+        self.fmt = f"int{bits}"
         self.batch_invariant = True  # each output row is computed the same way whatever M is (qgemm.c)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.out_features, self.in_features = weight.shape

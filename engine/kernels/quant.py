@@ -5,8 +5,9 @@ draft's q and the target's p, hidden states for PACER and the block drafter).
 Weights paths (`WEIGHTS`):
     dense       the de-quantised bf16 / fp32 weights: the exactness reference
     quantized   each linear at its GGUF tensor's own precision class when the model came from a GGUF
-                (`engine.models.gguf_types`): 4-bit types → int4, 5–8-bit types → int8, float → dense;
-                a model without a GGUF record → int8 everywhere
+                (`engine.models.gguf_types`): 4-bit types → int4, Q6_K → int6 (where our qgemm kernel runs,
+                else int8), 5- and 8-bit types → int8, float → dense; a model without a GGUF record → int8
+                everywhere
     int8, int4  one format for every linear (any model)
 
 Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
@@ -15,6 +16,12 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
     int4   asymmetric per group of G = 32 inputs: W ≈ (q − 8) · s_{g,n} + z_{g,n},  q ∈ [0, 15],
            s = (max − min) / 15, z = min + 8 s over the group; kernel aten._weight_int4pack_mm_for_cpu
            (needs N % 16 = 0 and K % G = 0, else the layer falls back to int8).
+    int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
+           the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
+           projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
+           a token for the 1.5B target. Its cost in fidelity, measured against the dense path over 2,154
+           teacher-forced positions of 12 dev prompts (1.5B, hand check, docs/log/2026-12-06-zen4-avx512-measured.md):
+           mean KL 0.0119 → 0.0127, top-1 agreement 93.9 → 93.6 % (int4 everywhere: 0.0323, 89.5 %).
 Why G = 32: a GGUF Q4_K block is 8 groups of 32 weights, each group d·sc·q − dmin·m with q ∈ 0…15,
 so round-to-nearest int4 per 32-group recovers the GGUF's own grid wherever a group spans its range.
 Worked example: a group [0.10, 0.25, 0.40] → s = 0.02, z = 0.26; q = [0, 8, 15] → [0.10, 0.26, 0.40].
@@ -41,7 +48,8 @@ GROUP = 32  # int4 group size: a GGUF Q4_K sub-block (see the module doc)
 INNER_K_TILES = 8  # the CPU int4 packing's inner tiling (the only value its kernel documents)
 # GGUF tensor types by the format they run in here; any other type is refused, naming the tensor.
 GGUF_INT4 = ("Q4_0", "Q4_1", "Q4_K")
-GGUF_INT8 = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q8_K")
+GGUF_INT6 = ("Q6_K",)  # 6.56 bits a weight in the GGUF: 7 here (6 + fp16 scale and minimum per 32), against 9 as int8
+GGUF_INT8 = ("Q5_0", "Q5_1", "Q5_K", "Q8_0", "Q8_K")
 GGUF_DENSE = ("F32", "F16", "BF16")
 
 
@@ -121,13 +129,13 @@ class Int4Linear(torch.nn.Module):
 
 def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str,
                      act_dtype: torch.dtype = torch.bfloat16, kernel: str = "auto") -> torch.nn.Module:
-    """The layer for `fmt` ('int8' | 'int4'). kernel 'auto': our qgemm kernel (engine.kernels.qkernel: 4 / 8
-    bits per group of 32) where this CPU runs it and K % 32 = 0, else torch's ('torch' forces those);
-    a torch int4 layer whose shape its kernel cannot tile is int8."""
+    """The layer for `fmt` ('int8' | 'int6' | 'int4'). kernel 'auto': our qgemm kernel (engine.kernels.qkernel:
+    4 / 6 / 8 bits per group of 32) where this CPU runs it and K % 32 = 0, else torch's ('torch' forces those);
+    torch has no 6-bit layer, so there int6 is int8; a torch int4 layer whose shape its kernel cannot tile is int8."""
     from engine.kernels import qkernel
 
     if kernel == "auto" and qkernel.QGemmLinear.fits(weight) and qkernel.available() is None:
-        return qkernel.QGemmLinear(weight, bias, 4 if fmt == "int4" else 8)
+        return qkernel.QGemmLinear(weight, bias, {"int4": 4, "int6": 6}.get(fmt, 8))
     if fmt == "int4" and Int4Linear.fits(weight):
         return Int4Linear(weight, bias, act_dtype)
     return Int8Linear(weight, bias, act_dtype)
@@ -153,7 +161,7 @@ def _layer_bytes(m: torch.nn.Module) -> int:
 
 
 def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None = None) -> dict[str, str]:
-    """{linear module name: 'int4' | 'int8' | 'dense'} for a weights path; raises ValueError naming the
+    """{linear module name: 'int4' | 'int6' | 'int8' | 'dense'} for a weights path; raises ValueError naming the
     first GGUF tensor whose type the fast path cannot run."""
     err = check_weights(weights)
     if err:
@@ -174,13 +182,15 @@ def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None
             raise ValueError(f"tensor {n}.weight has no GGUF type on record; use --weights int8 or dense")
         if t in GGUF_INT4:
             out[n] = "int4"
+        elif t in GGUF_INT6:
+            out[n] = "int6"
         elif t in GGUF_INT8:
             out[n] = "int8"
         elif t in GGUF_DENSE:
             out[n] = "dense"
         else:
             raise ValueError(f"tensor {n}.weight is GGUF {t}, which the quantized path cannot run "
-                             f"(it runs {', '.join(GGUF_INT4 + GGUF_INT8 + GGUF_DENSE)}); use --weights dense")
+                             f"(it runs {', '.join(GGUF_INT4 + GGUF_INT6 + GGUF_INT8 + GGUF_DENSE)}); use --weights dense")
     return out
 
 

@@ -84,8 +84,8 @@ def test_layers_it_does_not_patch_and_forwards_it_leaves_alone():
 
 
 def _quantized(mixed: bool, model=None):
-    """A tiny Qwen2 (or `model`) on our qgemm kernel: int4 everywhere, or (mixed) v_proj and down_proj at 8 bits,
-    as a GGUF Q4_K_M keeps some of them in Q6_K."""
+    """A tiny Qwen2 (or `model`) on our qgemm kernel: int4 everywhere, or (mixed) v_proj at 6 bits and down_proj
+    at 8, as a GGUF Q4_K_M keeps some of them in Q6_K (a q|k|v product of a 4-bit and a 6-bit segment)."""
     from engine.kernels import qkernel
     from engine.kernels.quant import quantize_model
     from engine.kernels.rowwise_attention import use_rowwise
@@ -97,7 +97,7 @@ def _quantized(mixed: bool, model=None):
     if mixed:
         for n, (w, b) in dense.items():
             parent, _, attr = n.rpartition(".")
-            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear(w, b, 8))
+            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear(w, b, 6 if attr == "v_proj" else 8))
     use_rowwise(model)
     return model
 

@@ -89,13 +89,13 @@ def _quantized(mixed, fused=True):
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_quantized_c_layer_is_the_lean_layer_up_to_the_norms_sum_order(mixed):
     """On qgemm the C layer's products are the kernel's own rows (one packed segment per bit width: int4
-    everywhere, or v_proj and down_proj at 8 bits), the bias added after rounding as QGemmLinear adds it."""
+    everywhere, or v_proj at 6 bits and down_proj at 8), the bias added after rounding as QGemmLinear adds it."""
     _qgemm_or_skip()
     ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(3))
     fused, lean = _quantized(mixed), _quantized(mixed, fused=False)
     layer = fused.model.layers[0]
     assert layer.forward.__func__ is fast_layer._fused_forward
-    assert [s[1] for s in layer._speclab_mm["qkv"].parts[0]] == ([4, 4, 8] if mixed else [4])
+    assert [s[1] for s in layer._speclab_mm["qkv"].parts[0]] == ([4, 4, 6] if mixed else [4])
     a, b = _decode(fused, ids), _decode(lean, ids)
     diff = (a.float() - b.float()).abs()
     assert diff.max() <= 0.03 * b.float().abs().max(), diff.max()

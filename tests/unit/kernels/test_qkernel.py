@@ -10,7 +10,7 @@ from engine.kernels.qkernel import GROUP, QGemmLinear, pack, unpack
 needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}")
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 6, 8])
 def test_pack_reads_back_within_half_a_step_of_each_group(bits):
     w = torch.randn(16, 3 * GROUP)
     q, s, mn = pack(w, bits)
@@ -18,6 +18,26 @@ def test_pack_reads_back_within_half_a_step_of_each_group(bits):
     step = s.float().repeat_interleave(GROUP, dim=1)
     assert (back - w).abs().le(step / 2 + 1e-3 * w.abs().max()).all()
     assert q.dtype == torch.uint8 and q.shape == (16, 3 * GROUP * bits // 8)
+
+
+def test_a_group_already_on_a_sixty_four_level_grid_is_kept_and_laid_out_as_the_kernel_reads_it():
+    torch.manual_seed(6)
+    levels = torch.randint(0, 64, (2, 32)).float()
+    levels[:, 7], levels[:, 21] = 0.0, 63.0  # each group spans the whole grid
+    w = (0.03125 * levels - 1.0).reshape(1, 64).repeat(3, 1)  # fp16-exact scale and minimum
+    q, s, mn = pack(w, 6)
+    assert torch.equal(unpack(q, s, mn, 6), w)
+    # qgemm.c's layout, a pair of groups in 48 bytes: each group's low nibbles as a 4-bit group (byte j: q[j] |
+    # q[16 + j] << 4), then each group's 8 bytes of top bits (byte j: q[j], q[8 + j], q[16 + j], q[24 + j] in bit
+    # pairs 0–1 … 6–7)
+    lv = levels.to(torch.int64)
+    assert q.shape == (3, 48)
+    assert q[0, 16 + 3].item() == (lv[1, 3] & 15) | ((lv[1, 19] & 15) << 4)
+    assert q[0, 32 + 8 + 5].item() == sum(((lv[1, 8 * i + 5] >> 4) & 3) << (2 * i) for i in range(4))
+    odd = torch.randn(2, 3 * GROUP)  # a last lone group: 16 bytes of nibbles, then its 8 of top bits
+    q3, q2 = pack(odd, 6)[0], pack(odd[:, :2 * GROUP], 6)[0]
+    assert q3.shape == (2, 72) and torch.equal(q3[:, :48], q2)
+    assert torch.equal(q3[:, 48:64], pack(odd[:, 2 * GROUP:], 6)[0][:, :16])
 
 
 def test_a_group_already_on_a_sixteen_level_grid_is_kept():
@@ -28,7 +48,7 @@ def test_a_group_already_on_a_sixteen_level_grid_is_kept():
 
 
 @needs_kernel
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 6, 8])
 @pytest.mark.parametrize("k", [GROUP, 28 * GROUP, 29 * GROUP])  # odd group counts take the tail loop
 def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
     torch.manual_seed(bits + k)
@@ -41,7 +61,7 @@ def test_the_kernel_computes_x_times_its_dequantized_weights(bits, k):
 
 
 @needs_kernel
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 6, 8])
 def test_rows_are_bit_identical_whatever_the_batch(bits):
     w = torch.randn(64, 4 * GROUP)
     lin = QGemmLinear(w, None, bits)
@@ -98,7 +118,7 @@ def test_the_avx2_build_computes_the_same_products(tmp_path):
         "from engine.kernels import qkernel\n"
         "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
         "torch.manual_seed(0)\n"
-        "for bits in (4, 8):\n"
+        "for bits in (4, 6, 8):\n"
         "    w = torch.randn(47, 96) * 3\n"  # an odd row count: the kernel's single-row tail
         "    lin = qkernel.QGemmLinear(w, None, bits)\n"
         "    x = (torch.randn(9, 96) * 4).to(torch.bfloat16)\n"
@@ -113,7 +133,7 @@ def test_the_avx2_build_computes_the_same_products(tmp_path):
 
 
 @needs_kernel
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 6, 8])
 def test_a_long_forward_runs_dense_on_the_same_weights(bits):
     w = torch.randn(32, 2 * GROUP)
     lin = QGemmLinear(w, None, bits)

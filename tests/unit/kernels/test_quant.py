@@ -63,15 +63,19 @@ def test_an_untileable_int4_shape_falls_back_to_int8():
     assert isinstance(lin(32, 48), Int8Linear)  # K % 32 ≠ 0
     assert isinstance(lin(32, 64), Int4Linear)
     assert isinstance(quantized_linear(torch.randn(32, 48), None, "int4"), Int8Linear)  # no kernel takes K = 48
+    six = quantized_linear(torch.randn(32, 64), None, "int6", kernel="torch")
+    assert isinstance(six, Int8Linear)  # torch has no 6-bit layer
 
 
 def test_plan_follows_the_gguf_types_and_names_a_tensor_it_cannot_run():
     m = tiny_llama(0, layers=1)
     types = {f"{n}.weight": "Q4_K" for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
     types["model.layers.0.mlp.down_proj.weight"] = "Q6_K"
+    types["model.layers.0.mlp.gate_proj.weight"] = "Q8_0"
     types["model.layers.0.self_attn.v_proj.weight"] = "F16"
     p = plan(m, "quantized", types)
-    assert p["model.layers.0.mlp.down_proj"] == "int8" and p["model.layers.0.self_attn.q_proj"] == "int4"
+    assert p["model.layers.0.mlp.down_proj"] == "int6" and p["model.layers.0.self_attn.q_proj"] == "int4"
+    assert p["model.layers.0.mlp.gate_proj"] == "int8"
     assert p["model.layers.0.self_attn.v_proj"] == "dense"
     types["model.layers.0.mlp.up_proj.weight"] = "IQ2_XXS"
     with pytest.raises(ValueError, match=r"tensor model.layers.0.mlp.up_proj.weight is GGUF IQ2_XXS.*--weights dense"):
