@@ -20,8 +20,9 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
            projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
            a token for the 1.5B target. Its cost in fidelity, measured against the dense path over 2,154
-           teacher-forced positions of 12 dev prompts (1.5B, hand check, docs/log/2026-12-06-zen4-avx512-measured.md):
-           mean KL 0.0119 → 0.0127, top-1 agreement 93.9 → 93.6 % (int4 everywhere: 0.0323, 89.5 %).
+           teacher-forced positions of 12 dev prompts (1.5B, scripts/quant_fidelity.py,
+           docs/results/quant-fidelity-qwen-amd-epyc-avx512bf16.json): mean KL 0.0119 → 0.0127, top-1 agreement
+           93.9 → 93.6 % (int4 everywhere: 0.0323, 89.5 %).
 Why G = 32: a GGUF Q4_K block is 8 groups of 32 weights, each group d·sc·q − dmin·m with q ∈ 0…15,
 so round-to-nearest int4 per 32-group recovers the GGUF's own grid wherever a group spans its range.
 Worked example: a group [0.10, 0.25, 0.40] → s = 0.02, z = 0.26; q = [0, 8, 15] → [0.10, 0.26, 0.40].
