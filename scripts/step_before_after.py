@@ -39,13 +39,15 @@ ARMS = {
 CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL")
 
 
-def _run(arm: str, worktree: Path, out: Path, weights: str, threads: int, target: str | None = None) -> list[dict]:
+def _run(arm: str, worktree: Path, out: Path, weights: str, threads: int, target: str | None = None,
+         context: int | None = None) -> list[dict]:
     extra, old = ARMS[arm]
     env = {k: v for k, v in os.environ.items() if k not in CLEARED} | extra
     if old:
         env["PYTHONPATH"] = str(worktree)  # ahead of the editable install's finder, so the old tree is imported
     cmd = [sys.executable, "-m", "engine", "overhead", "--weights", weights, "--threads", str(threads),
-           "--dtype", "bf16", "--out", str(out)] + (["--target", target] if target else [])
+           "--dtype", "bf16", "--out", str(out)] + (["--target", target] if target else []) + (
+        ["--context", str(context)] if context is not None else [])
     subprocess.run(cmd, env=env, cwd=worktree if old else REPO, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["rows"]
@@ -59,6 +61,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--target", default=None, help="the model (overhead's --target; default: its own)")
+    ap.add_argument("--context", type=int, default=None,
+                    help="tokens cached before the timed steps (overhead's --context; default: its own)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     arms = a.arms.split(",")
@@ -73,7 +77,7 @@ def main() -> None:
         try:
             for r in range(a.rounds):
                 for arm in arms:
-                    rows = _run(arm, wt, Path(tmp) / f"{arm}-{r}.json", a.weights, a.threads, a.target)
+                    rows = _run(arm, wt, Path(tmp) / f"{arm}-{r}.json", a.weights, a.threads, a.target, a.context)
                     for row in rows:
                         runs.append({"round": r, "arm": arm, "weights": row["weights"], "step_ms": row["step_ms"],
                                      "kernel_share": row["kernel_share"]})
@@ -94,6 +98,7 @@ def main() -> None:
     from engine.models.load import machine_description, software_versions  # noqa: E402
 
     rec = {"kind": "step-before-after", "before": a.before, "target": a.target or "overhead's default",
+           "context": a.context if a.context is not None else "overhead's default",
            "after": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                    text=True).stdout.strip(),
            "summary": summary, "runs": runs, "threads": a.threads, "machine": machine_description(),

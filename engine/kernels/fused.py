@@ -10,6 +10,8 @@ builds (weights: bf16 [N, K] arrays) or qgemm (weights: `QWeight`, up to three p
     layer(lib, ly, x, cos, sin, k, v, past) -> out              the whole layer in one call: the two above, the
                                       cache append into k, v [1, nkv, cap, hd] at row `past`, and the attention
     decoder(lib, lys, ks, vs, x, cos, sin, past) -> out         every layer in one call (engine.kernels.fast_decoder)
+    attention_split(lib, q, k, v, past, nkv, scale, threads) -> out   the AVX-512 builds' attention on its own
+                                      (attn_split.h; None on a build without it): what their layers run
 
 A weight handle is an int (a data pointer, or the address of a QWeight the caller keeps alive); `norm` is
 (weight, eps); o, gu, down are (handle, bias or None); gu's rows are gate then up, `inter` rows each.
@@ -119,4 +121,23 @@ def decoder(lib, lys, ptrs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torc
                              out.data_ptr(), torch.get_num_threads())
     if rc != 0:
         raise RuntimeError(f"speclab_decoder refused {n} layers, M={m} past={past} (rc {rc})")
+    return out
+
+
+def attention_split(lib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int, scale: float,
+                    threads: int | None = None) -> torch.Tensor | None:
+    """attn_split.h's attention: q [M, nq, hd] bf16 after `past` cached rows; k, v [1, nkv, cap, hd] holding the
+    past + M rows (rows contiguous, heads `k.stride(1)` apart) → [M, nq, hd] bf16, row i seeing keys 0 … past + i.
+    None where the library has no such entry (the AVX2 builds run attn_row.h)."""
+    f = getattr(lib, "speclab_attn_split", None)
+    if f is None:
+        return None
+    f.restype, f.argtypes = ctypes.c_int, [_I] * 5 + [_P] * 3 + [ctypes.c_longlong, _F, _P, _I]
+    q = q.contiguous()
+    m, nq, hd = q.shape
+    out = torch.empty_like(q)
+    rc = f(m, nq, k.shape[1], hd, past, q.data_ptr(), k.data_ptr(), v.data_ptr(), k.stride(1), scale,
+           out.data_ptr(), torch.get_num_threads() if threads is None else threads)
+    if rc != 0:
+        raise RuntimeError(f"speclab_attn_split refused M={m} nq={nq} nkv={k.shape[1]} hd={hd} past={past} (rc {rc})")
     return out

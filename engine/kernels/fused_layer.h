@@ -11,7 +11,8 @@
  *   (the caller appends k, v to its cache and runs speclab_attn: a = attn(q, K, V))
  *   speclab_layer_out:  h = x + a·W_oᵀ;  y = rms(h)·w₂;  [g|u] = y·W_guᵀ;  out = h + (silu(g)⊙u)·W_downᵀ
  *   speclab_layer:      all of it in one call and one parallel region, the cache append (k, v rows written
- *                       into the caller's buffer) and the attention (attn_row.h) included
+ *                       into the caller's buffer) and the attention included (attn_row.h; on the AVX-512
+ *                       builds attn_split.h, split by keys and reading each kv head's rows once for its group)
  *   rms(x) = bf16(x / sqrt(mean(x²) + ε)),  every product and sum rounded to bf16 where transformers rounds it.
  *
  * Why: on a small model the ~25 torch ops and 5 kernel calls of a layer, each waking the second thread, cost
@@ -32,6 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "attn_row.h"
+#ifdef __AVX512F__
+#include "attn_split.h"
+#endif
 #include "bf16.h"
 
 /* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. */
@@ -158,6 +162,7 @@ struct fl_layer {
 /* speclab_layer's buffers for M rows of a layer shaped like ly, carved from one allocation. */
 struct fl_bufs {
     float *scratch, *scores;  /* product scratch [M, widest]; attention scores [threads, L] */
+    float *split;             /* attn_split.h's partial sums (AVX-512 builds) */
     uint16_t *xn, *qkv, *a, *h, *y, *gu, *act;
 };
 
@@ -166,12 +171,18 @@ static char *fl_alloc(const struct fl_layer *ly, int M, int L, int threads, stru
     int widest = D > Da ? D : Da;
     if (I > widest) widest = I;
     const size_t n16 = (size_t)M * (D + N + Da + 2 * D + 2 * I + I);  /* xn, qkv, a, h|y, gu, act */
-    const size_t n32 = (size_t)M * widest + (size_t)threads * L;
+#ifdef __AVX512F__
+    const size_t split = fa_part_floats(M, ly->nq, ly->hd, L);  /* attn_split.h's partial sums */
+#else
+    const size_t split = 0;
+#endif
+    const size_t n32 = (size_t)M * widest + (size_t)threads * L + split;
     char *mem = (char *)malloc(n32 * sizeof(float) + n16 * sizeof(uint16_t));
     if (!mem) return NULL;
     b->scratch = (float *)mem;
     b->scores = b->scratch + (size_t)M * widest;
-    b->xn = (uint16_t *)(b->scores + (size_t)threads * L);
+    b->split = b->scores + (size_t)threads * L;
+    b->xn = (uint16_t *)(b->split + split);
     b->qkv = b->xn + (size_t)M * D;
     b->a = b->qkv + (size_t)M * N;
     b->h = b->a + (size_t)M * Da;
@@ -183,6 +194,9 @@ static char *fl_alloc(const struct fl_layer *ly, int M, int L, int threads, stru
 
 static int fl_bad(const struct fl_layer *ly, int M, int past) {
     const int Da = ly->nq * ly->hd;
+#ifdef __AVX512F__
+    if (past + M > FA_MAXKEYS) return 1;
+#endif
     return M < 1 || past < 0 || ly->D % 32 || Da % 32 || ly->I % 32 || ly->hd % 32 || ly->hd > 512 || ly->nkv < 1
            || ly->nq % ly->nkv;
 }
@@ -203,23 +217,44 @@ static void fl_layer_body(const struct fl_layer *ly, const struct fl_bufs *b, in
         memcpy(kc + (size_t)hh * hs + (size_t)(past + m) * hd, row, sizeof(uint16_t) * hd);
         memcpy(vc + (size_t)hh * hs + (size_t)(past + m) * hd, row + (size_t)nkv * hd, sizeof(uint16_t) * hd);
     }
+#ifdef __AVX512F__
+    (void)s, (void)group;
+    fa_attention(M, nq, nkv, hd, past, qkv, N, kc, vc, hs, ly->scale, b->split, a);
+#else
 #pragma omp for schedule(static)
     for (int t = 0; t < M * nq; t++) {
         const int i = t / nq, hh = t % nq;
         fl_attn_row(hd, past + i + 1, qkv + (size_t)i * N + (size_t)hh * hd, kc + (size_t)(hh / group) * hs,
                     vc + (size_t)(hh / group) * hs, ly->scale, s, a + ((size_t)i * nq + hh) * hd);
     }
+#endif
     fl_out(M, D, x, a, Da, ly->wo, ly->bo, ly->n2, ly->eps2, I, ly->wgu, ly->bgu, ly->wdown, ly->bdown, b->scratch,
            b->h, b->y, b->gu, b->act, out);
 }
 
+#ifdef __AVX512F__
+/* attn_split.h's attention on its own (engine/kernels/fused.py's attention, for tests): q [M, nq·hd], kc / vc
+ * kv head g's rows at + g·hs (past + M of them), out [M, nq·hd]. 0 on success, 1 a shape it does not take, 2 no
+ * memory. */
+int speclab_attn_split(int M, int nq, int nkv, int hd, int past, const uint16_t *q, const uint16_t *kc,
+                       const uint16_t *vc, long long hs, float scale, uint16_t *out, int threads) {
+    if (M < 1 || past < 0 || past + M > FA_MAXKEYS || hd % 32 || hd > 512 || nkv < 1 || nq % nkv) return 1;
+    float *part = (float *)malloc(sizeof(float) * fa_part_floats(M, nq, hd, past + M));
+    if (!part) return 2;
+#pragma omp parallel num_threads(threads < 1 ? 1 : threads)
+    fa_attention(M, nq, nkv, hd, past, q, nq * hd, kc, vc, hs, scale, part, out);
+    free(part);
+    return 0;
+}
+#endif
+
 /* The whole layer for M rows after `past` cached ones: out [M, D]. kc, vc: the layer's key and value buffers
  * [nkv, cap, hd] (head stride hs elements, cap ≥ past + M): rows past … past + M − 1 of each head are written
  * here, then every query row attends to its own prefix. 0 on success, 1 a shape it does not take, 2 no memory.
- * The same operations, in the same order, as speclab_layer_in, the cache append, attn_row.h and
+ * The same operations, in the same order, as speclab_layer_in, the cache append, the attention and
  * speclab_layer_out called one after another; one parallel region instead of three, one call instead of
  * a dozen Python steps (the AVX2 bf16 build's speclab_attn runs the same attn_row.h, so there the bits equal
- * the three-call layer's; the AVX-512 build's speclab_attn sums its products in another order). */
+ * the three-call layer's; on the AVX-512 builds the layer's attention is attn_split.h's, speclab_attn's another). */
 int speclab_layer(const struct fl_layer *ly, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn,
                   uint16_t *kc, uint16_t *vc, long long hs, int past, uint16_t *out, int threads) {
     if (fl_bad(ly, M, past)) return 1;
