@@ -52,6 +52,7 @@ def roofline_lines(files: list[Path], machine) -> list[str]:
             out.append(f"| {machine(d.get('machine'))} | {r['model']} | {r['path']} | {size(r['bytes_per_token'])} | "
                        f"{d['bandwidth_gb_per_s']:.1f} GB/s | {_f(r.get('roofline_tokens_per_s'), '.2f')} | "
                        f"{r['decode_tokens_per_s']:.2f} | {_f(r.get('decode_roofline_fraction'), '.2f')} | "
+                       f"{_f(r.get('decode_roofline_fraction_kv'), '.2f')} | "
                        f"{_f(r.get('roofline_fraction'), '.2f')} | {_busy(d)} | [{p.name}](results/{p.name}) |")
     return out
 
@@ -85,10 +86,13 @@ def section(files: list[Path], machine=lambda m: m or "machine not recorded") ->
     lines = ["## Memory roofline", "",
              "A one-token step reads every weight once, so bandwidth ÷ bytes per token is the fastest autoregressive "
              "decoding can go (`python -m engine roofline`; engine/bench/roofline.py). *Fraction* = measured "
-             "tokens/s ÷ that roofline: decode-only, and with the prefill included; a speculative row can pass 1.", ""]
+             "tokens/s ÷ that roofline: decode-only, and with the prefill included; a speculative row can pass 1. "
+             "*+ KV*: decode-only against the floor of the weights and the KV cache a step reads at the requests' "
+             "mean context (files from before it was recorded: –).", ""]
     if per_path:
         lines += ["| machine | model | path | bytes/token | bandwidth | roofline tok/s | decode tok/s | fraction (decode) "
-                  "| fraction (incl. prefill) | machine load | result |", "|---|---|---|---|---|---|---|---|---|---|---|",
+                  "| fraction (decode, + KV) | fraction (incl. prefill) | machine load | result |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|",
                   *per_path, ""]
     if per_run:
         lines += ["Benchmark and peers runs that record the bandwidth (greedy, overall: AR and the fastest "

@@ -72,6 +72,21 @@ def test_summarize_means_over_prompts_like_the_bench():
     assert s["tokens_per_s"] == pytest.approx((5 + 10) / 2) and s["decode_tokens_per_s"] == pytest.approx(10.0)
     assert s["roofline_tokens_per_s"] == pytest.approx(10.0) and s["decode_roofline_fraction"] == pytest.approx(1.0)
     assert summarize(runs, 10**9, None)["roofline_fraction"] is None
+    assert "decode_roofline_fraction_kv" not in s  # no prompt lengths recorded: no KV figure
+
+
+def test_the_kv_fraction_adds_the_cache_a_step_reads_at_the_mean_decode_context():
+    """Prompt 1,000 tokens, 11 new: decode contexts 1,000 … 1,010, mean 1,005; 100 bytes a context token →
+    100,500 bytes a step beside 1 MB of weights."""
+    runs = [{"new_tokens": 11, "wall_s": 2.0, "prefill_s": 1.0, "prompt_tokens": 1000},
+            {"new_tokens": 11, "wall_s": 1.1, "prefill_s": 0.0, "prompt_tokens": 0}]
+    s = summarize(runs, 10**6, 0.011, kv_per_context_token=100)
+    assert s["kv_bytes_per_token"] == pytest.approx((100_500 + 500) / 2)
+    dec = (11.0, 10.0)  # decode tokens/s of the two runs
+    want = (dec[0] * (10**6 + 100_500) + dec[1] * (10**6 + 500)) / 2 / 0.011e9
+    assert s["decode_roofline_fraction_kv"] == pytest.approx(want)
+    assert s["decode_roofline_fraction_kv"] > s["decode_roofline_fraction"]
+    assert "kv_bytes_per_token" not in summarize(runs, 10**6, 0.011)  # a model without KV bytes: none
 
 
 @pytest.mark.parametrize("cfg, words", [
