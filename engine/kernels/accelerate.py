@@ -111,11 +111,12 @@ def paths(weights: str, dtype: torch.dtype, device: str = "cpu") -> tuple[str, s
 
 
 def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[str, str] | None = None,
-               act_dtype: torch.dtype | None = None, kernel: str = "auto") -> KernelReport:
+               act_dtype: torch.dtype | None = None, kernel: str = "auto", gguf_blocks=None) -> KernelReport:
     """Put one loaded transformers model (or a bare module) on its fastest path for `weights` here; the report.
     `gguf_types`: the GGUF tensor types of a `quantized` model (engine.models.gguf_types); `act_dtype`: the
     quantized kernels' activation dtype (default the model's); `kernel`: 'auto' or 'torch' (torch's int
-    kernels even where ours runs). Raises ValueError in one line (an unknown weights path, a GPU model on a
+    kernels even where ours runs); `gguf_blocks`: the GGUF's own Q4_K blocks (engine.models.gguf_blocks), read as
+    they are by the 4-bit layers on our kernel. Raises ValueError in one line (an unknown weights path, a GPU model on a
     quantized path, a GGUF type the quantized path cannot run)."""
     from engine.kernels import dense_kernel, qkernel
     from engine.kernels.fast_decoder import use_fast_decoder
@@ -124,7 +125,8 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
 
     p = next(model.parameters())
     dev, dt = p.device.type, _dtype_name(p.dtype)
-    q = quantize_model(model, weights, gguf_types, act_dtype=act_dtype, kernel=kernel)  # 'dense': records only
+    q = quantize_model(model, weights, gguf_types, act_dtype=act_dtype, kernel=kernel,
+                       gguf_blocks=gguf_blocks)  # 'dense': records only
     if weights != "dense":
         layers = [m for m in model.modules() if isinstance(m, (qkernel.QGemmLinear,) + _torch_quant())]
         ours = [m for m in layers if isinstance(m, qkernel.QGemmLinear)]

@@ -9,6 +9,11 @@
  * as a 4-bit group (16 bytes) and its top two bits (8 bytes: byte j holds those of q[j], q[8 + j], q[16 + j],
  * q[24 + j] in bit pairs 0–1, 2–3, 4–5, 6–7), laid out a pair of groups at a time — 16 + 16 bytes of nibbles,
  * then 8 + 8 of top bits, 48 bytes (a last lone group: 16 + 8) — so a row is one stream (ROW_BYTES: 3K/4).
+ * Q4K (bits = 41): GGUF Q4_K blocks as the file stores them — per 256 weights of a row, 144 bytes: d and dmin
+ * (fp16), 12 bytes of 6-bit scale and minimum codes sc_j, m_j for its 8 groups (llama.cpp's get_scale_min_k4
+ * packing), 128 bytes of nibbles, a pair of groups per 32 bytes (group 2c the low nibbles of bytes 32c … 32c+31,
+ * group 2c+1 the high ones); s = d·sc_j and mn = −dmin·m_j in float32 (exact products), so Ŵ is the GGUF's own
+ * d·sc·q − dmin·m, at 4.5 bits a weight where the fp16 scale and minimum per 32 make 5.
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
@@ -36,7 +41,78 @@
 #define MCHUNK 4
 #endif
 #define MAXG 512 /* K ≤ 16384 */
-#define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 : (size_t)(K))
+#define Q4K 41 /* GGUF Q4_K blocks verbatim (the header above); K a multiple of 256 */
+#define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 \
+                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (size_t)(K))
+#define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || ((bits) == Q4K && (K) % 256 == 0))
+
+/* A Q4_K row's group scales s_g = d·sc_g and minimum terms mn_g = −dmin·m_g (float32), G groups. The 12 code
+ * bytes as three little-endian words: sc_0…3 = bytes 0–3 & 63, m_0…3 = bytes 4–7 & 63, sc_4…7 = bytes 8–11 & 15
+ * with bytes 0–3's top two bits above, m_4…7 = bytes 8–11 >> 4 with bytes 4–7's top bits above. */
+static inline void q4k_scales(const uint8_t *wr, int G, float *sg, float *mg) {
+    for (int b = 0; b < G / 8; b++) {
+        const uint8_t *blk = wr + (size_t)b * 144;
+        uint16_t dh, mh;
+        uint32_t w0, w1, w2, v[4];
+        memcpy(&dh, blk, 2), memcpy(&mh, blk + 2, 2);
+        memcpy(&w0, blk + 4, 4), memcpy(&w1, blk + 8, 4), memcpy(&w2, blk + 12, 4);
+        v[0] = w0 & 0x3f3f3f3fu;
+        v[1] = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+        v[2] = w1 & 0x3f3f3f3fu;
+        v[3] = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+        uint8_t code[16];
+        memcpy(code, v, 16);
+        const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
+        for (int j = 0; j < 8; j++) {
+            sg[b * 8 + j] = d * (float)code[j];
+            mg[b * 8 + j] = -(dmin * (float)code[8 + j]);
+        }
+    }
+}
+
+/* Block blk's eight scales d·sc_j into *sc and minimum terms −dmin·m_j into *mn: q4k_scales' values, eight at a
+ * time, the code bytes unpacked in vector lanes (a row's scales decoded one by one made the 4-bit product
+ * compute-bound at half its read speed). Dwords of the block's first 16 bytes: 0 = d | dmin, 1 = w0, 2 = w1,
+ * 3 = w2; lanes 1, 2 of (v & 63) are sc_0…3 and m_0…3, of ((w2, w2 >> 4) & 15) | ((w0, w1) >> 2 & 0x30) sc_4…7
+ * and m_4…7. */
+static inline void q4k_block(const uint8_t *blk, __m256 *sc, __m256 *mn) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)blk);
+    const __m128i low = _mm_and_si128(v, _mm_set1_epi8(0x3f));                                   /* [·, sc lo, m lo, ·] */
+    const __m128i w22 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xff), _mm_setr_epi32(0, 0, 0, 4));  /* lane 2: w2, 3: w2 >> 4 */
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));               /* lanes 1, 2: w0, w1 top bits */
+    const __m128i high = _mm_or_si128(_mm_and_si128(w22, _mm_set1_epi8(0x0f)), _mm_shuffle_epi32(top, 0x90));  /* lanes 2, 3 */
+    /* sc = lanes (low 1, high 2), m = lanes (low 2, high 3) */
+    const __m128i scb = _mm_unpacklo_epi32(_mm_shuffle_epi32(low, 0x01), _mm_shuffle_epi32(high, 0x02));
+    const __m128i mb = _mm_unpacklo_epi32(_mm_shuffle_epi32(low, 0x02), _mm_shuffle_epi32(high, 0x03));
+    const __m128 dd = _mm_cvtph_ps(v);  /* lanes 0, 1: d, dmin */
+    *sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scb)), _mm256_broadcastss_ps(dd));
+    *mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mb)),
+                        _mm256_broadcastss_ps(_mm_xor_ps(_mm_movehdup_ps(dd), _mm_set1_ps(-0.f))));
+}
+
+#if defined(__AVX512VNNI__)
+/* q4k_block in one 512-bit pass: the 16 code bytes [sc_0…7, m_0…7] gathered in one vector (dwords w0, w1 → low six
+ * bits; w2, w2 >> 4 → low four, with w0, w1's top two above), widened at once and multiplied by [d ×8, −dmin ×8].
+ * The same products, so the same values, in about 15 operations instead of 25: at one activation row a Q4_K row's
+ * scales are a sixth of its work. */
+static inline void q4k_block512(const uint8_t *blk, __m256 *sc, __m256 *mn) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)blk);
+    const __m128i w01 = _mm_shuffle_epi32(v, 0x09);  /* [w0, w1, ·, ·] */
+    const __m128i lo = _mm_and_si128(w01, _mm_set1_epi8(0x3f));
+    const __m128i hi = _mm_or_si128(
+        _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xff), _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f)),
+        _mm_and_si128(_mm_srli_epi32(w01, 2), _mm_set1_epi8(0x30)));
+    const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi32(lo, hi)));  /* sc_0…7, m_0…7 */
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(v), _mm_setr_ps(1.f, -1.f, 0.f, 0.f));             /* d, −dmin */
+    const __m512 r = _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                                                _mm512_castps128_ps512(dd)));
+    *sc = _mm512_castps512_ps256(r);
+    *mn = _mm512_extractf32x8_ps(r, 1);
+}
+#endif
+
+/* Where a Q4_K row keeps group g's 32 bytes of nibbles (shared with its pair), and which half is g's. */
+#define Q4K_NIB(g) ((size_t)(g) / 8 * 144 + 16 + (size_t)((g) % 8) / 2 * 32)
 
 /* Where group g of a 6-bit row keeps its nibbles (NIB6) and its top bits (TOP6), G groups a row. */
 #define NIB6(g) ((size_t)(g) / 2 * 48 + (size_t)((g) & 1) * 16)
@@ -152,7 +228,7 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
         }
         const uint8_t *wr = w + (size_t)n * row_bytes;
         const uint16_t *sr = s + (size_t)n * G, *mr = mn + (size_t)n * G;
-        /* sd[m][g] = s[n,g] · d[m,g], eight groups per step, so the inner loop only broadcasts a load */
+        /* sd[m][g] = s[n,g] · d[m,g], eight groups per step (a Q4_K block), so the inner loop only broadcasts a load */
         float sd[MCHUNK][MAXG] __attribute__((aligned(32)));
         int e = 0;
         for (; e + 8 <= G; e += 8) {
@@ -238,6 +314,60 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
     }
 }
 
+/* Q4K rows N0…N1 for MC activation rows, a block at a time: its scales and minima decoded (q4k_block512), its
+ * minimum terms taken, then its four pairs of groups — the row read once, in order, prefetched VPF bytes ahead.
+ * (Decoding a row's scales first, as rows_mc does for fp16 ones, walked its 144-byte blocks twice: rows of 8,960
+ * weights then read at two thirds of the int4 speed.) Per y[m,n] the operations of rows_mc's: the pairs' FMA chain,
+ * the minimum terms a block per step, the same final sums. */
+static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0, int N1, int K, const int8_t *a,
+        const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, B = K / 256;
+    const size_t row_bytes = (size_t)B * 144;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int n = N0; n < N1; n++) {
+        const uint8_t *wr = w + (size_t)n * row_bytes;
+        __m512 acc[MCHUNK];
+        __m256 mac[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps(), mac[m] = _mm256_setzero_ps();
+        for (int b = 0; b < B; b++) {
+            const uint8_t *blk = wr + (size_t)b * 144;
+            _mm_prefetch((const char *)(blk + VPF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(blk + VPF + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(blk + VPF + 128), _MM_HINT_T0);
+            __m256 sv, mv;
+            q4k_block512(blk, &sv, &mv);
+            float sd[MCHUNK][8] __attribute__((aligned(32)));
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) {
+                _mm256_store_ps(sd[m], _mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + (size_t)b * 8)));
+                mac[m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(c + (size_t)m * G + (size_t)b * 8), mac[m]);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {  /* groups 2r, 2r+1: the low and the high nibbles of one 32-byte run */
+                const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * r));
+                const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(p, low4)),
+                                                     _mm256_and_si256(_mm256_srli_epi16(p, 4), low4), 1);
+                const size_t g = (size_t)b * 8 + 2 * r;
+#pragma GCC unroll 8
+                for (int m = 0; m < MC; m++) {
+                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
+                                                            _mm512_loadu_si512((const void *)(a + (size_t)m * K + g * GROUP)));
+                    const __m512 sc = _mm512_permutexvar_ps(pairidx, _mm512_castps128_ps512(
+                        _mm_castpd_ps(_mm_load_sd((const double *)&sd[m][2 * r]))));
+                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[m]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) {
+            const __m256 a0 = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
+            y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(a0) + hsum256(mac[m]));
+        }
+    }
+}
+
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
  * (their nibbles unpacked once, the activation loads shared). Why this shape (measured on a 2.0 GHz Zen 1
@@ -262,6 +392,14 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const uint8_t *wr = w + (size_t)(n + r) * row_bytes;
+        if (bits == Q4K) {  /* q[0…15] and q[16…31]: bytes 0–15 and 16–31 of the pair's run, g's nibble of each */
+            const uint8_t *run = wr + Q4K_NIB(g);
+            const int sh = (g & 1) * 4;
+            lo[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)run), sh), low4);
+            hi[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(run + 16)), sh), low4);
+            lo[r][1] = hi[r][1] = _mm_setzero_si128();
+            continue;
+        }
         const uint8_t *wg = wr + (bits == 6 ? NIB6(g) : (size_t)g * (bits == 8 ? GROUP : 16));
         __m128i p = _mm_loadu_si128((const __m128i *)wg);
         lo[r][0] = _mm_and_si128(p, low4);
@@ -287,7 +425,7 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             __m128i i32;
-            if (bits == 4) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
+            if (bits == 4 || bits == Q4K) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
                 i32 = _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r][0], a0), _mm_maddubs_epi16(hi[r][0], a1)), ones);
             } else {  /* q = lo + 16·hi, bytes 0–15 against a0, 16–31 against a1 */
                 i32 = _mm_add_epi32(
@@ -306,6 +444,7 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     const size_t row_bytes = ROW_BYTES(bits, K);
     /* sd[(r·MC + m)·G + g] = s[n+r, g] · d[m, g]: the inner loop then only broadcasts a load */
     float sd[2 * MCHUNK * MAXG] __attribute__((aligned(32)));
+    float qm[2][MAXG] __attribute__((aligned(32)));  /* Q4K: the rows' minimum terms, decoded with their scales */
     __m128 acc[2][MCHUNK];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
@@ -313,7 +452,14 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
         float *sdr = sd + (size_t)r * MC * G;
         int e = 0;
         for (; e + 8 <= G; e += 8) {
-            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + e)));
+            __m256 sv;
+            if (bits == Q4K) {
+                __m256 mv;
+                q4k_block(w + (size_t)(n + r) * row_bytes + (size_t)e / 8 * 144, &sv, &mv);
+                _mm256_store_ps(qm[r] + e, mv);
+            } else {
+                sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + e)));
+            }
 #pragma GCC unroll 8
             for (int m = 0; m < MC; m++) _mm256_storeu_ps(sdr + (size_t)m * G + e, _mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + e)));
         }
@@ -332,7 +478,7 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     for (; g + 4 <= G; g += 4) {
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : 16);
+            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : bits == Q4K ? 18 : 16);
             _mm_prefetch((const char *)(wg + QPF), _MM_HINT_T0);  /* a line a pass: 4 groups of 4-bit */
             if (bits != 4) _mm_prefetch((const char *)(wg + QPF + 64), _MM_HINT_T0);  /* 6-bit: 96 bytes a pass */
         }
@@ -348,7 +494,8 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
             __m256 mac = _mm256_setzero_ps();
             int h = 0;
             for (; h + 8 <= G; h += 8)
-                mac = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
+                mac = _mm256_fmadd_ps(bits == Q4K ? _mm256_load_ps(qm[r] + h)
+                                                  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
                                       _mm256_loadu_ps(c + (size_t)m * G + h), mac);
             float tail = 0.f;
             for (int t = h; t < G; t++) tail += _cvtsh_ss(mr[t]) * c[(size_t)m * G + t];
@@ -371,6 +518,9 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
     } else if (bits == 6) {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 6, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 6, n, K, a, d, c, w, s, mn, y, ldy);
+    } else if (bits == Q4K) {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q4K, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, Q4K, n, K, a, d, c, w, s, mn, y, ldy);
     } else {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 8, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 8, n, K, a, d, c, w, s, mn, y, ldy);
@@ -380,6 +530,21 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 
 static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
                  const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *y, int ldy) {
+#if defined(__AVX512VNNI__)
+    if (bits == Q4K) {  /* Q4_K rows: their own body (rows_q4k), one per chunk size */
+        switch (mc) {
+            case 1: rows_q4k(1, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 2: rows_q4k(2, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 3: rows_q4k(3, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 4: rows_q4k(4, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 5: rows_q4k(5, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 6: rows_q4k(6, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 7: rows_q4k(7, N0, N1, K, a, d, c, w, y, ldy); break;
+            default: rows_q4k(8, N0, N1, K, a, d, c, w, y, ldy); break;
+        }
+        return;
+    }
+#endif
     switch (mc) {  /* one specialised body per chunk size */
         case 1: rows_mc(1, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
         case 2: rows_mc(2, bits, N0, N1, K, a, d, c, w, s, mn, y, ldy); break;
@@ -399,7 +564,7 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
 /* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ; returns 0, or −1 on a bad shape or allocation failure. */
 int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_t *w, const uint16_t *s,
                   const uint16_t *mn, uint16_t *y, int nthreads) {
-    if ((bits != 4 && bits != 6 && bits != 8) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
+    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
     int G = K / GROUP;
     int8_t *a = (int8_t *)malloc((size_t)M * K);
     float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
@@ -472,13 +637,21 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
-    if ((bits != 4 && bits != 6 && bits != 8) || K % GROUP || N < 1) return -1;
+    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1) return -1;
     const int G = K / GROUP;
     const size_t row_bytes = ROW_BYTES(bits, K);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int n = 0; n < N; n++) {
         const uint8_t *wr = w + (size_t)n * row_bytes;
         uint16_t *o = out + (size_t)n * K;
+        float qs[MAXG], qm[MAXG];
+        if (bits == Q4K) {  /* llama.cpp's dequantize_row_q4_K: d·sc·q − dmin·m in float32 */
+            q4k_scales(wr, G, qs, qm);
+            for (int g = 0; g < G; g++)
+                for (int j = 0; j < GROUP; j++)
+                    o[(size_t)g * GROUP + j] = f32_to_bf16(qs[g] * (float)((wr[Q4K_NIB(g) + j] >> ((g & 1) * 4)) & 0x0f) + qm[g]);
+            continue;
+        }
         for (int g = 0; g < G; g++) {
             float sg = _cvtsh_ss(s[(size_t)n * G + g]), mg = _cvtsh_ss(mn[(size_t)n * G + g]);
             uint8_t q6[32];

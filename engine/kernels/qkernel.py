@@ -6,6 +6,10 @@ build where the CPU has it, else an AVX2 build, called through ctypes on tensors
     variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
+    QGemmLinear.from_q4k(blocks, bias)   a GGUF Q4_K tensor's own blocks, read as the file stores them
+                                      (Q4K: d·sc·q − dmin·m, 4.5 bits a weight; qgemm.c's header)
+    q4k_unpack(blocks) -> Ŵ           llama.cpp's dequantize_row_q4_K in torch (float32), the reference
+    q4k_pack(weight) -> blocks        a plain Q4_K encoder, for tests (llama.cpp's own searches better scales)
 
 Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
 stream ~8 GB/s of packed int4 on a 2-core EPYC, a third of what llama.cpp reaches on the same GGUF.
@@ -34,7 +38,9 @@ SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 GROUP = 32
-BITS = (4, 6, 8)  # the widths qgemm.c reads
+Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
+BITS = (4, 6, 8, Q4K)  # the formats qgemm.c reads
+Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -108,8 +114,64 @@ def pack(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, t
     return q.contiguous(), s.contiguous(), mn.contiguous()
 
 
+def q4k_codes(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(d, dmin [N, B] float32; sc, m [N, B, 8] int; q [N, B, 8, 32] int) of Q4_K blocks [N, B·144] uint8."""
+    n = blocks.shape[0]
+    b = blocks.reshape(n, -1, Q4K_BYTES)
+    dd = b[..., :4].contiguous().view(torch.float16).float()  # [N, B, 2]: d, dmin
+    c = b[..., 4:16].long()
+    lo, hi = c[..., :4], c[..., 8:12]
+    sc = torch.cat([lo & 63, (hi & 15) | ((lo >> 6) << 4)], dim=-1)  # llama.cpp's get_scale_min_k4
+    m = torch.cat([c[..., 4:8] & 63, (hi >> 4) | ((c[..., 4:8] >> 6) << 4)], dim=-1)
+    runs = b[..., 16:].reshape(n, -1, 4, 32).long()  # a pair of groups per 32 bytes: low nibbles, then high
+    q = torch.stack([runs & 15, runs >> 4], dim=3).reshape(n, -1, 8, 32)
+    return dd[..., 0], dd[..., 1], sc, m, q
+
+
+def q4k_unpack(blocks: torch.Tensor) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of Q4_K blocks: y = (d·sc)·q − dmin·m, each product in float32 as llama.cpp computes it."""
+    d, dmin, sc, m, q = q4k_codes(blocks)
+    s = d[..., None] * sc.float()  # exact: an fp16 times a 6-bit integer
+    mn = dmin[..., None] * m.float()
+    return (s[..., None] * q.float() - mn[..., None]).reshape(blocks.shape[0], -1)
+
+
+def q4k_pack(weight: torch.Tensor) -> torch.Tensor:
+    """Q4_K blocks [N, K/256·144] uint8 of weight [N, K] (K % 256 = 0): per group of 32 the scale and minimum of
+    its range (the minimum clipped at 0 from above, as Q4_K subtracts it), both as 6-bit codes under the block's
+    fp16 d and dmin, then q rounded on the group's grid. Plain round-to-nearest: for tests of the layout."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % Q4K_BLOCK:
+        raise ValueError(f"Q4_K needs rows of a multiple of {Q4K_BLOCK} weights, got {k}")
+    g = w.reshape(n, k // Q4K_BLOCK, 8, 32)
+    mins = (-g.amin(dim=3)).clamp(min=0)  # m·dmin ≥ 0
+    scales = (g.amax(dim=3) + mins) / 15
+    d = (scales.amax(dim=2) / 63).to(torch.float16)
+    dmin = (mins.amax(dim=2) / 63).to(torch.float16)
+    sc = torch.where(d.float()[..., None] > 0, scales / d.float()[..., None].clamp(min=1e-30), 0).round().clamp(0, 63).long()
+    mc = torch.where(dmin.float()[..., None] > 0, mins / dmin.float()[..., None].clamp(min=1e-30), 0).round().clamp(0, 63).long()
+    s = d.float()[..., None] * sc.float()
+    q = ((g + (dmin.float()[..., None] * mc.float())[..., None]) / s[..., None].clamp(min=1e-30)).round().clamp(0, 15).long()
+    q = torch.where(s[..., None] > 0, q, 0)
+    codes = torch.cat([sc[..., :4] | ((sc[..., 4:] >> 4) << 6), mc[..., :4] | ((mc[..., 4:] >> 4) << 6),
+                       (sc[..., 4:] & 15) | ((mc[..., 4:] & 15) << 4)], dim=-1).to(torch.uint8)  # [N, B, 12]
+    runs = (q.reshape(n, -1, 4, 2, 32)[..., 0, :] | (q.reshape(n, -1, 4, 2, 32)[..., 1, :] << 4)).to(torch.uint8)
+    head = torch.stack([d, dmin], dim=-1).view(torch.uint8)  # [N, B, 4]: d then dmin, little-endian fp16
+    return torch.cat([head, codes, runs.reshape(n, -1, 128)], dim=-1).reshape(n, -1).contiguous()
+
+
+def _shape(q: torch.Tensor, s: torch.Tensor, bits: int) -> tuple[int, int]:
+    """(N, K) of a packed weight: from its scales, or for Q4K (no separate scales) from its blocks."""
+    if bits == Q4K:
+        return q.shape[0], q.shape[1] // Q4K_BYTES * Q4K_BLOCK
+    return s.shape[0], s.shape[1] * GROUP
+
+
 def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
     """Ŵ [N, K] (float32) as the kernel reads it."""
+    if bits == Q4K:
+        return q4k_unpack(q)
     n, G = s.shape
     if bits == 4:
         b = q.reshape(n, G, 16)
@@ -133,7 +195,7 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
     """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 on the kernel (call `available()` first)."""
     x = x.contiguous()
     m, k = x.shape
-    n = s.shape[0]
+    n = _shape(q, s, bits)[0]
     y = torch.empty(m, n, dtype=torch.bfloat16)
     rc = _lib.speclab_qgemm(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(),
                             torch.get_num_threads())
@@ -144,11 +206,11 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
 
 def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
     """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it)."""
-    n, G = s.shape
-    out = torch.empty(n, G * GROUP, dtype=torch.bfloat16)
-    if _lib.speclab_dequant(bits, n, G * GROUP, q.data_ptr(), s.data_ptr(), mn.data_ptr(), out.data_ptr(),
+    n, k = _shape(q, s, bits)
+    out = torch.empty(n, k, dtype=torch.bfloat16)
+    if _lib.speclab_dequant(bits, n, k, q.data_ptr(), s.data_ptr(), mn.data_ptr(), out.data_ptr(),
                             torch.get_num_threads()) != 0:
-        raise RuntimeError(f"dequant refused shape N={n} K={G * GROUP}")
+        raise RuntimeError(f"dequant refused shape N={n} K={k}")
     return out
 
 
@@ -168,21 +230,31 @@ def dense_rows() -> int | None:
 class QGemmLinear(torch.nn.Module):
     """y = x Ŵᵀ + b on the qgemm kernel (activations in bf16, quantized to int8 per group inside)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, bits: int,
+                 packed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
         super().__init__()
         if bits not in BITS:
-            raise ValueError(f"qgemm takes {', '.join(map(str, BITS))}-bit weights, not {bits}")
-        q, s, mn = pack(weight, bits)
+            raise ValueError(f"qgemm takes {', '.join(map(str, BITS[:3]))}-bit weights or Q4_K blocks, not {bits}")
+        q, s, mn = packed if packed is not None else pack(weight, bits)
         self.register_buffer("q", q)
         self.register_buffer("s", s)
         self.register_buffer("mn", mn)
         self.bits = bits
-        self.fmt = f"int{bits}"
+        self.fmt = "q4k" if bits == Q4K else f"int{bits}"
         self.batch_invariant = True  # each output row is computed the same way whatever M is (qgemm.c)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
-        self.out_features, self.in_features = weight.shape
+        self.out_features, self.in_features = _shape(q, s, bits) if packed is not None else weight.shape
         self.act_dtype = torch.bfloat16
         self.dense_rows = dense_rows()  # looked up once: variant() reads the CPU's flags
+
+    @classmethod
+    def from_q4k(cls, blocks: torch.Tensor, bias: torch.Tensor | None) -> "QGemmLinear":
+        """The layer of a GGUF Q4_K tensor's blocks [N, K/256·144] uint8, read as they are (no scales of ours:
+        `s` and `mn` are empty)."""
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % Q4K_BYTES:
+            raise ValueError(f"Q4_K blocks must be uint8 [N, K/256·144], got {tuple(blocks.shape)} {blocks.dtype}")
+        empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
+        return cls(None, bias, Q4K, packed=(blocks.contiguous(), empty, empty.clone()))
 
     @staticmethod
     def fits(weight: torch.Tensor) -> bool:

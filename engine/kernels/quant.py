@@ -16,6 +16,11 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
     int4   asymmetric per group of G = 32 inputs: W ≈ (q − 8) · s_{g,n} + z_{g,n},  q ∈ [0, 15],
            s = (max − min) / 15, z = min + 8 s over the group; kernel aten._weight_int4pack_mm_for_cpu
            (needs N % 16 = 0 and K % G = 0, else the layer falls back to int8).
+    q4k    (our qgemm kernel only) a GGUF Q4_K tensor's own blocks, read as the file stores them
+           (engine.models.gguf_blocks: the quantized path takes them where the model's GGUF is on disk, after
+           checking rows of them against the loaded weights): d·sc·q − dmin·m, 4.5 bits a weight — the GGUF's
+           own values and bytes, where int4 re-quantises their de-quantised values at 5 bits (fp16 scale and
+           minimum per 32) and moves a weight wherever a group does not span its 16 levels
     int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
            the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
            projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
@@ -150,11 +155,12 @@ class QuantReport:
     layers: dict[str, int] = field(default_factory=dict)  # format → count ('int4', 'int8', 'dense')
     dense_bytes: int = 0  # the swapped layers' weights at the model's dtype
     quant_bytes: int = 0  # the same layers packed
+    notes: tuple[str, ...] = ()  # a GGUF's blocks not taken, and why
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {f}" for f, n in sorted(self.layers.items()))
         return (f"weights {self.weights}: {parts}; linear weights {self.dense_bytes / 2**20:,.0f} MiB → "
-                f"{self.quant_bytes / 2**20:,.0f} MiB")
+                f"{self.quant_bytes / 2**20:,.0f} MiB" + "".join(f"; {n}" for n in self.notes))
 
 
 def _layer_bytes(m: torch.nn.Module) -> int:
@@ -195,16 +201,38 @@ def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None
     return out
 
 
+def _q4k_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.nn.Module | None, str | None]:
+    """(QGemmLinear of the GGUF's own Q4_K blocks, None) for a linear the provider has, when rows of them
+    de-quantise to its loaded weight exactly (so the file, the names and the row order are the model's); else
+    (None, why) — the caller re-quantises to int4 — or (None, None) where the provider has no such tensor."""
+    from engine.kernels import qkernel
+
+    hit = next((n for n in names if n in blocks), None)
+    if hit is None:
+        return None, None
+    b = blocks(hit)
+    n, k = lin.weight.shape
+    if b.shape != (n, k // qkernel.Q4K_BLOCK * qkernel.Q4K_BYTES) or k % qkernel.Q4K_BLOCK:
+        return None, f"{hit}: GGUF blocks {tuple(b.shape)} do not match the weight {tuple(lin.weight.shape)}"
+    rows = sorted({0, n // 3, n // 2, n - 1})
+    if not torch.equal(qkernel.q4k_unpack(b[rows]).to(lin.weight.dtype), lin.weight[rows]):
+        return None, f"{hit}: the GGUF's blocks are not the loaded weights (another file?)"
+    return qkernel.QGemmLinear.from_q4k(b, lin.bias), None
+
+
 @torch.inference_mode()
 def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None = None,
-                   act_dtype: torch.dtype | None = None, kernel: str = "auto") -> QuantReport:
+                   act_dtype: torch.dtype | None = None, kernel: str = "auto", gguf_blocks=None) -> QuantReport:
     """Swap each nn.Linear of `model` for its quantized layer per `plan` (in place); the report. Model loading
     calls it through engine.kernels.accelerate.accelerate, which also switches the attention it needs.
     `act_dtype`: the kernels' activation dtype (default the model's; engine.models.load passes bf16 where
     bf16 is native).
 
     A tied output head keeps the dense tensor for the embedding lookup (a gather: no bandwidth) and
-    gets its own packed copy for the head. `model.speclab_weights` records the path (the pair check)."""
+    gets its own packed copy for the head. `model.speclab_weights` records the path (the pair check).
+    `gguf_blocks` (engine.models.gguf_blocks.Q4KBlocks): the GGUF's Q4_K tensors, which an int4 layer then
+    reads as they are (`q4k`) on our qgemm kernel; a tensor whose blocks are not the loaded weights is
+    re-quantised and named in the report's notes."""
     p = plan(model, weights, gguf_types)
     model.speclab_weights = weights
     if weights == "dense":
@@ -214,7 +242,11 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
         raise ValueError(f"--weights {weights} runs torch's CPU kernels; the model is on {dev}: use --weights dense")
     act = act_dtype or next(model.parameters()).dtype
     counts: dict[str, int] = {}
+    notes: list[str] = []
     dense_b = quant_b = 0
+    from engine.kernels import qkernel
+
+    q4k_ok = gguf_blocks is not None and kernel == "auto" and qkernel.available() is None
     for name, fmt in p.items():
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -222,7 +254,14 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
         if fmt == "dense":
             counts["dense"] = counts.get("dense", 0) + 1
             continue
-        q = quantized_linear(lin.weight, lin.bias, fmt, act, kernel)
+        q = None
+        if fmt == "int4" and q4k_ok:
+            head = name == "lm_head" or lin is model.get_output_embeddings()
+            q, why = _q4k_layer(lin, [name + ".weight"] + (["model.embed_tokens.weight"] if head else []), gguf_blocks)
+            if why:
+                notes.append(f"int4 re-quantised for {why}")
+        if q is None:
+            q = quantized_linear(lin.weight, lin.bias, fmt, act, kernel)
         if name == "lm_head" or lin is model.get_output_embeddings():
             q.weight = lin.weight  # readers of the head's shape and the reduced head's rows (engine.core.lm)
         kind = f"{q.fmt} ({type(q).__name__})"
@@ -231,7 +270,7 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
         quant_b += _layer_bytes(q)
         setattr(parent, attr, q)
     # The attention of a model whose every linear is batch-invariant is switched by engine.kernels.accelerate.
-    return QuantReport(weights, counts, dense_b, quant_b)
+    return QuantReport(weights, counts, dense_b, quant_b, tuple(notes))
 
 
 def weights_of(model: torch.nn.Module) -> str:

@@ -152,17 +152,19 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         except (OSError, ValueError, TypeError):
             tok = None
         model = model.to(dev)
-    types, act = None, None
+    types, act, blocks = None, None, None
     if weights != "dense":
+        from engine.models.gguf_blocks import q4k_source
         from engine.models.gguf_types import types_for
 
         q = qwen_name(name_or_path)
         types = types_for(q[0]) if (weights == "quantized" and q is not None) else None
+        blocks = q4k_source(q[0]) if types else None  # the GGUF's own 4-bit blocks, where the file is on disk
         # bf16 activations where bf16 is native: the int4 kernel in fp32 is ~25× slower (engine.kernels.quant)
         act = torch.bfloat16 if (dt == torch.bfloat16 or native_bf16(dev)) else dt
     from engine.kernels.accelerate import accelerate
 
-    kernels = accelerate(model, weights, types, act_dtype=act)  # the one switch onto the fast paths, per model
+    kernels = accelerate(model, weights, types, act_dtype=act, gguf_blocks=blocks)  # the one switch onto the fast paths
     # The Qwen draft's reduced head also scores each request's prompt tokens (HFModel.add_request_tokens).
     adds = subset is not None and qwen_name(name_or_path) is not None
     lm = HFModel(model, name=name_or_path, vocab_subset=subset, want_hidden=want_hidden, subset_adds_prompt=adds)

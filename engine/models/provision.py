@@ -234,13 +234,11 @@ class _Reader:
         raise ProvisionError(f"GGUF header is corrupt (value type {vtype})")
 
 
-def gguf_implied_size(path: Path) -> int:
-    """Size in bytes that a GGUF file must have, from its header alone.
-
-    size = align(header end) + align(max over tensors of offset + nbytes), where nbytes =
-    n_elements / block_size · type_size (ggml's quantisation table) and the alignment is
-    `general.alignment` (default 32). The writer pads every tensor, the last one included.
-    """
+def gguf_tensors(path: Path) -> tuple[int, int, list[tuple[str, list[int], int, int, int]]]:
+    """(data start, alignment, [(name, dims, ggml type, offset, nbytes)]) of a GGUF file, from its header alone:
+    a tensor's bytes are at data start + offset; dims are ggml's (row length first); nbytes = n_elements /
+    block_size · type_size (ggml's quantisation table). The data start is the header's end aligned to
+    `general.alignment` (default 32)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     with open(path, "rb") as f:
@@ -258,9 +256,9 @@ def gguf_implied_size(path: Path) -> int:
             val = r.value(vtype)
             if key == b"general.alignment":
                 align = int(val)
-        end = 0
+        tensors = []
         for _ in range(n_tensors):
-            r.string()
+            name = r.string().decode("utf-8", "replace")
             dims = [r.unpack("<Q") for _ in range(r.unpack("<I"))]
             ttype, offset = r.unpack("<I"), r.unpack("<Q")
             try:
@@ -270,8 +268,18 @@ def gguf_implied_size(path: Path) -> int:
             n = 1
             for d in dims:
                 n *= d
-            end = max(end, offset + n // block * tsize)
-        data_start = -(-f.tell() // align) * align
+            tensors.append((name, dims, ttype, offset, n // block * tsize))
+        return -(-f.tell() // align) * align, align, tensors
+
+
+def gguf_implied_size(path: Path) -> int:
+    """Size in bytes that a GGUF file must have, from its header alone.
+
+    size = align(header end) + align(max over tensors of offset + nbytes) (`gguf_tensors`), the alignment
+    `general.alignment` (default 32). The writer pads every tensor, the last one included.
+    """
+    data_start, align, tensors = gguf_tensors(path)
+    end = max((off + nb for _, _, _, off, nb in tensors), default=0)
     return data_start + -(-end // align) * align
 
 

@@ -1,0 +1,221 @@
+"""GGUF Q4_K blocks read as they are (qgemm.c's Q4K, qkernel's q4k_*, models.gguf_blocks, quant's q4k layers):
+the layout is llama.cpp's (gguf-py de-quantises our blocks to the same floats), the kernel computes x·Ŵᵀ of
+exactly those weights in both builds, batch-invariant, and a model takes a GGUF's blocks only where they are its
+loaded weights."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from engine.kernels import qkernel
+
+needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}")
+EMPTY = torch.empty(0, 0, dtype=torch.float16)
+
+
+def _weights(n=40, k=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.05
+    w[0, :32] = torch.linspace(0.01, 0.3, 32)   # a group above zero: minimum code 0
+    w[1, 32:64] = -torch.linspace(0.01, 0.3, 32)  # a group below zero
+    w[2, 256:] = 0.0                               # a block of zeros: d = dmin = 0
+    return w
+
+
+def test_our_blocks_are_llama_cpps_layout():
+    import gguf
+
+    w = _weights()
+    b = qkernel.q4k_pack(w)
+    assert b.dtype == torch.uint8 and b.shape == (40, 512 // 256 * 144)
+    theirs = gguf.quants.dequantize(b.numpy(), gguf.GGMLQuantizationType.Q4_K).reshape(40, 512)
+    assert torch.equal(qkernel.q4k_unpack(b), torch.from_numpy(np.ascontiguousarray(theirs)).float())
+    assert (qkernel.q4k_unpack(b) - w).abs().max() <= 0.02  # the plain encoder keeps weights near
+    assert torch.equal(qkernel.q4k_unpack(b)[2, 256:], torch.zeros(256))
+
+
+def test_rows_that_are_not_whole_blocks_are_refused():
+    with pytest.raises(ValueError, match="multiple of 256"):
+        qkernel.q4k_pack(torch.zeros(4, 288))
+    with pytest.raises(ValueError, match="uint8"):
+        qkernel.QGemmLinear.from_q4k(torch.zeros(4, 144, dtype=torch.float32), None)
+    with pytest.raises(ValueError, match="uint8"):
+        qkernel.QGemmLinear.from_q4k(torch.zeros(4, 100, dtype=torch.uint8), None)
+
+
+@needs_kernel
+@pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960)])
+def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
+    w = _weights(n, k, seed=k)
+    lin = qkernel.QGemmLinear.from_q4k(qkernel.q4k_pack(w), None)
+    assert lin.fmt == "q4k" and (lin.out_features, lin.in_features) == (n, k)
+    assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 144  # 4.5 bits a weight
+    x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
+    ref = x.float() @ qkernel.q4k_unpack(lin.q).T
+    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
+    # a one-row step (its own specialised body) and every chunk size give each row the same bits
+    assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, qkernel.Q4K), qkernel.q4k_unpack(lin.q).bfloat16())
+
+
+@needs_kernel
+def test_a_scale_or_minimum_code_read_wrong_moves_the_output():
+    """Every code the kernel reads matters: flipping a high scale bit (byte 4's top bits feed sc_4) or a minimum's
+    (byte 11's high nibble is m_7) changes the product as the reference says it should."""
+    w = _weights(8, 256, seed=3)
+    b = qkernel.q4k_pack(w)
+    x = torch.randn(1, 256).to(torch.bfloat16)
+    for byte, mask in ((4, 0x40), (15, 0x10), (16, 0x01)):  # sc_4's bit 4, m_7's bit 0, a nibble of group 0
+        c = b.clone()
+        c[:, byte] ^= mask
+        lin = qkernel.QGemmLinear.from_q4k(c, None)
+        ref = x.float() @ qkernel.q4k_unpack(c).T
+        assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02, byte
+        assert not torch.equal(qkernel.q4k_unpack(c), qkernel.q4k_unpack(b))
+
+
+def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
+    if "avx2" not in qkernel.cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    code = (
+        "import torch\n"
+        "from engine.kernels import qkernel\n"
+        "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.randn(47, 768) * 0.05\n"
+        "lin = qkernel.QGemmLinear.from_q4k(qkernel.q4k_pack(w), None)\n"
+        "x = (torch.randn(9, 768) * 4).to(torch.bfloat16)\n"
+        "ref = x.float() @ qkernel.q4k_unpack(lin.q).T\n"
+        "assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02\n"
+        "assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))\n"
+        "print('ok')\n")
+    env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=str(qkernel.SOURCE.parents[2]))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ a GGUF's blocks, and a model taking them
+
+def _tiny_qwen():
+    import transformers
+
+    cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+def _gguf_name(hf: str) -> str:
+    from engine.models.gguf_types import _BLOCK
+
+    _, _, i, mod, proj, _ = hf.split(".")
+    return f"blk.{i}.{next(k for k, v in _BLOCK.items() if v == mod + '.' + proj)}.weight"
+
+
+def _write_gguf(path, model, q4k: list[str], swap_rows: str | None = None):
+    """A GGUF holding `q4k` (transformers names) as Q4_K blocks of the model's weights, which are set to those
+    blocks' values (so the file is the model's), and one F32 tensor; `swap_rows`: a tensor written with two rows
+    exchanged (a file that is not the model's)."""
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "qwen2")
+    for hf in q4k:
+        lin = model.get_submodule(hf.rsplit(".", 1)[0])
+        blocks = qkernel.q4k_pack(lin.weight.float())
+        with torch.no_grad():
+            lin.weight.copy_(qkernel.q4k_unpack(blocks).to(lin.weight.dtype))
+        if hf == swap_rows:
+            blocks = blocks[[1, 0] + list(range(2, blocks.shape[0]))]
+        wr.add_tensor(_gguf_name(hf), blocks.numpy(), raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    wr.add_tensor("output_norm.weight", np.ones(256, dtype=np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def test_a_ggufs_q4k_tensors_come_back_as_their_blocks(tmp_path):
+    from engine.models.gguf_blocks import Q4KBlocks
+
+    model = _tiny_qwen()
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"]
+    _write_gguf(tmp_path / "m.gguf", model, names)
+    src = Q4KBlocks(tmp_path / "m.gguf")
+    for hf in names:
+        w = model.get_submodule(hf.rsplit(".", 1)[0]).weight
+        b = src(hf)
+        assert b.shape == (w.shape[0], w.shape[1] // 256 * 144)
+        assert torch.equal(qkernel.q4k_unpack(b).to(w.dtype), w)
+    assert src("model.norm.weight") is None and src("model.layers.0.self_attn.k_proj.weight") is None
+    data = (tmp_path / "m.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[:-1500])  # into the last Q4_K tensor
+    with pytest.raises(ValueError, match="truncated"):
+        Q4KBlocks(tmp_path / "cut.gguf")
+
+
+@needs_kernel
+def test_a_model_takes_a_ggufs_blocks_only_where_they_are_its_weights(tmp_path):
+    from engine.kernels.quant import quantize_model
+    from engine.models.gguf_blocks import Q4KBlocks
+
+    model = _tiny_qwen()
+    q4k = [f"model.layers.{i}.{m}.weight" for i in range(2)
+           for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
+    _write_gguf(tmp_path / "m.gguf", model, q4k, swap_rows="model.layers.1.mlp.up_proj.weight")
+    x = torch.randint(0, 96, (1, 12))
+    report = quantize_model(model, "int4", gguf_blocks=Q4KBlocks(tmp_path / "m.gguf"))
+    kinds = {n: m.fmt for n, m in model.named_modules() if hasattr(m, "fmt")}
+    assert sum(f == "q4k" for f in kinds.values()) == len(q4k) - 1
+    assert kinds["model.layers.1.mlp.up_proj"] == "int4"  # its file rows are not the model's: re-quantised
+    assert kinds["model.layers.0.self_attn.v_proj"] == "int4"  # not in the file
+    assert any("model.layers.1.mlp.up_proj.weight" in n and "not the loaded weights" in n for n in report.notes)
+    assert "q4k (QGemmLinear)" in report.summary()
+    for name in q4k[:-1]:  # the layers read the file's own weights
+        lin = model.get_submodule(name.rsplit(".", 1)[0])
+        assert torch.equal(qkernel.q4k_unpack(lin.q).to(torch.bfloat16),
+                           qkernel.q4k_unpack(Q4KBlocks(tmp_path / "m.gguf")(name)).to(torch.bfloat16))
+    lin = model.get_submodule("model.layers.0.mlp.gate_proj")  # a q4k layer against its dense weights
+    h = torch.randn(3, 256).to(torch.bfloat16)
+    want = h.float() @ qkernel.q4k_unpack(lin.q).T
+    assert ((lin(h).float() - want).abs().max() / want.abs().max()) < 0.02
+    with torch.inference_mode():
+        assert torch.isfinite(model(x).logits).all()
+
+
+@needs_kernel
+def test_the_one_call_layer_runs_q4k_products_batch_invariant(tmp_path):
+    """q|k|v with Q4_K q and k and a 6-bit v (a Q4_K_M layer) in the C layer: a verify equals one-row steps."""
+    from engine.kernels.fast_layer import use_fast_layers
+    from engine.kernels.quant import quantize_model
+    from engine.kernels.rowwise_attention import use_rowwise
+    from engine.models.gguf_blocks import Q4KBlocks
+    from tests.unit.kernels.test_fused import _steps_and_verify
+
+    model = _tiny_qwen()
+    q4k = [f"model.layers.{i}.{m}.weight" for i in range(2)
+           for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj")]
+    _write_gguf(tmp_path / "m.gguf", model, q4k)
+    v = {i: model.model.layers[i].self_attn.v_proj for i in range(2)}
+    quantize_model(model, "int4", gguf_blocks=Q4KBlocks(tmp_path / "m.gguf"))
+    for i, lin in v.items():
+        model.model.layers[i].self_attn.v_proj = qkernel.QGemmLinear(lin.weight, lin.bias, 6)
+    use_rowwise(model)
+    assert use_fast_layers(model) == 2
+    segs = model.model.layers[0]._speclab_mm["qkv"].parts[0]
+    assert [s[1] for s in segs] == [qkernel.Q4K, qkernel.Q4K, 6]
+    steps, verify = _steps_and_verify(model, torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(9)))
+    assert torch.equal(steps, verify)
+
+
+def test_q4k_source_follows_the_switch(monkeypatch):
+    from engine.models import gguf_blocks
+
+    monkeypatch.setenv("SPECLAB_Q4K", "0")
+    assert gguf_blocks.q4k_source("qwen2.5-coder-1.5b") is None
+    monkeypatch.setenv("SPECLAB_Q4K", "1")
+    assert gguf_blocks.q4k_source("not-a-model") is None
