@@ -3,15 +3,12 @@ the layout is llama.cpp's (gguf-py de-quantises our blocks to the same floats), 
 exactly those weights in both builds, batch-invariant, and a model takes a GGUF's blocks only where they are its
 loaded weights."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 from engine.kernels import qkernel
+from tests.unit.kernels.test_qkernel import run_on_the_avx2_build
 
 needs_kernel = pytest.mark.skipif(qkernel.available() is not None, reason=f"qgemm kernel: {qkernel.available()}")
 EMPTY = torch.empty(0, 0, dtype=torch.float16)
@@ -93,10 +90,7 @@ def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
         "assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02\n"
         "assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))\n"
         "print('ok')\n")
-    env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                       cwd=str(qkernel.SOURCE.parents[2]))
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    run_on_the_avx2_build(code, tmp_path)
 
 
 # ------------------------------------------------------------------ a GGUF's blocks, and a model taking them

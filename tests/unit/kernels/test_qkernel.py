@@ -107,10 +107,6 @@ def test_without_the_cpu_flags_it_says_why(monkeypatch):
 def test_the_avx2_build_computes_the_same_products(tmp_path):
     """The AVX2 build (what a CPU without AVX-512 VNNI runs), in a fresh process forced by SPECLAB_QGEMM:
     the same products as the dequantized weights, rows batch-invariant, 8-bit weights without saturation."""
-    import os
-    import subprocess
-    import sys
-
     if "avx2" not in qkernel.cpu_flags():
         pytest.skip("this CPU has no AVX2")
     code = (
@@ -126,6 +122,15 @@ def test_the_avx2_build_computes_the_same_products(tmp_path):
         "    assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02, bits\n"
         "    assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))\n"
         "print('ok')\n")
+    run_on_the_avx2_build(code, tmp_path)
+
+
+def run_on_the_avx2_build(code: str, tmp_path) -> None:
+    """`code` (which prints 'ok') in a fresh process whose qgemm is the AVX2 build (SPECLAB_QGEMM), its own cache."""
+    import os
+    import subprocess
+    import sys
+
     env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                        cwd=str(qkernel.SOURCE.parents[2]))
