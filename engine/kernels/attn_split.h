@@ -14,7 +14,8 @@
  * cache, 1,500 cached tokens): attn_row.h took 2.3 ms of a 4.7 ms decoder step — 8-lane rows, one head at a time,
  * its key-order sums a chain of scalar adds, 9 heads shared 5 : 4 between two threads. Here a key's row is read
  * and widened once for its whole group, the work divides evenly by keys, and K and V are read from memory once
- * (34.6 MB a step at that length, an eighth of the weights).
+ * (34.6 MB a step at that length, an eighth of the weights): ~1.0–1.2 ms, that read's own time at the probe
+ * (docs/log/2026-12-06-split-attention-and-q4k.md).
  */
 #ifndef SPECLAB_ATTN_SPLIT_H
 #define SPECLAB_ATTN_SPLIT_H
