@@ -41,7 +41,8 @@ class Q4KBlocks:
                 continue
             k, n = dims
             if nbytes != n * k // BLOCK * BLOCK_BYTES or start + offset + nbytes > self._map.size:
-                raise ValueError(f"{self.path.name}: tensor {name} does not fit its Q4_K shape {dims} (truncated file?)")
+                raise ValueError(f"{self.path.name}: tensor {name} does not fit its Q4_K shape {dims} (truncated file? "
+                                 "`python -m engine models --keep-gguf` re-assembles it; SPECLAB_Q4K=0 loads without it)")
             self._q4k[hf] = (start + offset, n, k // BLOCK * BLOCK_BYTES)
 
     def __contains__(self, hf: str) -> bool:
