@@ -20,7 +20,9 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            (engine.models.gguf_blocks: the quantized path takes them where the model's GGUF is on disk, after
            checking rows of them against the loaded weights): d·sc·q − dmin·m, 4.5 bits a weight — the GGUF's
            own values and bytes, where int4 re-quantises their de-quantised values at 5 bits (fp16 scale and
-           minimum per 32) and moves a weight wherever a group does not span its 16 levels
+           minimum per 32) and moves a weight wherever a group does not span its 16 levels. The 1.5B's
+           next-token KL to the dense path 0.0127 → 0.0030, top-1 agreement 93.6 → 95.9 % (scripts/
+           quant_fidelity.py, the file below), at 1.003 GB a token against 1.073
     int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
            the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
            projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less

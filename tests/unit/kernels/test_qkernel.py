@@ -107,13 +107,7 @@ def test_without_the_cpu_flags_it_says_why(monkeypatch):
 def test_the_avx2_build_computes_the_same_products(tmp_path):
     """The AVX2 build (what a CPU without AVX-512 VNNI runs), in a fresh process forced by SPECLAB_QGEMM:
     the same products as the dequantized weights, rows batch-invariant, 8-bit weights without saturation."""
-    if "avx2" not in qkernel.cpu_flags():
-        pytest.skip("this CPU has no AVX2")
     code = (
-        "import torch\n"
-        "from engine.kernels import qkernel\n"
-        "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
-        "torch.manual_seed(0)\n"
         "for bits in (4, 6, 8):\n"
         "    w = torch.randn(47, 96) * 3\n"  # an odd row count: the kernel's single-row tail
         "    lin = qkernel.QGemmLinear(w, None, bits)\n"
@@ -126,13 +120,20 @@ def test_the_avx2_build_computes_the_same_products(tmp_path):
 
 
 def run_on_the_avx2_build(code: str, tmp_path) -> None:
-    """`code` (which prints 'ok') in a fresh process whose qgemm is the AVX2 build (SPECLAB_QGEMM), its own cache."""
+    """`code` (which prints 'ok') in a fresh process whose qgemm is the AVX2 build (SPECLAB_QGEMM), its own cache,
+    torch and qkernel imported and the generator seeded; skipped on a CPU without AVX2."""
     import os
     import subprocess
     import sys
 
+    if "avx2" not in qkernel.cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    head = ("import torch\n"
+            "from engine.kernels import qkernel\n"
+            "assert qkernel.available() is None and qkernel.variant() == 'avx2', qkernel.available()\n"
+            "torch.manual_seed(0)\n")
     env = {**os.environ, "SPECLAB_QGEMM": "avx2", "SPECLAB_CACHE": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-c", head + code], env=env, capture_output=True, text=True, timeout=120,
                        cwd=str(qkernel.SOURCE.parents[2]))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
