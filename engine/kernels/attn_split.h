@@ -49,38 +49,35 @@ static inline float fa_hsum16(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-/* (1) keys j0 … j1−1 of one kv head (row j at kh + j·hd) against its G query heads (q: G rows, stride hd):
- * s[g·ss + j]. hd a multiple of 32, ≤ 512; `steps` = hd / 32, a constant after inlining (fa_scores). */
+/* (1) keys j0 … j1−1 of one kv head (row j at kh + j·hd) against G ≤ FA_GMAX of its query heads (q: G rows,
+ * stride hd): s[g·ss + j]. hd a multiple of 32, ≤ 512; `steps` = hd / 32, a constant after inlining (fa_scores). */
 static inline __attribute__((always_inline)) void fa_scores_k(const int steps, int hd, int G, const uint16_t *q,
         const uint16_t *kh, const uint16_t *vh, int j0, int j1, float scale, float *s, long long ss) {
     float qw[FA_GMAX * 512] __attribute__((aligned(64)));  /* the heads' q, widened in fa_load32's order */
-    for (int g0 = 0; g0 < G; g0 += FA_GMAX) {
-        const int gn = G - g0 < FA_GMAX ? G - g0 : FA_GMAX;
-        for (int g = 0; g < gn; g++)
-            for (int c = 0; c < steps; c++) {
-                __m512 l, h;
-                fa_load32(q + (size_t)(g0 + g) * hd + 32 * c, &l, &h);
-                _mm512_store_ps(qw + (size_t)g * hd + 32 * c, l);
-                _mm512_store_ps(qw + (size_t)g * hd + 32 * c + 16, h);
-            }
-        for (int j = j0; j < j1; j++) {
-            const uint16_t *kr = kh + (size_t)j * hd;
-            /* the keys FA_PF rows on, and this key's values (the value pass reads them next): a chunk's rows are
-             * a few KB, too short a stream for the hardware prefetchers to reach full speed */
-            for (int c = 0; c < steps; c++) {
-                _mm_prefetch((const char *)(kr + (size_t)FA_PF * hd + 32 * c), _MM_HINT_T0);
-                if (g0 == 0) _mm_prefetch((const char *)(vh + (size_t)j * hd + 32 * c), _MM_HINT_T1);
-            }
-            __m512 kl[16], kh2[16];
-            for (int c = 0; c < steps; c++) fa_load32(kr + 32 * c, &kl[c], &kh2[c]);
-            for (int g = 0; g < gn; g++) {
-                const float *qg = qw + (size_t)g * hd;
-                __m512 a = _mm512_setzero_ps();
-                for (int c = 0; c < steps; c++)
-                    a = _mm512_fmadd_ps(kh2[c], _mm512_load_ps(qg + 32 * c + 16),
-                                        _mm512_fmadd_ps(kl[c], _mm512_load_ps(qg + 32 * c), a));
-                s[(size_t)(g0 + g) * ss + j] = fa_hsum16(a) * scale;
-            }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < steps; c++) {
+            __m512 l, h;
+            fa_load32(q + (size_t)g * hd + 32 * c, &l, &h);
+            _mm512_store_ps(qw + (size_t)g * hd + 32 * c, l);
+            _mm512_store_ps(qw + (size_t)g * hd + 32 * c + 16, h);
+        }
+    for (int j = j0; j < j1; j++) {
+        const uint16_t *kr = kh + (size_t)j * hd;
+        /* the keys FA_PF rows on, and this key's values (the value pass reads them next): a chunk's rows are
+         * a few KB, too short a stream for the hardware prefetchers to reach full speed */
+        for (int c = 0; c < steps; c++) {
+            _mm_prefetch((const char *)(kr + (size_t)FA_PF * hd + 32 * c), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vh + (size_t)j * hd + 32 * c), _MM_HINT_T1);
+        }
+        __m512 kl[16], kh2[16];
+        for (int c = 0; c < steps; c++) fa_load32(kr + 32 * c, &kl[c], &kh2[c]);
+        for (int g = 0; g < G; g++) {
+            const float *qg = qw + (size_t)g * hd;
+            __m512 a = _mm512_setzero_ps();
+            for (int c = 0; c < steps; c++)
+                a = _mm512_fmadd_ps(kh2[c], _mm512_load_ps(qg + 32 * c + 16),
+                                    _mm512_fmadd_ps(kl[c], _mm512_load_ps(qg + 32 * c), a));
+            s[(size_t)g * ss + j] = fa_hsum16(a) * scale;
         }
     }
 }
@@ -134,10 +131,10 @@ static float fa_exp_sum(int n, float *s, float *m) {
     return fa_hsum16(sum);
 }
 
-/* o[g·hd + d] = Σ_j e[g·ss + j] · V[j, d] for keys j0 … j1−1 (row j at vh + j·hd), dims d0 … d0+31, GN heads (a
+/* o[g·os + d] = Σ_j e[g·ss + j] · V[j, d] for keys j0 … j1−1 (row j at vh + j·hd), dims d0 … d0+31, GN heads (a
  * constant after inlining, so the 2·GN accumulators live in registers); o in fa_load32's lane order. */
 static inline __attribute__((always_inline)) void fa_values_k(const int GN, int hd, int j0, int j1, const float *e,
-        long long ss, const uint16_t *vh, int d0, float *o) {
+        long long ss, const uint16_t *vh, int d0, float *o, long long os) {
     __m512 al[FA_GMAX], ah[FA_GMAX];
 #pragma GCC unroll 8
     for (int g = 0; g < GN; g++) al[g] = ah[g] = _mm512_setzero_ps();
@@ -153,20 +150,19 @@ static inline __attribute__((always_inline)) void fa_values_k(const int GN, int 
     }
 #pragma GCC unroll 8
     for (int g = 0; g < GN; g++) {
-        _mm512_storeu_ps(o + (size_t)g * hd + d0, al[g]);
-        _mm512_storeu_ps(o + (size_t)g * hd + d0 + 16, ah[g]);
+        _mm512_storeu_ps(o + (size_t)g * os + d0, al[g]);
+        _mm512_storeu_ps(o + (size_t)g * os + d0 + 16, ah[g]);
     }
 }
 
-static void fa_values(int hd, int G, int j0, int j1, const float *e, long long ss, const uint16_t *vh, float *o) {
-    for (int g0 = 0; g0 < G; g0 += FA_GMAX) {
-        const int gn = G - g0 < FA_GMAX ? G - g0 : FA_GMAX;
-        for (int d0 = 0; d0 < hd; d0 += 32) {  /* after the first block the chunk's values come from cache */
-            switch (gn) {
-#define FA_CASE(k) case k: fa_values_k(k, hd, j0, j1, e + (size_t)g0 * ss, ss, vh, d0, o + (size_t)g0 * hd); break;
-                FA_CASE(1) FA_CASE(2) FA_CASE(3) FA_CASE(4) FA_CASE(5) FA_CASE(6) FA_CASE(7) FA_CASE(8)
+/* fa_values_k for G ≤ FA_GMAX heads, every 32 dims (after the first block the chunk's values come from cache). */
+static void fa_values(int hd, int G, int j0, int j1, const float *e, long long ss, const uint16_t *vh, float *o,
+                      long long os) {
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+        switch (G) {
+#define FA_CASE(k) case k: fa_values_k(k, hd, j0, j1, e, ss, vh, d0, o, os); break;
+            FA_CASE(1) FA_CASE(2) FA_CASE(3) FA_CASE(4) FA_CASE(5) FA_CASE(6) FA_CASE(7) FA_CASE(8)
 #undef FA_CASE
-            }
         }
     }
 }
@@ -189,19 +185,14 @@ static void fa_attention(int M, int nq, int nkv, int hd, int past, const uint16_
         if (j0 >= n) continue;
         const int j1 = j0 + FA_KC < n ? j0 + FA_KC : n;
         float s[FA_GMAX * FA_KC] __attribute__((aligned(64)));
-        float o[FA_GMAX * 512] __attribute__((aligned(64)));
-        for (int g0 = 0; g0 < group; g0 += FA_GMAX) {
+        for (int g0 = 0; g0 < group; g0 += FA_GMAX) {  /* query heads FA_GMAX at a time */
             const int gn = group - g0 < FA_GMAX ? group - g0 : FA_GMAX, h0 = g * group + g0;
             fa_scores(hd, gn, qkv + (size_t)i * N + (size_t)h0 * hd, kc + (size_t)g * hs, vc + (size_t)g * hs, j0, j1, scale,
                       s - j0, FA_KC);
             float m[FA_GMAX], l[FA_GMAX];
             for (int h = 0; h < gn; h++) l[h] = fa_exp_sum(j1 - j0, s + (size_t)h * FA_KC, &m[h]);
-            fa_values(hd, gn, j0, j1, s - j0, FA_KC, vc + (size_t)g * hs, o);
-            for (int h = 0; h < gn; h++) {
-                float *p = FA_PART(i, h0 + h, c);
-                memcpy(p, o + (size_t)h * hd, sizeof(float) * hd);
-                p[hd] = m[h], p[hd + 1] = l[h];
-            }
+            fa_values(hd, gn, j0, j1, s - j0, FA_KC, vc + (size_t)g * hs, FA_PART(i, h0, c), (long long)chunks * (hd + 2));
+            for (int h = 0; h < gn; h++) FA_PART(i, h0 + h, c)[hd] = m[h], FA_PART(i, h0 + h, c)[hd + 1] = l[h];
         }
     }
 #pragma omp for schedule(static)

@@ -46,33 +46,11 @@
                             : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (size_t)(K))
 #define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || ((bits) == Q4K && (K) % 256 == 0))
 
-/* A Q4_K row's group scales s_g = d·sc_g and minimum terms mn_g = −dmin·m_g (float32), G groups. The 12 code
- * bytes as three little-endian words: sc_0…3 = bytes 0–3 & 63, m_0…3 = bytes 4–7 & 63, sc_4…7 = bytes 8–11 & 15
- * with bytes 0–3's top two bits above, m_4…7 = bytes 8–11 >> 4 with bytes 4–7's top bits above. */
-static inline void q4k_scales(const uint8_t *wr, int G, float *sg, float *mg) {
-    for (int b = 0; b < G / 8; b++) {
-        const uint8_t *blk = wr + (size_t)b * 144;
-        uint16_t dh, mh;
-        uint32_t w0, w1, w2, v[4];
-        memcpy(&dh, blk, 2), memcpy(&mh, blk + 2, 2);
-        memcpy(&w0, blk + 4, 4), memcpy(&w1, blk + 8, 4), memcpy(&w2, blk + 12, 4);
-        v[0] = w0 & 0x3f3f3f3fu;
-        v[1] = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
-        v[2] = w1 & 0x3f3f3f3fu;
-        v[3] = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
-        uint8_t code[16];
-        memcpy(code, v, 16);
-        const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
-        for (int j = 0; j < 8; j++) {
-            sg[b * 8 + j] = d * (float)code[j];
-            mg[b * 8 + j] = -(dmin * (float)code[8 + j]);
-        }
-    }
-}
-
-/* Block blk's eight scales d·sc_j into *sc and minimum terms −dmin·m_j into *mn: q4k_scales' values, eight at a
- * time, the code bytes unpacked in vector lanes (a row's scales decoded one by one made the 4-bit product
- * compute-bound at half its read speed). Dwords of the block's first 16 bytes: 0 = d | dmin, 1 = w0, 2 = w1,
+/* Block blk's eight scales d·sc_j into *sc and minimum terms −dmin·m_j into *mn (float32, exact products), the
+ * code bytes unpacked in vector lanes (a row's scales decoded one by one made the 4-bit product compute-bound at
+ * half its read speed). The 12 code bytes as three little-endian words w0, w1, w2: sc_0…3 = w0's bytes & 63,
+ * m_0…3 = w1's & 63, sc_4…7 = w2's & 15 with w0's top two bits above, m_4…7 = w2's >> 4 with w1's top bits above.
+ * Dwords of the block's first 16 bytes: 0 = d | dmin, 1 = w0, 2 = w1,
  * 3 = w2; lanes 1, 2 of (v & 63) are sc_0…3 and m_0…3, of ((w2, w2 >> 4) & 15) | ((w0, w1) >> 2 & 0x30) sc_4…7
  * and m_4…7. */
 static inline void q4k_block(const uint8_t *blk, __m256 *sc, __m256 *mn) {
@@ -88,6 +66,17 @@ static inline void q4k_block(const uint8_t *blk, __m256 *sc, __m256 *mn) {
     *sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scb)), _mm256_broadcastss_ps(dd));
     *mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mb)),
                         _mm256_broadcastss_ps(_mm_xor_ps(_mm_movehdup_ps(dd), _mm_set1_ps(-0.f))));
+}
+
+/* A Q4_K row's group scales s_g = d·sc_g and minimum terms mn_g = −dmin·m_g (float32), G groups (q4k_block's
+ * values, a block at a time). */
+static inline void q4k_scales(const uint8_t *wr, int G, float *sg, float *mg) {
+    for (int b = 0; b < G / 8; b++) {
+        __m256 sv, mv;
+        q4k_block(wr + (size_t)b * 144, &sv, &mv);
+        _mm256_storeu_ps(sg + 8 * b, sv);
+        _mm256_storeu_ps(mg + 8 * b, mv);
+    }
 }
 
 #if defined(__AVX512VNNI__)
@@ -228,7 +217,7 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
         }
         const uint8_t *wr = w + (size_t)n * row_bytes;
         const uint16_t *sr = s + (size_t)n * G, *mr = mn + (size_t)n * G;
-        /* sd[m][g] = s[n,g] · d[m,g], eight groups per step (a Q4_K block), so the inner loop only broadcasts a load */
+        /* sd[m][g] = s[n,g] · d[m,g], eight groups per step, so the inner loop only broadcasts a load */
         float sd[MCHUNK][MAXG] __attribute__((aligned(32)));
         int e = 0;
         for (; e + 8 <= G; e += 8) {
@@ -634,30 +623,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-#if defined(__AVX512VNNI__)
-/* 16 float32 → bf16, rounded to nearest even, a NaN kept a NaN: bf16.h's f32_to_bf16 on 16 lanes. */
-static inline __m256i bf16x16(__m512 v) {
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-}
-
-/* One group's 32 weights out: bf16(s·q + mn), q the group's 32 bytes in element order. */
-static inline void dequant_group(const uint8_t *q, float sg, float mg, uint16_t *o) {
-    for (int h = 0; h < 2; h++) {
-        const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * h))));
-        _mm256_storeu_si256((__m256i *)(o + 16 * h), bf16x16(_mm512_fmadd_ps(qf, _mm512_set1_ps(sg), _mm512_set1_ps(mg))));
-    }
-}
-#endif
-
-/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). Every weight
- * is s·q + mn rounded once: s·q is exact in float32 (an fp16 or a Q4_K d·sc times q < 256), so the FMA of the
- * vector path and the multiply-add of the scalar one give the same bits. The vector path: a prefill de-quantised
- * every 4-bit weight of the 1.5B one at a time in ~0.3 s, a third of a 75-token prompt's prefill. */
+/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1) return -1;
@@ -668,31 +634,6 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
         const uint8_t *wr = w + (size_t)n * row_bytes;
         uint16_t *o = out + (size_t)n * K;
         float qs[MAXG], qm[MAXG];
-#if defined(__AVX512VNNI__)
-        if (bits != 6) {
-            if (bits == Q4K) q4k_scales(wr, G, qs, qm);
-            for (int g = 0; g < G; g++) {
-                uint8_t q[32] __attribute__((aligned(32)));
-                const __m128i low4 = _mm_set1_epi8(0x0f);
-                if (bits == Q4K) {  /* g's nibble of each byte of its pair's 32-byte run */
-                    const __m128i sh = _mm_cvtsi32_si128((g & 1) * 4);
-                    for (int h = 0; h < 2; h++)
-                        _mm_store_si128((__m128i *)(q + 16 * h), _mm_and_si128(_mm_srl_epi16(
-                            _mm_loadu_si128((const __m128i *)(wr + Q4K_NIB(g) + 16 * h)), sh), low4));
-                } else if (bits == 4) {  /* q[j] the low nibble of byte j, q[16 + j] its high one */
-                    const __m128i p = _mm_loadu_si128((const __m128i *)(wr + (size_t)g * 16));
-                    _mm_store_si128((__m128i *)q, _mm_and_si128(p, low4));
-                    _mm_store_si128((__m128i *)(q + 16), _mm_and_si128(_mm_srli_epi16(p, 4), low4));
-                } else {
-                    memcpy(q, wr + (size_t)g * GROUP, 32);
-                }
-                const float sg = bits == Q4K ? qs[g] : _cvtsh_ss(s[(size_t)n * G + g]);
-                const float mg = bits == Q4K ? qm[g] : _cvtsh_ss(mn[(size_t)n * G + g]);
-                dequant_group(q, sg, mg, o + (size_t)g * GROUP);
-            }
-            continue;
-        }
-#endif
         if (bits == Q4K) {  /* llama.cpp's dequantize_row_q4_K: d·sc·q − dmin·m in float32 */
             q4k_scales(wr, G, qs, qm);
             for (int g = 0; g < G; g++)

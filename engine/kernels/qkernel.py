@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import torch
@@ -205,27 +204,10 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
     return y
 
 
-# A long forward's de-quantised weight is read once and dropped: one buffer a thread, reused, where a fresh
-# tensor per weight page-faulted 2.6 GB a prefill of the 1.5B (75 tokens: 0.97 → 0.87 s, Zen 4). Weights past
-# SCRATCH_MAX elements (an LM head) get their own tensor, so the buffer stays ≤ 128 MB.
-SCRATCH_MAX = 64 << 20
-_scratch = threading.local()
-
-
-def _dequant_out(n: int, k: int) -> torch.Tensor | None:
-    if n * k > SCRATCH_MAX:
-        return None
-    buf = getattr(_scratch, "buf", None)
-    if buf is None or buf.numel() < n * k:
-        buf = _scratch.buf = torch.empty(n * k, dtype=torch.bfloat16)
-    return buf[: n * k].view(n, k)
-
-
-def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it), into `out` when given."""
+def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it)."""
     n, k = _shape(q, s, bits)
-    out = torch.empty(n, k, dtype=torch.bfloat16) if out is None else out
+    out = torch.empty(n, k, dtype=torch.bfloat16)
     if _lib.speclab_dequant(bits, n, k, q.data_ptr(), s.data_ptr(), mn.data_ptr(), out.data_ptr(),
                             torch.get_num_threads()) != 0:
         raise RuntimeError(f"dequant refused shape N={n} K={k}")
@@ -286,8 +268,7 @@ class QGemmLinear(torch.nn.Module):
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
         with torch.inference_mode():
             if self.dense_rows is not None and x2.shape[0] > self.dense_rows:  # shared by every run of a prompt: batch invariance is not at stake
-                w = dequant_bf16(self.q, self.s, self.mn, self.bits, _dequant_out(self.out_features, self.in_features))
-                y = long_linear(x2, w)
+                y = long_linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
             else:
                 y = qgemm(x2, self.q, self.s, self.mn, self.bits)
         if self.bias is not None:

@@ -151,24 +151,6 @@ def test_a_long_forward_runs_dense_on_the_same_weights(bits):
 
 
 @needs_kernel
-def test_long_forwards_share_one_buffer_and_never_read_another_layers_weights(monkeypatch):
-    """Two layers of different shapes, long forwards in turn: each the product of its own weights, the second
-    de-quantised into the buffer the first used; a weight past SCRATCH_MAX gets a tensor of its own."""
-    a, b = QGemmLinear(torch.randn(48, 4 * GROUP), None, 4), QGemmLinear(torch.randn(20, 2 * GROUP), None, 8)
-    for lin in (a, b):
-        lin.dense_rows = 8
-    xa, xb = (torch.randn(30, lin.in_features, dtype=torch.bfloat16) for lin in (a, b))
-    seen = []
-    real = qkernel.dequant_bf16
-    monkeypatch.setattr(qkernel, "dequant_bf16", lambda *args: seen.append(args[-1].data_ptr()) or real(*args))
-    for lin, x in ((a, xa), (b, xb), (a, xa)):
-        assert torch.equal(lin(x), torch.nn.functional.linear(x, lin.dequantized().to(torch.bfloat16)))
-    assert len(set(seen)) == 1
-    monkeypatch.setattr(qkernel, "SCRATCH_MAX", 100)
-    assert qkernel._dequant_out(48, 4 * GROUP) is None
-
-
-@needs_kernel
 def test_a_long_forward_stays_on_the_kernel_where_the_build_says_never(monkeypatch):
     w = torch.randn(32, 2 * GROUP)
     lin = QGemmLinear(w, None, 4)
