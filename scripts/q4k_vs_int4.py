@@ -4,9 +4,9 @@ in one run: the products alone and a quantized 1.5B decode step.
     python scripts/q4k_vs_int4.py --out docs/results/q4k-vs-int4-<cpu>.json
 
 Parts (each figure the best of `--rounds` interleaved rounds, 2 threads):
-    gemv      QGemmLinear int4 against from_q4k on the 1.5B's shapes, M = 1 and 4, from memory (enough distinct
+    gemv      QGemmLinear int4 against from_blocks (Q4_K) on the 1.5B's shapes, M = 1 and 4, from memory (enough distinct
               copies to pass the last-level cache) and, for one shape, in cache (2 copies): µs a call
-    step      `python -m engine overhead --weights quantized --target qwen2.5-coder-1.5b` with SPECLAB_Q4K=0 / 1,
+    step      `python -m engine overhead --weights quantized --target qwen2.5-coder-1.5b` with SPECLAB_GGUF_BLOCKS=0 / 1,
               alternating processes: the one-token step in ms, median over rounds (needs `make models`; skipped
               without it)
 """
@@ -43,7 +43,7 @@ def gemv(rounds: int) -> list[dict]:
         layers = []
         for _ in range(copies):
             w = torch.randn(n, k, generator=g) * 0.05
-            layers.append((qkernel.QGemmLinear(w, None, 4), qkernel.QGemmLinear.from_q4k(qkernel.q4k_pack(w), None)))
+            layers.append((qkernel.QGemmLinear(w, None, 4), qkernel.QGemmLinear.from_blocks(qkernel.q4k_pack(w), None)))
         x = torch.randn(m, k, generator=g).to(torch.bfloat16)
         best = [float("inf"), float("inf")]
         for _ in range(rounds):
@@ -70,12 +70,12 @@ def step(rounds: int) -> dict | None:
         for r in range(rounds):
             for q in ("0", "1"):
                 out = Path(tmp) / f"{q}-{r}.json"
-                env = {**os.environ, "SPECLAB_Q4K": q, "GOMP_SPINCOUNT": "20000"}
+                env = {**os.environ, "SPECLAB_GGUF_BLOCKS": q, "GOMP_SPINCOUNT": "20000"}
                 subprocess.run([sys.executable, "-m", "engine", "overhead", "--weights", "quantized", "--target",
                                 "qwen2.5-coder-1.5b", "--threads", "2", "--dtype", "bf16", "--out", str(out)],
                                env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 ms[q].append(json.loads(out.read_text())["rows"][0]["step_ms"])
-                print(f"step round {r + 1}, SPECLAB_Q4K={q}: {ms[q][-1]:.2f} ms", flush=True)
+                print(f"step round {r + 1}, SPECLAB_GGUF_BLOCKS={q}: {ms[q][-1]:.2f} ms", flush=True)
     med = {q: sorted(v)[len(v) // 2] for q, v in ms.items()}
     return {"int4_step_ms": ms["0"], "q4k_step_ms": ms["1"], "int4_median_ms": med["0"], "q4k_median_ms": med["1"],
             "q4k_over_int4": med["1"] / med["0"]}

@@ -5,7 +5,7 @@ KL(dense ‖ arm) per position and the share of positions whose top token agrees
     python scripts/quant_fidelity.py --model qwen2.5-coder-1.5b --out docs/results/quant-fidelity-qwen-<cpu>.json
 
 Arms: `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K blocks where the file is on disk,
-Q6_K as int6), `quantized-int4-requant` (the Q4_K tensors re-quantised to int4 groups instead, SPECLAB_Q4K=0: the
+Q6_K as int6), `quantized-int4-requant` (the Q4_K tensors re-quantised to int4 groups instead, SPECLAB_GGUF_BLOCKS=0: the
 mapping before q4k), `quantized-q6k-int8` (that, with the Q6_K tensors at int8: the mapping before int6), `int4`
 (every linear at int4). Why it exists: each format of the quantized path trades bytes a token against fidelity,
 and this is the fidelity side.
@@ -52,19 +52,19 @@ def main() -> int:
     del dense
     rows = []
     for arm in ARMS:
-        saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_Q4K")
+        saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_GGUF_BLOCKS")
         if arm == "quantized-q6k-int8":  # the plan as it was: Q6_K among the 8-bit types
             quant.GGUF_INT6, quant.GGUF_INT8 = (), saved[1] + saved[0]
         if arm in ("quantized-int4-requant", "quantized-q6k-int8"):  # Q4_K re-quantised, not read as stored
-            os.environ["SPECLAB_Q4K"] = "0"
+            os.environ["SPECLAB_GGUF_BLOCKS"] = "0"
         try:
             m = load_model(a.model, "bf16", "cpu", role="model", weights="int4" if arm == "int4" else "quantized")
         finally:
             quant.GGUF_INT6, quant.GGUF_INT8 = saved[:2]
             if saved[2] is None:
-                os.environ.pop("SPECLAB_Q4K", None)
+                os.environ.pop("SPECLAB_GGUF_BLOCKS", None)
             else:
-                os.environ["SPECLAB_Q4K"] = saved[2]
+                os.environ["SPECLAB_GGUF_BLOCKS"] = saved[2]
         kl = agree = n = 0
         with torch.inference_mode():
             for x, ld in zip(tqdm(ids, desc=arm), ref):

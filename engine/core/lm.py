@@ -141,6 +141,10 @@ class HFModel(TargetBase):
             from engine.kernels.dense_kernel import kernel_of
 
             return _SubsetHead(rows, kernel=kernel_of(self.model) != "torch")
+        from engine.kernels import qkernel
+
+        if isinstance(head, qkernel.QGemmLinear) and head.bits in qkernel.BLOCK_FMT:  # a GGUF's own blocks: their rows
+            return qkernel.QGemmLinear.from_blocks(head.q[ids.cpu()], None, head.bits)
         return quantized_linear(rows, None, head.fmt, head.act_dtype)
 
     def reset(self) -> None:

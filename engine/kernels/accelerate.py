@@ -115,8 +115,8 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     """Put one loaded transformers model (or a bare module) on its fastest path for `weights` here; the report.
     `gguf_types`: the GGUF tensor types of a `quantized` model (engine.models.gguf_types); `act_dtype`: the
     quantized kernels' activation dtype (default the model's); `kernel`: 'auto' or 'torch' (torch's int
-    kernels even where ours runs); `gguf_blocks`: the GGUF's own Q4_K blocks (engine.models.gguf_blocks), read as
-    they are by the 4-bit layers on our kernel. Raises ValueError in one line (an unknown weights path, a GPU model on a
+    kernels even where ours runs); `gguf_blocks`: the GGUF's own Q4_K / Q5_0 / Q8_0 blocks (engine.models.gguf_blocks),
+    read as they are by those layers on our kernel. Raises ValueError in one line (an unknown weights path, a GPU model on a
     quantized path, a GGUF type the quantized path cannot run)."""
     from engine.kernels import dense_kernel, qkernel
     from engine.kernels.fast_decoder import use_fast_decoder

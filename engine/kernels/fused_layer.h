@@ -38,6 +38,10 @@
 #endif
 #include "bf16.h"
 
+/* par_gemv's scratch, in floats, for an [M, K] input: 4·M·K bytes and a margin (the quantized build keeps its int8
+ * activations, their scales and its Q5_0 / Q8_0 lanes there, ≤ 3.25·M·K + 126·M + 126 bytes). */
+#define FL_SCRATCH_FLOATS(M, K) ((size_t)(M) * (K) + 64 * (size_t)(M) + 64)
+
 /* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. */
 static void fl_rms_row(int D, const uint16_t *x, const uint16_t *w, float eps, uint16_t *out) {
     float ss = 0.f;
@@ -115,7 +119,7 @@ int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float 
                      uint16_t *qkv, int threads) {
     if (M < 1 || D % 32 || hd % 2 || hd > 512 || N != (nq + 2 * nkv) * hd) return 1;
     uint16_t *xn = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * D);
-    float *scratch = (float *)malloc(sizeof(float) * (size_t)M * D);
+    float *scratch = (float *)malloc(sizeof(float) * FL_SCRATCH_FLOATS(M, D));
     if (!xn || !scratch) {
         free(xn);
         free(scratch);
@@ -135,7 +139,7 @@ int speclab_layer_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da
                       const uint16_t *bgu, const void *wdown, const uint16_t *bdown, uint16_t *out, int threads) {
     if (M < 1 || D % 32 || Da % 32 || I % 32) return 1;
     const int widest = Da > D ? (Da > I ? Da : I) : (D > I ? D : I); /* the widest product input: its scratch */
-    const size_t big = (size_t)M * widest;
+    const size_t big = FL_SCRATCH_FLOATS(M, widest);
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * D * 2);
     uint16_t *gu = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * I * 2);
     uint16_t *act = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * I);
@@ -161,7 +165,7 @@ struct fl_layer {
 
 /* speclab_layer's buffers for M rows of a layer shaped like ly, carved from one allocation. */
 struct fl_bufs {
-    float *scratch, *scores;  /* product scratch [M, widest]; attention scores [threads, L] */
+    float *scratch, *scores;  /* product scratch (FL_SCRATCH_FLOATS(M, widest)); attention scores [threads, L] */
     float *split;             /* attn_split.h's partial sums (AVX-512 builds) */
     uint16_t *xn, *qkv, *a, *h, *y, *gu, *act;
 };
@@ -176,11 +180,11 @@ static char *fl_alloc(const struct fl_layer *ly, int M, int L, int threads, stru
 #else
     const size_t split = 0;
 #endif
-    const size_t n32 = (size_t)M * widest + (size_t)threads * L + split;
+    const size_t n32 = FL_SCRATCH_FLOATS(M, widest) + (size_t)threads * L + split;
     char *mem = (char *)malloc(n32 * sizeof(float) + n16 * sizeof(uint16_t));
     if (!mem) return NULL;
     b->scratch = (float *)mem;
-    b->scores = b->scratch + (size_t)M * widest;
+    b->scores = b->scratch + FL_SCRATCH_FLOATS(M, widest);
     b->split = b->scores + (size_t)threads * L;
     b->xn = (uint16_t *)(b->split + split);
     b->qkv = b->xn + (size_t)M * D;

@@ -14,6 +14,11 @@
  * packing), 128 bytes of nibbles, a pair of groups per 32 bytes (group 2c the low nibbles of bytes 32c … 32c+31,
  * group 2c+1 the high ones); s = d·sc_j and mn = −dmin·m_j in float32 (exact products), so Ŵ is the GGUF's own
  * d·sc·q − dmin·m, at 4.5 bits a weight where the fp16 scale and minimum per 32 make 5.
+ * Q50 (bits = 50) and Q80 (bits = 80): GGUF Q5_0 and Q8_0 blocks as the file stores them, one per group of 32
+ * weights, its fp16 scale d first. Q5_0, 22 bytes: d, 4 bytes qh (bit j the fifth bit of q[j]), 16 bytes of
+ * nibbles packed as a 4-bit group above; Ŵ = d·(q − 16), q ∈ 0…31 — 5.5 bits a weight where our 8-bit groups take
+ * 9. Q8_0, 34 bytes: d, 32 signed bytes; Ŵ = d·q, read as the unsigned q ^ 0x80 with d·(q' − 128) — 8.5 bits. So
+ * s = d and mn = −16·d (−128·d): the minimum terms are summed as d·c and scaled by −16 (−128) once, exactly.
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
@@ -42,9 +47,22 @@
 #endif
 #define MAXG 512 /* K ≤ 16384 */
 #define Q4K 41 /* GGUF Q4_K blocks verbatim (the header above); K a multiple of 256 */
+#define Q50 50 /* GGUF Q5_0 blocks verbatim (the header above) */
+#define Q80 80 /* GGUF Q8_0 blocks verbatim */
+#define B32_BYTES(bits) ((bits) == Q50 ? 22 : 34) /* one Q5_0 / Q8_0 block: 32 weights */
+#define B32_OFF(bits) ((bits) == Q50 ? -16.f : -128.f) /* its minimum term per unit of d */
+#define IS_B32(bits) ((bits) == Q50 || (bits) == Q80)
 #define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 \
-                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (size_t)(K))
-#define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || ((bits) == Q4K && (K) % 256 == 0))
+                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 \
+                            : IS_B32(bits) ? (size_t)(K) / GROUP * B32_BYTES(bits) : (size_t)(K))
+#define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || IS_B32(bits) || ((bits) == Q4K && (K) % 256 == 0))
+
+/* The fp16 scale d of a Q5_0 / Q8_0 block (its first two bytes; blocks are not 2-byte aligned in a row). */
+static inline float b32_d(const uint8_t *blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _cvtsh_ss(h);
+}
 
 /* Block blk's eight scales d·sc_j into *sc and minimum terms −dmin·m_j into *mn (float32, exact products), the
  * code bytes unpacked in vector lanes (a row's scales decoded one by one made the 4-bit product compute-bound at
@@ -357,6 +375,109 @@ static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0,
     }
 }
 
+/* The activations as Q5_0 / Q8_0 rows take them, per row m and pair p of groups (2p, 2p+1), 16 lanes each (a lone
+ * last group: lanes 0–7): bz the integer minimum term −16·Σa of each group in its first lane (0 elsewhere), so
+ * vpdpbusd starting from it sums Σ (q − 16)·a exactly and no float minimum term remains; dz the group's d[m,g] in
+ * its eight lanes. Written once a product (M·⌈G/2⌉·64 bytes each), read from cache by every weight row. */
+static void b32_prep(int M, int K, const int8_t *a, const float *d, int32_t *bz, float *dz) {
+    const int G = K / GROUP, P = (G + 1) / 2;
+    for (int m = 0; m < M; m++)
+        for (int g = 0; g < 2 * P; g++) {
+            int32_t *bv = bz + ((size_t)m * P + g / 2) * 16 + (g & 1) * 8;
+            float *dv = dz + ((size_t)m * P + g / 2) * 16 + (g & 1) * 8;
+            int32_t sum = 0;
+            if (g < G)
+                for (int j = 0; j < GROUP; j++) sum += a[(size_t)m * K + (size_t)g * GROUP + j];
+            for (int l = 0; l < 8; l++) bv[l] = l == 0 ? -16 * sum : 0, dv[l] = g < G ? d[(size_t)m * G + g] : 0.f;
+        }
+}
+
+/* Q5_0 / Q8_0 rows N0…N1 for MC activation rows (BITS a compile-time constant), a pair of blocks per 512-bit step:
+ * the two scales d converted together and spread to their eight lanes; the 64 q built unsigned in their natural
+ * order — Q5_0: each block's 16 nibble bytes broadcast to two 128-bit lanes, shifted by 0 / 4 per lane and masked,
+ * then the fifth bits added by one byte-masked add whose mask is the two qh words themselves; Q8_0: the bytes ^ 0x80
+ * (q + 128: its minimum term is −128·Σa = 8·bz); one vpdpbusd per activation row starting from bz, so
+ * y = Σ_g d_a·d·Σ_k (q − 16)·a, the inner sums exact. Why this shape (a 2-core Zen 4, M = 1 from memory): a first
+ * version with the nibbles interleaved by two cross-lane permutes and a float minimum term per pair ran ~34 µops a
+ * pair and read Q5_0 at 23–27 GB/s, no faster in time than 8-bit groups at 9 bits a weight. The same operations
+ * for a row whatever M is. */
+static inline __attribute__((always_inline)) void rows_b32(const int MC, const int BITS, int N0, int N1, int K,
+        const int8_t *a, const int32_t *bz, const float *dz, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, P = (G + 1) / 2, BB = B32_BYTES(BITS);
+    const size_t row_bytes = (size_t)G * BB;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10), flip = _mm512_set1_epi8((char)0x80);
+    const long long S4 = 0x0004000400040004LL;  /* a shift of 4 in each 16-bit word */
+    const __m512i nshift = _mm512_set_epi64(S4, S4, 0, 0, S4, S4, 0, 0);  /* 128-bit lanes 1, 3: the high nibbles */
+    const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int n = N0; n < N1; n++) {
+        const uint8_t *wr = w + (size_t)n * row_bytes;
+        __m512 acc[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+        int p = 0;
+        for (; 2 * p + 1 < G; p++) {
+            const uint8_t *b0 = wr + (size_t)(2 * p) * BB, *b1 = b0 + BB;
+            _mm_prefetch((const char *)(b0 + VPF), _MM_HINT_T0);
+            if (BITS == Q80) _mm_prefetch((const char *)(b0 + VPF + 64), _MM_HINT_T0);
+            uint16_t h0, h1;
+            memcpy(&h0, b0, 2);
+            memcpy(&h1, b1, 2);
+            const __m512 dw = _mm512_permutexvar_ps(pairidx, _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1))));  /* d₀ ×8, d₁ ×8 */
+            __m512i q;
+            if (BITS == Q50) {
+                const __m512i nib = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 6)))),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b1 + 6))), 1);
+                q = _mm512_and_si512(_mm512_srlv_epi16(nib, nshift), low4);
+                uint32_t q0, q1;
+                memcpy(&q0, b0 + 2, 4);
+                memcpy(&q1, b1 + 2, 4);
+                q = _mm512_mask_add_epi8(q, (__mmask64)q0 | (__mmask64)q1 << 32, q, five);
+            } else {
+                q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                                        _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1), flip);
+            }
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) {
+                const size_t at = ((size_t)m * P + p) * 16;
+                __m512i bias = _mm512_loadu_si512((const void *)(bz + at));
+                if (BITS == Q80) bias = _mm512_slli_epi32(bias, 3);
+                const __m512i dot = _mm512_dpbusd_epi32(bias, q, _mm512_loadu_si512((const void *)(a + (size_t)m * K + (size_t)(2 * p) * GROUP)));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_loadu_ps(dz + at)), acc[m]);
+            }
+        }
+        __m256 acc0[MCHUNK];
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++)
+            acc0[m] = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
+        if (2 * p < G) {  /* a lone last block: the low halves of its pair's vectors */
+            const uint8_t *b0 = wr + (size_t)(2 * p) * BB;
+            const __m256 dw = _mm256_set1_ps(b32_d(b0));
+            __m256i q0;
+            if (BITS == Q50) {
+                const __m256i nib = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 6)));
+                q0 = _mm256_and_si256(_mm256_srlv_epi16(nib, _mm512_castsi512_si256(nshift)), _mm512_castsi512_si256(low4));
+                uint32_t qh;
+                memcpy(&qh, b0 + 2, 4);
+                q0 = _mm256_mask_add_epi8(q0, (__mmask32)qh, q0, _mm512_castsi512_si256(five));
+            } else {
+                q0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b0 + 2)), _mm512_castsi512_si256(flip));
+            }
+#pragma GCC unroll 8
+            for (int m = 0; m < MC; m++) {
+                const size_t at = ((size_t)m * P + p) * 16;
+                __m256i bias = _mm256_loadu_si256((const __m256i *)(bz + at));
+                if (BITS == Q80) bias = _mm256_slli_epi32(bias, 3);
+                const __m256i dot = _mm256_dpbusd_epi32(bias, q0, _mm256_loadu_si256((const __m256i *)(a + (size_t)m * K + (size_t)(2 * p) * GROUP)));
+                acc0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_loadu_ps(dz + at)), acc0[m]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(acc0[m]));
+    }
+}
+
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
  * (their nibbles unpacked once, the activation loads shared). Why this shape (measured on a 2.0 GHz Zen 1
@@ -373,6 +494,13 @@ static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0,
 #ifndef QPF
 #define QPF 4096
 #endif
+/* Bytes 0x10 where bits 0…15 of b are set (byte j for bit j): a Q5_0 group's fifth bits in 16 lanes. */
+static inline __m128i fifth_bits(uint32_t b) {
+    const __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)b), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m128i sel = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, sel), sel), _mm_set1_epi8(0x10));
+}
+
 /* One group g of rows n … n+R-1 against MC activation rows into acc (rows_avx2's loop body). */
 static inline __attribute__((always_inline)) void qgroup(const int MC, const int R, const int bits, int n, int g, int K,
         int G, size_t row_bytes, const int8_t *a, const uint8_t *w, const float *sd, __m128 acc[2][MCHUNK]) {
@@ -387,6 +515,27 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
             lo[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)run), sh), low4);
             hi[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(run + 16)), sh), low4);
             lo[r][1] = hi[r][1] = _mm_setzero_si128();
+            continue;
+        }
+        if (bits == Q50) {  /* as a 4-bit group with each q's fifth bit from qh: q ≤ 31, |Σ| ≤ 4·31·127 in 16 bits */
+            const uint8_t *blk = wr + (size_t)g * 22;
+            const __m128i p = _mm_loadu_si128((const __m128i *)(blk + 6));
+            uint32_t qh;
+            memcpy(&qh, blk + 2, 4);
+            lo[r][0] = _mm_or_si128(_mm_and_si128(p, low4), fifth_bits(qh & 0xffff));
+            hi[r][0] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p, 4), low4), fifth_bits(qh >> 16));
+            lo[r][1] = hi[r][1] = _mm_setzero_si128();
+            continue;
+        }
+        if (bits == Q80) {  /* as an 8-bit group of the unsigned q ^ 0x80 */
+            const uint8_t *blk = wr + (size_t)g * 34;
+            const __m128i flip = _mm_set1_epi8((char)0x80);
+            const __m128i p0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(blk + 2)), flip);
+            const __m128i p1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(blk + 18)), flip);
+            lo[r][0] = _mm_and_si128(p0, low4);
+            hi[r][0] = _mm_and_si128(_mm_srli_epi16(p0, 4), low4);
+            lo[r][1] = _mm_and_si128(p1, low4);
+            hi[r][1] = _mm_and_si128(_mm_srli_epi16(p1, 4), low4);
             continue;
         }
         const uint8_t *wg = wr + (bits == 6 ? NIB6(g) : (size_t)g * (bits == 8 ? GROUP : 16));
@@ -414,7 +563,7 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             __m128i i32;
-            if (bits == 4 || bits == Q4K) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
+            if (bits == 4 || bits == Q4K || bits == Q50) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
                 i32 = _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r][0], a0), _mm_maddubs_epi16(hi[r][0], a1)), ones);
             } else {  /* q = lo + 16·hi, bytes 0–15 against a0, 16–31 against a1 */
                 i32 = _mm_add_epi32(
@@ -433,13 +582,20 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     const size_t row_bytes = ROW_BYTES(bits, K);
     /* sd[(r·MC + m)·G + g] = s[n+r, g] · d[m, g]: the inner loop then only broadcasts a load */
     float sd[2 * MCHUNK * MAXG] __attribute__((aligned(32)));
-    float qm[2][MAXG] __attribute__((aligned(32)));  /* Q4K: the rows' minimum terms, decoded with their scales */
+    float qm[2][MAXG] __attribute__((aligned(32)));  /* Q4K: the rows' minimum terms, decoded with their scales;
+                                                       * Q5_0 / Q8_0: their scales d (× B32_OFF after the sum) */
     __m128 acc[2][MCHUNK];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const uint16_t *sr = s + (size_t)(n + r) * G;
         float *sdr = sd + (size_t)r * MC * G;
         int e = 0;
+        if (IS_B32(bits)) {  /* each block's d, one by one (they sit 22 or 34 bytes apart) */
+            for (; e < G; e++) {
+                const float sv = qm[r][e] = b32_d(w + (size_t)(n + r) * row_bytes + (size_t)e * B32_BYTES(bits));
+                for (int m = 0; m < MC; m++) sdr[(size_t)m * G + e] = sv * d[(size_t)m * G + e];
+            }
+        }
         for (; e + 8 <= G; e += 8) {
             __m256 sv;
             if (bits == Q4K) {
@@ -467,9 +623,11 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     for (; g + 4 <= G; g += 4) {
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : bits == Q4K ? 18 : 16);
+            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : bits == Q4K ? 18
+                                                                             : IS_B32(bits) ? B32_BYTES(bits) : 16);
             _mm_prefetch((const char *)(wg + QPF), _MM_HINT_T0);  /* a line a pass: 4 groups of 4-bit */
             if (bits != 4) _mm_prefetch((const char *)(wg + QPF + 64), _MM_HINT_T0);  /* 6-bit: 96 bytes a pass */
+            if (bits == Q80) _mm_prefetch((const char *)(wg + QPF + 128), _MM_HINT_T0);  /* 136 bytes a pass */
         }
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) qgroup(MC, R, bits, n, g + u, K, G, row_bytes, a, w, sd, acc);
@@ -483,15 +641,16 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
             __m256 mac = _mm256_setzero_ps();
             int h = 0;
             for (; h + 8 <= G; h += 8)
-                mac = _mm256_fmadd_ps(bits == Q4K ? _mm256_load_ps(qm[r] + h)
+                mac = _mm256_fmadd_ps(bits == Q4K || IS_B32(bits) ? _mm256_load_ps(qm[r] + h)
                                                   : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
                                       _mm256_loadu_ps(c + (size_t)m * G + h), mac);
             float tail = 0.f;
-            for (int t = h; t < G; t++) tail += _cvtsh_ss(mr[t]) * c[(size_t)m * G + t];
+            for (int t = h; t < G; t++) tail += (IS_B32(bits) ? qm[r][t] : _cvtsh_ss(mr[t])) * c[(size_t)m * G + t];
             __m128 v = acc[r][m];
             v = _mm_add_ps(v, _mm_movehl_ps(v, v));
             v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-            y[(size_t)m * ldy + n + r] = f32_to_bf16(_mm_cvtss_f32(v) + hsum256(mac) + tail);
+            const float mins = IS_B32(bits) ? B32_OFF(bits) * (hsum256(mac) + tail) : hsum256(mac) + tail;
+            y[(size_t)m * ldy + n + r] = f32_to_bf16(_mm_cvtss_f32(v) + mins);
         }
     }
 }
@@ -510,6 +669,12 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
     } else if (bits == Q4K) {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q4K, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, Q4K, n, K, a, d, c, w, s, mn, y, ldy);
+    } else if (bits == Q50) {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q50, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, Q50, n, K, a, d, c, w, s, mn, y, ldy);
+    } else if (bits == Q80) {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q80, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, Q80, n, K, a, d, c, w, s, mn, y, ldy);
     } else {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 8, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 8, n, K, a, d, c, w, s, mn, y, ldy);
@@ -518,7 +683,8 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 #endif
 
 static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
-                 const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *y, int ldy) {
+                 const int32_t *bz, const float *dz, const uint8_t *w, const uint16_t *s, const uint16_t *mn,
+                 uint16_t *y, int ldy) {
 #if defined(__AVX512VNNI__)
     if (bits == Q4K) {  /* Q4_K rows: their own body (rows_q4k), one per chunk size */
         switch (mc) {
@@ -531,6 +697,20 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
             case 7: rows_q4k(7, N0, N1, K, a, d, c, w, y, ldy); break;
             default: rows_q4k(8, N0, N1, K, a, d, c, w, y, ldy); break;
         }
+        return;
+    }
+    if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
+#define B32_CASES(BITS) switch (mc) { \
+            case 1: rows_b32(1, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 2: rows_b32(2, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 3: rows_b32(3, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 4: rows_b32(4, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 5: rows_b32(5, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 6: rows_b32(6, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            case 7: rows_b32(7, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
+            default: rows_b32(8, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; }
+        if (bits == Q50) B32_CASES(Q50) else B32_CASES(Q80)
+#undef B32_CASES
         return;
     }
 #endif
@@ -555,27 +735,41 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
                   const uint16_t *mn, uint16_t *y, int nthreads) {
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
     int G = K / GROUP;
+    const size_t P16 = (size_t)(G + 1) / 2 * 16;  /* b32_prep's lanes a row */
     int8_t *a = (int8_t *)malloc((size_t)M * K);
     float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
-    if (!a || !d || !c) {
-        free(a); free(d); free(c);
+    int32_t *bz = NULL;
+    float *dz = NULL;
+#if defined(__AVX512VNNI__)
+    if (IS_B32(bits)) bz = (int32_t *)malloc(sizeof(int32_t) * M * P16), dz = (float *)malloc(sizeof(float) * M * P16);
+    const int need_b32 = IS_B32(bits);
+#else
+    const int need_b32 = 0;
+#endif
+    if (!a || !d || !c || (need_b32 && (!bz || !dz))) {
+        free(a); free(d); free(c); free(bz); free(dz);
         return -1;
     }
     quantize_x(x, M, K, a, d, c);
+#if defined(__AVX512VNNI__)
+    if (need_b32) b32_prep(M, K, a, d, bz, dz);
+#endif
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
         const int8_t *am = a + (size_t)m0 * K;
         const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * G;
+        const int32_t *bm = bz ? bz + (size_t)m0 * P16 : NULL;
+        const float *zm = dz ? dz + (size_t)m0 * P16 : NULL;
         uint16_t *ym = y + (size_t)m0 * N;
         int block = 64;
         int nb = (N + block - 1) / block;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
         for (int b = 0; b < nb; b++) {
             int n0 = b * block, n1 = n0 + block < N ? n0 + block : N;
-            rows(mc, bits, n0, n1, K, am, dm, cm, w, s, mn, ym, N);
+            rows(mc, bits, n0, n1, K, am, dm, cm, bm, zm, w, s, mn, ym, N);
         }
     }
-    free(a); free(d); free(c);
+    free(a); free(d); free(c); free(bz); free(dz);
     return 0;
 }
 
@@ -590,16 +784,26 @@ struct qweight {
 };
 
 /* speclab_qgemm's product inside an OpenMP parallel region: activations quantized once (into `scratch`, which
- * holds ≥ 4·M·K bytes), blocks of 64 rows shared out per segment, then a barrier; the bias is added after the
- * rounding, in bf16, as QGemmLinear.forward adds it. */
+ * holds FL_SCRATCH_FLOATS(M, K) floats: a, d, c and b32_prep's lanes), blocks of 64 rows shared out per segment,
+ * then a barrier; the bias is added after the rounding, in bf16, as QGemmLinear.forward adds it. */
 static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, const void *wh, const uint16_t *b,
                      uint16_t *y) {
     const struct qweight *W = (const struct qweight *)wh;
     const int G = K / GROUP;
+    const size_t P16 = (size_t)(G + 1) / 2 * 16;
     int8_t *a = (int8_t *)scratch;
     float *d = (float *)(a + (((size_t)M * K + 63) & ~(size_t)63)), *c = d + (size_t)M * G;
+    int32_t *bz = (int32_t *)(c + (size_t)M * G);
+    float *dz = (float *)(bz + (size_t)M * P16);
+    int any_b32 = 0;
+    for (int sg = 0; sg < W->nseg; sg++) any_b32 |= IS_B32(W->bits[sg]);
 #pragma omp single
-    quantize_x(x, M, K, a, d, c);
+    {
+        quantize_x(x, M, K, a, d, c);
+#if defined(__AVX512VNNI__)
+        if (any_b32) b32_prep(M, K, a, d, bz, dz);
+#endif
+    }
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         const int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
         int col = 0;
@@ -609,7 +813,8 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             for (int bk = 0; bk < nb; bk++) {
                 const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
                 rows(mc, W->bits[sg], n0, n1, K, a + (size_t)m0 * K, d + (size_t)m0 * G, c + (size_t)m0 * G,
-                     W->q[sg], W->s[sg], W->mn[sg], y + (size_t)m0 * N + col, N);
+                     bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
+                     y + (size_t)m0 * N + col, N);
             }
             col += n;
         }
@@ -639,6 +844,20 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
             for (int g = 0; g < G; g++)
                 for (int j = 0; j < GROUP; j++)
                     o[(size_t)g * GROUP + j] = f32_to_bf16(qs[g] * (float)((wr[Q4K_NIB(g) + j] >> ((g & 1) * 4)) & 0x0f) + qm[g]);
+            continue;
+        }
+        if (IS_B32(bits)) {  /* llama.cpp's dequantize_row_q5_0 / q8_0: d·(q − 16), d·q in float32 */
+            for (int g = 0; g < G; g++) {
+                const uint8_t *blk = wr + (size_t)g * B32_BYTES(bits);
+                const float dg = b32_d(blk);
+                uint32_t qh;
+                memcpy(&qh, blk + 2, 4);
+                for (int j = 0; j < GROUP; j++) {
+                    const int q = bits == Q80 ? (int)(int8_t)blk[2 + j]
+                                : (int)((j < 16 ? blk[6 + j] & 0x0f : blk[6 + j - 16] >> 4) | ((qh >> j) & 1) << 4) - 16;
+                    o[(size_t)g * GROUP + j] = f32_to_bf16(dg * (float)q);
+                }
+            }
             continue;
         }
         for (int g = 0; g < G; g++) {

@@ -6,10 +6,12 @@ build where the CPU has it, else an AVX2 build, called through ctypes on tensors
     variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
-    QGemmLinear.from_q4k(blocks, bias)   a GGUF Q4_K tensor's own blocks, read as the file stores them
-                                      (Q4K: d·sc·q − dmin·m, 4.5 bits a weight; qgemm.c's header)
-    q4k_unpack(blocks) -> Ŵ           llama.cpp's dequantize_row_q4_K in torch (float32), the reference
-    q4k_pack(weight) -> blocks        a plain Q4_K encoder, for tests (llama.cpp's own searches better scales)
+    QGemmLinear.from_blocks(blocks, bias, bits)   a GGUF tensor's own blocks, read as the file stores them
+                                      (qgemm.c's header): Q4K (Q4_K: d·sc·q − dmin·m, 4.5 bits a weight), Q50
+                                      (Q5_0: d·(q − 16), 5.5 bits), Q80 (Q8_0: d·q, 8.5 bits)
+    block_unpack(blocks, bits) -> Ŵ   llama.cpp's dequantize_row_* of those in torch (float32), the reference
+    q4k_pack / q50_pack / q80_pack(weight) -> blocks   plain encoders, for tests (llama.cpp's own search
+                                      better scales for Q4_K)
 
 Why our own: torch's int4 / int8 CPU kernels (aten._weight_int4pack_mm_for_cpu, _weight_int8pack_mm)
 stream ~8 GB/s of packed int4 on a 2-core EPYC, a third of what llama.cpp reaches on the same GGUF.
@@ -39,8 +41,11 @@ VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CP
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 GROUP = 32
 Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
-BITS = (4, 6, 8, Q4K)  # the formats qgemm.c reads
+Q50, Q80 = 50, 80  # qgemm.c's codes for GGUF Q5_0 and Q8_0 blocks read verbatim
+BITS = (4, 6, 8, Q4K, Q50, Q80)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
+B32_BYTES = {Q50: 22, Q80: 34}  # bytes of one Q5_0 / Q8_0 block (32 weights)
+BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0"}  # a GGUF block format's name in reports
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -161,17 +166,80 @@ def q4k_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.cat([head, codes, runs.reshape(n, -1, 128)], dim=-1).reshape(n, -1).contiguous()
 
 
+def _b32(blocks: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d [N, G] float32, the block bytes after d [N, G, 20 | 32]) of Q5_0 / Q8_0 blocks [N, G·22 | G·34]."""
+    b = blocks.reshape(blocks.shape[0], -1, B32_BYTES[bits])
+    return b[..., :2].contiguous().view(torch.float16)[..., 0].float(), b[..., 2:]
+
+
+def q50_unpack(blocks: torch.Tensor) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of Q5_0 blocks: d·(q − 16), q = nibble | fifth bit from qh (llama.cpp's layout)."""
+    d, rest = _b32(blocks, Q50)
+    qh = rest[..., :4].long()
+    bitsw = qh[..., 0] | (qh[..., 1] << 8) | (qh[..., 2] << 16) | (qh[..., 3] << 24)  # [N, G]
+    nib = rest[..., 4:].long()
+    q = torch.cat([nib & 15, nib >> 4], dim=-1) | (((bitsw[..., None] >> torch.arange(32)) & 1) << 4)
+    return (d[..., None] * (q - 16).float()).reshape(blocks.shape[0], -1)
+
+
+def q80_unpack(blocks: torch.Tensor) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of Q8_0 blocks: d·q, q signed."""
+    d, rest = _b32(blocks, Q80)
+    return (d[..., None] * rest.contiguous().view(torch.int8).float()).reshape(blocks.shape[0], -1)
+
+
+def block_unpack(blocks: torch.Tensor, bits: int) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of a GGUF block format's blocks (Q4K, Q50, Q80), as llama.cpp de-quantises them."""
+    return {Q4K: q4k_unpack, Q50: q50_unpack, Q80: q80_unpack}[bits](blocks)
+
+
+def _b32_pack(weight: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d fp16 [N, G], q int [N, G, 32] in lo…hi) of symmetric round-to-nearest per group of 32 (ggml's choice of
+    d: the value of largest magnitude maps to lo, as quantize_row_q5_0 / q8_0 do)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP:
+        raise ValueError(f"Q5_0 / Q8_0 need rows of a multiple of {GROUP} weights, got {k}")
+    g = w.reshape(n, k // GROUP, GROUP)
+    at = g.abs().argmax(dim=2, keepdim=True)
+    d = (g.gather(2, at)[..., 0] / lo).to(torch.float16)
+    inv = torch.where(d.float() != 0, 1 / d.float().clamp(min=-3e38, max=3e38), 0)
+    return d, (g * inv[..., None]).round().clamp(lo, hi).long()
+
+
+def q50_pack(weight: torch.Tensor) -> torch.Tensor:
+    """Q5_0 blocks [N, K/32·22] uint8 of weight [N, K]: d (fp16), qh, 16 bytes of nibbles. For tests."""
+    d, q = _b32_pack(weight, -16, 15)
+    q = q + 16
+    n, G = d.shape
+    qh = ((q >> 4) << torch.arange(32)).sum(dim=-1)  # [N, G] the fifth bits
+    qh_b = torch.stack([(qh >> (8 * i)) & 255 for i in range(4)], dim=-1)
+    nib = (q[..., :16] & 15) | ((q[..., 16:] & 15) << 4)
+    head = d[..., None].contiguous().view(torch.uint8)  # [N, G, 2]
+    return torch.cat([head, qh_b.to(torch.uint8), nib.to(torch.uint8)], dim=-1).reshape(n, G * 22).contiguous()
+
+
+def q80_pack(weight: torch.Tensor) -> torch.Tensor:
+    """Q8_0 blocks [N, K/32·34] uint8 of weight [N, K]: d (fp16), 32 signed bytes. For tests."""
+    d, q = _b32_pack(weight, -127, 127)  # d = x_max / −127 (ggml takes |x|max / 127: either sign reads back)
+    n, G = d.shape
+    head = d[..., None].contiguous().view(torch.uint8)
+    return torch.cat([head, q.to(torch.int8).view(torch.uint8)], dim=-1).reshape(n, G * 34).contiguous()
+
+
 def _shape(q: torch.Tensor, s: torch.Tensor, bits: int) -> tuple[int, int]:
-    """(N, K) of a packed weight: from its scales, or for Q4K (no separate scales) from its blocks."""
+    """(N, K) of a packed weight: from its scales, or for a GGUF block format (no separate scales) its blocks."""
     if bits == Q4K:
         return q.shape[0], q.shape[1] // Q4K_BYTES * Q4K_BLOCK
+    if bits in B32_BYTES:
+        return q.shape[0], q.shape[1] // B32_BYTES[bits] * GROUP
     return s.shape[0], s.shape[1] * GROUP
 
 
 def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
     """Ŵ [N, K] (float32) as the kernel reads it."""
-    if bits == Q4K:
-        return q4k_unpack(q)
+    if bits in BLOCK_FMT:
+        return block_unpack(q, bits)
     n, G = s.shape
     if bits == 4:
         b = q.reshape(n, G, 16)
@@ -234,13 +302,13 @@ class QGemmLinear(torch.nn.Module):
                  packed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
         super().__init__()
         if bits not in BITS:
-            raise ValueError(f"qgemm takes {', '.join(map(str, BITS[:3]))}-bit weights or Q4_K blocks, not {bits}")
+            raise ValueError(f"qgemm takes {', '.join(map(str, BITS[:3]))}-bit weights or Q4_K / Q5_0 / Q8_0 blocks, not {bits}")
         q, s, mn = packed if packed is not None else pack(weight, bits)
         self.register_buffer("q", q)
         self.register_buffer("s", s)
         self.register_buffer("mn", mn)
         self.bits = bits
-        self.fmt = "q4k" if bits == Q4K else f"int{bits}"
+        self.fmt = BLOCK_FMT.get(bits, f"int{bits}")
         self.batch_invariant = True  # each output row is computed the same way whatever M is (qgemm.c)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.out_features, self.in_features = _shape(q, s, bits) if packed is not None else weight.shape
@@ -248,13 +316,18 @@ class QGemmLinear(torch.nn.Module):
         self.dense_rows = dense_rows()  # looked up once: variant() reads the CPU's flags
 
     @classmethod
-    def from_q4k(cls, blocks: torch.Tensor, bias: torch.Tensor | None) -> "QGemmLinear":
-        """The layer of a GGUF Q4_K tensor's blocks [N, K/256·144] uint8, read as they are (no scales of ours:
-        `s` and `mn` are empty)."""
-        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % Q4K_BYTES:
-            raise ValueError(f"Q4_K blocks must be uint8 [N, K/256·144], got {tuple(blocks.shape)} {blocks.dtype}")
+    def from_blocks(cls, blocks: torch.Tensor, bias: torch.Tensor | None, bits: int = Q4K) -> "QGemmLinear":
+        """The layer of a GGUF tensor's blocks, read as they are (no scales of ours: `s` and `mn` are empty):
+        Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], uint8."""
+        if bits not in BLOCK_FMT:
+            raise ValueError(f"GGUF blocks are Q4K, Q50 or Q80, not {bits}")
+        row = Q4K_BYTES if bits == Q4K else B32_BYTES[bits]
+        name = {Q4K: "Q4_K blocks must be uint8 [N, K/256·144]", Q50: "Q5_0 blocks must be uint8 [N, K/32·22]",
+                Q80: "Q8_0 blocks must be uint8 [N, K/32·34]"}[bits]
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % row or blocks.shape[1] == 0:
+            raise ValueError(f"{name}, got {tuple(blocks.shape)} {blocks.dtype}")
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
-        return cls(None, bias, Q4K, packed=(blocks.contiguous(), empty, empty.clone()))
+        return cls(None, bias, bits, packed=(blocks.contiguous(), empty, empty.clone()))
 
     @staticmethod
     def fits(weight: torch.Tensor) -> bool:

@@ -23,6 +23,9 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            minimum per 32) and moves a weight wherever a group does not span its 16 levels. The 1.5B's
            next-token KL to the dense path 0.0127 → 0.0030, top-1 agreement 93.6 → 95.9 % (scripts/
            quant_fidelity.py, the file below), at 1.003 GB a token against 1.073
+    q5_0, q8_0   (our qgemm kernel only) a GGUF Q5_0 / Q8_0 tensor's own blocks in the same way (d·(q − 16),
+           d·q per 32): 5.5 and 8.5 bits a weight where int8 groups take 9 — the 0.5B draft's Q4_K_M file is mostly
+           Q5_0 (its 896-wide rows are not whole Q4_K blocks) with a Q8_0 head
     int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
            the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
            projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
@@ -203,23 +206,26 @@ def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None
     return out
 
 
-def _q4k_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.nn.Module | None, str | None]:
-    """(QGemmLinear of the GGUF's own Q4_K blocks, None) for a linear the provider has, when rows of them
-    de-quantise to its loaded weight exactly (so the file, the names and the row order are the model's); else
-    (None, why) — the caller re-quantises to int4 — or (None, None) where the provider has no such tensor."""
+def _block_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.nn.Module | None, str | None]:
+    """(QGemmLinear of the GGUF's own blocks, None) for a linear the provider has (Q4_K, Q5_0, Q8_0), the first
+    of `names` whose rows de-quantise to the loaded weight exactly (so the file, the names and the row order are
+    the model's); else (None, why) — the caller re-quantises — or (None, None) where the provider has none."""
     from engine.kernels import qkernel
 
-    hit = next((n for n in names if n in blocks), None)
-    if hit is None:
-        return None, None
-    b = blocks(hit)
+    hits = [n for n in names if n in blocks]
+    why = None
     n, k = lin.weight.shape
-    if b.shape != (n, k // qkernel.Q4K_BLOCK * qkernel.Q4K_BYTES) or k % qkernel.Q4K_BLOCK:
-        return None, f"{hit}: GGUF blocks {tuple(b.shape)} do not match the weight {tuple(lin.weight.shape)}"
     rows = sorted({0, n // 3, n // 2, n - 1})
-    if not torch.equal(qkernel.q4k_unpack(b[rows]).to(lin.weight.dtype), lin.weight[rows]):
-        return None, f"{hit}: the GGUF's blocks are not the loaded weights (another file?)"
-    return qkernel.QGemmLinear.from_q4k(b, lin.bias), None
+    for hit in hits:
+        b, bits = blocks(hit), blocks.bits(hit)
+        per, size = (qkernel.Q4K_BLOCK, qkernel.Q4K_BYTES) if bits == qkernel.Q4K else (qkernel.GROUP, qkernel.B32_BYTES[bits])
+        if b.shape != (n, k // per * size) or k % per:
+            why = why or f"{hit}: GGUF blocks {tuple(b.shape)} do not match the weight {tuple(lin.weight.shape)}"
+        elif not torch.equal(qkernel.block_unpack(b[rows], bits).to(lin.weight.dtype), lin.weight[rows]):
+            why = why or f"{hit}: the GGUF's blocks are not the loaded weights (another file?)"
+        else:
+            return qkernel.QGemmLinear.from_blocks(b, lin.bias, bits), None
+    return None, why
 
 
 @torch.inference_mode()
@@ -232,9 +238,9 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
 
     A tied output head keeps the dense tensor for the embedding lookup (a gather: no bandwidth) and
     gets its own packed copy for the head. `model.speclab_weights` records the path (the pair check).
-    `gguf_blocks` (engine.models.gguf_blocks.Q4KBlocks): the GGUF's Q4_K tensors, which an int4 layer then
-    reads as they are (`q4k`) on our qgemm kernel; a tensor whose blocks are not the loaded weights is
-    re-quantised and named in the report's notes."""
+    `gguf_blocks` (engine.models.gguf_blocks.GGUFBlocks): the GGUF's Q4_K, Q5_0 and Q8_0 tensors, which their
+    layers then read as they are (`q4k`, `q5_0`, `q8_0`) on our qgemm kernel; a tensor whose blocks are not the
+    loaded weights is re-quantised and named in the report's notes."""
     p = plan(model, weights, gguf_types)
     model.speclab_weights = weights
     if weights == "dense":
@@ -248,7 +254,7 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
     dense_b = quant_b = 0
     from engine.kernels import qkernel
 
-    q4k_ok = gguf_blocks is not None and kernel == "auto" and qkernel.available() is None
+    blocks_ok = gguf_blocks is not None and kernel == "auto" and qkernel.available() is None
     for name, fmt in p.items():
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -257,11 +263,11 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
             counts["dense"] = counts.get("dense", 0) + 1
             continue
         q = None
-        if fmt == "int4" and q4k_ok:
+        if blocks_ok:
             head = name == "lm_head" or lin is model.get_output_embeddings()
-            q, why = _q4k_layer(lin, [name + ".weight"] + (["model.embed_tokens.weight"] if head else []), gguf_blocks)
+            q, why = _block_layer(lin, [name + ".weight"] + (["model.embed_tokens.weight"] if head else []), gguf_blocks)
             if why:
-                notes.append(f"int4 re-quantised for {why}")
+                notes.append(f"{fmt} re-quantised for {why}")
         if q is None:
             q = quantized_linear(lin.weight, lin.bias, fmt, act, kernel)
         if name == "lm_head" or lin is model.get_output_embeddings():

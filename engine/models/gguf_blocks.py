@@ -1,16 +1,18 @@
-"""A GGUF file's Q4_K tensors as their raw blocks, by transformers name: what the quantized path reads where
-the file is on disk (`make models` keeps it for the peers), so its 4-bit layers are the GGUF's own weights at the
-GGUF's own 4.5 bits (engine.kernels.qkernel.QGemmLinear.from_q4k) rather than a re-quantisation of their
-de-quantised values at 5.
+"""A GGUF file's Q4_K, Q5_0 and Q8_0 tensors as their raw blocks, by transformers name: what the quantized path
+reads where the file is on disk (`make models` keeps it for the peers), so those layers are the GGUF's own weights
+at the GGUF's own bits (engine.kernels.qkernel.QGemmLinear.from_blocks) rather than a re-quantisation of their
+de-quantised values — Q4_K at 4.5 bits a weight where int4 groups take 5, Q5_0 at 5.5 where int8 takes 9, Q8_0 at
+8.5.
 
-    Q4KBlocks(path)            memory-maps the file's tensor data (its header parsed once: provision.gguf_tensors)
-    Q4KBlocks(path)(hf_name)   uint8 [N, K/256·144]: that tensor's blocks, row by row as the file stores them;
-                               None for a tensor that is not Q4_K or not in the file
-    q4k_source(model) -> Q4KBlocks | None    an installed model's pinned GGUF, when it is on disk and
-                               SPECLAB_Q4K is not 0 (0: the re-quantised int4 layers, for comparisons)
+    GGUFBlocks(path)            memory-maps the file's tensor data (its header parsed once: provision.gguf_tensors)
+    GGUFBlocks(path)(hf_name)   uint8 [N, row bytes]: that tensor's blocks, row by row as the file stores them;
+                                None for a tensor of another type or not in the file
+    GGUFBlocks(path).bits(hf_name)   its qgemm code (qkernel.Q4K, Q50, Q80), None likewise
+    gguf_source(model) -> GGUFBlocks | None   an installed model's pinned GGUF, when it is on disk and
+                                SPECLAB_GGUF_BLOCKS is not 0 (0: every layer re-quantised, for comparisons)
 
-A Q4_K tensor of ggml dims [K, N] is N rows of K / 256 blocks of 144 bytes (qgemm.c's header: d, dmin, 12 bytes of
-scale and minimum codes, 128 of nibbles). Names map as engine.models.gguf_types maps them.
+A tensor of ggml dims [K, N] is N rows of K / (weights a block) blocks (qgemm.c's header gives each layout).
+Names map as engine.models.gguf_types maps them.
 """
 
 from __future__ import annotations
@@ -23,46 +25,54 @@ import torch
 
 from engine.models.gguf_types import hf_name
 
-Q4_K = 12  # ggml's type number
-BLOCK, BLOCK_BYTES = 256, 144
+# ggml type number → (name, qgemm code, weights a block, bytes a block); codes as engine.kernels.qkernel's
+TYPES = {12: ("Q4_K", 41, 256, 144), 6: ("Q5_0", 50, 32, 22), 8: ("Q8_0", 80, 32, 34)}
 
 
-class Q4KBlocks:
+class GGUFBlocks:
     def __init__(self, path: Path) -> None:
         from engine.models.provision import gguf_tensors
 
         self.path = Path(path)
         start, _, tensors = gguf_tensors(self.path)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        self._q4k = {}
+        self._at = {}
         for name, dims, ttype, offset, nbytes in tensors:
             hf = hf_name(name)
-            if hf is None or ttype != Q4_K or len(dims) != 2 or dims[0] % BLOCK:
+            if hf is None or ttype not in TYPES or len(dims) != 2:
                 continue
+            tname, code, per, size = TYPES[ttype]
             k, n = dims
-            if nbytes != n * k // BLOCK * BLOCK_BYTES or start + offset + nbytes > self._map.size:
-                raise ValueError(f"{self.path.name}: tensor {name} does not fit its Q4_K shape {dims} (truncated file? "
-                                 "`python -m engine models --keep-gguf` re-assembles it; SPECLAB_Q4K=0 loads without it)")
-            self._q4k[hf] = (start + offset, n, k // BLOCK * BLOCK_BYTES)
+            if k % per:
+                continue
+            if nbytes != n * k // per * size or start + offset + nbytes > self._map.size:
+                raise ValueError(f"{self.path.name}: tensor {name} does not fit its {tname} shape {dims} (truncated "
+                                 "file? `python -m engine models --keep-gguf` re-assembles it; SPECLAB_GGUF_BLOCKS=0 "
+                                 "loads without it)")
+            self._at[hf] = (start + offset, n, k // per * size, code)
 
     def __contains__(self, hf: str) -> bool:
-        return hf in self._q4k
+        return hf in self._at
+
+    def bits(self, hf: str) -> int | None:
+        got = self._at.get(hf)
+        return None if got is None else got[3]
 
     def __call__(self, hf: str) -> torch.Tensor | None:
-        got = self._q4k.get(hf)
+        got = self._at.get(hf)
         if got is None:
             return None
-        at, n, row = got
+        at, n, row, _ = got
         return torch.from_numpy(np.array(self._map[at:at + n * row]).reshape(n, row))
 
 
-def q4k_source(model: str) -> Q4KBlocks | None:
-    """The pinned GGUF of an installable model (engine.models.provision.MODELS) as Q4KBlocks, when on disk."""
-    if os.environ.get("SPECLAB_Q4K", "1") == "0":
+def gguf_source(model: str) -> GGUFBlocks | None:
+    """The pinned GGUF of an installable model (engine.models.provision.MODELS) as GGUFBlocks, when on disk."""
+    if os.environ.get("SPECLAB_GGUF_BLOCKS", "1") == "0":
         return None
     from engine.models.provision import MODELS, gguf_path
 
     if model not in MODELS:
         return None
     p = gguf_path(MODELS[model])
-    return Q4KBlocks(p) if p.is_file() else None
+    return GGUFBlocks(p) if p.is_file() else None

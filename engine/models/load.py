@@ -154,12 +154,12 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "auto", device: str
         model = model.to(dev)
     types, act, blocks = None, None, None
     if weights != "dense":
-        from engine.models.gguf_blocks import q4k_source
+        from engine.models.gguf_blocks import gguf_source
         from engine.models.gguf_types import types_for
 
         q = qwen_name(name_or_path)
         types = types_for(q[0]) if (weights == "quantized" and q is not None) else None
-        blocks = q4k_source(q[0]) if types else None  # the GGUF's own 4-bit blocks, where the file is on disk
+        blocks = gguf_source(q[0]) if types else None  # the GGUF's own Q4_K / Q5_0 / Q8_0 blocks, where the file is on disk
         # bf16 activations where bf16 is native: the int4 kernel in fp32 is ~25× slower (engine.kernels.quant)
         act = torch.bfloat16 if (dt == torch.bfloat16 or native_bf16(dev)) else dt
     from engine.kernels.accelerate import accelerate

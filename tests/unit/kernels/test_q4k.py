@@ -40,16 +40,16 @@ def test_rows_that_are_not_whole_blocks_are_refused():
     with pytest.raises(ValueError, match="multiple of 256"):
         qkernel.q4k_pack(torch.zeros(4, 288))
     with pytest.raises(ValueError, match="uint8"):
-        qkernel.QGemmLinear.from_q4k(torch.zeros(4, 144, dtype=torch.float32), None)
+        qkernel.QGemmLinear.from_blocks(torch.zeros(4, 144, dtype=torch.float32), None)
     with pytest.raises(ValueError, match="uint8"):
-        qkernel.QGemmLinear.from_q4k(torch.zeros(4, 100, dtype=torch.uint8), None)
+        qkernel.QGemmLinear.from_blocks(torch.zeros(4, 100, dtype=torch.uint8), None)
 
 
 @needs_kernel
 @pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960)])
 def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
     w = _weights(n, k, seed=k)
-    lin = qkernel.QGemmLinear.from_q4k(qkernel.q4k_pack(w), None)
+    lin = qkernel.QGemmLinear.from_blocks(qkernel.q4k_pack(w), None)
     assert lin.fmt == "q4k" and (lin.out_features, lin.in_features) == (n, k)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 144  # 4.5 bits a weight
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
@@ -70,7 +70,7 @@ def test_a_scale_or_minimum_code_read_wrong_moves_the_output():
     for byte, mask in ((4, 0x40), (15, 0x10), (16, 0x01)):  # sc_4's bit 4, m_7's bit 0, a nibble of group 0
         c = b.clone()
         c[:, byte] ^= mask
-        lin = qkernel.QGemmLinear.from_q4k(c, None)
+        lin = qkernel.QGemmLinear.from_blocks(c, None)
         ref = x.float() @ qkernel.q4k_unpack(c).T
         assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02, byte
         assert not torch.equal(qkernel.q4k_unpack(c), qkernel.q4k_unpack(b))
@@ -79,7 +79,7 @@ def test_a_scale_or_minimum_code_read_wrong_moves_the_output():
 def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
     code = (
         "w = torch.randn(47, 768) * 0.05\n"
-        "lin = qkernel.QGemmLinear.from_q4k(qkernel.q4k_pack(w), None)\n"
+        "lin = qkernel.QGemmLinear.from_blocks(qkernel.q4k_pack(w), None)\n"
         "x = (torch.randn(9, 768) * 4).to(torch.bfloat16)\n"
         "ref = x.float() @ qkernel.q4k_unpack(lin.q).T\n"
         "assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02\n"
@@ -93,14 +93,14 @@ def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
 @needs_kernel
 def test_a_model_takes_a_ggufs_blocks_only_where_they_are_its_weights(tmp_path):
     from engine.kernels.quant import quantize_model
-    from engine.models.gguf_blocks import Q4KBlocks
+    from engine.models.gguf_blocks import GGUFBlocks
 
     model = _tiny_qwen()
     q4k = [f"model.layers.{i}.{m}.weight" for i in range(2)
            for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
     _write_gguf(tmp_path / "m.gguf", model, q4k, swap_rows="model.layers.1.mlp.up_proj.weight")
     x = torch.randint(0, 96, (1, 12))
-    report = quantize_model(model, "int4", gguf_blocks=Q4KBlocks(tmp_path / "m.gguf"))
+    report = quantize_model(model, "int4", gguf_blocks=GGUFBlocks(tmp_path / "m.gguf"))
     kinds = {n: m.fmt for n, m in model.named_modules() if hasattr(m, "fmt")}
     assert sum(f == "q4k" for f in kinds.values()) == len(q4k) - 1
     assert kinds["model.layers.1.mlp.up_proj"] == "int4"  # its file rows are not the model's: re-quantised
@@ -110,7 +110,7 @@ def test_a_model_takes_a_ggufs_blocks_only_where_they_are_its_weights(tmp_path):
     for name in q4k[:-1]:  # the layers read the file's own weights
         lin = model.get_submodule(name.rsplit(".", 1)[0])
         assert torch.equal(qkernel.q4k_unpack(lin.q).to(torch.bfloat16),
-                           qkernel.q4k_unpack(Q4KBlocks(tmp_path / "m.gguf")(name)).to(torch.bfloat16))
+                           qkernel.q4k_unpack(GGUFBlocks(tmp_path / "m.gguf")(name)).to(torch.bfloat16))
     lin = model.get_submodule("model.layers.0.mlp.gate_proj")  # a q4k layer against its dense weights
     h = torch.randn(3, 256).to(torch.bfloat16)
     want = h.float() @ qkernel.q4k_unpack(lin.q).T
@@ -125,7 +125,7 @@ def test_the_one_call_layer_runs_q4k_products_batch_invariant(tmp_path):
     from engine.kernels.fast_layer import use_fast_layers
     from engine.kernels.quant import quantize_model
     from engine.kernels.rowwise_attention import use_rowwise
-    from engine.models.gguf_blocks import Q4KBlocks
+    from engine.models.gguf_blocks import GGUFBlocks
     from tests.unit.kernels.test_fused import _steps_and_verify
 
     model = _tiny_qwen()
@@ -133,7 +133,7 @@ def test_the_one_call_layer_runs_q4k_products_batch_invariant(tmp_path):
            for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj")]
     _write_gguf(tmp_path / "m.gguf", model, q4k)
     v = {i: model.model.layers[i].self_attn.v_proj for i in range(2)}
-    quantize_model(model, "int4", gguf_blocks=Q4KBlocks(tmp_path / "m.gguf"))
+    quantize_model(model, "int4", gguf_blocks=GGUFBlocks(tmp_path / "m.gguf"))
     for i, lin in v.items():
         model.model.layers[i].self_attn.v_proj = qkernel.QGemmLinear(lin.weight, lin.bias, 6)
     use_rowwise(model)
