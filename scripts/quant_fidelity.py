@@ -4,11 +4,12 @@ KL(dense ‖ arm) per position and the share of positions whose top token agrees
 
     python scripts/quant_fidelity.py --model qwen2.5-coder-1.5b --out docs/results/quant-fidelity-qwen-<cpu>.json
 
-Arms: `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K blocks where the file is on disk,
-Q6_K as int6), `quantized-int4-requant` (the Q4_K tensors re-quantised to int4 groups instead, SPECLAB_GGUF_BLOCKS=0: the
-mapping before q4k), `quantized-q6k-int8` (that, with the Q6_K tensors at int8: the mapping before int6), `int4`
-(every linear at int4). Why it exists: each format of the quantized path trades bytes a token against fidelity,
-and this is the fidelity side.
+Arms (`--arms`, all by default): `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K, Q5_0 and
+Q8_0 blocks where the file is on disk, Q6_K as int6), `quantized-requant` (those blocks re-quantised instead —
+Q4_K to int4 groups, Q5_0 and Q8_0 to int8 groups — SPECLAB_GGUF_BLOCKS=0: the mapping before they were read as
+stored; the 1.5B's record of 2026-12-06 names it `quantized-int4-requant`), `quantized-q6k-int8` (that, with the
+Q6_K tensors at int8: the mapping before int6), `int4` (every linear at int4). Why it exists: each format of the
+quantized path trades bytes a token against fidelity, and this is the fidelity side.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ARMS = ("quantized", "quantized-int4-requant", "quantized-q6k-int8", "int4")
+ARMS = ("quantized", "quantized-requant", "quantized-q6k-int8", "int4")
 
 
 def main() -> int:
@@ -33,8 +34,12 @@ def main() -> int:
     p.add_argument("--per-task", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    arms = [x for x in a.arms.split(",") if x]
+    if not arms or set(arms) - set(ARMS):
+        p.error(f"--arms takes {', '.join(ARMS)}; got {a.arms!r}")
 
     import torch
     from tqdm import tqdm
@@ -51,11 +56,11 @@ def main() -> int:
         ref = [dense.lm.model(torch.tensor([x])).logits[0].float().log_softmax(-1) for x in tqdm(ids, desc="dense")]
     del dense
     rows = []
-    for arm in ARMS:
+    for arm in arms:
         saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_GGUF_BLOCKS")
         if arm == "quantized-q6k-int8":  # the plan as it was: Q6_K among the 8-bit types
             quant.GGUF_INT6, quant.GGUF_INT8 = (), saved[1] + saved[0]
-        if arm in ("quantized-int4-requant", "quantized-q6k-int8"):  # Q4_K re-quantised, not read as stored
+        if arm in ("quantized-requant", "quantized-q6k-int8"):  # the GGUF's blocks re-quantised, not read as stored
             os.environ["SPECLAB_GGUF_BLOCKS"] = "0"
         try:
             m = load_model(a.model, "bf16", "cpu", role="model", weights="int4" if arm == "int4" else "quantized")
