@@ -3,6 +3,8 @@ arm teacher-forced over the same Spec-Bench dev prompts (their first `--max-toke
 KL(dense ‖ arm) per position and the share of positions whose top token agrees.
 
     python scripts/quant_fidelity.py --model qwen2.5-coder-1.5b --out docs/results/quant-fidelity-qwen-<cpu>.json
+    python scripts/quant_fidelity.py --rows 8 --arms quantized ...   the decode kernels' own activations (SPECLAB_QGEMM=avx2:
+                                      the AVX2 build's, every format's activations per 32)
 
 Arms (`--arms`, all by default): `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K, Q5_0 and
 Q8_0 blocks where the file is on disk, Q6_K as int6), `quantized-requant` (those blocks re-quantised instead —
@@ -35,11 +37,16 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--rows", type=int, default=0,
+                   help="feed each prompt through the cache this many tokens a forward (≤ 64: the decode kernels, their "
+                        "activations quantized as a step's are); 0: one forward a prompt (a prefill: the weights alone)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     arms = [x for x in a.arms.split(",") if x]
     if not arms or set(arms) - set(ARMS):
         p.error(f"--arms takes {', '.join(ARMS)}; got {a.arms!r}")
+    if not 0 <= a.rows <= 64:
+        p.error(f"--rows must be 0 … 64, got {a.rows}")
 
     import torch
     from tqdm import tqdm
@@ -52,8 +59,19 @@ def main() -> int:
     prompts = load_prompts(a.prompts, per_category=a.per_task)
     dense = load_model(a.model, "bf16", "cpu", role="model", weights="dense")
     ids = [encode(dense.tokenizer, pr.text if hasattr(pr, "text") else pr["turns"][0])[:a.max_tokens] for pr in prompts]
+    def logprobs(model, x):
+        """log p over x's positions: one forward, or `--rows` tokens a forward through the cache."""
+        if not a.rows:
+            return model(torch.tensor([x])).logits[0].float().log_softmax(-1)
+        from transformers import DynamicCache
+
+        cache, out = DynamicCache(), []
+        for i in range(0, len(x), a.rows):
+            out.append(model(torch.tensor([x[i:i + a.rows]]), past_key_values=cache, use_cache=True).logits[0])
+        return torch.cat(out).float().log_softmax(-1)
+
     with torch.inference_mode():
-        ref = [dense.lm.model(torch.tensor([x])).logits[0].float().log_softmax(-1) for x in tqdm(ids, desc="dense")]
+        ref = [logprobs(dense.lm.model, x) for x in tqdm(ids, desc="dense")]
     del dense
     rows = []
     for arm in arms:
@@ -73,7 +91,7 @@ def main() -> int:
         kl = agree = n = 0
         with torch.inference_mode():
             for x, ld in zip(tqdm(ids, desc=arm), ref):
-                lq = m.lm.model(torch.tensor([x])).logits[0].float().log_softmax(-1)
+                lq = logprobs(m.lm.model, x)
                 kl += float((ld.exp() * (ld - lq)).sum())
                 agree += int((ld.argmax(-1) == lq.argmax(-1)).sum())
                 n += len(x)
@@ -81,7 +99,10 @@ def main() -> int:
                      "packed_bytes": sum(b.numel() * b.element_size() for b in m.lm.model.buffers())})
         print(f"{arm}: mean KL {kl / n:.4f}, top-1 agreement {agree / n:.3f} over {n} positions")
         del m
+    from engine.kernels import qkernel
+
     rec = {"model": a.model, "rows": rows, "prompts": len(ids), "prompts_file": a.prompts,
+           "rows_a_forward": a.rows or None, "qgemm_build": qkernel.variant(),
            "machine": machine_description(), "software": software_versions(),
            "command": "python " + " ".join(["scripts/quant_fidelity.py", *sys.argv[1:]]),
            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
