@@ -11,6 +11,8 @@ is kept (the minimum is what a loaded 2-core machine lets through least disturbe
     torch8    aten._weight_int8pack_mm (int8 per row)
     qgemm4     our kernel, 4-bit groups of 32 (engine.kernels.qkernel), where the CPU runs it
     qgemm8     our kernel, 8-bit groups of 32
+    q4k, q5_0, q8_0   our kernel on GGUF Q4_K (K % 256 = 0), Q5_0 and Q8_0 blocks as a GGUF stores them (the
+               quantized path's formats where the model's GGUF is on disk; plain encoders of the same weights)
 
 Reported: ms per call, GB/s of weight bytes read, and each kernel's time relative to bf16.
 """
@@ -45,6 +47,12 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
     if qkernel.available() is None:
         out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
         out["qgemm8"] = (qkernel.QGemmLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)
+        blocks = [(qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack)]
+        if k % qkernel.Q4K_BLOCK == 0:
+            blocks.insert(0, (qkernel.Q4K, qkernel.q4k_pack))
+        for bits, pack in blocks:
+            b = pack(weight)
+            out[qkernel.BLOCK_FMT[bits]] = (qkernel.QGemmLinear.from_blocks(b, None, bits), float(b.numel()))
     return out
 
 

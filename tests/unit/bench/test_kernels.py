@@ -16,6 +16,20 @@ def test_every_kernel_computes_the_same_product():
         assert nbytes > 0
 
 
+def test_the_gguf_block_formats_are_in_it_where_our_kernel_runs():
+    import pytest
+
+    from engine.kernels import qkernel
+
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm kernel: {qkernel.available()}")
+    names = set(kernels_for(torch.randn(16, 256)))
+    assert {"q4k", "q5_0", "q8_0"} <= names
+    assert "q4k" not in kernels_for(torch.randn(16, 96)) and "q5_0" in kernels_for(torch.randn(16, 96))
+    layer, nbytes = kernels_for(torch.randn(16, 256))["q5_0"]
+    assert nbytes == 16 * 256 // 32 * 22 and layer.fmt == "q5_0"
+
+
 def test_rows_and_table():
     rows = compare(shapes=((64, 32),), ms=(1, 2), repeats=2)
     names = {r["kernel"] for r in rows}
