@@ -18,7 +18,8 @@
  * weights, its fp16 scale d first. Q5_0, 22 bytes: d, 4 bytes qh (bit j the fifth bit of q[j]), 16 bytes of
  * nibbles packed as a 4-bit group above; Ŵ = d·(q − 16), q ∈ 0…31 — 5.5 bits a weight where our 8-bit groups take
  * 9. Q8_0, 34 bytes: d, 32 signed bytes; Ŵ = d·q, read as the unsigned q ^ 0x80 with d·(q' − 128) — 8.5 bits. So
- * s = d and mn = −16·d (−128·d): the minimum terms are summed as d·c and scaled by −16 (−128) once, exactly.
+ * s = d and mn = −16·d (−128·d): the AVX2 build sums the minimum terms as d·c and scales them by −16 (−128) once,
+ * exactly; the VNNI build starts each group's integer dot product from −16·Σa (−128·Σa), exactly (b32_prep).
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
