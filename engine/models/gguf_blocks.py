@@ -9,7 +9,8 @@ de-quantised values — Q4_K at 4.5 bits a weight where int4 groups take 5, Q5_0
                                 None for a tensor of another type or not in the file
     GGUFBlocks(path).bits(hf_name)   its qgemm code (qkernel.Q4K, Q50, Q80), None likewise
     gguf_source(model) -> GGUFBlocks | None   an installed model's pinned GGUF, when it is on disk and
-                                SPECLAB_GGUF_BLOCKS is not 0 (0: every layer re-quantised, for comparisons)
+                                SPECLAB_GGUF_BLOCKS is not 0 (0: every layer re-quantised, for comparisons;
+                                SPECLAB_Q4K=0, its earlier name, too)
 
 A tensor of ggml dims [K, N] is N rows of K / (weights a block) blocks (qgemm.c's header gives each layout).
 Names map as engine.models.gguf_types maps them.
@@ -68,8 +69,8 @@ class GGUFBlocks:
 
 def gguf_source(model: str) -> GGUFBlocks | None:
     """The pinned GGUF of an installable model (engine.models.provision.MODELS) as GGUFBlocks, when on disk."""
-    if os.environ.get("SPECLAB_GGUF_BLOCKS", "1") == "0":
-        return None
+    if os.environ.get("SPECLAB_GGUF_BLOCKS", "1") == "0" or os.environ.get("SPECLAB_Q4K", "1") == "0":
+        return None  # SPECLAB_Q4K: the switch's name when only Q4_K was read (the 2026-12-06 logs use it)
     from engine.models.provision import MODELS, gguf_path
 
     if model not in MODELS:

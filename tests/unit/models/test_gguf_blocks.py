@@ -93,10 +93,18 @@ def test_q5_0_and_q8_0_tensors_come_back_with_their_format(tmp_path):
 
 
 
-def test_gguf_source_follows_the_switch(monkeypatch):
-    from engine.models import gguf_blocks
+def test_gguf_source_follows_the_switch(monkeypatch, tmp_path):
+    from engine.models import gguf_blocks, provision
+
+    (tmp_path / "m.gguf").write_bytes(b"")
+    monkeypatch.setattr(provision, "gguf_path", lambda spec: tmp_path / "m.gguf")  # as if `make models` kept it
 
     monkeypatch.setenv("SPECLAB_GGUF_BLOCKS", "0")
     assert gguf_blocks.gguf_source("qwen2.5-coder-1.5b") is None
     monkeypatch.setenv("SPECLAB_GGUF_BLOCKS", "1")
     assert gguf_blocks.gguf_source("not-a-model") is None
+    calls = []
+    monkeypatch.setattr(gguf_blocks, "GGUFBlocks", lambda p: calls.append(p) or "blocks")
+    assert gguf_blocks.gguf_source("qwen2.5-coder-1.5b") == "blocks" and calls == [tmp_path / "m.gguf"]
+    monkeypatch.setenv("SPECLAB_Q4K", "0")  # the switch's earlier name
+    assert gguf_blocks.gguf_source("qwen2.5-coder-1.5b") is None and len(calls) == 1
