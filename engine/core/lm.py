@@ -134,18 +134,16 @@ class HFModel(TargetBase):
     def _subset_head(self, ids: torch.Tensor) -> torch.nn.Module:
         """The reduced head's rows W[V′], dense or in the format of the quantized head it is cut from."""
         head = self.model.get_output_embeddings()
-        rows = head.weight[ids].detach()
+        from engine.kernels import qkernel
         from engine.kernels.quant import quantized_linear
 
         if self.weights == "dense" or isinstance(head, torch.nn.Linear):
             from engine.kernels.dense_kernel import kernel_of
 
-            return _SubsetHead(rows, kernel=kernel_of(self.model) != "torch")
-        from engine.kernels import qkernel
-
+            return _SubsetHead(head.weight[ids].detach(), kernel=kernel_of(self.model) != "torch")
         if isinstance(head, qkernel.QGemmLinear) and head.bits in qkernel.BLOCK_FMT:  # a GGUF's own blocks: their rows
             return qkernel.QGemmLinear.from_blocks(head.q[ids.cpu()], None, head.bits)
-        return quantized_linear(rows, None, head.fmt, head.act_dtype)
+        return quantized_linear(head.weight[ids].detach(), None, head.fmt, head.act_dtype)
 
     def reset(self) -> None:
         self.cache = self._cache_cls()
