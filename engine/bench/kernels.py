@@ -48,7 +48,7 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
         out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
         out["qgemm8"] = (qkernel.QGemmLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)
         blocks = [(qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack)]
-        if k % qkernel.Q4K_BLOCK == 0:
+        if k % qkernel.BLOCKS[qkernel.Q4K][1] == 0:
             blocks.insert(0, (qkernel.Q4K, qkernel.q4k_pack))
         for bits, pack in blocks:
             b = pack(weight)

@@ -44,7 +44,8 @@ Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
 Q50, Q80 = 50, 80  # qgemm.c's codes for GGUF Q5_0 and Q8_0 blocks read verbatim
 BITS = (4, 6, 8, Q4K, Q50, Q80)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
-B32_BYTES = {Q50: 22, Q80: 34}  # bytes of one Q5_0 / Q8_0 block (32 weights)
+# A GGUF block format read verbatim → (its GGUF name, weights a block, bytes a block): the one table of their shapes
+BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34)}
 BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0"}  # a GGUF block format's name in reports
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
@@ -168,7 +169,7 @@ def q4k_pack(weight: torch.Tensor) -> torch.Tensor:
 
 def _b32(blocks: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(d [N, G] float32, the block bytes after d [N, G, 20 | 32]) of Q5_0 / Q8_0 blocks [N, G·22 | G·34]."""
-    b = blocks.reshape(blocks.shape[0], -1, B32_BYTES[bits])
+    b = blocks.reshape(blocks.shape[0], -1, BLOCKS[bits][2])
     return b[..., :2].contiguous().view(torch.float16)[..., 0].float(), b[..., 2:]
 
 
@@ -229,10 +230,9 @@ def q80_pack(weight: torch.Tensor) -> torch.Tensor:
 
 def _shape(q: torch.Tensor, s: torch.Tensor, bits: int) -> tuple[int, int]:
     """(N, K) of a packed weight: from its scales, or for a GGUF block format (no separate scales) its blocks."""
-    if bits == Q4K:
-        return q.shape[0], q.shape[1] // Q4K_BYTES * Q4K_BLOCK
-    if bits in B32_BYTES:
-        return q.shape[0], q.shape[1] // B32_BYTES[bits] * GROUP
+    if bits in BLOCKS:
+        _, per, size = BLOCKS[bits]
+        return q.shape[0], q.shape[1] // size * per
     return s.shape[0], s.shape[1] * GROUP
 
 
@@ -319,13 +319,11 @@ class QGemmLinear(torch.nn.Module):
     def from_blocks(cls, blocks: torch.Tensor, bias: torch.Tensor | None, bits: int = Q4K) -> "QGemmLinear":
         """The layer of a GGUF tensor's blocks, read as they are (no scales of ours: `s` and `mn` are empty):
         Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], uint8."""
-        if bits not in BLOCK_FMT:
+        if bits not in BLOCKS:
             raise ValueError(f"GGUF blocks are Q4K, Q50 or Q80, not {bits}")
-        row = Q4K_BYTES if bits == Q4K else B32_BYTES[bits]
-        name = {Q4K: "Q4_K blocks must be uint8 [N, K/256·144]", Q50: "Q5_0 blocks must be uint8 [N, K/32·22]",
-                Q80: "Q8_0 blocks must be uint8 [N, K/32·34]"}[bits]
-        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % row or blocks.shape[1] == 0:
-            raise ValueError(f"{name}, got {tuple(blocks.shape)} {blocks.dtype}")
+        name, per, size = BLOCKS[bits]
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % size or blocks.shape[1] == 0:
+            raise ValueError(f"{name} blocks must be uint8 [N, K/{per}·{size}], got {tuple(blocks.shape)} {blocks.dtype}")
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
         return cls(None, bias, bits, packed=(blocks.contiguous(), empty, empty.clone()))
 

@@ -220,7 +220,7 @@ def _block_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.
     rows = sorted({0, n // 3, n // 2, n - 1})
     for hit in hits:
         b, bits = blocks(hit), blocks.bits(hit)
-        per, size = (qkernel.Q4K_BLOCK, qkernel.Q4K_BYTES) if bits == qkernel.Q4K else (qkernel.GROUP, qkernel.B32_BYTES[bits])
+        _, per, size = qkernel.BLOCKS[bits]
         if b.shape != (n, k // per * size) or k % per:
             why = why or f"{hit}: GGUF blocks {tuple(b.shape)} do not match the weight {tuple(lin.weight.shape)}"
         elif not torch.equal(qkernel.block_unpack(b[rows], bits).to(lin.weight.dtype), lin.weight[rows]):

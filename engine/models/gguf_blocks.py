@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.kernels.qkernel import BLOCKS, Q4K, Q50, Q80
 from engine.models.gguf_types import hf_name
 
-# ggml type number → (name, qgemm code, weights a block, bytes a block); codes as engine.kernels.qkernel's
-TYPES = {12: ("Q4_K", 41, 256, 144), 6: ("Q5_0", 50, 32, 22), 8: ("Q8_0", 80, 32, 34)}
+TYPES = {12: Q4K, 6: Q50, 8: Q80}  # ggml type number → the qgemm code that reads it (its shape: qkernel.BLOCKS)
 
 
 class GGUFBlocks:
@@ -42,7 +42,8 @@ class GGUFBlocks:
             hf = hf_name(name)
             if hf is None or ttype not in TYPES or len(dims) != 2:
                 continue
-            tname, code, per, size = TYPES[ttype]
+            code = TYPES[ttype]
+            tname, per, size = BLOCKS[code]
             k, n = dims
             if k % per:
                 continue

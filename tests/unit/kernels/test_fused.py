@@ -185,17 +185,23 @@ def test_a_one_call_verify_gives_the_bits_of_one_row_steps(kind):
     assert torch.equal(steps, verify)
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-def test_the_quantized_one_call_layer_is_the_three_call_layer_and_batch_invariant(mixed, monkeypatch):
-    _qgemm_or_skip()
-    model = _wide_quantized(mixed)
-    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(7))
+def check_one_call_layer(model, seed, monkeypatch) -> torch.Tensor:
+    """The one-call layer gives the three-call layer's tokens (its bits where both take attn_row.h) and a verify
+    the bits of one-row steps; returns the steps' logits."""
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(seed))
     one, three = _one_and_three(model, ids[:, :44], monkeypatch)
     if _same_attention_rows():
         assert torch.equal(one, three)
     assert torch.equal(one.argmax(-1), three.argmax(-1))
     steps, verify = _steps_and_verify(model, ids)
     assert torch.equal(steps, verify)
+    return steps
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_quantized_one_call_layer_is_the_three_call_layer_and_batch_invariant(mixed, monkeypatch):
+    _qgemm_or_skip()
+    check_one_call_layer(_wide_quantized(mixed), 7, monkeypatch)
 
 
 def test_a_cache_that_cannot_be_written_in_place_keeps_three_calls():

@@ -84,7 +84,7 @@ def test_q5_0_and_q8_0_tensors_come_back_with_their_format(tmp_path):
     for hf, code in fmt.items():
         w = model.get_submodule(hf.rsplit(".", 1)[0]).weight
         b = src(hf)
-        assert src.bits(hf) == code and b.shape == (w.shape[0], w.shape[1] // 32 * qkernel.B32_BYTES[code])
+        assert src.bits(hf) == code and b.shape == (w.shape[0], w.shape[1] // 32 * qkernel.BLOCKS[code][2])
         assert torch.equal(qkernel.block_unpack(b, code).to(w.dtype), w)
     data = (tmp_path / "m.gguf").read_bytes()
     (tmp_path / "cut.gguf").write_bytes(data[:-1500])  # past the F32 tensor, into the Q8_0 one
