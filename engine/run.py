@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, StepRecord, decode
+from engine.drafters.autoregressive import prompt_tokens
 from engine.models.load import software_versions
 from engine.measure import sync
 from engine.hindsight import hindsight
@@ -43,6 +44,12 @@ class Request:
 def model_info(lm, source: str = "") -> dict[str, Any] | None:
     if lm is None:
         return None
+    ctx = getattr(lm, "context", None)
+    if ctx is not None and getattr(lm, "lm", None) is not None:  # a draft model read through a context window
+        info = model_info(lm.lm, source)
+        if ctx.window:
+            info["context"] = {"window": ctx.window, "sink": ctx.sink}
+        return info
     info = {"name": source or lm.name, "vocab_size": lm.vocab_size, "dtype": str(lm.dtype).replace("torch.", ""),
             "device": str(lm.device),
             "reduced_vocab": int(lm.vocab_subset.numel()) if getattr(lm, "vocab_subset", None) is not None else None}
@@ -88,7 +95,8 @@ def policy_for(policy: WindowPolicy | None, target, draft, cfg: DecodeConfig, pr
                  if policy.needs().lookahead else None)
     book = pair_book(target, draft) if book is None else book
     return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead,
-                                             float(cfg.sampling.temperature), book))
+                                             float(cfg.sampling.temperature), book,
+                                             prompt_tokens(draft, len(prompt_ids))))
 
 
 class RequestRun:

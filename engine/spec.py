@@ -21,6 +21,8 @@ The rules, in the order `check` states them:
                `WindowPolicy.needs()` (engine.policies.base.Needs.refusals: greedy only, exact under
                sampling, draft hidden states and their size) and the look-ahead of the hindsight
                oracle (a plain draft model, K = 1)
+    context    a draft context window ("ctx:W[,sink=S]") parses and is given to a plain draft model with a
+               K = 1 verifier, not to the hindsight oracle (its look-ahead reads the whole prompt)
 
 Callers: `python -m engine decode` (flags named as on its command line: `labels=FLAGS`), the bench
 and multibench CLIs (one spec per configuration × temperature), `pacer bench`, the sweep grid, and the
@@ -43,7 +45,7 @@ from engine.trace.check import MAX_NEW_TOKENS  # the one ceiling (DecodeConfig's
 MAX_K = 16  # drafts per step: engine.drafters.multi.MultiDraftConfig's own ceiling
 FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
          "top_p": "--top-p", "k": "--k", "seed": "--seed", "draft": "--draft", "policy": "--policy",
-         "verifier": "--verifier", "weights": "--weights"}  # `python -m engine decode`'s names for the fields
+         "verifier": "--verifier", "weights": "--weights", "draft_context": "--draft-context"}  # `python -m engine decode`'s names for the fields
 
 
 def range_error(name: str, v: Any, lo: float, hi: float, lo_open: bool = False, integer: bool = False) -> str | None:
@@ -93,6 +95,9 @@ class RunSpec:
     draft_hidden_size: int | None = None  # the draft's hidden size when known (a loaded pair)
     weights: str = "dense"  # the target's weights path (engine.kernels.quant): dense is the exactness reference
     draft_weights: str | None = None  # the draft model's path when it differs (a mixed pair); None = the target's
+    # What of the prompt the draft model reads ("ctx:W[,sink=S]", engine.drafters.autoregressive.DraftContext);
+    # "": all of it, as its acceptance is best there — a window trades some of it for a cheaper draft prefill.
+    draft_context: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -166,7 +171,26 @@ class RunSpec:
             errors.append(f"{self.policy!r} is the greedy hindsight window: use a K = 1 verifier")
         if needs.lookahead and kind != "model":
             errors.append(f"{self.policy!r} replays a plain draft model; the {kind} drafter is not one")
-        return errors
+        return errors + self._context_errors(kind, multi, needs.lookahead, lab)
+
+    def _context_errors(self, kind: str, multi: bool, lookahead: bool, lab: Callable[[str], str]) -> list[str]:
+        """A draft context window: a valid spec, on a plain draft model verified one block a step."""
+        if not self.draft_context:
+            return []
+        from engine.drafters.autoregressive import DraftContext
+
+        try:
+            DraftContext.parse(self.draft_context)
+        except ValueError as e:
+            return [_first_line(e)]
+        if kind != "model":
+            return [f"{lab('draft_context')}: a context window is for a draft model; the {kind} drafter "
+                    f"{self.draft} reads what it reads"]
+        if multi or self.k != 1:
+            return [f"{lab('draft_context')}: a context window needs a K = 1 verifier (one draft model cache)"]
+        if lookahead:
+            return [f"{self.policy!r} replays the draft on the whole prompt: leave {lab('draft_context')} out"]
+        return []
 
     def _weights_errors(self, lab: Callable[[str], str]) -> list[str]:
         """A path this machine cannot run; a draft path given to a drafter that has no weights of its own."""
@@ -228,6 +252,10 @@ class RunSpec:
         target_lm, draft = make_drafter(self.draft, loaded_target, verifier=self.verifier, k=self.k, dtype=self.dtype,
                                         device=self.device, want_hidden=bool(pol is not None and pol.needs().hidden),
                                         weights=self.draft_weights)
+        if draft is not None and self.draft_context:
+            from engine.drafters.autoregressive import AutoregressiveDrafter, DraftContext
+
+            draft = AutoregressiveDrafter(draft, DraftContext.parse(self.draft_context))
         if draft is not None:
             check_drafter(pol, draft)  # a costaware window past the drafter's limit: refused before decoding
         return Run(target_lm, draft, pol, self.decode_config())

@@ -97,7 +97,7 @@ def exact_joint(lm, prompt, n):
     return cells, np.array(probs)
 
 
-def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: int = 3):
+def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: int = 3, prompt=(0,)):
     """Sample whole continuations with the real decode loop (T = 1) and compare with the exact joint."""
     from scipy.stats import chisquare
 
@@ -107,13 +107,13 @@ def chi_square_of_loop(verifier: str, draft, samples: int, policy="fixed:2", n: 
     from engine.policies.base import parse_policy
 
     target = TableLM(3, seed=11)
-    cells, expected = exact_joint(target, [0], n)
+    cells, expected = exact_joint(target, list(prompt), n)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells))
     pol = parse_policy(policy) if isinstance(policy, str) else policy
     for s in range(samples):
         cfg = DecodeConfig(max_new_tokens=n, verifier=verifier, sampling=SamplingConfig(temperature=1.0, seed=s))
-        out = [t for r in decode(target, draft, [0], pol, cfg) for t in r.emitted_tokens]
+        out = [t for r in decode(target, draft, list(prompt), pol, cfg) for t in r.emitted_tokens]
         counts[index[tuple(out)]] += 1
     exp = expected * samples
     # Pool the rarest cells into one bin until it holds ≥ 5 expected counts (every other cell has ≥ 5).

@@ -37,6 +37,7 @@ from engine.bench.runner import (RunResult, _forward_lm, _hf_needs_draft, applie
                                  policy_specs, run_config, set_hf_mode, split_config)
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig
+from engine.drafters.autoregressive import is_context
 from engine.bench.modelled import modelled_speedup
 from engine.metrics import ACCEPTANCE_RATE, EMITTED_PER_CALL, MODELLED_SPEEDUP, canonical_row, rates
 from engine.policies.base import parse_policy
@@ -192,10 +193,11 @@ def config_specs(cfg: BenchConfig, draft: str | None = "model") -> list[tuple[st
         if s == "ar" or s.startswith("hf:"):
             continue
         pol, own = split_config(s)
+        ctx = own if is_context(own) else ""
         for t in cfg.temperatures:
             if applies(s, t):
-                out.append((s, RunSpec(draft=own or draft, policy=pol, temperature=t, seed=cfg.seed,
-                                       max_new_tokens=cfg.max_new_tokens)))
+                out.append((s, RunSpec(draft=draft if ctx else (own or draft), policy=pol, temperature=t, seed=cfg.seed,
+                                       max_new_tokens=cfg.max_new_tokens, draft_context=ctx)))
     return out
 
 
@@ -296,9 +298,16 @@ def _own_drafters(cfg: BenchConfig, paths: dict[str, tuple]) -> dict[tuple[str, 
     """(path, config) → the drafter a `POLICY@DRAFTER` configuration names, built on that path's target; a
     costaware window past its drafter's limit is refused here, before any timing."""
     from engine.drafters import make_drafter
+    from engine.drafters.autoregressive import AutoregressiveDrafter, DraftContext, is_context
     from engine.spec import check_drafter
 
-    own = {(w, s): make_drafter(split_config(s)[1], t)[1] for w, (t, _) in paths.items() for s in cfg.configs if "@" in s}
+    def build(s: str, t, d):
+        spec = split_config(s)[1]
+        if is_context(spec):  # the path's own draft model through a context window
+            return AutoregressiveDrafter(d, DraftContext.parse(spec))
+        return make_drafter(spec, t)[1]
+
+    own = {(w, s): build(s, t, d) for w, (t, d) in paths.items() for s in cfg.configs if "@" in s}
     for w, (_, d) in paths.items():
         for s in cfg.configs:
             if policy_specs([s]) and own.get((w, s), d) is not None:
@@ -328,6 +337,9 @@ def _probe_and_prime(paths: dict[str, tuple], own: dict, ids: list[int]) -> dict
     by_own = {}
     for (w, s), dr in own.items():
         t = paths[w][0]
+        if getattr(dr, "lm", None) is paths[w][1]:  # the path's draft model through a context window: its probe
+            pair_book(t, dr).prime(by_path[w])
+            continue
         probe = measure_costs(t, dr, ids)
         if probe["t_draft_ms"] == probe["t_draft_ms"]:  # nan: a model-free or block drafter (priced per step)
             by_own[f"{s} [{w}]" if len(paths) > 1 else s] = probe

@@ -156,16 +156,21 @@ def split_config(spec: str) -> tuple[str, str | None]:
     (and on the same prompts, interleaved) as `heuristic` with the draft model — so a model draft and
     model-free drafts are compared side by side. Only drafters that load no second model go after '@':
     model-free ones, `block:PATH` and `eagle:PATH` (small networks on the target's own features); a second draft
-    model would double the memory for what two bench runs do as well.
+    model would double the memory for what two bench runs do as well. `fixed:3@ctx:256` is the run's own
+    draft model reading the prompt's first 64 and last 256 tokens (engine.drafters.autoregressive.DraftContext),
+    beside `fixed:3` on the whole prompt.
     """
     pol, at, drafter = spec.partition("@")
     if not at:
         return spec, None
     from engine.drafters import drafter_kind
+    from engine.drafters.autoregressive import is_context
 
-    if pol in ("ar", "oracle") or pol.startswith("hf:") or drafter_kind(drafter) not in ("model-free", "block", "eagle"):
+    if pol in ("ar", "oracle") or pol.startswith("hf:") or not (
+            is_context(drafter) or drafter_kind(drafter) in ("model-free", "block", "eagle")):
         raise ValueError(f"config {spec!r}: '@' takes a window policy before it and a model-free, block or eagle "
-                         "drafter (lookup:…, suffix:…, block:PATH, eagle:PATH) after it")
+                         "drafter (lookup:…, suffix:…, block:PATH, eagle:PATH) or the draft model's context window "
+                         "(ctx:W[,sink=S]) after it")
     return pol, drafter
 
 

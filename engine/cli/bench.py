@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
     common.add_seed(p, BenchConfig.seed)
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                    help="comma (or ';' when a spec has commas) list; 'ar', policies, POLICY@lookup:…|suffix:…|block:PATH "
-                        "(a drafter of its own for that config), hf:MODE:VAL (MODE constant|heuristic|confidence|"
+                        "(a drafter of its own for that config), POLICY@ctx:W (the draft model reading the prompt's "
+                        "first 64 and last W tokens), hf:MODE:VAL (MODE constant|heuristic|confidence|"
                         "lookup), 'oracle' (greedy)")
     common.add_device(p)
     common.add_weights(p, several=True)

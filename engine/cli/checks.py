@@ -47,7 +47,16 @@ def decode_spec(a) -> RunSpec:
     return RunSpec(target=a.target, draft=a.draft or None, policy=a.policy, verifier=a.verifier, k=a.k,
                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed,
                    max_new_tokens=a.max_new_tokens, dtype=a.dtype, device=a.device,
-                   weights=pw.target, draft_weights=pw.draft if pw.mixed else None)
+                   weights=pw.target, draft_weights=pw.draft if pw.mixed else None,
+                   draft_context=context_spec(getattr(a, "draft_context", None)))
+
+
+def context_spec(flag: str | None) -> str:
+    """`--draft-context 256` / `256,sink=8` → the RunSpec's "ctx:256" / "ctx:256,sink=8"; None → ""."""
+    if flag is None or not str(flag).strip():
+        return ""
+    flag = str(flag).strip()
+    return flag if flag.startswith("ctx:") else f"ctx:{flag}"
 
 
 def check_decode_args(a) -> RunSpec:

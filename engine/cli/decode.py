@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
                    help="engine.verify.VERIFIERS name: token | block | rrs | kseq | rbv | kbv | spectr-gbv-published | "
                         "onehot-tree (phrase k > 1)")
     p.add_argument("--k", type=int, default=1, help="i.i.d. drafts per step (multi-draft verifiers need K ≥ 1)")
+    p.add_argument("--draft-context", default=None, metavar="W[,sink=S]",
+                   help="the draft model reads only the prompt's first S (default 64) and last W tokens: a long "
+                        "prompt's draft prefill costs S + W tokens; still exact, acceptance may fall")
     common.add_prompts(p)
     common.add_max_new_tokens(p, 128)
     p.add_argument("--temperature", type=float, default=0.0)

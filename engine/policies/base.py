@@ -104,6 +104,13 @@ class RequestContext:
     # The pair's shared state (engine.policies.pair_costs.PairBook: its measured costs, pooled acceptance),
     # handed in by the run (engine.run.policy_for) so that a policy keeps no registry of its own; None: no pair.
     book: Any = None  # a PairBook (not imported here: pair_costs stands on this module)
+    # Prompt tokens the drafter reads before its first draft (its lazy prefill): the whole prompt, or less
+    # through a draft context window (engine.drafters.autoregressive.DraftContext); None: the whole prompt.
+    draft_prompt_len: int | None = None
+
+    @property
+    def first_catchup(self) -> int:
+        return len(self.prompt_ids) if self.draft_prompt_len is None else self.draft_prompt_len
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ class CostAware(WindowPolicy):
             raise ValueError(f"costaware probe must be an integer in [1, 64] (AR steps between re-probes), got {probe!r}")
         if measure not in (0, 1):
             raise ValueError(f"costaware measure must be 0 or 1, got {measure!r}")
-        self._prompt_len, self._max_new = 0, None  # the request's (for_request); unknown outside a decode run
+        self._draft_prompt, self._max_new = 0, None  # the request's (for_request); unknown outside a decode run
         if ref is not None and not isinstance(ref, str):
             raise ValueError(f"costaware ref must be a reference file path, got {ref!r}")
         self.c0, self.v0, self.probe, self.ref, self.measure = float(c), float(v), int(probe), ref, int(measure)
@@ -153,7 +153,7 @@ class CostAware(WindowPolicy):
     def for_request(self, ctx) -> "CostAware":
         """This policy for one request: its prompt and length (the catch-up rule) and, when measuring,
         the pair's shared costs and pooled acceptance from the pair's book (`ctx.book`, a PairBook)."""
-        self._prompt_len, self._max_new = len(ctx.prompt_ids), int(ctx.max_new_tokens)
+        self._draft_prompt, self._max_new = ctx.first_catchup, int(ctx.max_new_tokens)
         if self.measure and ctx.book is not None:
             self.costs = ctx.book.costs(self.c0, self.v0)
             self.pair = ctx.book.stats_at(ctx.temperature)
@@ -169,7 +169,7 @@ class CostAware(WindowPolicy):
                     else Calibration(learnt[0], weight, learnt[1]))  # the pair's earlier requests, trusted as a reference run
         self._recent: deque = deque(maxlen=RATE_STEPS)  # (emitted, window, dropped) of the last steps
         self._streak, self._every = 0, self.probe
-        self._unseen = self._prompt_len  # tokens the drafter has not run over (its prefill is lazy)
+        self._unseen = self._draft_prompt  # tokens the drafter has not run over (its prefill is lazy)
         self._emitted = 0
         self._key = next(_REQUESTS)  # this request's entry in the pair's lengths
         self._bins: list[int] = []

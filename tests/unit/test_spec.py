@@ -153,3 +153,26 @@ def test_a_mixed_pair_is_checked_before_anything_loads(monkeypatch):
     assert "runs on CPU kernels, not on cuda" in one(RunSpec(draft="d", draft_weights="quantized", device="cuda"))
     monkeypatch.setenv("SPECLAB_QGEMM", "no-such-build")
     assert "not a qgemm build" in one(RunSpec(draft="d", weights="quantized", device="cpu"))
+
+
+def test_draft_context_rules():
+    assert RunSpec(draft="d", draft_context="ctx:256").check() == []
+    assert RunSpec(draft="d", draft_context="ctx:256,sink=8", policy="costaware").check() == []
+    assert "bad draft context 'ctx:x'" in one(RunSpec(draft="d", draft_context="ctx:x"))
+    assert one(RunSpec(draft="lookup:n=4", draft_context="ctx:64"), labels=FLAGS).startswith(
+        "--draft-context: a context window is for a draft model; the model-free drafter")
+    assert "K = 1 verifier" in one(RunSpec(draft="d", draft_context="ctx:64", verifier="rbv", k=2))
+    assert "whole prompt" in one(RunSpec(draft="d", draft_context="ctx:64", policy="oracle"))
+
+
+def test_build_reads_the_draft_through_its_context_window(monkeypatch):
+    """build() wraps the loaded draft model in a drafter that reads the window the spec names."""
+    import engine.drafters
+    from engine.drafters.autoregressive import AutoregressiveDrafter, DraftContext
+
+    t, d = TableLM(7, seed=1), TableLM(7, seed=2)
+    monkeypatch.setattr(engine.drafters, "make_drafter", lambda spec, target, **kw: (target, d))
+    run = RunSpec(draft="d", policy="fixed:3", draft_context="ctx:16,sink=2").build(t)
+    assert isinstance(run.draft, AutoregressiveDrafter) and run.draft.lm is d
+    assert run.draft.context == DraftContext(16, 2) and run.draft.prompt_tokens(100) == 18
+    assert RunSpec(draft="d", policy="fixed:3").build(t).draft is d

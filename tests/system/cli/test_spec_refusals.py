@@ -38,6 +38,9 @@ def test_oracle_under_sampling_is_refused_before_a_model_loads(tmp_path):
      "'pacer:b=2,trim=1' drops drafts by value, exact for greedy decoding only"),
     (("--draft", "d", "--k", "3"), "--k 3 needs a multi-draft verifier"),
     (("--draft", "lookup", "--verifier", "rbv", "--k", "2"), "--draft lookup proposes one block per step"),
+    (("--draft", "d", "--draft-context", "-5"), "bad draft context 'ctx:-5'"),
+    (("--draft", "lookup", "--draft-context", "64"), "--draft-context: a context window is for a draft model"),
+    (("--draft", "d", "--policy", "oracle", "--draft-context", "64"), "'oracle' replays the draft on the whole prompt"),
 ])
 def test_other_refusals_come_before_any_load(tmp_path, monkeypatch, capsys, args, words):
     """In process, with the loader replaced by one that fails the test if it is ever called."""

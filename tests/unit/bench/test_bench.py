@@ -166,3 +166,57 @@ def test_run_bench_steps_refuse_and_compare_as_the_run_did(tmp_path):
     assert _greedy_mismatches(results, 7, ["dense"]) == ["fixed:4 q7"]
     results += [run("ar", [1], "int8"), run("fixed:4", [2], "int8")]
     assert _greedy_mismatches(results, 7, ["dense", "int8"]) == ["fixed:4 q7 [dense]", "fixed:4 q7 [int8]"]
+
+
+def test_a_context_window_config_runs_the_benchs_own_draft_through_it(pair):
+    """`fixed:2@ctx:4,sink=1` is the run's draft model reading 5 prompt tokens: split and checked like any
+    config, built on the path's own draft model, and its runs cache 5 prompt tokens where `fixed:2` caches all."""
+    from engine.bench.bench import BenchConfig, _own_drafters, config_specs, split_config
+    from engine.drafters.autoregressive import AutoregressiveDrafter, DraftContext
+
+    assert split_config("fixed:2@ctx:4,sink=1") == ("fixed:2", "ctx:4,sink=1")
+    cfg = BenchConfig(configs=("ar", "fixed:2", "fixed:2@ctx:4,sink=1"), temperatures=(0.0,), max_new_tokens=6,
+                      warmup=0)
+    specs = dict(config_specs(cfg))
+    assert specs["fixed:2@ctx:4,sink=1"].draft == "model" and specs["fixed:2@ctx:4,sink=1"].draft_context == "ctx:4,sink=1"
+    assert specs["fixed:2"].draft_context == ""
+    target, draft = pair
+    own = _own_drafters(cfg, {"dense": (target, draft)})
+    dr = own[("dense", "fixed:2@ctx:4,sink=1")]
+    assert isinstance(dr, AutoregressiveDrafter) and dr.lm is draft and dr.context == DraftContext(4, 1)
+    from engine.bench.runner import run_config
+
+    prompt = list(range(3, 23))
+    full = run_config("fixed:2", target, draft, prompt, 0.0, 0, (), 6)
+    windowed = run_config("fixed:2@ctx:4,sink=1", target, dr, prompt, 0.0, 0, (), 6)
+    assert full.output == windowed.output  # greedy: exact either way
+    assert full.draft_prefill_tokens >= len(prompt) - 1 and windowed.draft_prefill_tokens <= 5
+
+
+def test_a_context_window_config_in_a_whole_bench_run(pair, tmp_path):
+    """run_bench with `fixed:2@ctx:2,sink=1` beside `fixed:2`: greedy-exact, its cost book primed with the path's
+    probe (no probe of its own), and a valid trace whose header names the window."""
+    from engine.bench.bench import BenchConfig, run_bench, trace_name
+    from engine.trace.format import load_trace
+
+    class Tok:
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+        def decode(self, ids):
+            return " ".join(f"w{i}" for i in ids)
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11"]}\n')
+    target, draft = pair
+    cfg = BenchConfig(configs=("ar", "fixed:2", "costaware@ctx:2,sink=1"), temperatures=(0.0,), max_new_tokens=8,
+                      warmup=0)
+    out = run_bench(target, draft, Tok(), prompts, cfg, progress=False, trace_dir=tmp_path / "t")
+    assert out["complete"] and out["greedy_mismatches"] == [] and "by_drafter" not in out["costs"]
+    runs = {r["config"]: r for r in out["runs"]}
+    assert runs["fixed:2"]["draft_prefill_tokens"] >= 10 and runs["costaware@ctx:2,sink=1"]["draft_prefill_tokens"] <= 3
+    tr = load_trace(tmp_path / "t" / trace_name("costaware@ctx:2,sink=1", 0.0))
+    assert tr.complete and tr.header["draft"]["context"] == {"window": 2, "sink": 1}
+    assert "context" not in load_trace(tmp_path / "t" / trace_name("fixed:2", 0.0)).header["draft"]

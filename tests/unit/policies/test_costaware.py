@@ -10,7 +10,7 @@ import random
 import pytest
 
 from engine.offline.replay import SimVerify
-from engine.policies.base import DraftInfo, parse_policy
+from engine.policies.base import DraftInfo, RequestContext, parse_policy
 from engine.policies.costaware import NONE, CostAware, bin_of
 from tests.conftest import chi_square_of_loop
 
@@ -277,23 +277,23 @@ def test_catchup_over_a_long_context_is_priced_before_a_probe():
     15 s — more than a quarter of what perfect drafting could save over 40 tokens — so no probe runs; with
     a 40-token prompt the periodic probes run as before. The catch-up rate is the one measured in the
     pair's shared costs, which a new request's policy reads."""
-    from types import SimpleNamespace
 
 
-    target, draft = Model(), Model()
-    costs = shared_costs(target, draft, 0.3, 0.05)
-    costs.prime(40.0, {1: 100.0, 2: 101.0, 4: 103.0, 8: 110.0, 16: 120.0})
-    costs.tp.extend([5.0] * 4)  # 5 ms per catch-up token, as measured by an earlier request
-
-    def windows(prompt_len):
+    def windows(prompt_len, draft_reads=None):  # each on a pair of its own: no pooled state between them
+        target, draft = Model(), Model()
+        costs = shared_costs(target, draft, 0.3, 0.05)
+        costs.prime(40.0, {1: 100.0, 2: 101.0, 4: 103.0, 8: 110.0, 16: 120.0})
+        costs.tp.extend([5.0] * 4)  # 5 ms per catch-up token, as measured by an earlier request
         clock = Clock()
-        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target, draft=draft,
-                              temperature=0.0)
+        ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * prompt_len, max_new_tokens=40, target=target,
+                             draft=draft, temperature=0.0, draft_prompt_len=draft_reads)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
         assert pol.costs is costs
         return drive(pol, clock, 40, 40.0, lambda k: 100.0 * (1 + 0.01 * k), lambda i, q: 0.0, conf=lambda i: 0.3)
 
+    # a draft that reads only 40 of the 3,000 tokens (a context window) is priced for those 40
+    assert 1 in windows(3000, draft_reads=40)
     assert sum(windows(3000)) == 0
     assert 1 in windows(40)
 
@@ -303,13 +303,12 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
     a request's first step; once one request of the pair has labelled them, the next request at the same
     temperature starts by drafting, and so does the first one at another temperature (the nearest temperature's
     pooled rates, at half the weight); a different pair still starts from the prior."""
-    from types import SimpleNamespace
 
     target, draft = Model(), Model()
 
     def first_decision(temperature, steps_before=0):
         clock = Clock()
-        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
+        ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=64, target=target, draft=draft,
                               temperature=temperature)
         pol = CostAware(clock=clock, probe=2, c=0.4, v=0.1).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
@@ -330,11 +329,10 @@ def test_a_pairs_next_request_starts_from_its_pooled_acceptance():
 def test_an_untimed_drafter_is_probed_whatever_its_context():
     """No draft timed yet (a model-free drafter, unprimed): its catch-up is not priced from the prior guess
     of t_d, so a 3,000-token prompt does not stop the probe that measures it (cheap copy drafts)."""
-    from types import SimpleNamespace
 
     target, draft = Model(), Model()
     clock = Clock()
-    ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
+    ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * 3000, max_new_tokens=64, target=target, draft=draft, temperature=0.0)
     pol = CostAware(clock=clock, probe=2).for_request(ctx)
     pol.reset()  # as the decode loop does at the request's start
     for _ in range(3):  # the first steps find no match: nothing drafted, only AR verifies timed
@@ -351,11 +349,10 @@ def test_a_pair_whose_drafts_are_rarely_accepted_stops_paying_for_probes():
     a > T(1)/T(0) − 1 ≈ 0.35. On a fresh pair the periodic probes run (nothing pooled yet); once earlier
     requests of the pair have labelled more than PAIR_MIN drafts at 10 %, the chance that a probe could pay is
     ~0, and the next request of that pair at that temperature never probes. A pair at 90 % keeps drafting."""
-    from types import SimpleNamespace
 
     def run(target, draft, accept_p, steps=150):
         clock = Clock()
-        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=400, target=target, draft=draft, temperature=0.7)
+        ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=400, target=target, draft=draft, temperature=0.7)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()  # as the decode loop does at the request's start
         decisions = []
@@ -396,7 +393,6 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
     12-token answers, 0.81× AR when priced against max_new_tokens). After four short answers the next long
     prompt starts autoregressive; after four long ones it starts by drafting. Before LEN_MIN answers nothing
     changes (`PairStats.remaining` is None)."""
-    from types import SimpleNamespace
 
 
     def pair_after(answer_len):
@@ -406,7 +402,7 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
         costs.tp.extend([5.0] * 4)
         for _ in range(4):  # earlier requests of the pair, short prompts (no catch-up), answers of answer_len
             clock = Clock()
-            ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=answer_len, target=target, draft=draft,
+            ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * 3, max_new_tokens=answer_len, target=target, draft=draft,
                                   temperature=0.0)
             pol = CostAware(clock=clock, probe=2).for_request(ctx)
             pol.reset()
@@ -415,7 +411,7 @@ def test_a_long_prompt_is_not_prefilled_for_answers_the_pair_keeps_short():
         stats = shared_stats(target, draft, 0.0)
         assert sorted(stats.lengths.values())[0] >= answer_len
         clock = Clock()
-        ctx = SimpleNamespace(book=BOOKS.of(target, draft), prompt_ids=[1] * 300, max_new_tokens=96, target=target, draft=draft, temperature=0.0)
+        ctx = RequestContext(book=BOOKS.of(target, draft), prompt_ids=[1] * 300, max_new_tokens=96, target=target, draft=draft, temperature=0.0)
         pol = CostAware(clock=clock, probe=2).for_request(ctx)
         pol.reset()
         pol.propose()
