@@ -100,6 +100,8 @@ def bench_method(config: str, draft: str) -> str:
         rest = config[3:].split(":")[0]
         return {"lookup": "HF prompt lookup", "ar": "HF generate (no draft)"}.get(rest, "HF assisted")
     policy, _, drafter = config.partition("@")
+    if drafter.startswith("ctx:"):  # the run's draft model through a context window: its own family of rows
+        return f"{bench_method(policy, draft)}, draft context window"
     kind = drafter_kind(drafter or draft)
     if kind:
         return kind

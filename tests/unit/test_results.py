@@ -68,7 +68,9 @@ def test_machine_summary():
      "PACER ablation (nope)"), ("fixed:10@lookup:n=10", "m", "prompt lookup"), ("matchlen:1@suffix:n=16", "m", "suffix"),
     ("fixed:4", "m+phrase:n=2", "phrase"), ("fixed:10", "lookup:n=10", "prompt lookup"), ("hf:lookup:10", "m",
      "HF prompt lookup"), ("hf:heuristic:5", "m", "HF assisted"), ("hf:ar", "m", "HF generate (no draft)"),
-    ("oracle", "m", "oracle (hindsight)"), ("fixed:3@eagle:qwen2.5-coder-1.5b", "m", "EAGLE-style head")])
+    ("oracle", "m", "oracle (hindsight)"), ("fixed:3@eagle:qwen2.5-coder-1.5b", "m", "EAGLE-style head"),
+    ("fixed:3@ctx:192", "m", "fixed γ (best), draft context window"),
+    ("costaware@ctx:252,sink=4", "m", "costaware, draft context window")])
 def test_bench_method(config, draft, method):
     assert rs.bench_method(config, draft) == method
 
