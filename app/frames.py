@@ -118,6 +118,17 @@ def sampling_label(h: dict[str, Any]) -> str:
     return label
 
 
+def draft_label(header: dict[str, Any]) -> str | None:
+    """The header's draft name; a draft model that read a context window of the prompt is another drafter, so its
+    window follows in the spec's own words: 'qwen2.5-coder-0.5b [ctx:192,sink=64]'. None without a draft."""
+    d = header.get("draft") or {}
+    if not d.get("name"):
+        return None
+    ctx = d.get("context")
+    window = f" [ctx:{ctx.get('window')},sink={ctx.get('sink')}]" if isinstance(ctx, dict) and ctx.get("window") else ""
+    return f"{d['name']}{window}"
+
+
 def describe(trace: Trace) -> dict[str, Any]:
     """Header facts and the engine's own summary (engine.trace.format.summarize) for cards and pickers.
 
@@ -128,7 +139,7 @@ def describe(trace: Trace) -> dict[str, Any]:
     target = model_name((h.get("target") or {}).get("name", "?"))
     tasks = sorted({task_of(p.get("category", "")) for p in h.get("prompts", [])}
                    or {task_of(r.get("category", "")) for r in trace.requests.values()})
-    pair = f"{target} ← {draft}" if draft else f"{target} (no draft)"
+    pair = f"{target} ← {draft_label(h)}" if draft else f"{target} (no draft)"
     policy = (h.get("policy") or {}).get("spec", "?")
     smp = h.get("sampling") or {}
     date = run_date(h)

@@ -88,19 +88,21 @@ def preset(name: str) -> str:
 MODEL_DRAFT = "model"  # a side's draft choice meaning "the pair's draft model"
 BLOCK_DRAFT = "block"  # a DFlash-style block drafter saved on disk (engine.drafters.block)
 EAGLE_DRAFT = "eagle"  # an EAGLE-style head saved on disk (engine.drafters.eagle): the Qwen target's
-DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16",
+CONTEXT_DRAFT = "ctx"  # the pair's draft model reading only a long prompt's first and last tokens (DraftContext)
+DRAFT_PRESETS = {MODEL_DRAFT: MODEL_DRAFT, CONTEXT_DRAFT: "ctx:192", "lookup": "lookup:n=10,ngram=2", "suffix": "suffix:n=16",
                  BLOCK_DRAFT: "block:models/block-drafter-smollm2", EAGLE_DRAFT: "eagle:qwen2.5-coder-1.5b"}
-DRAFT_SYNTAX = ("model, lookup[:n=N,ngram=G,pick=0|1], suffix[:n=N,depth=D,p=P,corpus=0|1], block:PATH "
+DRAFT_SYNTAX = ("model, ctx:W[,sink=S] (the draft model reading a prompt's first S = 64 and last W tokens), "
+                "lookup[:n=N,ngram=G,pick=0|1], suffix[:n=N,depth=D,p=P,corpus=0|1], block:PATH "
                 "(a saved block drafter for this pair's target) or eagle:PATH (a saved EAGLE-style head; "
                 "eagle:qwen2.5-coder-1.5b is the committed one)")
 
 
 def draft_names() -> list[str]:
-    """What a side can draft with: the pair's draft model, every model-free drafter of the engine, and a
-    saved block drafter."""
+    """What a side can draft with: the pair's draft model (whole prompt, or a context window of it), every
+    model-free drafter of the engine, a saved block drafter and an EAGLE-style head."""
     from engine.drafters.modelfree import MODEL_FREE
 
-    return [MODEL_DRAFT, *MODEL_FREE, BLOCK_DRAFT, EAGLE_DRAFT]
+    return [MODEL_DRAFT, CONTEXT_DRAFT, *MODEL_FREE, BLOCK_DRAFT, EAGLE_DRAFT]
 
 
 def draft_preset(name: str) -> str:
@@ -126,6 +128,13 @@ def is_eagle(draft: str | None) -> bool:
     return engine_is_eagle(draft)
 
 
+def is_context(draft: str | None) -> bool:
+    """'ctx:W[,sink=S]': the pair's draft model through a context window (engine.drafters.autoregressive)."""
+    from engine.drafters.autoregressive import is_context as engine_is_context
+
+    return engine_is_context(draft)
+
+
 def own_drafter(draft: str | None) -> bool:
     """True when a side drafts with a drafter of its own (model-free, block or eagle), not the pair's draft model."""
     return is_model_free(draft) or is_block(draft) or is_eagle(draft)
@@ -136,10 +145,11 @@ def side_spec(pair: DemoPair, policy: str, drafter: str, temperature: float, max
     this pair. Every rule of whether it can run is the spec's (engine.spec.RunSpec.check)."""
     from engine.spec import RunSpec
 
-    draft = pair.draft_name if drafter == MODEL_DRAFT else drafter
-    hidden = pair.sides[SIDES[0]][1].model.config.hidden_size if drafter == MODEL_DRAFT else None
+    model = drafter == MODEL_DRAFT or is_context(drafter)
+    draft = pair.draft_name if model else drafter
+    hidden = pair.sides[SIDES[0]][1].model.config.hidden_size if model else None
     return RunSpec(draft=draft, policy=policy, temperature=temperature, max_new_tokens=max_new,
-                   draft_hidden_size=hidden)
+                   draft_hidden_size=hidden, draft_context=drafter.strip() if is_context(drafter) else "")
 
 
 def side_errors(pair: DemoPair, spec: str, drafter: str, temperature: float) -> tuple[Any, str | None, str | None]:
@@ -151,7 +161,7 @@ def side_errors(pair: DemoPair, spec: str, drafter: str, temperature: float) -> 
     derr = None
     if not drafter:
         derr = f"empty; choose {DRAFT_SYNTAX}"
-    elif drafter != MODEL_DRAFT and not own_drafter(drafter):
+    elif drafter != MODEL_DRAFT and not own_drafter(drafter) and not is_context(drafter):
         derr = f"unknown drafter {drafter.partition(':')[0].strip()!r}; choose {DRAFT_SYNTAX}"
     else:
         errors = side_spec(pair, "fixed:1", drafter, temperature).check(target)

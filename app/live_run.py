@@ -22,7 +22,7 @@ from typing import Callable
 
 import streamlit as st
 
-from app.live_inputs import AUTOREGRESSIVE, own_drafter, token_text
+from app.live_inputs import AUTOREGRESSIVE, is_context, own_drafter, token_text
 from app.live_models import BASE, SIDES, DemoPair
 from app.live_queue import ModelQueue, model_queue
 
@@ -44,6 +44,7 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
     and reported via on_step(side, steps, done). The headers record when the run queued and started.
     Raises TimeoutError when the models stay busy for longer than LOCK_WAIT_S; always leaves the line."""
     from engine.drafters import make_drafter
+    from engine.drafters.autoregressive import AutoregressiveDrafter, DraftContext
     from engine.run import Request, RequestRun, make_header, policy_for
     from engine.trace.format import TraceWriter
 
@@ -74,8 +75,9 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
                 elif own_drafter(drafts.get(s)):  # fresh per run: suffix:corpus=1 remembers what it saw
                     draft_lm = make_drafter(drafts[s], target)[1]  # a block drafter verifies with its own view
                 else:
-                    draft_lm = draft
-                    draft_lm.want_hidden = pols[s].needs().hidden
+                    draft.want_hidden = pols[s].needs().hidden
+                    draft_lm = (AutoregressiveDrafter(draft, DraftContext.parse(drafts[s])) if is_context(drafts.get(s))
+                                else draft)
                 header = make_header(target, draft_lm, pols[s], cfg, [req], command="streamlit app: Live page",
                                      live={"side": s, "queued_at": queued, "started_at": started},
                                      **({} if pair.real else {"demo": pair.label}))
@@ -101,9 +103,9 @@ def run_pair(pair: DemoPair, ids: list[int], text: str, specs: dict[str, str], p
 
 def run_labels(specs: dict[str, str], drafts: dict[str, str] | None = None) -> dict[str, str]:
     """side -> what its trace file is named after: the policy spec, prefixed with its own drafter's
-    (model-free or block)."""
+    (model-free, block, eagle, or the draft model's context window)."""
     drafts = drafts or {}
-    return {s: f"{drafts[s].strip()}+{spec.strip()}" if own_drafter(drafts.get(s)) and
+    return {s: f"{drafts[s].strip()}+{spec.strip()}" if (own_drafter(drafts.get(s)) or is_context(drafts.get(s))) and
             spec.strip() != AUTOREGRESSIVE else spec for s, spec in specs.items()}
 
 

@@ -72,6 +72,7 @@ names = live_inputs.policy_names()
 DEFAULTS = {"A": "fixed:4", "B": "heuristic"}
 draft_names = live_inputs.draft_names()
 DRAFT_LABELS = {live_inputs.MODEL_DRAFT: f"draft model ({pair.draft_name})",
+                live_inputs.CONTEXT_DRAFT: f"ctx: {pair.draft_name} reading a long prompt's first 64 and last W tokens",
                 "lookup": "lookup: n-gram prompt lookup (no model)", "suffix": "suffix: suffix trie (no model)",
                 live_inputs.BLOCK_DRAFT: "block: block drafter (one forward per block, on the target's features)",
                 live_inputs.EAGLE_DRAFT: "eagle: EAGLE-style head (one layer on the target's features; Qwen pair)"}
@@ -96,9 +97,10 @@ for col, side in zip(c, live_models.SIDES):
     traces.pick(f"{dkey}_kind", draft_names, live_inputs.MODEL_DRAFT)
     col.selectbox(f"Draft {side}", draft_names, key=f"{dkey}_kind", on_change=_fill_draft, args=(side,),
                   format_func=lambda k: DRAFT_LABELS.get(k, k),
-                  help="the pair's draft model, a model-free drafter that copies from the prompt and the "
-                       "output so far (no draft forward; pair it with matchlen to size windows by the match), or "
-                       "a saved block drafter (one forward per block, on the target's hidden features)")
+                  help="the pair's draft model (on the whole prompt, or on its first 64 and last W tokens: a long "
+                       "prompt's draft prefill for some acceptance), a model-free drafter that copies from the prompt "
+                       "and the output so far (no draft forward; pair it with matchlen to size windows by the match), "
+                       "or a saved block drafter (one forward per block, on the target's hidden features)")
     drafts[side] = col.text_input(f"Draft {side} spec", key=dkey, help=live_inputs.DRAFT_SYNTAX)
     err_at[f"draft_{side}"] = col.empty()
     key = f"live_{side.lower()}"
@@ -230,7 +232,8 @@ if run and ticket is not None:
         run_specs = {s: inputs[s] for s in live_models.SIDES}
         run_drafts = {s: inputs[f"draft_{s}"] for s in live_models.SIDES}
         labels = {s: (live_inputs.AUTOREGRESSIVE if policies[s] is None else policies[s].spec +
-                      (f" ← {run_drafts[s]}" if live_inputs.own_drafter(run_drafts[s]) else ""))
+                      (f" ← {run_drafts[s]}" if live_inputs.own_drafter(run_drafts[s])
+                       or live_inputs.is_context(run_drafts[s]) else ""))
                   for s in live_models.SIDES}
         ss["live_result"] = {"paths": {s: str(p) for s, p in
                                        live_run.paths_for(out, live_run.run_labels(run_specs, run_drafts)).items()},
@@ -309,7 +312,7 @@ if res:
             continue
         h = t.header
         label = (f"{(h.get('policy') or {}).get('spec', '?')} · {(h.get('target') or {}).get('name')}"
-                 f"{' ← ' + h['draft']['name'] if h.get('draft') else ''} · {frames.sampling_label(h)} · "
+                 f"{' ← ' + frames.draft_label(h) if frames.draft_label(h) else ''} · {frames.sampling_label(h)} · "
                  f"max {h.get('max_new_tokens')} tokens")
         if t.steps:  # redrawn from the trace file itself: what you download is what you saw
             show(side, t.steps, "done" if t.ends else "stopped", label, {}, base_sum,

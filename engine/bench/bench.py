@@ -24,6 +24,7 @@ with warm KV caches, and t(k)/t(1) for the target's verify cost. The CLI is engi
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,7 +39,8 @@ from engine.bench.runner import (RunResult, _forward_lm, _hf_needs_draft, applie
 from engine.core.sampling import SamplingConfig
 from engine.decode import DecodeConfig
 from engine.drafters.autoregressive import is_context
-from engine.bench.modelled import modelled_speedup
+from engine.bench.modelled import modelled_speedup, own_drafter
+from engine.cost import probe_ms
 from engine.metrics import ACCEPTANCE_RATE, EMITTED_PER_CALL, MODELLED_SPEEDUP, canonical_row, rates
 from engine.policies.base import parse_policy
 from engine.trace.prompts import encode, load_prompts, task_of
@@ -124,8 +126,33 @@ def aggregate(results: list[RunResult], costs: dict[str, Any] | None = None) -> 
                          # wall time outside the models' forward calls: sampling, verification,
                          # cache bookkeeping, Python — per target call and as a share of wall time
                          "non_model_ms_per_call": 1e3 * sum(r.wall_s - r.model_s for r in rs) / calls,
-                         "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs)})
+                         "non_model_share": 1 - sum(r.model_s for r in rs) / sum(r.wall_s for r in rs),
+                         **wall_split(rs, path_costs)})
     return rows
+
+
+def wall_split(rs: list[RunResult], costs: dict[str, Any] | None) -> dict[str, float | None]:
+    """Where a row's wall time went, as shares of it: the target's prompt prefill (timed; speculation cannot
+    shorten it, so it bounds the row's speedup: a row with a prefill share s is at most 1/s × AR's rate over
+    the same prompts) and the draft model's catch-ups (its lazy prompt prefill and long catch-ups: the row's
+    draft-prefill tokens priced at the probe's per-token draft prefill; None without that probe, and for HF's
+    runs, whose draft caches are its own). Example: 95.7 s of AR with 33.2 s of prefill → prefill_share 0.35."""
+    wall, conf = sum(r.wall_s for r in rs), rs[0].config
+    if own_drafter(conf):  # a model-free, block or EAGLE drafter: no draft model to catch up
+        tp = 0.0
+    else:
+        tp = probe_ms(costs, "t_draft_prefill_ms") if costs and not conf.startswith("hf:") else float("nan")
+    catch = sum(r.draft_prefill_tokens for r in rs) * tp / 1e3 if math.isfinite(tp) else None
+    return {"prefill_share": sum(r.prefill_s for r in rs) / wall if wall > 0 else None,
+            "draft_catchup_share": catch / wall if catch is not None and wall > 0 else None}
+
+
+def _split_cell(r: dict[str, Any]) -> str:
+    """'35 % · 12 %' (prefill · draft catch-up shares of the row's wall time); '–' where a result predates them."""
+    pre, cat = r.get("prefill_share"), r.get("draft_catchup_share")
+    if pre is None:
+        return "–"
+    return f"{100 * pre:.0f} % · " + ("–" if cat is None else f"{100 * cat:.0f} %")
 
 
 def _decode_tps(r: RunResult) -> float:
@@ -374,8 +401,9 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
         rows = [r for r in all_rows if r["temperature"] == temp and (tasks or r["task"] == "overall")]
         lines.append(f"\nT = {temp} ({'greedy' if temp == 0 else 'sampling'})\n")
         lines.append("| task | config | tok/s | speedup vs AR | speedup excl. prefill | modelled speedup "
-                     "| emitted/call (incl. bonus) | acceptance rate | target calls | wasted drafts | non-model share |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                     "| emitted/call (incl. bonus) | acceptance rate | target calls | wasted drafts | non-model share "
+                     "| wall in prefill · draft catch-up |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         multi = len(result.get("weights", [])) > 1
         for r in rows:
             acc = "–" if r.get(ACCEPTANCE_RATE) is None else f"{r[ACCEPTANCE_RATE]:.3f}"
@@ -388,7 +416,7 @@ def format_table(result: dict[str, Any], tasks: bool = True) -> str:
                                                   if r.get('speedup_vs_dense_ar') is not None else "")
             lines.append(f"| {r['task']} | {conf} | {r['tokens_per_s']:.1f} | {vs} | {dsp} | "
                          f"{mod} | {r[EMITTED_PER_CALL]:.2f} | {acc} | {r['target_calls']} | "
-                         f"{'–' if wasted is None else wasted} | {share} |")
+                         f"{'–' if wasted is None else wasted} | {share} | {_split_cell(r)} |")
     for w, c in result["costs"].get("by_weights", {"": result["costs"]}).items():
         growth = ", ".join(f"t({k})/t(1)={v:.2f}" for k, v in c["verify_growth"].items())
         t1 = c["t_target_ms"].get(1, c["t_target_ms"].get("1"))  # int keys in memory, str keys after JSON

@@ -14,7 +14,8 @@ of m tokens (interpolated linearly between the measured 1, 2, 4, 8, 16; extrapol
 non-decreasing first (pool adjacent violators: a wider forward is not cheaper, and one noisy probe
 of t(1) above t(2) — 0.69× once on a loaded machine — priced every AR step dearer than a verify),
 d = draft forwards (drafted tokens incl. those dropped unverified), t_draft = one draft token's
-forward — an EAGLE-style head after '@' its own probe (costs["by_drafter"]), 0 for a drafter without
+forward — an EAGLE-style head after '@' its own probe (costs["by_drafter"]; `POLICY@ctx:W`, the run's draft model
+reading a context window, the run's own probe), 0 for a drafter without
 a network of its own per token (lookup, suffix), whose scan is bookkeeping. P = tokens the draft model cached without drafting (RunResult.draft_prefill_tokens:
 the prompt, once it first drafts, and every catch-up over > 8 tokens after autoregressive steps), t_prefill =
 the probe's per-token draft prefill (engine.bench.runner.prefill_ms_per_token). S = drafting steps (Σ_{k≥1} n_k),
@@ -42,10 +43,17 @@ def target_ms(costs: Mapping[str, Any], tokens: int) -> float:
     return forward_ms(costs, tokens)
 
 
+def own_drafter(config: str) -> bool:
+    """A `POLICY@DRAFTER` config whose drafter is not the run's draft model (`POLICY@ctx:W` is that model,
+    reading a context window: priced with the run's own probe)."""
+    _, at, drafter = config.partition("@")
+    return bool(at) and not drafter.startswith("ctx:")
+
+
 def draft_ms(costs: Mapping[str, Any], config: str) -> float:
     """t_draft for a config: the run's draft forward; for a `POLICY@DRAFTER` config the probe of that
     drafter (costs["by_drafter"]: an EAGLE-style head), else 0 (model-free: its scan is bookkeeping)."""
-    t = probe_ms((costs.get("by_drafter") or {}).get(config) or {}, "t_draft_ms") if "@" in config else \
+    t = probe_ms((costs.get("by_drafter") or {}).get(config) or {}, "t_draft_ms") if own_drafter(config) else \
         probe_ms(costs, "t_draft_ms")
     return 0.0 if not math.isfinite(t) else t
 
@@ -53,7 +61,7 @@ def draft_ms(costs: Mapping[str, Any], config: str) -> float:
 def prefill_ms(costs: Mapping[str, Any], config: str) -> float:
     """t_prefill: the probe's draft prefill per token; 0 without one (older results) or without a draft model."""
     t = probe_ms(costs, "t_draft_prefill_ms")
-    return 0.0 if "@" in config or not math.isfinite(t) else t
+    return 0.0 if own_drafter(config) or not math.isfinite(t) else t
 
 
 def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
@@ -65,7 +73,7 @@ def run_model_ms(run: Any, costs: Mapping[str, Any]) -> float | None:
     catchup = getattr(run, "draft_prefill_tokens", 0) * prefill_ms(costs, run.config)
     t_step = probe_ms(costs, "t_draft_step_ms")
     blocks = 0.0
-    if math.isfinite(t_step) and "@" not in run.config:  # a model-free drafter after '@' runs no block forward
+    if math.isfinite(t_step) and not own_drafter(run.config):  # a model-free drafter after '@' runs no block forward
         blocks = t_step * sum(int(n) for k, n in windows.items() if int(k) > 0)
     return verify + run.draft_calls * draft_ms(costs, run.config) + catchup + blocks
 

@@ -157,3 +157,11 @@ def test_multi_draft_rows_colour_only_the_chosen_block():
     html = tokens.multi_draft_html(step, texts)
     assert "&lt;1&gt;" in html and "<1>" not in html and plots.COLORS["bonus"] in html
     assert html.count("★ followed") == 1 and html.count("○ not followed") == 1
+
+
+def test_a_draft_read_through_a_context_window_is_named_with_its_window():
+    from app import frames
+
+    assert frames.draft_label({"draft": {"name": "d"}}) == "d"
+    assert frames.draft_label({"draft": {"name": "d", "context": {"window": 192, "sink": 64}}}) == "d [ctx:192,sink=64]"
+    assert frames.draft_label({"draft": None}) is None and frames.draft_label({}) is None

@@ -304,3 +304,33 @@ def test_live_works_without_the_spec_bench_file(app, monkeypatch, tmp_path):
         t = load_trace(res["paths"][side])
         assert t.complete and t.requests[0]["prompt_text"] == EXAMPLE_PROMPTS[2].text
         assert t.requests[0]["prompt_ids"] == text_to_ids(EXAMPLE_PROMPTS[2].text) and t.summary["new_tokens"] == 6
+
+
+def test_live_runs_the_draft_model_through_a_context_window(app):
+    """A side can draft with the pair's draft model reading only the prompt's first S and last W tokens: greedy
+    output equal to the baseline's, the window in the trace header, the pane and the file name; a bad window is
+    refused under its field before anything runs."""
+    from app import live_inputs
+    from engine.trace.format import load_trace
+
+    at = goto(app, "live")
+    at.selectbox(key="live_a_draft_kind").set_value(live_inputs.CONTEXT_DRAFT).run()
+    assert at.text_input(key="live_a_draft").value == "ctx:192"
+    at.text_input(key="live_a_draft").set_value("ctx:3,sink=1").run()
+    at.text_area(key="live_text").set_value("the cat sat on the mat; the cat sat on the mat; the cat").run()
+    at.number_input(key="live_max").set_value(8).run()
+    assert not at.error
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    res = at.session_state["live_result"]
+    a, b, base = (load_trace(res["paths"][k]) for k in ("A", "B", "baseline"))
+    assert a.complete and a.header["draft"]["context"] == {"window": 3, "sink": 1}
+    assert "context" not in b.header["draft"]
+    assert a.ends[0]["output_ids"] == base.ends[0]["output_ids"]  # greedy: the target's own tokens
+    assert Path(res["paths"]["A"]).name.startswith("live-A-ctx")
+    heads = [m.value for m in at.markdown if m.value.startswith("**A · ")]
+    assert "← tiny-random-llama-draft [ctx:3,sink=1] ·" in heads[0]
+    at = at.text_input(key="live_a_draft").set_value("ctx:0").run()
+    assert any(e.value.startswith("Draft A") and "a window of 0" in e.value for e in at.error), \
+        [e.value for e in at.error]
+    assert at.button(key="live_run").disabled

@@ -2,6 +2,18 @@
 from engine.bench.bench import aggregate, RunResult
 
 
+class Tok:
+    """A tokenizer of 'w1 w2 …' prompts: word wN is token N."""
+
+    chat_template = None
+
+    def __call__(self, text):
+        return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
 def test_aggregate_ratio_of_means():
     rs = [RunResult("ar", 0.0, "qa", 1, 10, 1.0, 10), RunResult("ar", 0.0, "qa", 2, 10, 0.5, 10),
           RunResult("fixed:2", 0.0, "qa", 1, 10, 0.5, 4, 8, 6), RunResult("fixed:2", 0.0, "qa", 2, 10, 0.25, 5, 10, 5)]
@@ -41,15 +53,6 @@ def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):
     """A run stopped after its first prompt: the checkpoint holds that prompt, the traces no footer."""
     from engine.bench.bench import BenchConfig, run_bench, trace_name
     from engine.trace.format import load_trace
-
-    class Tok:
-        chat_template = None
-
-        def __call__(self, text):
-            return {"input_ids": [int(w[1:]) for w in text.split()]}
-
-        def decode(self, ids):
-            return " ".join(f"w{i}" for i in ids)
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3"]}\n'
@@ -198,15 +201,6 @@ def test_a_context_window_config_in_a_whole_bench_run(pair, tmp_path):
     probe (no probe of its own), and a valid trace whose header names the window."""
     from engine.bench.bench import BenchConfig, run_bench, trace_name
     from engine.trace.format import load_trace
-
-    class Tok:
-        chat_template = None
-
-        def __call__(self, text):
-            return {"input_ids": [int(w[1:]) for w in text.split()]}
-
-        def decode(self, ids):
-            return " ".join(f"w{i}" for i in ids)
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"question_id": 1, "category": "qa", "turns": ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11"]}\n')
