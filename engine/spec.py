@@ -154,6 +154,8 @@ class RunSpec:
         if not self.draft:
             if self.k != 1:
                 errors.append(f"{lab('k')} {self.k} needs a draft model and a multi-draft verifier")
+            if self.draft_context:
+                errors.append(f"{lab('draft_context')}: autoregressive decoding has no draft to read a window")
             return errors
         errors += self._drafter_errors(target, multi, lab)
         try:

@@ -356,6 +356,7 @@ def _probe_and_prime(paths: dict[str, tuple], own: dict, ids: list[int]) -> dict
     """The cost probe of every path (and of every drafter named after '@' that runs forwards of its own, e.g.
     eagle), each pair's book primed with it so the cost-aware window prices its first request with this run's
     costs; the result's `costs` block."""
+    from engine.drafters.autoregressive import AutoregressiveDrafter
     from engine.run import pair_book
 
     by_path = {w: measure_costs(t, d, ids) for w, (t, d) in paths.items()}
@@ -364,7 +365,7 @@ def _probe_and_prime(paths: dict[str, tuple], own: dict, ids: list[int]) -> dict
     by_own = {}
     for (w, s), dr in own.items():
         t = paths[w][0]
-        if getattr(dr, "lm", None) is paths[w][1]:  # the path's draft model through a context window: its probe
+        if isinstance(dr, AutoregressiveDrafter):  # the path's draft model through a context window: its probe
             pair_book(t, dr).prime(by_path[w])
             continue
         probe = measure_costs(t, dr, ids)

@@ -28,9 +28,9 @@ leaves x with 905 tokens its cache holds view(x) = x[:64] + x[708:905], 261 toke
 
 from __future__ import annotations
 
-import torch
-
 from dataclasses import dataclass
+
+import torch
 
 from engine.core.lm import prefill
 from engine.core.sampling import SamplingConfig, draw_token
@@ -64,10 +64,6 @@ class DraftContext:
     def read(self, prompt_len: int) -> int:
         """Prompt tokens the draft reads (its lazy prefill and first draft forward): n − skipped."""
         return prompt_len - self.skipped(prompt_len)
-
-    @property
-    def label(self) -> str:
-        return f"ctx:{self.window}" + (f",sink={self.sink}" if self.sink != DraftContext.sink else "")
 
     @classmethod
     def parse(cls, spec: str) -> "DraftContext":

@@ -163,6 +163,8 @@ def test_draft_context_rules():
         "--draft-context: a context window is for a draft model; the model-free drafter")
     assert "K = 1 verifier" in one(RunSpec(draft="d", draft_context="ctx:64", verifier="rbv", k=2))
     assert "whole prompt" in one(RunSpec(draft="d", draft_context="ctx:64", policy="oracle"))
+    assert one(RunSpec(draft=None, draft_context="ctx:64"), labels=FLAGS) == \
+        "--draft-context: autoregressive decoding has no draft to read a window"
 
 
 def test_build_reads_the_draft_through_its_context_window(monkeypatch):
