@@ -36,6 +36,12 @@ from engine.measure import forward_curve, median_ms, sync, timed_ms
 from engine.policies.base import parse_policy
 
 
+# The bench's configurations when none are named (engine.bench.bench.BenchConfig): every policy of the first
+# benchmark issue and HF's three assisted modes.
+DEFAULT_CONFIGS = ("ar", "fixed:1", "fixed:2", "fixed:4", "fixed:6", "fixed:8", "heuristic", "confidence",
+                   "cumulative", "entropy", "hf:constant:4", "hf:heuristic:5", "hf:confidence:0.4")
+
+
 @dataclass
 class RunResult:
     config: str

@@ -79,22 +79,3 @@ def test_a_context_window_config_is_the_runs_draft_model_priced_with_its_probe()
     ctx = RunResult("fixed:1@ctx:192", 0.0, "rag", 1, 10, 1.0, 5, drafted=5, accepted=5, draft_calls=5,
                     windows={1: 5}, draft_prefill_tokens=256)
     assert run_model_ms(ctx, costs) == 5 * 110.0 + 5 * 10.0 + 256 * 2.0
-
-
-def test_rows_split_their_wall_time_into_prefill_and_draft_catch_up():
-    """prefill_share = Σ prefill_s ÷ Σ wall_s; draft_catchup_share = Σ draft-prefill tokens × t_prefill ÷ Σ wall_s
-    (None without a probe); AR catches nothing up; the table shows both."""
-    from engine.bench.bench import format_table
-
-    costs = {**COSTS, "t_draft_prefill_ms": 2.0, "c": 0.1, "verify_growth": {1: 1.0}}
-    ar = RunResult("ar", 0.0, "rag", 1, 10, 4.0, 10, windows={0: 10}, prefill_s=1.0)
-    fixed = RunResult("fixed:1", 0.0, "rag", 1, 10, 3.0, 5, drafted=5, accepted=5, draft_calls=5, windows={1: 5},
-                      prefill_s=1.2, draft_prefill_tokens=300)
-    rows = {r["config"]: r for r in aggregate([ar, fixed], costs) if r["task"] == "overall"}
-    assert rows["ar"]["prefill_share"] == pytest.approx(0.25) and rows["ar"]["draft_catchup_share"] == 0.0
-    assert rows["fixed:1"]["prefill_share"] == pytest.approx(0.4)
-    assert rows["fixed:1"]["draft_catchup_share"] == pytest.approx(300 * 2.0 / 3000)
-    assert aggregate([ar, fixed], COSTS)[1]["draft_catchup_share"] is None  # no prefill probe: unknown, not 0
-    table = format_table({"rows": list(rows.values()), "costs": {**costs, "t_target_ms": {1: 100.0}},
-                          "greedy_mismatches": []})
-    assert "| 40 % · 20 % |" in table and "| 25 % · 0 % |" in table
