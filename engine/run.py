@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from tqdm import tqdm
 
 from engine.decode import DecodeConfig, StepRecord, decode
-from engine.drafters.autoregressive import prompt_tokens
+from engine.drafters.autoregressive import as_drafter
 from engine.models.load import software_versions
 from engine.measure import sync
 from engine.hindsight import hindsight
@@ -96,7 +96,7 @@ def policy_for(policy: WindowPolicy | None, target, draft, cfg: DecodeConfig, pr
     book = pair_book(target, draft) if book is None else book
     return policy.for_request(RequestContext(target, draft, list(prompt_ids), cfg.max_new_tokens, eos, lookahead,
                                              float(cfg.sampling.temperature), book,
-                                             prompt_tokens(draft, len(prompt_ids))))
+                                             as_drafter(draft).prompt_tokens(len(prompt_ids))))
 
 
 class RequestRun:

@@ -101,9 +101,7 @@ class AutoregressiveDrafter(DrafterBase):
         self.skip = 0  # prompt tokens this request's draft cache skips (DraftContext.skipped)
 
     def prompt_tokens(self, prompt_len: int) -> int:
-        """Prompt tokens this drafter runs over before its first draft (its lazy prefill): what a cost-aware
-        window prices as the first catch-up."""
-        return self.context.read(prompt_len)
+        return self.context.read(prompt_len)  # its lazy prefill: the window's part of the prompt
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.lm.reset()
@@ -165,9 +163,3 @@ def as_drafter(draft):
         return draft
     return AutoregressiveDrafter(draft)
 
-
-def prompt_tokens(draft, prompt_len: int) -> int:
-    """Prompt tokens `draft` (an LM or a drafter) reads before its first draft: the whole prompt unless a
-    drafter says otherwise (an AutoregressiveDrafter with a context window)."""
-    fn = getattr(as_drafter(draft), "prompt_tokens", None)
-    return prompt_len if fn is None else int(fn(prompt_len))

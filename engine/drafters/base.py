@@ -14,9 +14,12 @@ A drafter proposes a step's draft block(s); `engine.decode.decode` drives it:
                                          condition on its hidden features); a no-op for most
     verify_target(target)                the LM to verify with (the target itself; block drafter: its
                                          feature view of it)
+    prompt_tokens(n)                     prompt tokens it reads before its first draft (n; fewer through a
+                                         draft context window)
     caps: DrafterCaps                    what it can give a policy (draft hidden states)
 
-`DrafterBase` gives the defaults (commit / observe no-ops, verify with the target, hidden states);
+`DrafterBase` gives the defaults (commit / observe no-ops, verify with the target, the whole prompt read,
+hidden states);
 every drafter in this package derives from it, so `decode` calls declared methods only.
 
 Names: a *policy*'s `propose()` says how many tokens to draft (an int); a *drafter*'s `draft()` drafts
@@ -124,6 +127,7 @@ class Drafter(Protocol):
     def commit(self, keep_len: int, chosen: int) -> None: ...
     def observe(self, target: Any) -> None: ...
     def verify_target(self, target: Any) -> Any: ...
+    def prompt_tokens(self, prompt_len: int) -> int: ...
 
 
 class DrafterBase:
@@ -140,3 +144,8 @@ class DrafterBase:
 
     def verify_target(self, target: Any) -> Any:
         return target
+
+    def prompt_tokens(self, prompt_len: int) -> int:
+        """Prompt tokens the drafter runs over before its first draft (a cost-aware window's first catch-up):
+        the whole prompt, unless it reads less (a draft model through a context window)."""
+        return prompt_len

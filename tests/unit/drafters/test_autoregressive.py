@@ -49,7 +49,7 @@ def test_a_short_catch_up_is_one_forward_and_a_long_one_prefills_first():
 # ------------------------------------------------------------------ the draft context window
 
 from engine.decode import DecodeConfig, decode  # noqa: E402
-from engine.drafters.autoregressive import DraftContext, prompt_tokens  # noqa: E402
+from engine.drafters.autoregressive import DraftContext  # noqa: E402
 from engine.policies.base import parse_policy  # noqa: E402
 
 import pytest  # noqa: E402
@@ -78,7 +78,7 @@ def test_context_window_skips_the_prompts_middle_and_tracks_the_sequence():
     prompt = list(range(1, 21))  # 20 tokens: skip = 13, the draft prefills 7
     target, drafter = TableLM(24, seed=1), Watched(TableLM(24, seed=2), ctx)
     steps = list(decode(target, drafter, prompt, parse_policy("fixed:3"), DecodeConfig(max_new_tokens=30)))
-    assert ctx.skipped(20) == 13 and prompt_tokens(drafter, 20) == 7
+    assert ctx.skipped(20) == 13 and drafter.prompt_tokens(20) == 7
     assert len(drafter.seen) == len(steps) > 5
     for seq, cached, drafts in drafter.seen:  # the draft cache read view(seq), then its drafts but the last
         if drafts:  # (the last step's cap is 0: nothing is drafted or read)
@@ -146,3 +146,22 @@ def test_bad_context_specs_are_refused_in_one_line(spec):
     with pytest.raises(ValueError) as e:
         DraftContext.parse(spec)
     assert "\n" not in str(e.value) and "ctx" in str(e.value)
+
+
+def test_the_run_hands_a_policy_the_prompt_tokens_the_draft_reads():
+    """engine.run.policy_for: a window policy learns the draft's first catch-up from the drafter (the whole prompt
+    for a plain draft model, S + W through a context window)."""
+    from engine.run import policy_for
+
+    seen = []
+
+    class Spy(type(parse_policy("fixed:2"))):
+        def for_request(self, ctx):
+            seen.append(ctx.first_catchup)
+            return self
+
+    target, lm, prompt = TableLM(12, seed=1), TableLM(12, seed=2), list(range(1, 31))
+    cfg = DecodeConfig(max_new_tokens=4)
+    policy_for(Spy(), target, lm, cfg, prompt)
+    policy_for(Spy(), target, AutoregressiveDrafter(lm, DraftContext(window=6, sink=2)), cfg, prompt)
+    assert seen == [30, 8]
