@@ -53,7 +53,7 @@ def cmd_bench(a) -> int:
     from engine.bench.bench import (BenchConfig, append_markdown, check_configs, format_table, load_draft, policy_specs,
                                     run_bench)
     from engine.cli.checks import split_specs
-    from engine.models.load import eos_token_ids, load_model, machine_description
+    from engine.models.load import eos_token_ids, load_model, machine_description, software_versions
     from engine.policies.base import parse_policy
     from engine.trace.jsonio import write_json_atomic
 
@@ -78,7 +78,7 @@ def cmd_bench(a) -> int:
         more.append((t.lm, load_draft(a.draft, t, a.dtype, a.device, want_hidden=hidden, weights=pw.draft)))
     command = common.command_line()
     machine = a.machine or machine_description()
-    extra = {"command": command, "machine": machine, "prompts_file": str(a.prompts)}
+    extra = {"command": command, "machine": machine, "software": software_versions(), "prompts_file": str(a.prompts)}
     from engine.bench import busy
 
     s0 = busy.sample()

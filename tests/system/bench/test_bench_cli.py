@@ -81,6 +81,7 @@ def test_bench_writes_traces_and_overhead(model_dirs, tmp_path):
     assert rows["hf:heuristic:2"]["draft_acceptance_rate"] is not None  # recorded: drafts and accepts are known
     for r in rows.values():
         assert 0.0 <= r["non_model_share"] < 1.0 and r["non_model_ms_per_call"] >= 0.0
+    assert {"python", "torch", "transformers"} <= set(res["software"])  # the versions behind every figure
 
 
 def test_bench_mixes_model_and_model_free_drafters_in_one_run(model_dirs, tmp_path):
