@@ -69,13 +69,24 @@ def check(cfg: BandwidthConfig) -> None:
         raise ValueError(f"bandwidth probe: threads and repeats must be ≥ 1 and warmup ≥ 0, got {cfg}")
 
 
-def measure(cfg: BandwidthConfig = BandwidthConfig()) -> Bandwidth:
-    """The read bandwidth on `cfg.threads` threads (torch's thread count is restored afterwards)."""
+def buffer(cfg: BandwidthConfig = BandwidthConfig()) -> torch.Tensor:
+    """A probe buffer of cfg.nbytes, written once (every page resident), for repeated `measure(cfg, buf)` calls:
+    a run that probes beside every round allocates and faults in its 512 MiB once, not each time."""
     check(cfg)
+    return torch.ones(cfg.nbytes // 4, dtype=torch.float32)
+
+
+def measure(cfg: BandwidthConfig = BandwidthConfig(), buf: torch.Tensor | None = None) -> Bandwidth:
+    """The read bandwidth on `cfg.threads` threads (torch's thread count is restored afterwards); on `buf`
+    (`buffer(cfg)`) when given, else on a buffer of its own."""
+    check(cfg)
+    if buf is not None and buf.numel() * buf.element_size() != cfg.nbytes:
+        raise ValueError(f"bandwidth probe: the buffer holds {buf.numel() * buf.element_size()} bytes, "
+                         f"the configuration reads {cfg.nbytes}")
     before = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        x = torch.ones(cfg.nbytes // 4, dtype=torch.float32)  # written once: every page is resident
+        x = buffer(cfg) if buf is None else buf
         for _ in range(cfg.warmup):
             x.sum()
         times = []

@@ -42,6 +42,23 @@ def _load(path: Path) -> dict | None:
     return d if isinstance(d, dict) and d.get("bandwidth_gb_per_s") else None
 
 
+def bandwidth_cell(d: dict) -> str:
+    """The file's bandwidth; with probes beside every round, their median and range: '28.1 GB/s (24–58)'."""
+    every = [p["gb_per_s"] for p in d.get("bandwidth_rounds") or []]
+    if not every:
+        return f"{d['bandwidth_gb_per_s']:.1f} GB/s"
+    every += [d[k]["gb_per_s"] for k in ("bandwidth", "bandwidth_after") if isinstance(d.get(k), dict)]
+    return f"{d['bandwidth_gb_per_s']:.1f} GB/s ({min(every):.0f}–{max(every):.0f})"
+
+
+def decode_fraction_cell(r: dict) -> str:
+    """A row's decode-only fraction; where the runs were paired with their own probes, also the one against the
+    run's highest probe: '0.78 (0.41 vs highest)'."""
+    cell = _f(r.get("decode_roofline_fraction"), ".2f")
+    best = r.get("decode_roofline_fraction_best")
+    return cell if best is None else f"{cell} ({best:.2f} vs highest)"
+
+
 def roofline_lines(files: list[Path], machine) -> list[str]:
     out = []
     for p in files:
@@ -50,8 +67,8 @@ def roofline_lines(files: list[Path], machine) -> list[str]:
             continue
         for r in d.get("rows", []):
             out.append(f"| {machine(d.get('machine'))} | {r['model']} | {r['path']} | {size(r['bytes_per_token'])} | "
-                       f"{d['bandwidth_gb_per_s']:.1f} GB/s | {_f(r.get('roofline_tokens_per_s'), '.2f')} | "
-                       f"{r['decode_tokens_per_s']:.2f} | {_f(r.get('decode_roofline_fraction'), '.2f')} | "
+                       f"{bandwidth_cell(d)} | {_f(r.get('roofline_tokens_per_s'), '.2f')} | "
+                       f"{r['decode_tokens_per_s']:.2f} | {decode_fraction_cell(r)} | "
                        f"{_f(r.get('decode_roofline_fraction_kv'), '.2f')} | "
                        f"{_f(r.get('roofline_fraction'), '.2f')} | {_busy(d)} | [{p.name}](results/{p.name}) |")
     return out
@@ -88,7 +105,10 @@ def section(files: list[Path], machine=lambda m: m or "machine not recorded") ->
              "decoding can go (`python -m engine roofline`; engine/bench/roofline.py). *Fraction* = measured "
              "tokens/s ÷ that roofline: decode-only, and with the prefill included; a speculative row can pass 1. "
              "*+ KV*: decode-only against the floor of the weights and the KV cache a step reads at the requests' "
-             "mean context (files from before it was recorded: –).", ""]
+             "mean context (files from before it was recorded: –). A shared host's bandwidth drifts (24–58 GB/s "
+             "within minutes on one 2-core EPYC): files that probe beside every round compare each run with the "
+             "bandwidth around it, show the probes' median and range, and the decode fraction against the highest "
+             "probe too.", ""]
     if per_path:
         lines += ["| machine | model | path | bytes/token | bandwidth | roofline tok/s | decode tok/s | fraction (decode) "
                   "| fraction (decode, + KV) | fraction (incl. prefill) | machine load | result |",

@@ -19,11 +19,15 @@ every path alike). Per (model, path) row (engine.bench.roofline for the arithmet
                              a long prompt (SmolLM2-135M at 1,500 tokens reads 35 MB of cache beside 269 MB of
                              weights; the 1.5B 43 MB beside 3.09 GB), where the weights-only fraction understates
 
-The bandwidth is measured before the first model loads and again after the last run (both recorded), and
-the rows use the higher of the two: a shared host's bandwidth dips for a while (15.2 GB/s before a run and
-25.1 after, on a 2-core EPYC, turned a dense decode at 0.86 of the machine's roofline into "1.42"), and a
-fraction against the best the machine showed in the run never overstates how close a path came. /proc/stat
-says whether another process held a core meanwhile (engine.bench.busy).
+The bandwidth is measured before the first model loads, again after the last run, and (`round_repeats` passes on
+one resident buffer) before every round and after a model's last: a round is one prompt on every path. Each run is
+compared with the mean of the probes just before and just after its round, and a row's fractions are the means of
+its runs' (`summarize`). Why: a shared host's bandwidth drifts — 24–58 GB/s within minutes on a 2-core Zen 4 EPYC,
+where the rule "the higher of the probes before and after" turned a SmolLM2 decode at ~0.75 of the bandwidth
+beside it into 0.33, and (the other way) a dip before a run once made "1.42" of 0.86. The file keeps every probe
+(`bandwidth_rounds`), R from their median, and `decode_roofline_fraction_best` against the highest (never
+overstating); `round_repeats` 0 keeps the earlier rule. /proc/stat says whether another process held a core
+meanwhile (engine.bench.busy).
 
 Worked example: the 1.5B target on bf16 reads 3.09 GB a token; at 10.0 GB/s R = 3.24 tokens/s; 12
 prompts × 64 tokens decoding at a mean 2.90 tokens/s (2.80 with prefill) → fractions 0.89 and 0.86.
@@ -33,14 +37,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from engine.bench import bandwidth as bw_probe
 from engine.bench import busy
 from engine.bench.roofline import bytes_per_token, fraction, roofline_tokens_per_s
-from engine.bench.roofline_report import size
+from engine.bench.roofline_report import decode_fraction_cell, size
 
 # path name → (dtype, weights): what `load_model` is given for it
 PATHS = {"bf16": ("bf16", "dense"), "fp32": ("fp32", "dense"), "quantized": ("auto", "quantized"),
@@ -56,6 +60,9 @@ class RooflineConfig:
     threads: int = 2  # the lab's machines have two cores; decode runs use both
     warmup_tokens: int = 8  # one untimed short run per (model, path): first calls build caches and kernels
     bandwidth: bw_probe.BandwidthConfig = field(default_factory=bw_probe.BandwidthConfig)
+    # a probe (this many passes) beside every round, each run's fractions against the probes around it: a shared
+    # host's read bandwidth swung 24–58 GB/s within minutes on a 2-core Zen 4 EPYC; 0 = before and after only
+    round_repeats: int = 3
 
 
 def check(cfg: RooflineConfig) -> None:
@@ -67,8 +74,9 @@ def check(cfg: RooflineConfig) -> None:
         raise ValueError("the roofline needs at least one model and one path")
     if len(set(cfg.paths)) != len(cfg.paths) or len(set(cfg.models)) != len(cfg.models):
         raise ValueError("name each model and each path once")
-    if cfg.per_task < 1 or cfg.max_new_tokens < 1 or cfg.warmup_tokens < 0 or cfg.threads < 1:
-        raise ValueError("--per-task, --max-new-tokens and --threads must be ≥ 1, --warmup-tokens ≥ 0")
+    if cfg.per_task < 1 or cfg.max_new_tokens < 1 or cfg.warmup_tokens < 0 or cfg.threads < 1 or cfg.round_repeats < 0:
+        raise ValueError("--per-task, --max-new-tokens and --threads must be ≥ 1, --warmup-tokens and "
+                         "--round-probes ≥ 0")
     bw_probe.check(cfg.bandwidth)
 
 
@@ -87,22 +95,44 @@ def _kv_read(r: dict[str, float], kv_per_context_token: int) -> float:
     return kv_per_context_token * (r["prompt_tokens"] + (r["new_tokens"] - 1) / 2)
 
 
+def _paired(runs: list[dict[str, Any]], speeds: list[float], nbytes: float) -> float | None:
+    """Mean over runs of speed_i · bytes ÷ the bandwidth probed beside run i (None unless every run has one)."""
+    bws = [r.get("bandwidth_gb_per_s") for r in runs]
+    if not runs or not all(bws):
+        return None
+    return statistics.mean(fraction(v, nbytes, b) for v, b in zip(speeds, bws))
+
+
 def summarize(runs: list[dict[str, float]], nbytes: int, gb_per_s: float | None,
-              kv_per_context_token: int = 0) -> dict[str, Any]:
+              kv_per_context_token: int = 0, best_gb_per_s: float | None = None) -> dict[str, Any]:
     """A row's speeds and fractions from its per-prompt runs (means over prompts, as the bench); the KV-inclusive
-    decode fraction where the runs record their prompt lengths and the model its KV bytes."""
-    tps = statistics.mean(r["new_tokens"] / r["wall_s"] for r in runs)
+    decode fraction where the runs record their prompt lengths and the model its KV bytes.
+
+    Where every run carries the bandwidth probed beside it (`bandwidth_gb_per_s`), each fraction is the mean of the
+    runs' own fractions, f = mean_i(v_i · bytes ÷ B_i), and `decode_roofline_fraction_best` the decode one against
+    `best_gb_per_s` (the highest probe of the whole run: the most a path could have been asked for; default
+    `gb_per_s`). Without them every fraction is against `gb_per_s`; R = `gb_per_s` ÷ bytes either way. Worked example: runs at 60 and 40 tokens/s of 0.25 GB probed at
+    30 and 20 GB/s → f = (0.50 + 0.50) / 2 = 0.50; against the best probe (30 GB/s) 50 · 0.25 / 30 = 0.42."""
+    tps_r = [r["new_tokens"] / r["wall_s"] for r in runs]
     dec_r = [r["new_tokens"] / max(r["wall_s"] - r["prefill_s"], 1e-9) for r in runs]
-    dec = statistics.mean(dec_r)
+    tps, dec = statistics.mean(tps_r), statistics.mean(dec_r)
     out = {"prompts": len(runs), "new_tokens": sum(r["new_tokens"] for r in runs),
            "roofline_tokens_per_s": roofline_tokens_per_s(nbytes, gb_per_s) if gb_per_s else None,
            "decode_tokens_per_s": dec, "tokens_per_s": tps,
            "decode_roofline_fraction": fraction(dec, nbytes, gb_per_s), "roofline_fraction": fraction(tps, nbytes, gb_per_s)}
+    paired = _paired(runs, dec_r, nbytes)
+    if paired is not None:
+        out["decode_roofline_fraction_best"] = fraction(dec, nbytes, best_gb_per_s or gb_per_s)
+        out["decode_roofline_fraction"], out["roofline_fraction"] = paired, _paired(runs, tps_r, nbytes)
     if kv_per_context_token and all("prompt_tokens" in r for r in runs):
         kv = [_kv_read(r, kv_per_context_token) for r in runs]
         out["kv_bytes_per_token"] = statistics.mean(kv)
-        out["decode_roofline_fraction_kv"] = (statistics.mean(d * (nbytes + k) for d, k in zip(dec_r, kv))
-                                              / (gb_per_s * 1e9) if gb_per_s else None)
+        if paired is not None:
+            out["decode_roofline_fraction_kv"] = statistics.mean(
+                d * (nbytes + k) / (r["bandwidth_gb_per_s"] * 1e9) for d, k, r in zip(dec_r, kv, runs))
+        else:
+            out["decode_roofline_fraction_kv"] = (statistics.mean(d * (nbytes + k) for d, k in zip(dec_r, kv))
+                                                  / (gb_per_s * 1e9) if gb_per_s else None)
     return out
 
 
@@ -132,9 +162,18 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
     before = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        bw0 = bw_probe.measure(cfg.bandwidth)
+        buf = bw_probe.buffer(cfg.bandwidth)
+        bw0 = bw_probe.measure(cfg.bandwidth, buf)
         say(f"read bandwidth {bw0.gb_per_s:.1f} GB/s ({cfg.bandwidth.nbytes / 2**20:.0f} MiB, {cfg.threads} threads, "
             f"median of {cfg.bandwidth.repeats})")
+        round_cfg = replace(cfg.bandwidth, repeats=max(cfg.round_repeats, 1), warmup=0)  # on `buf`: already resident
+        probes: list[dict[str, Any]] = []
+
+        def probe(model: str, before_round: int) -> float:
+            g = bw_probe.measure(round_cfg, buf).gb_per_s
+            probes.append({"model": model, "before_round": before_round, "gb_per_s": g})
+            return g
+
         s0, t0 = busy.sample(), time.perf_counter()
         rows: list[dict[str, Any]] = []
         for model in cfg.models:
@@ -149,6 +188,7 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
             for p, m in loaded.items():
                 if cfg.warmup_tokens:
                     time_ar(m.lm, ids[0], cfg.warmup_tokens, eos)
+            prev = probe(model, 0) if cfg.round_repeats else None
             for i, pr in enumerate(prompts):
                 order = cfg.paths[i % len(cfg.paths):] + cfg.paths[: i % len(cfg.paths)]
                 for p in order:
@@ -156,6 +196,11 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
                     runs[p].append(r | {"question_id": pr.question_id})
                     say(f"{model} [{p}] q{pr.question_id}: {r['new_tokens']} tokens, "
                         f"{r['new_tokens'] / r['wall_s']:.2f} tokens/s")
+                if prev is not None:
+                    nxt = probe(model, i + 1)
+                    for p in order:  # the round's runs: the mean of the probes just before and just after it
+                        runs[p][-1]["bandwidth_gb_per_s"] = (prev + nxt) / 2
+                    prev = nxt
             for p in cfg.paths:
                 lm = loaded[p].lm
                 tb = bytes_per_token(lm)
@@ -167,14 +212,25 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
             del loaded, first
         report = busy.busy_between(s0, busy.sample())
         elapsed = time.perf_counter() - t0
-        bw1 = bw_probe.measure(cfg.bandwidth)
+        bw1 = bw_probe.measure(cfg.bandwidth, buf)
+        del buf
         say(f"read bandwidth after the runs {bw1.gb_per_s:.1f} GB/s"
             + (f"; {report.line()}" if report is not None else ""))
     finally:
         torch.set_num_threads(before)
-    ref = max(bw0.gb_per_s, bw1.gb_per_s)
+    every = [bw0.gb_per_s, bw1.gb_per_s] + [p["gb_per_s"] for p in probes]
+    if probes:
+        say(f"read bandwidth beside the rounds: {min(every):.1f}–{max(every):.1f} GB/s, median "
+            f"{statistics.median(every):.1f}; each run compared with the probes around its round")
+        ref, rule = statistics.median(every), ("each run's fractions against the mean of the probes just before and "
+                                              "just after its round (a prompt on every path), a row's the mean of its "
+                                              "runs'; R and bandwidth_gb_per_s: the median of every probe; "
+                                              "decode_roofline_fraction_best: against the highest probe")
+    else:
+        ref, rule = max(every), "the higher of the probes before and after the runs"
     for r in rows:
-        r.update(summarize(r["runs"], r["bytes_per_token"], ref, r.get("kv_bytes_per_context_token") or 0))
+        r.update(summarize(r["runs"], r["bytes_per_token"], ref, r.get("kv_bytes_per_context_token") or 0,
+                           best_gb_per_s=max(every)))
         r["runs"] = r.pop("runs")  # after the figures, as before
     return {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "kind": "roofline",
             "config": {"models": list(cfg.models), "paths": list(cfg.paths), "prompts": len(prompts),
@@ -182,7 +238,7 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
                        "threads": cfg.threads, "warmup_tokens": cfg.warmup_tokens,
                        "order": "per model, each prompt on every path back to back, rotated by one per prompt"},
             "bandwidth": bw0.to_dict(), "bandwidth_after": bw1.to_dict(), "bandwidth_gb_per_s": ref,
-            "bandwidth_rule": "the higher of the probes before and after the runs",
+            "bandwidth_rule": rule, "bandwidth_rounds": probes,
             "busy": report.to_dict() if report is not None else None, "elapsed_s": elapsed, "rows": rows}
 
 
@@ -198,6 +254,6 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         out.append(f"| {r['model']} | {r['path']} | {r['kernel']} | {size(r['bytes_per_token'])} | "
                    f"{_f(r['roofline_tokens_per_s'], '.2f')} | {r['decode_tokens_per_s']:.2f} | "
-                   f"{_f(r['decode_roofline_fraction'], '.2f')} | {_f(r.get('decode_roofline_fraction_kv'), '.2f')} | "
+                   f"{decode_fraction_cell(r)} | {_f(r.get('decode_roofline_fraction_kv'), '.2f')} | "
                    f"{r['tokens_per_s']:.2f} | {_f(r['roofline_fraction'], '.2f')} |")
     return "\n".join(out)

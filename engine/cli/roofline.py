@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("--bandwidth-mib", type=int, default=BandwidthConfig.nbytes // 2**20,
                    help="bytes the bandwidth probe streams, in MiB (≥ 512 on a real measurement)")
     p.add_argument("--repeats", type=int, default=BandwidthConfig.repeats, help="bandwidth probe passes (median)")
+    p.add_argument("--round-probes", type=int, default=RooflineConfig.round_repeats,
+                   help="probe passes beside every round (a prompt on every path), each run's fraction against the "
+                        "probes around it: a shared host's bandwidth drifts; 0 = only before and after the runs")
     p.add_argument("--bandwidth-only", action="store_true", help="measure and print the bandwidth, nothing else")
     common.add_out(p, "JSON result path (default docs/results/roofline-<cpu>.json; '' writes none)")
     p.set_defaults(func=cmd_roofline)
@@ -52,7 +55,8 @@ def cmd_roofline(a) -> int:
     bw = BandwidthConfig(nbytes=a.bandwidth_mib * 2**20, threads=a.threads, repeats=a.repeats)
     cfg = RooflineConfig(models=tuple(m.strip() for m in a.models.split(",") if m.strip()),
                          paths=tuple(p.strip() for p in a.paths.split(",") if p.strip()), per_task=a.per_task,
-                         max_new_tokens=a.max_new_tokens, threads=a.threads, warmup_tokens=a.warmup_tokens, bandwidth=bw)
+                         max_new_tokens=a.max_new_tokens, threads=a.threads, warmup_tokens=a.warmup_tokens, bandwidth=bw,
+                         round_repeats=a.round_probes)
     check(cfg)  # every refusal before the probe or a model
     if a.bandwidth_only:
         r = measure(bw)

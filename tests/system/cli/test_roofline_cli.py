@@ -23,14 +23,16 @@ def test_roofline_writes_every_model_and_path_with_the_machine(model_dirs, tmp_p
     out = tmp_path / "roofline-test.json"
     rc = main(["roofline", "--models", str(t), "--paths", "fp32,int8", "--prompts", str(prompts), "--per-task", "1",
                "--max-new-tokens", "4", "--threads", "1", "--repeats", "1", "--warmup-tokens", "1", *SMALL_PROBE,
-               "--out", str(out)])
+               "--round-probes", "2", "--out", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
     assert [(r["path"], r["weights"], r["prompts"]) for r in res["rows"]] == [("fp32", "dense", 2), ("int8", "int8", 2)]
     assert res["bandwidth_gb_per_s"] > 0 and res["command"].startswith("python -m engine")
     assert "python" in res["software"] and "machine" in res and "lscpu" in res and res["created"]
-    for r in res["rows"]:
-        assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * r["bytes_per_token"] / (res["bandwidth_gb_per_s"] * 1e9))
+    assert len(res["bandwidth_rounds"]) == 3  # before each of the two prompts' rounds and after the last
+    for r in res["rows"]:  # each run against the bandwidth probed around its round
+        assert r["roofline_fraction"] == pytest.approx(sum(
+            x["new_tokens"] / x["wall_s"] * r["bytes_per_token"] / (x["bandwidth_gb_per_s"] * 1e9) for x in r["runs"]) / 2)
     printed = capsys.readouterr().out
     assert "| model | path | kernel | bytes/token |" in printed and f"wrote {out}" in printed
 

@@ -49,3 +49,18 @@ def test_the_probe_times_a_reduction_over_the_whole_buffer(monkeypatch):
 def test_bad_configs_are_refused_in_one_line(cfg, words):
     with pytest.raises(ValueError, match=words):
         bandwidth.measure(cfg)
+
+
+def test_a_held_buffer_is_read_as_given_and_a_wrong_size_refused(monkeypatch):
+    """`buffer` + `measure(cfg, buf)`: a run probing beside every round reads one resident buffer, not a new one."""
+    cfg = BandwidthConfig(nbytes=4096, threads=1, repeats=2, warmup=0)
+    buf = bandwidth.buffer(cfg)
+    assert buf.numel() == 1024 and float(buf.sum()) == 1024.0
+    made = []
+    monkeypatch.setattr(bandwidth, "buffer", lambda c: made.append(c) or torch.ones(c.nbytes // 4))
+    r = bandwidth.measure(cfg, buf)
+    assert made == [] and len(r.seconds) == 2 and r.gb_per_s > 0
+    bandwidth.measure(cfg)
+    assert made == [cfg]  # without one, the probe makes its own
+    with pytest.raises(ValueError, match="holds 2048 bytes"):
+        bandwidth.measure(cfg, torch.ones(512))

@@ -46,3 +46,17 @@ def test_roofline_and_bench_files_each_get_their_table(tmp_path):
     assert "| [bench-mixed.json](results/bench-mixed.json) | dense | `ar` | 2.80 | 10.0 GB/s | 0.86 | busy (0.95 cores) |" in lines
     assert "`fixed:2` | 4.40" in text and "fixed:4" not in text  # AR and the fastest configuration only
     assert "9.00" not in text and "0.60" not in text  # per-task rows and T > 0 stay in the file
+
+
+def test_a_file_probed_beside_every_round_shows_the_range_and_the_fraction_against_the_highest(tmp_path):
+    roof = write(tmp_path / "roofline-x.json", {
+        "kind": "roofline", "machine": "M", "bandwidth_gb_per_s": 28.1, "busy": {"busy": False, "others_cores": 0.0},
+        "bandwidth": {"gb_per_s": 24.2}, "bandwidth_after": {"gb_per_s": 57.9},
+        "bandwidth_rounds": [{"model": "m", "before_round": 0, "gb_per_s": 28.1},
+                             {"model": "m", "before_round": 1, "gb_per_s": 30.0}],
+        "rows": [{"model": "m", "path": "bf16", "bytes_per_token": 2.69e8, "roofline_tokens_per_s": 104.5,
+                  "decode_tokens_per_s": 80.0, "decode_roofline_fraction": 0.78, "decode_roofline_fraction_best": 0.37,
+                  "roofline_fraction": 0.6}]})
+    text = "\n".join(section([roof]))
+    assert "| 28.1 GB/s (24–58) | 104.50 | 80.00 | 0.78 (0.37 vs highest) | – | 0.60 |" in text
+    assert "around it" in text  # the section says how such files compare

@@ -3,6 +3,7 @@ bandwidth probe on a tiny size, and the rows' arithmetic checked against their o
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 
 import pytest
@@ -46,8 +47,12 @@ def test_every_model_and_path_is_measured_and_its_fractions_follow_from_its_own_
     res = run_roofline(TINY, PROMPTS, tiny_load(calls), encode, say=said.append)
     assert calls == [("tiny-a", "fp32", "dense"), ("tiny-a", "auto", "int8"), ("tiny-b", "fp32", "dense"),
                      ("tiny-b", "auto", "int8")]
+    every = [res["bandwidth"]["gb_per_s"], res["bandwidth_after"]["gb_per_s"]] + [
+        p["gb_per_s"] for p in res["bandwidth_rounds"]]
+    assert [(p["model"], p["before_round"]) for p in res["bandwidth_rounds"]] == [
+        (m, i) for m in ("tiny-a", "tiny-b") for i in range(4)]  # before each of the 3 rounds and after the last
     bw = res["bandwidth_gb_per_s"]
-    assert bw == max(res["bandwidth"]["gb_per_s"], res["bandwidth_after"]["gb_per_s"]) > 0
+    assert bw == pytest.approx(statistics.median(every)) and bw > 0 and "before and just after its round" in res["bandwidth_rule"]
     assert [(r["model"], r["path"]) for r in res["rows"]] == [("tiny-a", "fp32"), ("tiny-a", "int8"),
                                                                 ("tiny-b", "fp32"), ("tiny-b", "int8")]
     for r in res["rows"]:
@@ -55,8 +60,15 @@ def test_every_model_and_path_is_measured_and_its_fractions_follow_from_its_own_
         tps = sum(x["new_tokens"] / x["wall_s"] for x in r["runs"]) / 3
         assert r["tokens_per_s"] == pytest.approx(tps)
         assert r["decode_tokens_per_s"] >= r["tokens_per_s"]  # the prefill is left out of the decode-only speed
-        assert r["roofline_fraction"] == pytest.approx(r["tokens_per_s"] * r["bytes_per_token"] / (bw * 1e9))
-        assert r["decode_roofline_fraction"] == pytest.approx(r["decode_tokens_per_s"] / r["roofline_tokens_per_s"])
+        rounds = [p["gb_per_s"] for p in res["bandwidth_rounds"] if p["model"] == r["model"]]
+        for i, x in enumerate(r["runs"]):  # each run paired with the probes just before and after its round
+            assert x["bandwidth_gb_per_s"] == pytest.approx((rounds[i] + rounds[i + 1]) / 2)
+        want = sum(x["new_tokens"] / x["wall_s"] * r["bytes_per_token"] / (x["bandwidth_gb_per_s"] * 1e9)
+                   for x in r["runs"]) / 3
+        assert r["roofline_fraction"] == pytest.approx(want)
+        assert r["roofline_tokens_per_s"] == pytest.approx(bw * 1e9 / r["bytes_per_token"])
+        assert r["decode_roofline_fraction_best"] == pytest.approx(
+            r["decode_tokens_per_s"] * r["bytes_per_token"] / (max(every) * 1e9))
     fp32, int8 = res["rows"][:2]
     assert int8["bytes_per_token"] < fp32["bytes_per_token"] / 2.5 and fp32["kernel"] == "torch"
     assert "Int8Linear" in int8["kernel"] and fp32["weights"] == "dense" and int8["weights"] == "int8"
@@ -94,6 +106,7 @@ def test_the_kv_fraction_adds_the_cache_a_step_reads_at_the_mean_decode_context(
     (replace(TINY, paths=("bf16", "bf16")), "once"),
     (replace(TINY, models=()), "at least one model"),
     (replace(TINY, per_task=0), "must be ≥ 1"),
+    (replace(TINY, round_repeats=-1), "round-probes ≥ 0"),
     (replace(TINY, bandwidth=BandwidthConfig(nbytes=3)), "multiple of 4")])
 def test_bad_configs_are_refused_before_anything_runs(cfg, words):
     with pytest.raises(ValueError, match=words):
@@ -102,21 +115,60 @@ def test_bad_configs_are_refused_before_anything_runs(cfg, words):
         run_roofline(cfg, PROMPTS, lambda *a: pytest.fail("loaded a model"), encode)
 
 
-def test_fractions_are_taken_against_the_higher_probe(monkeypatch):
+def test_without_round_probes_fractions_are_taken_against_the_higher_probe(monkeypatch):
     """A dip in the probe before the runs (a shared host) must not inflate the fractions: the rows use the higher."""
     from engine.bench import roofline_run
 
     real, seen = roofline_run.bw_probe.measure, []
 
-    def probe(cfg):
-        got = real(cfg)
+    def probe(cfg, buf=None):
+        got = real(cfg, buf)
         seen.append(replace(got, gb_per_s=[5.0, 20.0][len(seen)]))
         return seen[-1]
 
     monkeypatch.setattr(roofline_run.bw_probe, "measure", probe)
-    res = run_roofline(replace(TINY, models=("tiny-a",)), PROMPTS[:1], tiny_load([]), encode, say=lambda s: None)
+    res = run_roofline(replace(TINY, models=("tiny-a",), round_repeats=0), PROMPTS[:1], tiny_load([]), encode,
+                       say=lambda s: None)
     assert res["bandwidth"]["gb_per_s"] == 5.0 and res["bandwidth_after"]["gb_per_s"] == 20.0
-    assert res["bandwidth_gb_per_s"] == 20.0
+    assert res["bandwidth_gb_per_s"] == 20.0 and res["bandwidth_rounds"] == []
     for r in res["rows"]:
         assert r["roofline_tokens_per_s"] == pytest.approx(20.0e9 / r["bytes_per_token"])
+        assert r["decode_roofline_fraction"] == pytest.approx(r["decode_tokens_per_s"] / r["roofline_tokens_per_s"])
+        assert "decode_roofline_fraction_best" not in r and "bandwidth_gb_per_s" not in r["runs"][0]
         assert list(r)[-1] == "runs"
+
+
+def test_each_run_is_compared_with_the_bandwidth_probed_beside_it(monkeypatch):
+    """Bandwidth that doubles between two rounds: each run's fraction uses its own round's probes, so a path that
+    kept its share of the machine's bandwidth reads the same fraction in both rounds."""
+    from engine.bench import roofline_run
+
+    real, seen = roofline_run.bw_probe.measure, []
+    values = [30.0, 10.0, 10.0, 30.0, 30.0]  # before; rounds 0, 1 and after the last; after the runs
+
+    def probe(cfg, buf=None):
+        got = replace(real(cfg, buf), gb_per_s=values[len(seen)])
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(roofline_run.bw_probe, "measure", probe)
+    res = run_roofline(replace(TINY, models=("tiny-a",), paths=("fp32",)), PROMPTS[:2], tiny_load([]), encode,
+                       say=lambda s: None)
+    assert [p["gb_per_s"] for p in res["bandwidth_rounds"]] == [10.0, 10.0, 30.0]
+    row = res["rows"][0]
+    assert [x["bandwidth_gb_per_s"] for x in row["runs"]] == [10.0, 20.0]
+    assert res["bandwidth_gb_per_s"] == 30.0  # the median of 30, 10, 10, 30, 30
+    f = [x["new_tokens"] / (x["wall_s"] - x["prefill_s"]) * row["bytes_per_token"] / (x["bandwidth_gb_per_s"] * 1e9)
+         for x in row["runs"]]
+    assert row["decode_roofline_fraction"] == pytest.approx(sum(f) / 2)
+
+
+def test_summarize_pairs_each_run_with_its_probe():
+    """The docstring's worked example: 60 and 40 tokens/s of 0.25 GB at 30 and 20 GB/s → 0.50; best probe 0.42."""
+    runs = [{"new_tokens": 60, "wall_s": 1.0, "prefill_s": 0.0, "bandwidth_gb_per_s": 30.0},
+            {"new_tokens": 40, "wall_s": 1.0, "prefill_s": 0.0, "bandwidth_gb_per_s": 20.0}]
+    s = summarize(runs, 0.25e9, 25.0, best_gb_per_s=30.0)
+    assert s["decode_roofline_fraction"] == pytest.approx(0.5) and s["roofline_fraction"] == pytest.approx(0.5)
+    assert s["decode_roofline_fraction_best"] == pytest.approx(50 * 0.25 / 30)
+    assert s["roofline_tokens_per_s"] == pytest.approx(100.0)  # R from the run's bandwidth (25 GB/s)
+    assert "decode_roofline_fraction_best" not in summarize([dict(runs[0], bandwidth_gb_per_s=None)], 0.25e9, 25.0)
