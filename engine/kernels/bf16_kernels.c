@@ -86,18 +86,29 @@ static void rows_block(int R, int n0, int M, int K, const uint16_t *x, const uin
  * 15.6–20.5 → 27.0–28.1 GB/s, 1536×576 17.3–20.2 → 27.7–28.0, 9728×896 (the 0.5B draft's MLP) 18.5–22.2 →
  * 26.8–28.3, 8960×1536 25.3–27.6 → 27.6–27.8; at M = 4 (a verify of three drafts) 14.8 → 22.7–24.2 (head), 22.2 →
  * 23.9–26.8 (8960×1536). At M = 8 rows of 1536 run slower so (15–16 against 18 GB/s); rows of 4864 and 8960 keep
- * the blocks at every M (they read as fast or faster there). */
+ * the blocks at every M (they read as fast or faster there).
+ * PF_ROWS: the software prefetch runs only for M ≥ PF_ROWS. Why: one sequential stream is what the hardware
+ * prefetchers follow best, and the software prefetches then only compete with it; with four and more activation
+ * rows a row is read once per chunk of four and the prefetch keeps memory busy under the arithmetic. Measured
+ * 2026-12-07 on the same Zen 4 (probe 24–47 GB/s over the runs; hand harness, median of 6 passes interleaved, no
+ * prefetch ÷ prefetch): M = 1 1.05–1.29 (1536×1536, 8960×1536, the 1.5B's head, 3072×576, 4864×896, the 0.5B's
+ * reduced head 32768×896), M = 2 1.11–1.30, M = 3 0.94–1.40, M = 4 0.86–1.23 (kept), M = 5–8 0.70–1.11 (kept);
+ * in the engine's AR loop (six prompts, interleaved in one process) SmolLM2-135M decoded 1.10×, the 0.5B 1.14×
+ * and the 1.5B 1.11× as fast without it. Only reads move: the bits are unchanged. */
 #ifndef SHORTK
 #define SHORTK 2048
 #endif
 #ifndef PFS
 #define PFS 1024
 #endif
+#ifndef PF_ROWS
+#define PF_ROWS 4
+#endif
 
 /* One weight row n (K ≤ SHORTK) against activation rows m0 … m0+MC-1, in four dot-product chains per y[m,n]: chain
  * j takes the 32-element steps s ≡ j (mod 4), and the chains are summed in a fixed order at the end. */
-static inline __attribute__((always_inline)) void short_row(const int MC, int n, int m0, int K, const uint16_t *x,
-        const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
+static inline __attribute__((always_inline)) void short_row(const int MC, const int PF, int n, int m0, int K,
+        const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
     __m512 acc[MCHUNK][4];
 #pragma GCC unroll 4
     for (int m = 0; m < MC; m++)
@@ -110,7 +121,7 @@ static inline __attribute__((always_inline)) void short_row(const int MC, int n,
         /* one line of weights per step; past the row's end this is the next rows, which come next in memory */
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            _mm_prefetch((const char *)(wr + k + 32 * j + PFS), _MM_HINT_T0);
+            if (PF) _mm_prefetch((const char *)(wr + k + 32 * j + PFS), _MM_HINT_T0);
             const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wr + k + 32 * j));
 #pragma GCC unroll 4
             for (int m = 0; m < MC; m++)
@@ -119,7 +130,7 @@ static inline __attribute__((always_inline)) void short_row(const int MC, int n,
         }
     }
     for (int j = 0; k < K; k += 32, j++) {  /* the last K mod 128: steps to chains 0, 1, 2 in order */
-        _mm_prefetch((const char *)(wr + k + PFS), _MM_HINT_T0);
+        if (PF) _mm_prefetch((const char *)(wr + k + PFS), _MM_HINT_T0);
         const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wr + k));
 #pragma GCC unroll 4
         for (int m = 0; m < MC; m++)
@@ -133,13 +144,19 @@ static inline __attribute__((always_inline)) void short_row(const int MC, int n,
     }
 }
 
+static inline __attribute__((always_inline)) void short_rows_pf(const int PF, int n, int M, int K, const uint16_t *x,
+        const uint16_t *w, const uint16_t *b, uint16_t *y, int N) {
+    int m0 = 0;
+    for (; M - m0 >= 4; m0 += 4) short_row(4, PF, n, m0, K, x, w, b, y, N);
+    if (M - m0 == 3) short_row(3, PF, n, m0, K, x, w, b, y, N);
+    else if (M - m0 == 2) short_row(2, PF, n, m0, K, x, w, b, y, N);
+    else if (M - m0 == 1) short_row(1, PF, n, m0, K, x, w, b, y, N);
+}
+
 static void short_rows(int n, int M, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,
                        int N) {
-    int m0 = 0;
-    for (; M - m0 >= 4; m0 += 4) short_row(4, n, m0, K, x, w, b, y, N);
-    if (M - m0 == 3) short_row(3, n, m0, K, x, w, b, y, N);
-    else if (M - m0 == 2) short_row(2, n, m0, K, x, w, b, y, N);
-    else if (M - m0 == 1) short_row(1, n, m0, K, x, w, b, y, N);
+    if (M >= PF_ROWS) short_rows_pf(1, n, M, K, x, w, b, y, N);
+    else short_rows_pf(0, n, M, K, x, w, b, y, N);
 }
 
 /* The product's shares of work, one shape per weight (by row length, never by M, so every row's bits are the same
