@@ -137,6 +137,8 @@ def _hf_modules(lm) -> list:
         out.append(m.get_output_embeddings())
     if getattr(lm, "sub_head", None) is not None:
         out.append(lm.sub_head)
+    if getattr(lm, "lean_step", None) is not None:  # the one-call decoder's direct step (engine.core.lm)
+        out.append(lm.lean_step)
     return out
 
 

@@ -47,6 +47,7 @@ def use_fast_decoder(model: torch.nn.Module) -> bool:
     decoder._speclab_lys = (ctypes.c_void_p * len(fs))(*[ctypes.addressof(f["one"]) for f in fs])
     decoder._speclab_slow = decoder.forward
     decoder.forward = types.MethodType(_decoder_forward, decoder)
+    decoder._speclab_step = types.MethodType(step, decoder)
     return True
 
 
@@ -64,13 +65,32 @@ def _rooms(self, kw: dict):
     """(input ids [1, q], cache, its layers, their buffers' `fused.cache_pointers`, past, position ids [1, q]) when
     this call takes the one-call decoder; else None."""
     ids, cache = kw.get("input_ids"), kw.get("cache", kw.get("past_key_values"))
-    if (not ENABLED[0] or not fast_layer.ONE_CALL[0] or torch.is_grad_enabled() or kw.get("inputs_embeds") is not None or kw.get("use_cache") is False
+    if (kw.get("inputs_embeds") is not None or kw.get("use_cache") is False
             or any(v not in (None, False) for k, v in kw.items() if k not in _PLAIN_KEYS)
-            or getattr(self.config, "output_hidden_states", False) or getattr(self.config, "output_attentions", False)
-            or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1
-            or not 1 <= ids.shape[1] <= dense_kernel.MAX_ROWS or cache is None):
+            or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1):
         return None
+    got = _cache_rooms(self, cache, ids.shape[1])
+    if got is None:
+        return None
+    lays, ptrs, past = got
     q = ids.shape[1]
+    mask, pos = kw.get("attention_mask"), kw.get("position_ids")
+    if mask is not None and not (mask.dim() == 2 and mask.shape == (1, past + q) and bool(mask.all())):
+        return None
+    want = torch.arange(past, past + q, device=ids.device).unsqueeze(0)  # positions that follow the cache
+    if pos is not None and not (pos.shape == (1, q) and torch.equal(pos.to(want.device), want)):
+        return None
+    return ids, cache, lays, ptrs, past, want
+
+
+def _cache_rooms(self, cache, q: int):
+    """(the cache's layers, their buffers' `fused.cache_pointers`, past) when a forward of q rows on this cache can
+    take the one-call decoder (the path is on, no grad, no hidden states or attentions asked, q ≤ MAX_ROWS, every
+    layer's buffer grows in place at one length); else None."""
+    if (not ENABLED[0] or not fast_layer.ONE_CALL[0] or torch.is_grad_enabled() or cache is None
+            or getattr(self.config, "output_hidden_states", False) or getattr(self.config, "output_attentions", False)
+            or not 1 <= q <= dense_kernel.MAX_ROWS):
+        return None
     got = _same_rooms(self, cache, q)
     if got is None:
         f0 = self._speclab_fs[0]["one"]
@@ -85,14 +105,7 @@ def _rooms(self, kw: dict):
         # weak references: a finished request's cache and buffers are not kept alive by the memo
         self._speclab_rooms = (weakref.ref(cache), [weakref.ref(t) for t in lays + ks + vs], ptrs)
         got = lays, ptrs, rooms[0][3]
-    lays, ptrs, past = got
-    mask, pos = kw.get("attention_mask"), kw.get("position_ids")
-    if mask is not None and not (mask.dim() == 2 and mask.shape == (1, past + q) and bool(mask.all())):
-        return None
-    want = torch.arange(past, past + q, device=ids.device).unsqueeze(0)  # positions that follow the cache
-    if pos is not None and not (pos.shape == (1, q) and torch.equal(pos.to(want.device), want)):
-        return None
-    return ids, cache, lays, ptrs, past, want
+    return got
 
 
 def _same_rooms(self, cache, q: int):
@@ -122,14 +135,58 @@ def _decoder_forward(self, *args, **kw):
     if got is None:
         return self._speclab_slow(*args, **kw)
     ids, cache, lays, ptrs, past, pos = got
+    h = _run(self, ids, lays, ptrs, past, pos)
+    return self._speclab_slow(*args, **kw) if h is None else _output(h, cache)
+
+
+def step(self, ids: torch.Tensor, cache, start: int) -> torch.Tensor | None:
+    """The decoder's output [1, q, D] (after its final norm) for ids [1, q] at positions start … start + q − 1, fed
+    after the cache's rows — the one-call path without the module call, its keyword checks and its output record
+    (engine.core.lm.HFModel's plain forwards call it); None where that path does not apply (the cache does not
+    hold `start` rows, a grown buffer, …): the caller then runs the model's own forward. Same bits as a forward
+    through the patched decoder."""
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        return None
+    got = _cache_rooms(self, cache, ids.shape[1])
+    if got is None or got[2] != start:
+        return None
+    return _run(self, ids, got[0], got[1], start, None)
+
+
+def _run(self, ids: torch.Tensor, lays, ptrs, past: int, pos: torch.Tensor | None) -> torch.Tensor | None:
+    """Embedding, rope, every layer in one C call, the cache's lengths advanced, the final norm: [1, q, D]; None
+    (nothing advanced) when the embedding or the rope tables are not bf16."""
     q = ids.shape[1]
     h = self.embed_tokens(ids)
-    cos, sin = self.rotary_emb(h, position_ids=pos)
+    cos, sin = _rope(self, h, past, q, pos)
     if h.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16:
-        return self._speclab_slow(*args, **kw)
+        return None
     hd = self._speclab_fs[0]["one"].hd
     out = fused.decoder(self._speclab_fs[0]["mod"]._lib, self._speclab_lys, ptrs, h.reshape(q, -1).contiguous(),
                         cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(), past)
     for lay in lays:
         lay.advance(q)
-    return _output(self.norm(out.view(1, q, -1)), cache)
+    return self.norm(out.view(1, q, -1))
+
+
+ROPE_TABLE = 4096  # positions a rope table first holds (doubled as needed): 1–2 MB for these models' head sizes
+
+
+def _rope(self, h: torch.Tensor, past: int, q: int, pos: torch.Tensor | None):
+    """cos, sin [1, q, hd] of positions past … past + q − 1. For the default rope (inv_freq fixed) they are rows of
+    a table the model's own rotary embedding computed once for positions 0 … P − 1; every element is
+    cos / sin(position · inv_freq_i) · scaling, computed alone, so a row is the value a call for that position alone
+    returns (tests/unit/kernels/test_fast_decoder.py). Why: the rotary module's eight small ops were ~0.17 ms of a
+    SmolLM2-135M step after the layers' call, a step of ~8–12 ms. Other rope types call the module each time."""
+    rot = self.rotary_emb
+    if getattr(rot, "rope_type", None) != "default":
+        if pos is None:
+            pos = torch.arange(past, past + q, device=h.device).unsqueeze(0)
+        return rot(h, position_ids=pos)
+    table = getattr(self, "_speclab_rope", None)
+    if table is None or table[0].dtype != h.dtype or table[0].shape[1] < past + q:
+        n = max(ROPE_TABLE, 2 * (past + q), table[0].shape[1] if table is not None else 0)
+        with torch.inference_mode():
+            table = rot(h[:, :1].expand(1, n, h.shape[-1]), position_ids=torch.arange(n, device=h.device).unsqueeze(0))
+        self._speclab_rope = table
+    return table[0][:, past:past + q], table[1][:, past:past + q]

@@ -201,3 +201,25 @@ def test_a_context_window_config_in_a_whole_bench_run(pair, tmp_path):
     tr = load_trace(tmp_path / "t" / trace_name("costaware@ctx:2,sink=1", 0.0))
     assert tr.complete and tr.header["draft"]["context"] == {"window": 2, "sink": 1}
     assert "context" not in load_trace(tmp_path / "t" / trace_name("fixed:2", 0.0)).header["draft"]
+
+
+def test_model_time_includes_the_direct_decoder_step():
+    """An LM whose forwards take the one-call decoder's direct step (engine.core.lm.HFModel.lean_step) times that
+    step as model time: it is one of the hooked modules."""
+    from engine.bench.runner import _ForwardTimer, _hf_modules
+    from engine.core.lm import HFModel
+    from engine.kernels import dense_kernel
+    from tests.unit.kernels.test_fast_decoder import use_dense_kernel
+    from tests.unit.kernels.test_fused import _wide
+
+    if dense_kernel.available() is not None:
+        pytest.skip(f"dense kernel: {dense_kernel.available()}")
+    model = _wide("llama")
+    use_dense_kernel(model)
+    lm = HFModel(model)
+    assert lm.lean_step in _hf_modules(lm)
+    timer = _ForwardTimer(lm.lean_step)
+    lm.prefill(list(range(1, 41)))
+    lm.extend([5])
+    timer.close()
+    assert timer.s > 0 and timer.first_s == timer.s  # one step, timed once

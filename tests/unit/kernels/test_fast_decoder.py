@@ -161,3 +161,88 @@ def test_two_requests_taking_turns_each_write_their_own_cache(counted):
     finally:
         fast_decoder.ENABLED[0] = old
     assert all(torch.equal(a, b) for a, b in zip(on, off))
+
+
+def _engine_steps(lm, ids):
+    """An engine LM's logits: a 40-token prefill, three one-token extends, a crop and a 3-row verify."""
+    from engine.core.lm import prefill
+
+    lm.reset()
+    prefill(lm, ids[0, :39].tolist())
+    out = [lm.extend([int(t)]) for t in ids[0, 39:42]]
+    lm.crop(41)
+    out.append(lm.extend(ids[0, 41:44].tolist()))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama", "quantized"])
+def test_an_engine_lm_steps_through_the_direct_call_with_the_module_paths_bits(kind, counted):
+    """engine.core.lm.HFModel takes the one-call decoder's direct step (no causal-LM or decoder module call) for a
+    plain forward, and its logits are the bits of the forward through the model's modules."""
+    from engine.core.lm import HFModel
+
+    if kind == "quantized":
+        _qgemm_or_skip()
+        model = _wide_quantized(False)
+        assert fast_decoder.use_fast_decoder(model)
+    else:
+        model = _wide(kind)
+        use_dense_kernel(model)
+    lm = HFModel(model)
+    assert lm.lean_step is not None
+    direct = []
+    inner = lm.lean_step.fn
+    lm.lean_step.fn = lambda *a: direct.append(a[0].shape[1]) or inner(*a)
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(14))
+    lean = _engine_steps(lm, ids)
+    assert direct == [1, 1, 1, 3] and counted == [1, 1, 1, 3]  # every short forward, the prefill on the long path
+    step = lm.lean_step
+    lm.lean_step = None
+    plain = _engine_steps(lm, ids)
+    lm.lean_step = step
+    assert counted == [1, 1, 1, 3] * 2 and direct == [1, 1, 1, 3]  # the module path runs the same C call
+    assert torch.equal(lean, plain)
+
+
+def test_the_direct_step_declines_a_cache_it_does_not_follow_and_the_lm_falls_back():
+    from engine.core.lm import HFModel
+
+    model = _wide("qwen2")
+    use_dense_kernel(model)
+    lm = HFModel(model)
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(15))
+    with torch.inference_mode():
+        lm.prefill(ids[0, :40].tolist())
+        assert lm.lean_step(ids[:, 40:41], lm.cache, 39) is None  # the cache holds 40 rows, not 39
+        assert lm.cache.get_seq_length() == 40
+        h = lm.lean_step(ids[:, 40:41], lm.cache, 40)
+    assert h.shape == (1, 1, 128) and lm.cache.get_seq_length() == 41 and lm.length == 40
+    lm.cache.crop(-1)  # the direct call leaves the wrapper's bookkeeping to its caller
+    taken = []
+    inner = lm.lean_step.fn
+    lm.lean_step.fn = lambda *a: taken.append(a[2]) or inner(*a)
+    a = lm.forward_ids(ids[:, 40:41], position_ids=torch.tensor([[40]]))  # explicit positions: the module path
+    assert taken == [] and lm.length == 41 and lm.cache.get_seq_length() == 41
+    lm.crop(40)
+    b = lm.forward_ids(ids[:, 40:41])
+    assert taken == [40] and lm.length == 41 and lm.cache.get_seq_length() == 41
+    assert torch.equal(a, b)
+
+
+def test_the_rope_table_rows_are_the_rotary_embeddings_own_values():
+    """Every position's cos / sin in the table (including past its first size, where it grows) equal the rotary
+    module's output for that position alone: the table changes no bits."""
+    import transformers
+
+    cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)  # head_dim 64, rope_theta 1e6
+    model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+    dec = model.model
+    h = torch.zeros(1, 1, 128, dtype=torch.bfloat16)
+    positions = [0, 1, 7, 4095, 4096, 4097, 9000, 9001]
+    with torch.inference_mode():
+        for p in positions:
+            cos, sin = fast_decoder._rope(dec, h.expand(1, 2, 128), p, 2, None)
+            want = dec.rotary_emb(h.expand(1, 2, 128), position_ids=torch.tensor([[p, p + 1]]))
+            assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+    assert dec._speclab_rope[0].shape[1] >= 9003
