@@ -111,8 +111,10 @@ def summarize(runs: list[dict[str, float]], nbytes: int, gb_per_s: float | None,
     Where every run carries the bandwidth probed beside it (`bandwidth_gb_per_s`), each fraction is the mean of the
     runs' own fractions, f = mean_i(v_i · bytes ÷ B_i), and `decode_roofline_fraction_best` the decode one against
     `best_gb_per_s` (the highest probe of the whole run: the most a path could have been asked for; default
-    `gb_per_s`). Without them every fraction is against `gb_per_s`; R = `gb_per_s` ÷ bytes either way. Worked example: runs at 60 and 40 tokens/s of 0.25 GB probed at
-    30 and 20 GB/s → f = (0.50 + 0.50) / 2 = 0.50; against the best probe (30 GB/s) 50 · 0.25 / 30 = 0.42."""
+    `gb_per_s`). Without them every fraction is against `gb_per_s`; R = `gb_per_s` ÷ bytes either way.
+
+    Worked example: runs at 60 and 40 tokens/s of 0.25 GB probed at 30 and 20 GB/s → f = (0.50 + 0.50) / 2 = 0.50;
+    against the best probe (30 GB/s) 50 · 0.25 / 30 = 0.42."""
     tps_r = [r["new_tokens"] / r["wall_s"] for r in runs]
     dec_r = [r["new_tokens"] / max(r["wall_s"] - r["prefill_s"], 1e-9) for r in runs]
     tps, dec = statistics.mean(tps_r), statistics.mean(dec_r)
