@@ -95,12 +95,12 @@ def _kv_read(r: dict[str, float], kv_per_context_token: int) -> float:
     return kv_per_context_token * (r["prompt_tokens"] + (r["new_tokens"] - 1) / 2)
 
 
-def _paired(runs: list[dict[str, Any]], speeds: list[float], nbytes: float) -> float | None:
-    """Mean over runs of speed_i · bytes ÷ the bandwidth probed beside run i (None unless every run has one)."""
+def _paired(runs: list[dict[str, Any]], speeds: list[float], nbytes: list[float]) -> float | None:
+    """Mean over runs of speed_i · bytes_i ÷ the bandwidth probed beside run i (None unless every run has one)."""
     bws = [r.get("bandwidth_gb_per_s") for r in runs]
     if not runs or not all(bws):
         return None
-    return statistics.mean(fraction(v, nbytes, b) for v, b in zip(speeds, bws))
+    return statistics.mean(fraction(v, n, b) for v, n, b in zip(speeds, nbytes, bws))
 
 
 def summarize(runs: list[dict[str, float]], nbytes: int, gb_per_s: float | None,
@@ -122,16 +122,16 @@ def summarize(runs: list[dict[str, float]], nbytes: int, gb_per_s: float | None,
            "roofline_tokens_per_s": roofline_tokens_per_s(nbytes, gb_per_s) if gb_per_s else None,
            "decode_tokens_per_s": dec, "tokens_per_s": tps,
            "decode_roofline_fraction": fraction(dec, nbytes, gb_per_s), "roofline_fraction": fraction(tps, nbytes, gb_per_s)}
-    paired = _paired(runs, dec_r, nbytes)
+    weights = [nbytes] * len(runs)
+    paired = _paired(runs, dec_r, weights)
     if paired is not None:
         out["decode_roofline_fraction_best"] = fraction(dec, nbytes, best_gb_per_s or gb_per_s)
-        out["decode_roofline_fraction"], out["roofline_fraction"] = paired, _paired(runs, tps_r, nbytes)
+        out["decode_roofline_fraction"], out["roofline_fraction"] = paired, _paired(runs, tps_r, weights)
     if kv_per_context_token and all("prompt_tokens" in r for r in runs):
         kv = [_kv_read(r, kv_per_context_token) for r in runs]
         out["kv_bytes_per_token"] = statistics.mean(kv)
         if paired is not None:
-            out["decode_roofline_fraction_kv"] = statistics.mean(
-                d * (nbytes + k) / (r["bandwidth_gb_per_s"] * 1e9) for d, k, r in zip(dec_r, kv, runs))
+            out["decode_roofline_fraction_kv"] = _paired(runs, dec_r, [nbytes + k for k in kv])
         else:
             out["decode_roofline_fraction_kv"] = (statistics.mean(d * (nbytes + k) for d, k in zip(dec_r, kv))
                                                   / (gb_per_s * 1e9) if gb_per_s else None)

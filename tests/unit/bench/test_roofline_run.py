@@ -172,3 +172,9 @@ def test_summarize_pairs_each_run_with_its_probe():
     assert s["decode_roofline_fraction_best"] == pytest.approx(50 * 0.25 / 30)
     assert s["roofline_tokens_per_s"] == pytest.approx(100.0)  # R from the run's bandwidth (25 GB/s)
     assert "decode_roofline_fraction_best" not in summarize([dict(runs[0], bandwidth_gb_per_s=None)], 0.25e9, 25.0)
+    # with the KV cache a step reads (prompt 1,000 tokens, 60 / 40 new: mean contexts 1,029.5 / 1,019.5, 10⁶ bytes
+    # a context token), each run against its own probe too
+    kv_runs = [dict(r, prompt_tokens=1000) for r in runs]
+    k = summarize(kv_runs, 0.25e9, 25.0, kv_per_context_token=10**6)
+    want = (60 * (0.25e9 + 1029.5e6) / 30e9 + 40 * (0.25e9 + 1019.5e6) / 20e9) / 2
+    assert k["decode_roofline_fraction_kv"] == pytest.approx(want)
