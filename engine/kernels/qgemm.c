@@ -111,8 +111,8 @@ static inline void q4k_block512(const uint8_t *blk, __m256 *sc, __m256 *mn) {
         _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xff), _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f)),
         _mm_and_si128(_mm_srli_epi32(w01, 2), _mm_set1_epi8(0x30)));
     const __m512 codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi32(lo, hi)));  /* sc_0…7, m_0…7 */
-    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(v), _mm_setr_ps(1.f, -1.f, 0.f, 0.f));             /* d, −dmin */
-    const __m512 r = _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+    const __m128 dd = _mm_mul_ps(_mm_permute_ps(_mm_cvtph_ps(v), 0x04), _mm_setr_ps(1.f, -1.f, 0.0625f, 0.f));  /* d, −dmin, d/16 */
+    const __m512 r = _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 2, 0, 2, 0, 2, 0),
                                                                 _mm512_castps128_ps512(dd)));
     *sc = _mm512_castps512_ps256(r);
     *mn = _mm512_extractf32x8_ps(r, 1);
@@ -323,16 +323,21 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 }
 
 /* Q4K rows N0…N1 for MC activation rows, a block at a time: its scales and minima decoded (q4k_block512), its
- * minimum terms taken, then its four pairs of groups — the row read once, in order, prefetched VPF bytes ahead.
- * (Decoding a row's scales first, as rows_mc does for fp16 ones, walked its 144-byte blocks twice: rows of 8,960
- * weights then read at two thirds of the int4 speed.) Per y[m,n] the operations of rows_mc's: the pairs' FMA chain,
- * the minimum terms a block per step, the same final sums. */
+ * minimum terms taken, then its two 64-byte runs of nibbles — the row read once, in order, prefetched VPF bytes
+ * ahead. A run of 64 bytes holds groups (2r, 2r+1) in its first 32 bytes and (2r+2, 2r+3) in its last 32, low and
+ * high nibbles; one AND with 0x0f gives [2r | 2r+2] and one with 0xf0 gives 16·[2r+1 | 2r+3], so the activations
+ * come permuted (q4k_order: per block the groups 0, 2, 1, 3, 4, 6, 5, 7) and the odd groups' scales carry the 1/16
+ * (q4k_block512: d/16 for them — a power of two, so every product and sum is the one without it). Per pair of groups
+ * and row: vpdpbusd, an int→float conversion, a scale permute and an FMA; the nibbles cost one AND a pair. */
 static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0, int N1, int K, const int8_t *a,
         const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
     const int G = K / GROUP, B = K / 256;
     const size_t row_bytes = (size_t)B * 144;
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m512i pairidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8((char)0xf0);
+    /* which two of a block's eight group scales each of its four dot products takes: lanes 0–7, lanes 8–15 */
+    const __m512i i02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i13 = _mm512_add_epi32(i02, _mm512_set1_epi32(1));
+    const __m512i i46 = _mm512_add_epi32(i02, _mm512_set1_epi32(4)), i57 = _mm512_add_epi32(i02, _mm512_set1_epi32(5));
     for (int n = N0; n < N1; n++) {
         const uint8_t *wr = w + (size_t)n * row_bytes;
         __m512 acc[MCHUNK];
@@ -346,26 +351,23 @@ static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0,
             _mm_prefetch((const char *)(blk + VPF + 128), _MM_HINT_T0);
             __m256 sv, mv;
             q4k_block512(blk, &sv, &mv);
-            float sd[MCHUNK][8] __attribute__((aligned(32)));
+            const __m512i p0 = _mm512_loadu_si512((const void *)(blk + 16)), p1 = _mm512_loadu_si512((const void *)(blk + 80));
+            const __m512i q02 = _mm512_and_si512(p0, low4), q13 = _mm512_and_si512(p0, high4);
+            const __m512i q46 = _mm512_and_si512(p1, low4), q57 = _mm512_and_si512(p1, high4);
 #pragma GCC unroll 8
             for (int m = 0; m < MC; m++) {
-                _mm256_store_ps(sd[m], _mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + (size_t)b * 8)));
+                const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(sv, _mm256_loadu_ps(d + (size_t)m * G + (size_t)b * 8)));
                 mac[m] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(c + (size_t)m * G + (size_t)b * 8), mac[m]);
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {  /* groups 2r, 2r+1: the low and the high nibbles of one 32-byte run */
-                const __m256i p = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * r));
-                const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(p, low4)),
-                                                     _mm256_and_si256(_mm256_srli_epi16(p, 4), low4), 1);
-                const size_t g = (size_t)b * 8 + 2 * r;
-#pragma GCC unroll 8
-                for (int m = 0; m < MC; m++) {
-                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
-                                                            _mm512_loadu_si512((const void *)(a + (size_t)m * K + g * GROUP)));
-                    const __m512 sc = _mm512_permutexvar_ps(pairidx, _mm512_castps128_ps512(
-                        _mm_castpd_ps(_mm_load_sd((const double *)&sd[m][2 * r]))));
-                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[m]);
-                }
+                const int8_t *am = a + (size_t)m * K + (size_t)b * 256;
+                const __m512i z = _mm512_setzero_si512();
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q02, _mm512_loadu_si512((const void *)am))),
+                                         _mm512_permutexvar_ps(i02, sd), acc[m]);
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q13, _mm512_loadu_si512((const void *)(am + 64)))),
+                                         _mm512_permutexvar_ps(i13, sd), acc[m]);
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q46, _mm512_loadu_si512((const void *)(am + 128)))),
+                                         _mm512_permutexvar_ps(i46, sd), acc[m]);
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, q57, _mm512_loadu_si512((const void *)(am + 192)))),
+                                         _mm512_permutexvar_ps(i57, sd), acc[m]);
             }
         }
 #pragma GCC unroll 8
@@ -374,6 +376,13 @@ static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0,
             y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(a0) + hsum256(mac[m]));
         }
     }
+}
+
+/* The activations in the order rows_q4k reads them: per row and block of 256, groups 0, 2, 1, 3, 4, 6, 5, 7. */
+static void q4k_order(int M, int K, const int8_t *a, int8_t *out) {
+    static const int src[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (size_t blk = 0; blk < (size_t)M * K / 256; blk++)
+        for (int j = 0; j < 8; j++) memcpy(out + blk * 256 + 32 * j, a + blk * 256 + 32 * src[j], 32);
 }
 
 /* The activations as Q5_0 / Q8_0 rows take them, per row m and pair p of groups (2p, 2p+1), 16 lanes each (a lone
@@ -754,6 +763,16 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     quantize_x(x, M, K, a, d, c);
 #if defined(__AVX512VNNI__)
     if (need_b32) b32_prep(M, K, a, d, bz, dz);
+    if (bits == Q4K) {  /* rows_q4k's order of the activations (in place, through a copy) */
+        int8_t *t = (int8_t *)malloc((size_t)M * K);
+        if (!t) {
+            free(a); free(d); free(c); free(bz); free(dz);
+            return -1;
+        }
+        q4k_order(M, K, a, t);
+        memcpy(a, t, (size_t)M * K);
+        free(t);
+    }
 #endif
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
@@ -796,13 +815,15 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     float *d = (float *)(a + (((size_t)M * K + 63) & ~(size_t)63)), *c = d + (size_t)M * G;
     int32_t *bz = (int32_t *)(c + (size_t)M * G);
     float *dz = (float *)(bz + (size_t)M * P16);
-    int any_b32 = 0;
-    for (int sg = 0; sg < W->nseg; sg++) any_b32 |= IS_B32(W->bits[sg]);
+    int8_t *a4 = (int8_t *)(dz + (size_t)M * P16);  /* rows_q4k's order of a (the VNNI build) */
+    int any_b32 = 0, any_q4k = 0;
+    for (int sg = 0; sg < W->nseg; sg++) any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K;
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
 #if defined(__AVX512VNNI__)
         if (any_b32) b32_prep(M, K, a, d, bz, dz);
+        if (any_q4k) q4k_order(M, K, a, a4);
 #endif
     }
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
@@ -813,7 +834,12 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 #pragma omp for schedule(static) nowait
             for (int bk = 0; bk < nb; bk++) {
                 const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
-                rows(mc, W->bits[sg], n0, n1, K, a + (size_t)m0 * K, d + (size_t)m0 * G, c + (size_t)m0 * G,
+#if defined(__AVX512VNNI__)
+                const int8_t *as = W->bits[sg] == Q4K ? a4 : a;
+#else
+                const int8_t *as = a;
+#endif
+                rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, c + (size_t)m0 * G,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
                      y + (size_t)m0 * N + col, N);
             }
