@@ -11,8 +11,9 @@ is kept (the minimum is what a loaded 2-core machine lets through least disturbe
     torch8    aten._weight_int8pack_mm (int8 per row)
     qgemm4     our kernel, 4-bit groups of 32 (engine.kernels.qkernel), where the CPU runs it
     qgemm8     our kernel, 8-bit groups of 32
-    q4k, q5_0, q8_0   our kernel on GGUF Q4_K (K % 256 = 0), Q5_0 and Q8_0 blocks as a GGUF stores them (the
-               quantized path's formats where the model's GGUF is on disk; plain encoders of the same weights)
+    q4k, q5_0, q8_0, q6_k   our kernel on GGUF Q4_K (K % 256 = 0), Q5_0, Q8_0 and Q6_K (K % 256 = 0, the
+               AVX-512 VNNI build) blocks as a GGUF stores them (the quantized path's formats where the model's GGUF
+               is on disk; plain encoders of the same weights)
 
 Reported: ms per call, GB/s of weight bytes read, and each kernel's time relative to bf16.
 """
@@ -50,6 +51,8 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
         blocks = [(qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack)]
         if k % qkernel.BLOCKS[qkernel.Q4K][1] == 0:
             blocks.insert(0, (qkernel.Q4K, qkernel.q4k_pack))
+            if qkernel.reads(qkernel.Q6K):
+                blocks.append((qkernel.Q6K, qkernel.q6k_pack))
         for bits, pack in blocks:
             b = pack(weight)
             out[qkernel.BLOCK_FMT[bits]] = (qkernel.QGemmLinear.from_blocks(b, None, bits), float(b.numel()))

@@ -50,13 +50,20 @@
 #define Q4K 41 /* GGUF Q4_K blocks verbatim (the header above); K a multiple of 256 */
 #define Q50 50 /* GGUF Q5_0 blocks verbatim (the header above) */
 #define Q80 80 /* GGUF Q8_0 blocks verbatim */
+#define Q6K 61 /* GGUF Q6_K blocks verbatim (q6k_rows.h; the VNNI build only); K a multiple of 256 */
+#if defined(__AVX512VNNI__)
+#define Q6K_OK(K) ((K) % 256 == 0)
+#else
+#define Q6K_OK(K) 0
+#endif
 #define B32_BYTES(bits) ((bits) == Q50 ? 22 : 34) /* one Q5_0 / Q8_0 block: 32 weights */
 #define B32_OFF(bits) ((bits) == Q50 ? -16.f : -128.f) /* its minimum term per unit of d */
 #define IS_B32(bits) ((bits) == Q50 || (bits) == Q80)
 #define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 \
-                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 \
+                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (bits) == Q6K ? (size_t)(K) / 256 * 210 \
                             : IS_B32(bits) ? (size_t)(K) / GROUP * B32_BYTES(bits) : (size_t)(K))
-#define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || IS_B32(bits) || ((bits) == Q4K && (K) % 256 == 0))
+#define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || IS_B32(bits) || ((bits) == Q4K && (K) % 256 == 0) \
+                          || ((bits) == Q6K && Q6K_OK(K)))
 
 /* The fp16 scale d of a Q5_0 / Q8_0 block (its first two bytes; blocks are not 2-byte aligned in a row). */
 static inline float b32_d(const uint8_t *blk) {
@@ -488,6 +495,8 @@ static inline __attribute__((always_inline)) void rows_b32(const int MC, const i
     }
 }
 
+#include "q6k_rows.h"
+
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
  * (their nibbles unpacked once, the activation loads shared). Why this shape (measured on a 2.0 GHz Zen 1
@@ -709,6 +718,19 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         }
         return;
     }
+    if (bits == Q6K) {  /* Q6_K rows: their own body (q6k_rows.h); c holds q6k_prep's offsets */
+        switch (mc) {
+            case 1: rows_q6k(1, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 2: rows_q6k(2, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 3: rows_q6k(3, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 4: rows_q6k(4, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 5: rows_q6k(5, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 6: rows_q6k(6, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 7: rows_q6k(7, N0, N1, K, a, d, c, w, y, ldy); break;
+            default: rows_q6k(8, N0, N1, K, a, d, c, w, y, ldy); break;
+        }
+        return;
+    }
     if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
 #define B32_CASES(BITS) switch (mc) { \
             case 1: rows_b32(1, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
@@ -747,7 +769,8 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     int G = K / GROUP;
     const size_t P16 = (size_t)(G + 1) / 2 * 16;  /* b32_prep's lanes a row */
     int8_t *a = (int8_t *)malloc((size_t)M * K);
-    float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
+    const size_t CW = bits == Q6K ? (size_t)K / 16 : (size_t)G;  /* c's width: Q6_K's offsets per 16 (q6k_prep) */
+    float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * CW);
     int32_t *bz = NULL;
     float *dz = NULL;
 #if defined(__AVX512VNNI__)
@@ -763,6 +786,7 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     quantize_x(x, M, K, a, d, c);
 #if defined(__AVX512VNNI__)
     if (need_b32) b32_prep(M, K, a, d, bz, dz);
+    if (bits == Q6K) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
     if (bits == Q4K) {  /* rows_q4k's order of the activations (in place, through a copy) */
         int8_t *t = (int8_t *)malloc((size_t)M * K);
         if (!t) {
@@ -777,7 +801,7 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
         const int8_t *am = a + (size_t)m0 * K;
-        const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * G;
+        const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * CW;
         const int32_t *bm = bz ? bz + (size_t)m0 * P16 : NULL;
         const float *zm = dz ? dz + (size_t)m0 * P16 : NULL;
         uint16_t *ym = y + (size_t)m0 * N;
@@ -816,14 +840,17 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     int32_t *bz = (int32_t *)(c + (size_t)M * G);
     float *dz = (float *)(bz + (size_t)M * P16);
     int8_t *a4 = (int8_t *)(dz + (size_t)M * P16);  /* rows_q4k's order of a (the VNNI build) */
-    int any_b32 = 0, any_q4k = 0;
-    for (int sg = 0; sg < W->nseg; sg++) any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K;
+    float *c16 = (float *)(a4 + (((size_t)M * K + 63) & ~(size_t)63));  /* q6k_prep's offsets (the VNNI build) */
+    int any_b32 = 0, any_q4k = 0, any_q6k = 0;
+    for (int sg = 0; sg < W->nseg; sg++)
+        any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= W->bits[sg] == Q6K;
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
 #if defined(__AVX512VNNI__)
         if (any_b32) b32_prep(M, K, a, d, bz, dz);
         if (any_q4k) q4k_order(M, K, a, a4);
+        if (any_q6k) q6k_prep(M, K, a, d, c16);
 #endif
     }
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
@@ -836,10 +863,12 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
                 const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
 #if defined(__AVX512VNNI__)
                 const int8_t *as = W->bits[sg] == Q4K ? a4 : a;
+                const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
                 const int8_t *as = a;
+                const float *cs = c + (size_t)m0 * G;
 #endif
-                rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, c + (size_t)m0 * G,
+                rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, cs,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
                      y + (size_t)m0 * N + col, N);
             }
@@ -871,6 +900,21 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
             for (int g = 0; g < G; g++)
                 for (int j = 0; j < GROUP; j++)
                     o[(size_t)g * GROUP + j] = f32_to_bf16(qs[g] * (float)((wr[Q4K_NIB(g) + j] >> ((g & 1) * 4)) & 0x0f) + qm[g]);
+            continue;
+        }
+        if (bits == Q6K) {  /* llama.cpp's dequantize_row_q6_K: (d·sc)·(q − 32) in float32 (q6k_rows.h's layout) */
+            for (int b = 0; b < K / 256; b++) {
+                const uint8_t *blk = wr + (size_t)b * 210;
+                uint16_t dh;
+                memcpy(&dh, blk + 208, 2);
+                const float dd = _cvtsh_ss(dh);
+                for (int i = 0; i < 256; i++) {
+                    const int h = i / 128, j = i % 128 / 32, l = i % 32;
+                    const uint8_t lb = blk[64 * h + l + (j & 1) * 32];
+                    const int q = ((j < 2 ? lb & 15 : lb >> 4) | ((blk[128 + 32 * h + l] >> (2 * j)) & 3) << 4) - 32;
+                    o[(size_t)b * 256 + i] = f32_to_bf16(dd * (float)(int8_t)blk[192 + i / 16] * (float)q);
+                }
+            }
             continue;
         }
         if (IS_B32(bits)) {  /* llama.cpp's dequantize_row_q5_0 / q8_0: d·(q − 16), d·q in float32 */

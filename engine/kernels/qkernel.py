@@ -42,11 +42,14 @@ VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CP
 GROUP = 32
 Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
 Q50, Q80 = 50, 80  # qgemm.c's codes for GGUF Q5_0 and Q8_0 blocks read verbatim
-BITS = (4, 6, 8, Q4K, Q50, Q80)  # the formats qgemm.c reads
+Q6K = 61  # qgemm.c's code for GGUF Q6_K blocks read verbatim (q6k_rows.h: the AVX-512 VNNI build only)
+BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
 # A GGUF block format read verbatim → (its GGUF name, weights a block, bytes a block): the one table of their shapes
-BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34)}
-BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0"}  # a GGUF block format's name in reports
+BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34),
+          Q6K: ("Q6_K", 256, 210)}
+BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0", Q6K: "q6_k"}  # a GGUF block format's name in reports
+ONLY_ON = {Q6K: "avx512vnni"}  # a block format only one build reads (elsewhere its tensors are re-quantised)
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -61,6 +64,11 @@ def variant() -> str | None:
         if (forced in (None, "", name)) and all(f in flags for f in need):
             return name
     return None
+
+
+def reads(bits: int) -> bool:
+    """Whether this CPU's build reads the format (`ONLY_ON`: Q6_K blocks on the AVX-512 VNNI build only)."""
+    return bits not in ONLY_ON or variant() == ONLY_ON[bits]
 
 
 def available() -> str | None:
@@ -189,9 +197,44 @@ def q80_unpack(blocks: torch.Tensor) -> torch.Tensor:
     return (d[..., None] * rest.contiguous().view(torch.int8).float()).reshape(blocks.shape[0], -1)
 
 
+def q6k_unpack(blocks: torch.Tensor) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of Q6_K blocks (q6k_rows.h's layout): (d·sc[i / 16])·(q − 32), d·sc exact in float32."""
+    n = blocks.shape[0]
+    b = blocks.reshape(n, -1, 210)
+    ql, qh = b[..., :128].long().reshape(n, -1, 2, 64), b[..., 128:192].long().reshape(n, -1, 2, 32)
+    lo, hi = ql[..., :32], ql[..., 32:]
+    q = torch.cat([lo & 15 | (qh & 3) << 4, hi & 15 | (qh >> 2 & 3) << 4,
+                   lo >> 4 | (qh >> 4 & 3) << 4, hi >> 4 | (qh >> 6 & 3) << 4], dim=-1)  # [N, B, 2 halves, 128]
+    s = b[..., 208:].contiguous().view(torch.float16).float() * b[..., 192:208].contiguous().view(torch.int8).float()
+    return (s[..., None] * (q.reshape(n, -1, 16, 16) - 32).float()).reshape(n, -1)
+
+
+def q6k_pack(weight: torch.Tensor) -> torch.Tensor:
+    """Q6_K blocks [N, K/256·210] uint8 of weight [N, K] (K % 256 = 0): per 16 weights a scale max|w| / 32 as an
+    int8 code under the block's fp16 d, q = round(w / (d·sc)) + 32 in 0…63. Plain round-to-nearest, for tests
+    (llama.cpp searches better scales)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % 256:
+        raise ValueError(f"Q6_K needs rows of a multiple of 256 weights, got {k}")
+    g = w.reshape(n, k // 256, 16, 16)
+    at = g.abs().argmax(dim=3, keepdim=True)
+    scale = g.gather(3, at)[..., 0] / -32  # the value of largest magnitude maps to −32, as ggml's make_qx_quants
+    d = (scale.abs().amax(dim=2) / 127).to(torch.float16)
+    sc = torch.where(d.float()[..., None] > 0, scale / d.float()[..., None].clamp(min=1e-30), 0).round().clamp(-127, 127)
+    s = d.float()[..., None] * sc
+    q = torch.where(s[..., None] != 0, g / torch.where(s != 0, s, 1)[..., None], 0).round().clamp(-32, 31).long() + 32
+    q = q.reshape(n, -1, 2, 4, 32)  # [N, B, half, part, 32]: parts are weights 0…31, 32…63, 64…95, 96…127
+    ql = (q[..., 0, :] & 15 | (q[..., 2, :] & 15) << 4, q[..., 1, :] & 15 | (q[..., 3, :] & 15) << 4)
+    qh = q[..., 0, :] >> 4 | (q[..., 1, :] >> 4) << 2 | (q[..., 2, :] >> 4) << 4 | (q[..., 3, :] >> 4) << 6
+    parts = [torch.cat(ql, dim=-1).reshape(n, -1, 128), qh.reshape(n, -1, 64),
+             sc.to(torch.int8).view(torch.uint8).long(), d[..., None].contiguous().view(torch.uint8).long()]
+    return torch.cat(parts, dim=-1).to(torch.uint8).reshape(n, -1).contiguous()
+
+
 def block_unpack(blocks: torch.Tensor, bits: int) -> torch.Tensor:
-    """Ŵ [N, K] (float32) of a GGUF block format's blocks (Q4K, Q50, Q80), as llama.cpp de-quantises them."""
-    return {Q4K: q4k_unpack, Q50: q50_unpack, Q80: q80_unpack}[bits](blocks)
+    """Ŵ [N, K] (float32) of a GGUF block format's blocks (Q4K, Q50, Q80, Q6K), as llama.cpp de-quantises them."""
+    return {Q4K: q4k_unpack, Q50: q50_unpack, Q80: q80_unpack, Q6K: q6k_unpack}[bits](blocks)
 
 
 def _b32_pack(weight: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,7 +345,8 @@ class QGemmLinear(torch.nn.Module):
                  packed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
         super().__init__()
         if bits not in BITS:
-            raise ValueError(f"qgemm takes {', '.join(map(str, BITS[:3]))}-bit weights or Q4_K / Q5_0 / Q8_0 blocks, not {bits}")
+            raise ValueError(f"qgemm takes {', '.join(map(str, BITS[:3]))}-bit weights or Q4_K / Q5_0 / Q8_0 / Q6_K "
+                             f"blocks, not {bits}")
         q, s, mn = packed if packed is not None else pack(weight, bits)
         self.register_buffer("q", q)
         self.register_buffer("s", s)
@@ -318,10 +362,12 @@ class QGemmLinear(torch.nn.Module):
     @classmethod
     def from_blocks(cls, blocks: torch.Tensor, bias: torch.Tensor | None, bits: int = Q4K) -> "QGemmLinear":
         """The layer of a GGUF tensor's blocks, read as they are (no scales of ours: `s` and `mn` are empty):
-        Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], uint8."""
+        Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], Q6K [N, K/256·210] (where `reads` it), uint8."""
         if bits not in BLOCKS:
-            raise ValueError(f"GGUF blocks are Q4K, Q50 or Q80, not {bits}")
+            raise ValueError(f"GGUF blocks are Q4K, Q50, Q80 or Q6K, not {bits}")
         name, per, size = BLOCKS[bits]
+        if not reads(bits):
+            raise ValueError(f"{name} blocks are read by the {ONLY_ON[bits]} build only; this CPU runs {variant()}")
         if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % size or blocks.shape[1] == 0:
             raise ValueError(f"{name} blocks must be uint8 [N, K/{per}·{size}], got {tuple(blocks.shape)} {blocks.dtype}")
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)

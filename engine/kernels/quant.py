@@ -28,9 +28,12 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            Q5_0 (its 896-wide rows are not whole Q4_K blocks) with a Q8_0 head. The draft's linear weights
            489 → 376 MiB, its next-token KL to its dense path 0.0033 → 0.0012, its step 13.7 → 11.0 ms (c on the
            quantized path 0.387 → 0.309; docs/log/2026-12-06-gguf-blocks-q5-q8-and-q8k.md)
+    q6_k   (our qgemm kernel's AVX-512 VNNI build only) a GGUF Q6_K tensor's own blocks in the same way:
+           (d·sc)·(q − 32) per 16, 6.56 bits a weight — a Q4_K_M file's head, v and half its down projections at
+           the GGUF's own values and bytes (docs/log/2026-12-07-q6k-blocks-and-q4k-runs.md)
     int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
-           the quantized path's format for GGUF Q6_K tensors (a Q4_K_M file's head, v and half its down
-           projections): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
+           the quantized path's format for GGUF Q6_K tensors where q6_k does not run (the AVX2 build, or no GGUF
+           on disk): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
            a token for the 1.5B target. Its cost in fidelity, measured against the dense path over 2,154
            teacher-forced positions of 12 dev prompts (1.5B, scripts/quant_fidelity.py,
            docs/results/quant-fidelity-qwen-amd-epyc-avx512bf16.json): mean KL 0.0119 → 0.0127, top-1 agreement
@@ -209,12 +212,12 @@ def plan(model: torch.nn.Module, weights: str, gguf_types: dict[str, str] | None
 
 
 def _block_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.nn.Module | None, str | None]:
-    """(QGemmLinear of the GGUF's own blocks, None) for a linear the provider has (Q4_K, Q5_0, Q8_0), the first
+    """(QGemmLinear of the GGUF's own blocks, None) for a linear the provider has (Q4_K, Q5_0, Q8_0, Q6_K), the first
     of `names` whose rows de-quantise to the loaded weight exactly (so the file, the names and the row order are
     the model's); else (None, why) — the caller re-quantises — or (None, None) where the provider has none."""
     from engine.kernels import qkernel
 
-    hits = [n for n in names if n in blocks]
+    hits = [n for n in names if n in blocks and qkernel.reads(blocks.bits(n))]  # Q6_K: the VNNI build only
     why = None
     n, k = lin.weight.shape
     rows = sorted({0, n // 3, n // 2, n - 1})
@@ -240,8 +243,9 @@ def quantize_model(model: torch.nn.Module, weights: str, gguf_types: dict[str, s
 
     A tied output head keeps the dense tensor for the embedding lookup (a gather: no bandwidth) and
     gets its own packed copy for the head. `model.speclab_weights` records the path (the pair check).
-    `gguf_blocks` (engine.models.gguf_blocks.GGUFBlocks): the GGUF's Q4_K, Q5_0 and Q8_0 tensors, which their
-    layers then read as they are (`q4k`, `q5_0`, `q8_0`) on our qgemm kernel; a tensor whose blocks are not the
+    `gguf_blocks` (engine.models.gguf_blocks.GGUFBlocks): the GGUF's Q4_K, Q5_0, Q8_0 and Q6_K tensors, which
+    their layers then read as they are (`q4k`, `q5_0`, `q8_0`, `q6_k`) on our qgemm kernel (Q6_K where the build
+    reads it, `qkernel.reads`; elsewhere int6 as the plan says); a tensor whose blocks are not the
     loaded weights is re-quantised and named in the report's notes."""
     p = plan(model, weights, gguf_types)
     model.speclab_weights = weights

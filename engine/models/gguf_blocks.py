@@ -1,13 +1,13 @@
-"""A GGUF file's Q4_K, Q5_0 and Q8_0 tensors as their raw blocks, by transformers name: what the quantized path
-reads where the file is on disk (`make models` keeps it for the peers), so those layers are the GGUF's own weights
-at the GGUF's own bits (engine.kernels.qkernel.QGemmLinear.from_blocks) rather than a re-quantisation of their
-de-quantised values — Q4_K at 4.5 bits a weight where int4 groups take 5, Q5_0 at 5.5 where int8 takes 9, Q8_0 at
-8.5.
+"""A GGUF file's Q4_K, Q5_0, Q8_0 and Q6_K tensors as their raw blocks, by transformers name: what the quantized
+path reads where the file is on disk (`make models` keeps it for the peers), so those layers are the GGUF's own
+weights at the GGUF's own bits (engine.kernels.qkernel.QGemmLinear.from_blocks) rather than a re-quantisation of
+their de-quantised values — Q4_K at 4.5 bits a weight where int4 groups take 5, Q5_0 at 5.5 where int8 takes 9, Q8_0
+at 8.5, Q6_K at 6.56 where int6 groups take 7 (Q6_K on the AVX-512 VNNI build only: `qkernel.reads`).
 
     GGUFBlocks(path)            memory-maps the file's tensor data (its header parsed once: provision.gguf_tensors)
     GGUFBlocks(path)(hf_name)   uint8 [N, row bytes]: that tensor's blocks, row by row as the file stores them;
                                 None for a tensor of another type or not in the file
-    GGUFBlocks(path).bits(hf_name)   its qgemm code (qkernel.Q4K, Q50, Q80), None likewise
+    GGUFBlocks(path).bits(hf_name)   its qgemm code (qkernel.Q4K, Q50, Q80, Q6K), None likewise
     gguf_source(model) -> GGUFBlocks | None   an installed model's pinned GGUF, when it is on disk and
                                 SPECLAB_GGUF_BLOCKS is not 0 (0: every layer re-quantised, for comparisons;
                                 SPECLAB_Q4K=0, its earlier name, too)
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.kernels.qkernel import BLOCKS, Q4K, Q50, Q80
+from engine.kernels.qkernel import BLOCKS, Q4K, Q6K, Q50, Q80
 from engine.models.gguf_types import hf_name
 
-TYPES = {12: Q4K, 6: Q50, 8: Q80}  # ggml type number → the qgemm code that reads it (its shape: qkernel.BLOCKS)
+TYPES = {12: Q4K, 6: Q50, 8: Q80, 14: Q6K}  # ggml type number → the qgemm code that reads it (its shape: qkernel.BLOCKS)
 
 
 class GGUFBlocks:

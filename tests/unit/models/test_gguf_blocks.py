@@ -27,13 +27,14 @@ def _gguf_name(hf: str) -> str:
 
 def _write_gguf(path, model, q4k: list[str], swap_rows: str | None = None, bits: dict[str, int] | None = None):
     """A GGUF holding `q4k` (transformers names) as Q4_K blocks of the model's weights (`bits`: a name's other
-    format, qkernel.Q50 or Q80), which are set to those blocks' values (so the file is the model's), and one F32
+    format, qkernel.Q50, Q80 or Q6K), which are set to those blocks' values (so the file is the model's), and one F32
     tensor; `swap_rows`: a tensor written with two rows exchanged (a file that is not the model's)."""
     import gguf
 
     packs = {qkernel.Q4K: (qkernel.q4k_pack, gguf.GGMLQuantizationType.Q4_K),
              qkernel.Q50: (qkernel.q50_pack, gguf.GGMLQuantizationType.Q5_0),
-             qkernel.Q80: (qkernel.q80_pack, gguf.GGMLQuantizationType.Q8_0)}
+             qkernel.Q80: (qkernel.q80_pack, gguf.GGMLQuantizationType.Q8_0),
+             qkernel.Q6K: (qkernel.q6k_pack, gguf.GGMLQuantizationType.Q6_K)}
     wr = gguf.GGUFWriter(str(path), "qwen2")
     for hf in q4k:
         lin = model.get_submodule(hf.rsplit(".", 1)[0])
