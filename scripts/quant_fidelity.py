@@ -6,11 +6,13 @@ KL(dense ‖ arm) per position and the share of positions whose top token agrees
     python scripts/quant_fidelity.py --rows 8 --arms quantized ...   the decode kernels' own activations (SPECLAB_QGEMM=avx2:
                                       the AVX2 build's, every format's activations per 32)
 
-Arms (`--arms`, all by default): `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K, Q5_0 and
-Q8_0 blocks where the file is on disk, Q6_K as int6), `quantized-requant` (those blocks re-quantised instead —
-Q4_K to int4 groups, Q5_0 and Q8_0 to int8 groups — SPECLAB_GGUF_BLOCKS=0: the mapping before they were read as
-stored; the 1.5B's record of 2026-12-06 names it `quantized-int4-requant`), `quantized-q6k-int8` (that, with the
-Q6_K tensors at int8: the mapping before int6), `int4` (every linear at int4). Why it exists: each format of the
+Arms (`--arms`, all by default): `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K, Q5_0,
+Q8_0 and — on the AVX-512 VNNI build — Q6_K blocks where the file is on disk), `quantized-q6k-int6` (that, with the
+Q6_K tensors re-quantised to int6 groups: the mapping before Q6_K was read as stored, and the AVX2 build's),
+`quantized-requant` (every block re-quantised instead — Q4_K to int4 groups, Q5_0 and Q8_0 to int8 groups, Q6_K to
+int6 — SPECLAB_GGUF_BLOCKS=0: the mapping before they were read as stored; the 1.5B's record of 2026-12-06 names it
+`quantized-int4-requant`), `quantized-q6k-int8` (that, with the Q6_K tensors at int8: the mapping before int6),
+`int4` (every linear at int4). Why it exists: each format of the
 quantized path trades bytes a token against fidelity, and this is the fidelity side.
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ARMS = ("quantized", "quantized-requant", "quantized-q6k-int8", "int4")
+ARMS = ("quantized", "quantized-q6k-int6", "quantized-requant", "quantized-q6k-int8", "int4")
 
 
 def main() -> int:
@@ -51,7 +53,7 @@ def main() -> int:
     import torch
     from tqdm import tqdm
 
-    from engine.kernels import quant
+    from engine.kernels import qkernel, quant
     from engine.models.load import load_model, machine_description, software_versions
     from engine.trace.prompts import encode, load_prompts
 
@@ -75,7 +77,9 @@ def main() -> int:
     del dense
     rows = []
     for arm in arms:
-        saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_GGUF_BLOCKS")
+        saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_GGUF_BLOCKS"), dict(qkernel.ONLY_ON)
+        if arm == "quantized-q6k-int6":  # no build reads Q6_K blocks: the plan's int6 for those tensors
+            qkernel.ONLY_ON[qkernel.Q6K] = "none"
         if arm == "quantized-q6k-int8":  # the plan as it was: Q6_K among the 8-bit types
             quant.GGUF_INT6, quant.GGUF_INT8 = (), saved[1] + saved[0]
         if arm in ("quantized-requant", "quantized-q6k-int8"):  # the GGUF's blocks re-quantised, not read as stored
@@ -84,6 +88,8 @@ def main() -> int:
             m = load_model(a.model, "bf16", "cpu", role="model", weights="int4" if arm == "int4" else "quantized")
         finally:
             quant.GGUF_INT6, quant.GGUF_INT8 = saved[:2]
+            qkernel.ONLY_ON.clear()
+            qkernel.ONLY_ON.update(saved[3])
             if saved[2] is None:
                 os.environ.pop("SPECLAB_GGUF_BLOCKS", None)
             else:
@@ -99,7 +105,6 @@ def main() -> int:
                      "packed_bytes": sum(b.numel() * b.element_size() for b in m.lm.model.buffers())})
         print(f"{arm}: mean KL {kl / n:.4f}, top-1 agreement {agree / n:.3f} over {n} positions")
         del m
-    from engine.kernels import qkernel
 
     rec = {"model": a.model, "rows": rows, "prompts": len(ids), "prompts_file": a.prompts,
            "rows_a_forward": a.rows or None, "qgemm_build": qkernel.variant(),
