@@ -51,19 +51,23 @@
 #define Q50 50 /* GGUF Q5_0 blocks verbatim (the header above) */
 #define Q80 80 /* GGUF Q8_0 blocks verbatim */
 #define Q6K 61 /* GGUF Q6_K blocks verbatim (q6k_rows.h; the VNNI build only); K a multiple of 256 */
+#define Q5R 55 /* GGUF Q5_0 blocks regrouped four to 88 bytes (q5_runs.h; the VNNI build only); K a multiple of 128 */
 #if defined(__AVX512VNNI__)
 #define Q6K_OK(K) ((K) % 256 == 0)
+#define Q5R_OK(K) ((K) % 128 == 0)
 #else
 #define Q6K_OK(K) 0
+#define Q5R_OK(K) 0
 #endif
 #define B32_BYTES(bits) ((bits) == Q50 ? 22 : 34) /* one Q5_0 / Q8_0 block: 32 weights */
 #define B32_OFF(bits) ((bits) == Q50 ? -16.f : -128.f) /* its minimum term per unit of d */
 #define IS_B32(bits) ((bits) == Q50 || (bits) == Q80)
 #define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 \
                             : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (bits) == Q6K ? (size_t)(K) / 256 * 210 \
+                            : (bits) == Q5R ? (size_t)(K) / 128 * 88 \
                             : IS_B32(bits) ? (size_t)(K) / GROUP * B32_BYTES(bits) : (size_t)(K))
 #define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || IS_B32(bits) || ((bits) == Q4K && (K) % 256 == 0) \
-                          || ((bits) == Q6K && Q6K_OK(K)))
+                          || ((bits) == Q6K && Q6K_OK(K)) || ((bits) == Q5R && Q5R_OK(K)))
 
 /* The fp16 scale d of a Q5_0 / Q8_0 block (its first two bytes; blocks are not 2-byte aligned in a row). */
 static inline float b32_d(const uint8_t *blk) {
@@ -496,6 +500,7 @@ static inline __attribute__((always_inline)) void rows_b32(const int MC, const i
 }
 
 #include "q6k_rows.h"
+#include "q5_runs.h"
 
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
@@ -731,6 +736,19 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         }
         return;
     }
+    if (bits == Q5R) {  /* Q5_0 blocks four at a time (q5_runs.h); a in q5r_order */
+        switch (mc) {
+            case 1: rows_q5r(1, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 2: rows_q5r(2, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 3: rows_q5r(3, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 4: rows_q5r(4, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 5: rows_q5r(5, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 6: rows_q5r(6, N0, N1, K, a, d, c, w, y, ldy); break;
+            case 7: rows_q5r(7, N0, N1, K, a, d, c, w, y, ldy); break;
+            default: rows_q5r(8, N0, N1, K, a, d, c, w, y, ldy); break;
+        }
+        return;
+    }
     if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
 #define B32_CASES(BITS) switch (mc) { \
             case 1: rows_b32(1, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
@@ -787,13 +805,14 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
 #if defined(__AVX512VNNI__)
     if (need_b32) b32_prep(M, K, a, d, bz, dz);
     if (bits == Q6K) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
-    if (bits == Q4K) {  /* rows_q4k's order of the activations (in place, through a copy) */
+    if (bits == Q4K || bits == Q5R) {  /* rows_q4k's / rows_q5r's order of the activations (in place, via a copy) */
         int8_t *t = (int8_t *)malloc((size_t)M * K);
         if (!t) {
             free(a); free(d); free(c); free(bz); free(dz);
             return -1;
         }
-        q4k_order(M, K, a, t);
+        if (bits == Q4K) q4k_order(M, K, a, t);
+        else q5r_order(M, K, a, t);
         memcpy(a, t, (size_t)M * K);
         free(t);
     }
@@ -841,9 +860,11 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     float *dz = (float *)(bz + (size_t)M * P16);
     int8_t *a4 = (int8_t *)(dz + (size_t)M * P16);  /* rows_q4k's order of a (the VNNI build) */
     float *c16 = (float *)(a4 + (((size_t)M * K + 63) & ~(size_t)63));  /* q6k_prep's offsets (the VNNI build) */
-    int any_b32 = 0, any_q4k = 0, any_q6k = 0;
+    int8_t *a5 = (int8_t *)(c16 + (size_t)M * (K / 16));  /* rows_q5r's order of a (the VNNI build) */
+    int any_b32 = 0, any_q4k = 0, any_q6k = 0, any_q5r = 0;
     for (int sg = 0; sg < W->nseg; sg++)
-        any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= W->bits[sg] == Q6K;
+        any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= W->bits[sg] == Q6K,
+            any_q5r |= W->bits[sg] == Q5R;
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
@@ -851,6 +872,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         if (any_b32) b32_prep(M, K, a, d, bz, dz);
         if (any_q4k) q4k_order(M, K, a, a4);
         if (any_q6k) q6k_prep(M, K, a, d, c16);
+        if (any_q5r) q5r_order(M, K, a, a5);
 #endif
     }
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
@@ -862,7 +884,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             for (int bk = 0; bk < nb; bk++) {
                 const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
 #if defined(__AVX512VNNI__)
-                const int8_t *as = W->bits[sg] == Q4K ? a4 : a;
+                const int8_t *as = W->bits[sg] == Q4K ? a4 : W->bits[sg] == Q5R ? a5 : a;
                 const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
                 const int8_t *as = a;
@@ -943,6 +965,24 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
                     for (int t = 0; t < 2; t++)  /* (d·sc)·(q − 32): one rounding, as the scalar loop */
                         bf16_store8(o + (size_t)b * 256 + i + 8 * t, _mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(
                             _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * t))), _mm256_set1_epi32(32)))));
+                }
+            }
+            continue;
+        }
+        if (bits == Q5R) {  /* q5_runs.h's layout: d·(q − 16) in float32, as dequantize_row_q5_0 */
+            for (int r = 0; r < K / 128; r++) {
+                const uint8_t *q4 = wr + (size_t)r * 88;
+                for (int b = 0; b < 4; b++) {
+                    uint16_t h, lo16, hi16;
+                    memcpy(&h, q4 + 2 * b, 2);
+                    memcpy(&lo16, q4 + 8 + 2 * b, 2);
+                    memcpy(&hi16, q4 + 16 + 2 * b, 2);
+                    const float dg = _cvtsh_ss(h);
+                    for (int j = 0; j < GROUP; j++) {
+                        const uint8_t nb = q4[24 + 16 * b + j % 16];
+                        const int q = (j < 16 ? (nb & 0x0f) | ((lo16 >> j) & 1) << 4 : (nb >> 4) | ((hi16 >> (j - 16)) & 1) << 4) - 16;
+                        o[(size_t)(4 * r + b) * GROUP + j] = f32_to_bf16(dg * (float)q);
+                    }
                 }
             }
             continue;

@@ -43,13 +43,14 @@ GROUP = 32
 Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
 Q50, Q80 = 50, 80  # qgemm.c's codes for GGUF Q5_0 and Q8_0 blocks read verbatim
 Q6K = 61  # qgemm.c's code for GGUF Q6_K blocks read verbatim (q6k_rows.h: the AVX-512 VNNI build only)
-BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K)  # the formats qgemm.c reads
+Q5R = 55  # qgemm.c's code for Q5_0 blocks regrouped four to 88 bytes, lossless (q5_runs.h: the VNNI build, K % 128 = 0)
+BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
 # A GGUF block format read verbatim → (its GGUF name, weights a block, bytes a block): the one table of their shapes
 BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34),
-          Q6K: ("Q6_K", 256, 210)}
-BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0", Q6K: "q6_k"}  # a GGUF block format's name in reports
-ONLY_ON = {Q6K: "avx512vnni"}  # a block format only one build reads (elsewhere its tensors are re-quantised)
+          Q6K: ("Q6_K", 256, 210), Q5R: ("Q5_0", 128, 88)}
+BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0", Q6K: "q6_k", Q5R: "q5_0"}  # a GGUF block format's name in reports
+ONLY_ON = {Q6K: "avx512vnni", Q5R: "avx512vnni"}  # formats one build reads (elsewhere: re-quantised / as stored)
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -232,8 +233,30 @@ def q6k_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=-1).to(torch.uint8).reshape(n, -1).contiguous()
 
 
+def q5r_pack(blocks: torch.Tensor) -> torch.Tensor:
+    """Q5_0 blocks [N, G·22] (G % 4 = 0) regrouped four to 88 bytes (q5_runs.h): d₀…₃, qh bits 0–15 of each, qh bits
+    16–31 of each, the four blocks' nibbles. The same bytes in another order."""
+    n = blocks.shape[0]
+    b = blocks.reshape(n, -1, 4, 22)
+    parts = [b[..., 0:2], b[..., 2:4], b[..., 4:6], b[..., 6:]]  # d, qh low half, qh high half, nibbles
+    return torch.cat([p.reshape(n, b.shape[1], -1) for p in parts], dim=-1).reshape(n, -1).contiguous()
+
+
+def as_gguf_blocks(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """A layer's blocks in the GGUF's own layout (Q5R regrouped back to Q5_0; every other format as it is)."""
+    if bits != Q5R:
+        return q
+    n = q.shape[0]
+    r = q.reshape(n, -1, 88)
+    d, lo, hi, nib = r[..., 0:8], r[..., 8:16], r[..., 16:24], r[..., 24:]
+    per = [t.reshape(n, r.shape[1], 4, -1) for t in (d, lo, hi, nib)]
+    return torch.cat(per, dim=-1).reshape(n, -1).contiguous()
+
+
 def block_unpack(blocks: torch.Tensor, bits: int) -> torch.Tensor:
     """Ŵ [N, K] (float32) of a GGUF block format's blocks (Q4K, Q50, Q80, Q6K), as llama.cpp de-quantises them."""
+    if bits == Q5R:
+        return q50_unpack(as_gguf_blocks(blocks, Q5R))
     return {Q4K: q4k_unpack, Q50: q50_unpack, Q80: q80_unpack, Q6K: q6k_unpack}[bits](blocks)
 
 
@@ -370,6 +393,8 @@ class QGemmLinear(torch.nn.Module):
             raise ValueError(f"{name} blocks are read by the {ONLY_ON[bits]} build only; this CPU runs {variant()}")
         if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % size or blocks.shape[1] == 0:
             raise ValueError(f"{name} blocks must be uint8 [N, K/{per}·{size}], got {tuple(blocks.shape)} {blocks.dtype}")
+        if bits == Q50 and reads(Q5R) and blocks.shape[1] % (4 * size) == 0:  # four blocks a step (q5_runs.h)
+            blocks, bits = q5r_pack(blocks), Q5R
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
         return cls(None, bias, bits, packed=(blocks.contiguous(), empty, empty.clone()))
 

@@ -54,28 +54,34 @@ def test_the_kernel_computes_x_times_the_blocks_weights(bits, pack, gtype, n, k)
     w = _weights(n, k, seed=k) if n > 1 else torch.randn(n, k)
     lin = qkernel.QGemmLinear.from_blocks(pack(w), None, bits)
     assert lin.fmt == {qkernel.Q50: "q5_0", qkernel.Q80: "q8_0"}[bits]
+    # Q5_0 rows of whole groups of four blocks run regrouped on the VNNI build (q5_runs.h), the same bytes
+    regrouped = bits == qkernel.Q50 and k % 128 == 0 and qkernel.reads(qkernel.Q5R)
+    assert lin.bits == (qkernel.Q5R if regrouped else bits)
+    assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), pack(w))
     assert (lin.out_features, lin.in_features) == (n, k)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 32 * qkernel.BLOCKS[bits][2]
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
-    ref = x.float() @ qkernel.block_unpack(lin.q, bits).T
+    ref = x.float() @ qkernel.block_unpack(pack(w), bits).T
     assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
     # a one-row step (its own specialised body) and every chunk size give each row the same bits
     assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))
-    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, bits), qkernel.block_unpack(lin.q, bits).bfloat16())
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, lin.bits), qkernel.block_unpack(pack(w), bits).bfloat16())
 
 
 @needs_kernel
-def test_every_bit_the_kernel_reads_moves_the_output_as_the_reference_says():
+@pytest.mark.parametrize("k", [96, 128])  # 128: Q5_0 four blocks at a time (q5_runs.h) on the VNNI build
+def test_every_bit_the_kernel_reads_moves_the_output_as_the_reference_says(k):
     """A Q5_0 fifth bit (of the first and of the last weight of a group), a nibble, a scale's bit, and a Q8_0
     value's sign bit: flipped, the product changes as x·Ŵᵀ of the flipped blocks says."""
-    k = 96
     w = _weights(8, k, seed=5)
     x = torch.zeros(1, k)
-    for j in (0, 31, 32 + 16, 64 + 5):  # isolated weights: each flip then moves y by its own size
-        x[0, j] = 1.0
+    for j in (0, 31, 32 + 16, 64 + 5) + ((96 + 5, 96 + 20) if k == 128 else ()):  # isolated weights: each flip
+        x[0, j] = 1.0                                                          # then moves y by its own size
     x = x.to(torch.bfloat16)
     cases = [(qkernel.Q50, qkernel.q50_pack, off, mask) for off, mask in
              ((2, 0x01), (5, 0x80), (22 + 6 + 0, 0x10), (44 + 1, 0x02))]  # qh bit 0, qh bit 31, a high nibble, d
+    if k == 128:  # the fourth block: a low nibble, and the fifth bit of its weight 20 (qh bit 20: byte 2, bit 4)
+        cases += [(qkernel.Q50, qkernel.q50_pack, off, mask) for off, mask in ((66 + 6 + 5, 0x01), (66 + 4, 0x10))]
     cases += [(qkernel.Q80, qkernel.q80_pack, off, mask) for off, mask in ((2, 0x80), (34 + 2 + 16, 0x40))]
     for bits, pack, off, mask in cases:
         b = pack(w)
@@ -134,7 +140,7 @@ def test_a_model_takes_q5_0_and_q8_0_blocks_only_where_they_are_its_weights(tmp_
     assert "q5_0 (QGemmLinear)" in report.summary() and "q8_0 (QGemmLinear)" in report.summary()
     for name in [n for n in fmt if "down_proj" not in n or ".0." in n]:
         lin = model.get_submodule(name.rsplit(".", 1)[0])
-        assert torch.equal(lin.q, src(name))  # the file's own blocks
+        assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), src(name))  # the file's own blocks
     x = torch.randint(0, 96, (1, 12))
     with torch.inference_mode():
         assert torch.isfinite(model(x).logits).all()
@@ -161,9 +167,11 @@ def test_a_reduced_head_cut_from_q8_0_blocks_keeps_their_rows(tmp_path):
     assert torch.equal(sub(h), head(h)[:, ids])
 
 
-def _wide_blocks():
+def _wide_blocks(fused=True):
     """tests/unit/kernels/test_fused.py's 32-wide-head model with every linear as Q5_0 or Q8_0 blocks (v and down
-    Q8_0: a q|k|v product of two formats; the MLP's 96 inputs end in a lone block), on the lean layers."""
+    Q8_0: a q|k|v product of two formats; the MLP's 96 inputs end in a lone block), on the C layers (`fused`) or the
+    lean ones (a QGemmLinear call a product)."""
+    from engine.kernels import fast_layer
     from engine.kernels.fast_layer import use_fast_layers
     from engine.kernels.rowwise_attention import use_rowwise
     from tests.unit.kernels.test_fused import _wide
@@ -174,7 +182,11 @@ def _wide_blocks():
         bits, pack = (qkernel.Q80, qkernel.q80_pack) if attr in ("v_proj", "down_proj") else (qkernel.Q50, qkernel.q50_pack)
         setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear.from_blocks(pack(lin.weight.float()), lin.bias, bits))
     use_rowwise(model)
-    assert use_fast_layers(model) == 2
+    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], fused
+    try:
+        assert use_fast_layers(model) == 2
+    finally:
+        fast_layer.FUSED[0] = old
     return model
 
 
@@ -183,11 +195,16 @@ def test_the_c_layer_runs_q5_0_and_q8_0_products_batch_invariant(monkeypatch):
     """The one-call layer (its activations' Q5_0 / Q8_0 lanes in the layer's scratch) gives the three-call layer's
     tokens, a verify the bits of one-row steps, and the one-call decoder the bits of its layers."""
     from engine.kernels import fast_decoder
-    from tests.unit.kernels.test_fused import _steps_and_verify, check_one_call_layer
+    from tests.unit.kernels.test_fused import _decode, _steps_and_verify, check_one_call_layer
 
     model = _wide_blocks()
     segs = model.model.layers[0]._speclab_mm["qkv"].parts[0]
-    assert [s[1] for s in segs] == [qkernel.Q50, qkernel.Q50, qkernel.Q80]
+    q5 = qkernel.Q5R if qkernel.reads(qkernel.Q5R) else qkernel.Q50  # four blocks a step on the VNNI build
+    assert [s[1] for s in segs] == [q5, q5, qkernel.Q80]
+    ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(12))
+    a, b = _decode(model, ids), _decode(_wide_blocks(fused=False), ids)  # the C layer against the modules' products
+    assert (a.float() - b.float()).abs().max() <= 0.03 * b.float().abs().max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
     steps = check_one_call_layer(model, 12, monkeypatch)
     assert fast_decoder.use_fast_decoder(model)
     steps2, verify2 = _steps_and_verify(model, torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(12)))
