@@ -710,57 +710,27 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
                  const int32_t *bz, const float *dz, const uint8_t *w, const uint16_t *s, const uint16_t *mn,
                  uint16_t *y, int ldy) {
 #if defined(__AVX512VNNI__)
-    if (bits == Q4K) {  /* Q4_K rows: their own body (rows_q4k), one per chunk size */
-        switch (mc) {
-            case 1: rows_q4k(1, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 2: rows_q4k(2, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 3: rows_q4k(3, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 4: rows_q4k(4, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 5: rows_q4k(5, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 6: rows_q4k(6, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 7: rows_q4k(7, N0, N1, K, a, d, c, w, y, ldy); break;
-            default: rows_q4k(8, N0, N1, K, a, d, c, w, y, ldy); break;
-        }
+/* One specialised body per chunk size: BODY(MC, …) with MC a constant 1…8. */
+#define MC_CASES(BODY, ...) switch (mc) { \
+            case 1: BODY(1, __VA_ARGS__); break; case 2: BODY(2, __VA_ARGS__); break; \
+            case 3: BODY(3, __VA_ARGS__); break; case 4: BODY(4, __VA_ARGS__); break; \
+            case 5: BODY(5, __VA_ARGS__); break; case 6: BODY(6, __VA_ARGS__); break; \
+            case 7: BODY(7, __VA_ARGS__); break; default: BODY(8, __VA_ARGS__); break; }
+    if (bits == Q4K) {  /* Q4_K rows: their own body (rows_q4k); a in q4k_order */
+        MC_CASES(rows_q4k, N0, N1, K, a, d, c, w, y, ldy)
         return;
     }
     if (bits == Q6K) {  /* Q6_K rows: their own body (q6k_rows.h); c holds q6k_prep's offsets */
-        switch (mc) {
-            case 1: rows_q6k(1, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 2: rows_q6k(2, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 3: rows_q6k(3, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 4: rows_q6k(4, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 5: rows_q6k(5, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 6: rows_q6k(6, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 7: rows_q6k(7, N0, N1, K, a, d, c, w, y, ldy); break;
-            default: rows_q6k(8, N0, N1, K, a, d, c, w, y, ldy); break;
-        }
+        MC_CASES(rows_q6k, N0, N1, K, a, d, c, w, y, ldy)
         return;
     }
     if (bits == Q5R) {  /* Q5_0 blocks four at a time (q5_runs.h); a in q5r_order */
-        switch (mc) {
-            case 1: rows_q5r(1, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 2: rows_q5r(2, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 3: rows_q5r(3, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 4: rows_q5r(4, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 5: rows_q5r(5, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 6: rows_q5r(6, N0, N1, K, a, d, c, w, y, ldy); break;
-            case 7: rows_q5r(7, N0, N1, K, a, d, c, w, y, ldy); break;
-            default: rows_q5r(8, N0, N1, K, a, d, c, w, y, ldy); break;
-        }
+        MC_CASES(rows_q5r, N0, N1, K, a, d, c, w, y, ldy)
         return;
     }
     if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
-#define B32_CASES(BITS) switch (mc) { \
-            case 1: rows_b32(1, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 2: rows_b32(2, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 3: rows_b32(3, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 4: rows_b32(4, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 5: rows_b32(5, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 6: rows_b32(6, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            case 7: rows_b32(7, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; \
-            default: rows_b32(8, BITS, N0, N1, K, a, bz, dz, w, y, ldy); break; }
-        if (bits == Q50) B32_CASES(Q50) else B32_CASES(Q80)
-#undef B32_CASES
+        if (bits == Q50) MC_CASES(rows_b32, Q50, N0, N1, K, a, bz, dz, w, y, ldy)
+        else MC_CASES(rows_b32, Q80, N0, N1, K, a, bz, dz, w, y, ldy)
         return;
     }
 #endif

@@ -24,7 +24,8 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            next-token KL to the dense path 0.0127 → 0.0030, top-1 agreement 93.6 → 95.9 % (scripts/
            quant_fidelity.py, the file below), at 1.003 GB a token against 1.073
     q5_0, q8_0   (our qgemm kernel only) a GGUF Q5_0 / Q8_0 tensor's own blocks in the same way (d·(q − 16),
-           d·q per 32): 5.5 and 8.5 bits a weight where int8 groups take 9 — the 0.5B draft's Q4_K_M file is mostly
+           d·q per 32; Q5_0 regrouped four blocks to 88 bytes on the VNNI build, the same bytes: kernels/q5_runs.h):
+           5.5 and 8.5 bits a weight where int8 groups take 9 — the 0.5B draft's Q4_K_M file is mostly
            Q5_0 (its 896-wide rows are not whole Q4_K blocks) with a Q8_0 head. The draft's linear weights
            489 → 376 MiB, its next-token KL to its dense path 0.0033 → 0.0012, its step 13.7 → 11.0 ms (c on the
            quantized path 0.387 → 0.309; docs/log/2026-12-06-gguf-blocks-q5-q8-and-q8k.md)

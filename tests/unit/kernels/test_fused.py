@@ -198,6 +198,29 @@ def check_one_call_layer(model, seed, monkeypatch) -> torch.Tensor:
     return steps
 
 
+def check_c_layer_against_lean(model, seed) -> None:
+    """`model` (its linears in place, row-wise attention on, no fast layers yet) on the C layers: a verify gives the
+    bits of one-row steps, and its logits are those of the lean layers (one module call a product — a format's own
+    order of the activations, say, checked against the product alone) up to the norms' sum order."""
+    import copy
+
+    lean = copy.deepcopy(model)
+    assert fast_layer.use_fast_layers(model) == 2
+    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], False
+    try:
+        assert fast_layer.use_fast_layers(lean) == 2
+    finally:
+        fast_layer.FUSED[0] = old
+    assert model.model.layers[0].forward.__func__ is fast_layer._fused_forward
+    assert lean.model.layers[0].forward.__func__ is not fast_layer._fused_forward
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(seed))
+    steps, verify = _steps_and_verify(model, ids)
+    assert torch.equal(steps, verify)
+    a, b = _decode(model, ids[:, :44]), _decode(lean, ids[:, :44])
+    assert (a.float() - b.float()).abs().max() <= 0.03 * b.float().abs().max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_quantized_one_call_layer_is_the_three_call_layer_and_batch_invariant(mixed, monkeypatch):
     _qgemm_or_skip()

@@ -124,13 +124,10 @@ def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp
     """q|k|v with Q4_K q and k and a 6-bit v (a Q4_K_M layer) in the C layer: a verify equals one-row steps, and
     the C layer (its products share one quantization of the activations, Q4_K's rows reading them in their own
     order) gives the logits of the lean layer, whose products are one QGemmLinear call each."""
-    import copy
-
-    from engine.kernels import fast_layer
     from engine.kernels.quant import quantize_model
     from engine.kernels.rowwise_attention import use_rowwise
     from engine.models.gguf_blocks import GGUFBlocks
-    from tests.unit.kernels.test_fused import _decode, _steps_and_verify
+    from tests.unit.kernels.test_fused import check_c_layer_against_lean
 
     model = _tiny_qwen()
     q4k = [f"model.layers.{i}.{m}.weight" for i in range(2)
@@ -141,20 +138,6 @@ def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp
     for i, lin in v.items():
         model.model.layers[i].self_attn.v_proj = qkernel.QGemmLinear(lin.weight, lin.bias, 6)
     use_rowwise(model)
-    lean = copy.deepcopy(model)
-    assert fast_layer.use_fast_layers(model) == 2
-    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], False
-    try:
-        assert fast_layer.use_fast_layers(lean) == 2
-    finally:
-        fast_layer.FUSED[0] = old
-    assert model.model.layers[0].forward.__func__ is fast_layer._fused_forward
-    assert lean.model.layers[0].forward.__func__ is not fast_layer._fused_forward
+    check_c_layer_against_lean(model, 9)
     segs = model.model.layers[0]._speclab_mm["qkv"].parts[0]
     assert [s[1] for s in segs] == [qkernel.Q4K, qkernel.Q4K, 6]
-    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(9))
-    steps, verify = _steps_and_verify(model, ids)
-    assert torch.equal(steps, verify)
-    a, b = _decode(model, ids[:, :44]), _decode(lean, ids[:, :44])
-    assert (a.float() - b.float()).abs().max() <= 0.03 * b.float().abs().max()
-    assert torch.equal(a.argmax(-1), b.argmax(-1))

@@ -140,11 +140,8 @@ def test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(tmp_path):
 def test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do():
     """A Q4_K_M layer's mix — Q4_K q, k, o, gate, up; Q6_K v and down — in the C layer: a verify equals one-row
     steps, and its logits are the lean layer's (one QGemmLinear call a product)."""
-    import copy
-
-    from engine.kernels import fast_layer
     from engine.kernels.rowwise_attention import use_rowwise
-    from tests.unit.kernels.test_fused import _decode, _steps_and_verify
+    from tests.unit.kernels.test_fused import check_c_layer_against_lean
     from tests.unit.models.test_gguf_blocks import _tiny_qwen
 
     model = _tiny_qwen()
@@ -153,17 +150,5 @@ def test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do():
         pack, bits = (qkernel.q6k_pack, qkernel.Q6K) if attr in ("v_proj", "down_proj") else (qkernel.q4k_pack, qkernel.Q4K)
         setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear.from_blocks(pack(lin.weight.float()), lin.bias, bits))
     use_rowwise(model)
-    lean = copy.deepcopy(model)
-    assert fast_layer.use_fast_layers(model) == 2
-    old, fast_layer.FUSED[0] = fast_layer.FUSED[0], False
-    try:
-        assert fast_layer.use_fast_layers(lean) == 2
-    finally:
-        fast_layer.FUSED[0] = old
+    check_c_layer_against_lean(model, 4)
     assert [s[1] for s in model.model.layers[0]._speclab_mm["qkv"].parts[0]] == [qkernel.Q4K, qkernel.Q4K, qkernel.Q6K]
-    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(4))
-    steps, verify = _steps_and_verify(model, ids)
-    assert torch.equal(steps, verify)
-    a, b = _decode(model, ids[:, :44]), _decode(lean, ids[:, :44])
-    assert (a.float() - b.float()).abs().max() <= 0.03 * b.float().abs().max()
-    assert torch.equal(a.argmax(-1), b.argmax(-1))
