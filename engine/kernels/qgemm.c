@@ -20,6 +20,8 @@
  * 9. Q8_0, 34 bytes: d, 32 signed bytes; Ŵ = d·q, read as the unsigned q ^ 0x80 with d·(q' − 128) — 8.5 bits. So
  * s = d and mn = −16·d (−128·d): the AVX2 build sums the minimum terms as d·c and scales them by −16 (−128) once,
  * exactly; the VNNI build starts each group's integer dot product from −16·Σa (−128·Σa), exactly (b32_prep).
+ * Q6K (bits = 61) and Q5R (bits = 55), the VNNI build only: GGUF Q6_K blocks as stored, and Q5_0 blocks regrouped four
+ * to 88 bytes without loss — q6k_rows.h and q5_runs.h give their layouts and loops.
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
