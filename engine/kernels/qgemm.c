@@ -941,20 +941,26 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
             }
             continue;
         }
-        if (bits == Q5R) {  /* q5_runs.h's layout: d·(q − 16) in float32, as dequantize_row_q5_0 */
+        if (bits == Q5R) {  /* q5_runs.h's layout: d·(q − 16) = d·q − 16·d, both products exact, as dequantize_row_q5_0 */
+            const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+            const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
             for (int r = 0; r < K / 128; r++) {
                 const uint8_t *q4 = wr + (size_t)r * 88;
                 for (int b = 0; b < 4; b++) {
-                    uint16_t h, lo16, hi16;
+                    uint16_t h, fb[2];
                     memcpy(&h, q4 + 2 * b, 2);
-                    memcpy(&lo16, q4 + 8 + 2 * b, 2);
-                    memcpy(&hi16, q4 + 16 + 2 * b, 2);
-                    const float dg = _cvtsh_ss(h);
-                    for (int j = 0; j < GROUP; j++) {
-                        const uint8_t nb = q4[24 + 16 * b + j % 16];
-                        const int q = (j < 16 ? (nb & 0x0f) | ((lo16 >> j) & 1) << 4 : (nb >> 4) | ((hi16 >> (j - 16)) & 1) << 4) - 16;
-                        o[(size_t)(4 * r + b) * GROUP + j] = f32_to_bf16(dg * (float)q);
+                    memcpy(&fb[0], q4 + 8 + 2 * b, 2);
+                    memcpy(&fb[1], q4 + 16 + 2 * b, 2);
+                    const __m128i nib = _mm_loadu_si128((const __m128i *)(q4 + 24 + 16 * b));
+                    uint8_t q[32];
+                    for (int t = 0; t < 2; t++) {  /* weights 16t … 16t+15: a nibble, and bit j of fb[t] as 16 */
+                        const __m128i sel = _mm_and_si128(_mm_shuffle_epi8(_mm_cvtsi32_si128(fb[t]), spread), bit);
+                        const __m128i five = _mm_and_si128(_mm_cmpeq_epi8(sel, bit), _mm_set1_epi8(16));
+                        _mm_storeu_si128((__m128i *)(q + 16 * t), _mm_or_si128(
+                            _mm_and_si128(t ? _mm_srli_epi16(nib, 4) : nib, _mm_set1_epi8(0x0f)), five));
                     }
+                    const float dg = _cvtsh_ss(h);
+                    dequant32(o + (size_t)(4 * r + b) * GROUP, q, dg, -16.f * dg);
                 }
             }
             continue;
