@@ -1,5 +1,5 @@
 /* GGUF Q5_0 blocks four at a time, on the AVX-512 VNNI build of qgemm.c (included there; its GROUP, MCHUNK, VPF,
- * hsum256 and f32_to_bf16; quantize_x's d and c).
+ * hsum512 and f32_to_bf16; quantize_x's d and c).
  *
  * Q5R (a layout, not a format): the GGUF's Q5_0 blocks (d fp16, qh 32 bits, 16 nibble bytes; Ŵ = d·(q − 16), q =
  * nibble | fifth bit << 4) regrouped without loss four blocks to 88 bytes when a row is whole groups of four
@@ -64,8 +64,7 @@ static inline __attribute__((always_inline)) void rows_q5r(const int MC, int N0,
         for (int m = 0; m < MC; m++) {
             __m128 o = _mm_add_ps(off[m], _mm_movehl_ps(off[m], off[m]));
             o = _mm_add_ss(o, _mm_shuffle_ps(o, o, 1));
-            const __m256 a0 = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
-            y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(a0) - 16.f * _mm_cvtss_f32(o));
+            y[(size_t)m * ldy + n] = f32_to_bf16(hsum512(acc[m]) - 16.f * _mm_cvtss_f32(o));
         }
     }
 }

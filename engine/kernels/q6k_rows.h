@@ -1,5 +1,5 @@
 /* GGUF Q6_K blocks read as the file stores them, on the AVX-512 VNNI build of qgemm.c (included there; its GROUP,
- * MCHUNK, VPF, hsum256 and f32_to_bf16; quantize_x's activation scales d).
+ * MCHUNK, VPF, hsum512 and f32_to_bf16; quantize_x's activation scales d).
  *
  * Block (llama.cpp's block_q6_K, 256 weights in 210 bytes, 6.5625 bits a weight): ql[128] the low four bits, qh[64]
  * the top two, scales[16] int8 (one per 16 weights), d fp16 last. In each half h (weights 128h … 128h+127, ql + 64h,
@@ -96,8 +96,7 @@ static inline __attribute__((always_inline)) void rows_q6k(const int MC, int N0,
         }
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++) {
-            const __m512 t = _mm512_add_ps(acc[m], off[m]);
-            y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(_mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1))));
+            y[(size_t)m * ldy + n] = f32_to_bf16(hsum512(_mm512_add_ps(acc[m], off[m])));
         }
     }
 }

@@ -161,6 +161,13 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
+#if defined(__AVX512VNNI__)
+/* The sum of 16 lanes: the two 256-bit halves added lane by lane, then hsum256 (one order for every row body). */
+static inline float hsum512(__m512 v) {
+    return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+#endif
+
 /* Quantize activations: a[m, k] int8, d[m, g], c[m, g] = d · Σ a over the group. Per group of 32:
  * d = max|x| / 127, a = lrint(x / d) clamped to ±127, in eight-lane steps (the same operations as a scalar loop:
  * the max ignores a NaN as `av > amax` does, cvtps rounds to nearest even as lrintf does, a NaN quotient
@@ -385,8 +392,7 @@ static inline __attribute__((always_inline)) void rows_q4k(const int MC, int N0,
         }
 #pragma GCC unroll 8
         for (int m = 0; m < MC; m++) {
-            const __m256 a0 = _mm256_add_ps(_mm512_castps512_ps256(acc[m]), _mm512_extractf32x8_ps(acc[m], 1));
-            y[(size_t)m * ldy + n] = f32_to_bf16(hsum256(a0) + hsum256(mac[m]));
+            y[(size_t)m * ldy + n] = f32_to_bf16(hsum512(acc[m]) + hsum256(mac[m]));
         }
     }
 }

@@ -46,7 +46,8 @@ Q6K = 61  # qgemm.c's code for GGUF Q6_K blocks read verbatim (q6k_rows.h: the A
 Q5R = 55  # qgemm.c's code for Q5_0 blocks regrouped four to 88 bytes, lossless (q5_runs.h: the VNNI build, K % 128 = 0)
 BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
-# A GGUF block format read verbatim → (its GGUF name, weights a block, bytes a block): the one table of their shapes
+# A GGUF block format read verbatim (and Q5R, Q5_0's blocks regrouped four at a time) → (its GGUF name, weights a
+# block, bytes a block): the one table of their shapes
 BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34),
           Q6K: ("Q6_K", 256, 210), Q5R: ("Q5_0", 128, 88)}
 BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0", Q6K: "q6_k", Q5R: "q5_0"}  # a GGUF block format's name in reports
@@ -68,7 +69,8 @@ def variant() -> str | None:
 
 
 def reads(bits: int) -> bool:
-    """Whether this CPU's build reads the format (`ONLY_ON`: Q6_K blocks on the AVX-512 VNNI build only)."""
+    """Whether this CPU's build reads the format (`ONLY_ON`: Q6_K blocks and the regrouped Q5_0 layout Q5R on the
+    AVX-512 VNNI build only)."""
     return bits not in ONLY_ON or variant() == ONLY_ON[bits]
 
 
