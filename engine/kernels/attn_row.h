@@ -19,6 +19,27 @@ static inline __m256 fl_load8(const uint16_t *p) {  /* 8 bf16 → 8 float32, exa
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
+/* Eight floats rounded to bf16 as f32_to_bf16 rounds them (nearest even; a NaN stays a NaN), as eight 32-bit lanes
+ * holding the bf16 in their low half. */
+static inline __m256i bf16_round8(__m256 f) {
+    const __m256i u = _mm256_castps_si256(f);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                                         _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+}
+
+/* Eight floats to bf16 (bf16_round8), stored at o. */
+static inline void bf16_store8(uint16_t *o, __m256 f) {
+    const __m256i v = bf16_round8(f);
+    _mm_storeu_si128((__m128i *)o, _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* bf16_to_f32(f32_to_bf16(f)) on eight lanes: the value a float takes once rounded to bf16. */
+static inline __m256 bf16_rt8(__m256 f) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_round8(f), 16));
+}
+
 /* 16 bf16 → two vectors of 8 float32, exactly, by interleaving zeros below each bf16: `lo` holds elements
  * 0–3 and 8–11, `hi` 4–7 and 12–15 (unpacking works within each 128-bit half); whatever it is multiplied with
  * is widened the same way, so each product pairs the right elements. Why: on a Zen 1, vpmovzxwd + vpslld (fl_load8)

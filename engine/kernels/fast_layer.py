@@ -226,7 +226,7 @@ def _fusable(layer: torch.nn.Module) -> bool:
                     and n.weight.dtype == torch.bfloat16 and n.weight.shape == (attn.q_proj.in_features,)
                     for n in (n1, n2))
             and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu"
-            and attn.head_dim % 2 == 0 and attn.head_dim <= 512 and hasattr(attn, "scaling"))
+            and attn.head_dim % 16 == 0 and attn.head_dim <= 512 and hasattr(attn, "scaling"))
 
 
 def _fused_weights(layer: torch.nn.Module, kind: str) -> dict | None:

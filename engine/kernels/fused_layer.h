@@ -43,7 +43,9 @@
  * there, ≤ 5.5·M·K + 190·M + 190 bytes). */
 #define FL_SCRATCH_FLOATS(M, K) ((size_t)(M) * (K) * 3 / 2 + 64 * (size_t)(M) + 64)
 
-/* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. */
+/* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. The sum of
+ * squares runs in row order (one chain: the bits fixed whatever the build); the scaling eight at a time, each lane
+ * the scalar expression's operations (D % 8 == 0). */
 static void fl_rms_row(int D, const uint16_t *x, const uint16_t *w, float eps, uint16_t *out) {
     float ss = 0.f;
     for (int i = 0; i < D; i++) {
@@ -51,24 +53,30 @@ static void fl_rms_row(int D, const uint16_t *x, const uint16_t *w, float eps, u
         ss += v * v;
     }
     const float inv = 1.f / sqrtf(ss / (float)D + eps);
-    for (int i = 0; i < D; i++)
-        out[i] = f32_to_bf16(bf16_to_f32(w[i]) * bf16_to_f32(f32_to_bf16(bf16_to_f32(x[i]) * inv)));
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (int i = 0; i < D; i += 8)
+        bf16_store8(out + i, _mm256_mul_ps(fl_load8(w + i), bf16_rt8(_mm256_mul_ps(fl_load8(x + i), iv))));
 }
 
-/* Rotate-half rope on one head row in place: x·cos + cat(−x₂, x₁)·sin, each product and the sum rounded. */
+/* Rotate-half rope on one head row in place: x·cos + cat(−x₂, x₁)·sin, each product and the sum rounded; eight
+ * lanes at a time (hd % 16 == 0, so each half is whole steps), every lane the scalar expression's operations. */
 static void fl_rope_row(int hd, uint16_t *x, const uint16_t *cs, const uint16_t *sn) {
     float tmp[512];
     const int half = hd / 2;
-    for (int i = 0; i < hd; i++) {
-        const float r = i < half ? -bf16_to_f32(x[i + half]) : bf16_to_f32(x[i - half]);
-        const float a = bf16_to_f32(f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(cs[i])));
-        const float b = bf16_to_f32(f32_to_bf16(r * bf16_to_f32(sn[i])));
-        tmp[i] = a + b;
+    const __m256 neg = _mm256_set1_ps(-0.f);
+    for (int i = 0; i < hd; i += 8) {
+        const __m256 r = i < half ? _mm256_xor_ps(fl_load8(x + i + half), neg) : fl_load8(x + i - half);
+        const __m256 a = bf16_rt8(_mm256_mul_ps(fl_load8(x + i), fl_load8(cs + i)));
+        const __m256 b = bf16_rt8(_mm256_mul_ps(r, fl_load8(sn + i)));
+        _mm256_storeu_ps(tmp + i, _mm256_add_ps(a, b));
     }
-    for (int i = 0; i < hd; i++) x[i] = f32_to_bf16(tmp[i]);
+    for (int i = 0; i < hd; i += 8) bf16_store8(x + i, _mm256_loadu_ps(tmp + i));
 }
 
-static inline uint16_t fl_add(uint16_t a, uint16_t b) { return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b)); }
+/* o[i] = bf16(a[i] + b[i]) for eight i (o may be a or b). */
+static inline void fl_add8(uint16_t *o, const uint16_t *a, const uint16_t *b) {
+    bf16_store8(o, _mm256_add_ps(fl_load8(a), fl_load8(b)));
+}
 
 /* The layers' two halves inside an OpenMP parallel region (every thread calls them; each ends on a barrier),
  * shared by the calls below. fl_in: xn = rms(x), qkv = xn·Wᵀ + b, rope on q and k. */
@@ -95,7 +103,7 @@ static void fl_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, c
 #pragma omp for schedule(static)
     for (int m = 0; m < M; m++) {
         uint16_t *hr = h + (size_t)m * D;
-        for (int i = 0; i < D; i++) hr[i] = fl_add(x[(size_t)m * D + i], hr[i]);
+        for (int i = 0; i < D; i += 8) fl_add8(hr + i, x + (size_t)m * D + i, hr + i);
         fl_rms_row(D, hr, nw, eps, y + (size_t)m * D);
     }
     par_gemv(M, 2 * I, D, y, scratch, wgu, bgu, gu);
@@ -103,14 +111,12 @@ static void fl_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, c
     for (int t8 = 0; t8 < M * I / 8; t8++) {  /* eight at a time (I % 32 == 0): fl_exp8, not libm's expf */
         const int m = t8 * 8 / I, i = t8 * 8 % I;
         const __m256 g = fl_load8(gu + (size_t)m * 2 * I + i);
-        float sg[8];
-        _mm256_storeu_ps(sg, _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), fl_exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)))));
-        const uint16_t *u = gu + (size_t)m * 2 * I + I + i;
-        for (int e = 0; e < 8; e++) act[t8 * 8 + e] = f32_to_bf16(bf16_to_f32(f32_to_bf16(sg[e])) * bf16_to_f32(u[e]));
+        const __m256 sg = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), fl_exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        bf16_store8(act + (size_t)t8 * 8, _mm256_mul_ps(bf16_rt8(sg), fl_load8(gu + (size_t)m * 2 * I + I + i)));
     }
     par_gemv(M, D, I, act, scratch, wdown, bdown, out);
 #pragma omp for schedule(static)
-    for (int t = 0; t < M * D; t++) out[t] = fl_add(h[t], out[t]);
+    for (int t8 = 0; t8 < M * D / 8; t8++) fl_add8(out + (size_t)t8 * 8, h + (size_t)t8 * 8, out + (size_t)t8 * 8);
 }
 
 /* 0 on success; 1 for a shape it does not take; 2 out of memory. qkv: [M, N] out, N = (nq + 2·nkv)·hd;
@@ -118,7 +124,7 @@ static void fl_out(int M, int D, const uint16_t *x, const uint16_t *a, int Da, c
 int speclab_layer_in(int M, int D, const uint16_t *x, const uint16_t *nw, float eps, int N, const void *w,
                      const uint16_t *b, int nq, int nkv, int hd, const uint16_t *cs, const uint16_t *sn,
                      uint16_t *qkv, int threads) {
-    if (M < 1 || D % 32 || hd % 2 || hd > 512 || N != (nq + 2 * nkv) * hd) return 1;
+    if (M < 1 || D % 32 || hd % 16 || hd > 512 || N != (nq + 2 * nkv) * hd) return 1;
     uint16_t *xn = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * D);
     float *scratch = (float *)malloc(sizeof(float) * FL_SCRATCH_FLOATS(M, D));
     if (!xn || !scratch) {

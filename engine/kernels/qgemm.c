@@ -884,16 +884,6 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-/* Eight floats to bf16 as f32_to_bf16 rounds them (nearest even; a NaN stays a NaN), stored at o. */
-static inline void bf16_store8(uint16_t *o, __m256 f) {
-    const __m256i u = _mm256_castps_si256(f);
-    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
-                                                         _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
-    _mm_storeu_si128((__m128i *)o, _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
-
 /* o[j] = bf16(s·q[j] + m) for j < 32 (q unsigned bytes): the products of the formats below are exact in float32
  * (an fp16 or d·sc times a q of ≤ 8 bits), so this is their scalar loop's value whether or not it was fused. */
 static inline void dequant32(uint16_t *o, const uint8_t *q, float s, float m) {
