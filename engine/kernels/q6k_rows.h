@@ -1,4 +1,4 @@
-/* GGUF Q6_K blocks read as the file stores them, on the AVX-512 VNNI build of qgemm.c (included there; its GROUP,
+/* GGUF Q6_K blocks read as the file stores them: the AVX-512 VNNI build of qgemm.c (included there; its GROUP,
  * MCHUNK, VPF, hsum512 and f32_to_bf16; quantize_x's activation scales d).
  *
  * Block (llama.cpp's block_q6_K, 256 weights in 210 bytes, 6.5625 bits a weight): ql[128] the low four bits, qh[64]
@@ -22,18 +22,6 @@
  *
  * Every y[m,n] takes the same operations in the same order whatever M is: batch-invariant, like the rest of qgemm.c.
  */
-#define Q6K_BYTES 210
-
-/* c16[m, j] = −32 · d[m, j/2] · Σ a over sub-block j of 16 (K / 16 floats a row). */
-static void q6k_prep(int M, int K, const int8_t *a, const float *d, float *c16) {
-    for (int m = 0; m < M; m++)
-        for (int j = 0; j < K / 16; j++) {
-            int32_t sum = 0;
-            for (int t = 0; t < 16; t++) sum += a[(size_t)m * K + (size_t)j * 16 + t];
-            c16[(size_t)m * (K / 16) + j] = -32.f * d[(size_t)m * (K / GROUP) + j / 2] * (float)sum;
-        }
-}
-
 /* Q6_K rows N0…N1 for MC activation rows: a block at a time, its two halves unpacked once for every row of the
  * chunk; d the activations' scales (per group of 32), c16 q6k_prep's offsets. */
 static inline __attribute__((always_inline)) void rows_q6k(const int MC, int N0, int N1, int K, const int8_t *a,

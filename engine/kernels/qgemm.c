@@ -20,8 +20,10 @@
  * 9. Q8_0, 34 bytes: d, 32 signed bytes; Ŵ = d·q, read as the unsigned q ^ 0x80 with d·(q' − 128) — 8.5 bits. So
  * s = d and mn = −16·d (−128·d): the AVX2 build sums the minimum terms as d·c and scales them by −16 (−128) once,
  * exactly; the VNNI build starts each group's integer dot product from −16·Σa (−128·Σa), exactly (b32_prep).
- * Q6K (bits = 61) and Q5R (bits = 55), the VNNI build only: GGUF Q6_K blocks as stored, and Q5_0 blocks regrouped four
- * to 88 bytes without loss — q6k_rows.h and q5_runs.h give their layouts and loops.
+ * Q6K (bits = 61): GGUF Q6_K blocks as stored (q6k_rows.h gives the layout and the VNNI build's loop; the AVX2 build
+ * reads a group of 32 as two sub-blocks of 16, each sum scaled by its int8 code in vpmaddwd, and takes the −32 offsets
+ * from q6k_prep as the VNNI build does). Q5R (bits = 55), the VNNI build only: Q5_0 blocks regrouped four to 88 bytes
+ * without loss (q5_runs.h).
  * Activations are quantized per row and group: x ≈ d[m,g]·a, a ∈ [−127, 127] int8, d = max|x| / 127.
  * Then  y[m,n] = Σ_g d[m,g] · ( s[n,g] · Σ_k q·a  +  mn[n,g] · Σ_k a ).
  *
@@ -52,13 +54,13 @@
 #define Q4K 41 /* GGUF Q4_K blocks verbatim (the header above); K a multiple of 256 */
 #define Q50 50 /* GGUF Q5_0 blocks verbatim (the header above) */
 #define Q80 80 /* GGUF Q8_0 blocks verbatim */
-#define Q6K 61 /* GGUF Q6_K blocks verbatim (q6k_rows.h; the VNNI build only); K a multiple of 256 */
+#define Q6K 61 /* GGUF Q6_K blocks verbatim (q6k_rows.h's layout; both builds); K a multiple of 256 */
+#define Q6K_BYTES 210
 #define Q5R 55 /* GGUF Q5_0 blocks regrouped four to 88 bytes (q5_runs.h; the VNNI build only); K a multiple of 128 */
-#if defined(__AVX512VNNI__)
 #define Q6K_OK(K) ((K) % 256 == 0)
+#if defined(__AVX512VNNI__)
 #define Q5R_OK(K) ((K) % 128 == 0)
 #else
-#define Q6K_OK(K) 0
 #define Q5R_OK(K) 0
 #endif
 #define B32_BYTES(bits) ((bits) == Q50 ? 22 : 34) /* one Q5_0 / Q8_0 block: 32 weights */
@@ -209,6 +211,17 @@ static void quantize_x(const uint16_t *x, int M, int K, int8_t *a, float *d, flo
         }
     }
 }
+
+/* c16[m, j] = −32 · d[m, j/2] · Σ a over sub-block j of 16 (K / 16 floats a row). */
+static void q6k_prep(int M, int K, const int8_t *a, const float *d, float *c16) {
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < K / 16; j++) {
+            int32_t sum = 0;
+            for (int t = 0; t < 16; t++) sum += a[(size_t)m * K + (size_t)j * 16 + t];
+            c16[(size_t)m * (K / 16) + j] = -32.f * d[(size_t)m * (K / GROUP) + j / 2] * (float)sum;
+        }
+}
+
 
 #if defined(__AVX512VNNI__)
 /* VPF: software prefetch this many bytes ahead in the weight rows, for rows of at most VPF_ROW bytes (pf below).
@@ -538,6 +551,7 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
         int G, size_t row_bytes, const int8_t *a, const uint8_t *w, const float *sd, __m128 acc[2][MCHUNK]) {
     const __m128i low4 = _mm_set1_epi8(0x0f), ones = _mm_set1_epi16(1), sixteen = _mm_set1_epi16(16);
     __m128i lo[2][2], hi[2][2];  /* [row][16-byte half of an 8-bit group] */
+    __m128i sc6[2][2];           /* Q6K: [row][half of the group] its sub-block's scale code, in every 16-bit lane */
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const uint8_t *wr = w + (size_t)(n + r) * row_bytes;
@@ -546,6 +560,24 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
             const int sh = (g & 1) * 4;
             lo[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)run), sh), low4);
             hi[r][0] = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(run + 16)), sh), low4);
+            lo[r][1] = hi[r][1] = _mm_setzero_si128();
+            continue;
+        }
+        if (bits == Q6K) {  /* q6k_rows.h's layout: group g is (half h, quarter j) of block g / 8; q ≤ 63 */
+            const uint8_t *blk = wr + (size_t)(g / 8) * Q6K_BYTES;
+            const int h = (g % 8) / 4, j = g % 4;
+            const uint8_t *ql = blk + 64 * h + 32 * (j & 1), *qh = blk + 128 + 32 * h;
+            const __m128i top = _mm_set1_epi8(0x30);
+            for (int t = 0; t < 2; t++) {  /* weights 16t … 16t+15: a nibble of ql, bits 2j, 2j+1 of qh moved to 4–5 */
+                const __m128i l = _mm_loadu_si128((const __m128i *)(ql + 16 * t));
+                const __m128i hb = _mm_loadu_si128((const __m128i *)(qh + 16 * t));
+                const __m128i nib = _mm_and_si128(j < 2 ? l : _mm_srli_epi16(l, 4), low4);
+                const __m128i hi2 = _mm_and_si128(j == 0 ? _mm_slli_epi16(hb, 4) : j == 1 ? _mm_slli_epi16(hb, 2)
+                                                  : j == 2 ? hb : _mm_srli_epi16(hb, 2), top);
+                const __m128i q = _mm_or_si128(nib, hi2);
+                if (t == 0) lo[r][0] = q; else hi[r][0] = q;
+                sc6[r][t] = _mm_set1_epi16((int16_t)(int8_t)blk[192 + 2 * (g % 8) + t]);
+            }
             lo[r][1] = hi[r][1] = _mm_setzero_si128();
             continue;
         }
@@ -595,7 +627,10 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             __m128i i32;
-            if (bits == 4 || bits == Q4K || bits == Q50) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
+            if (bits == Q6K) {  /* each half its own sub-block scale: Σ q·a ≤ 2·63·127 in 16 bits, × sc (|sc| ≤ 128) in 32 */
+                i32 = _mm_add_epi32(_mm_madd_epi16(_mm_maddubs_epi16(lo[r][0], a0), sc6[r][0]),
+                                    _mm_madd_epi16(_mm_maddubs_epi16(hi[r][0], a1), sc6[r][1]));
+            } else if (bits == 4 || bits == Q4K || bits == Q50) {  /* q[j] pairs with a[j] (low nibbles), q[16 + j] with a[16 + j] (high) */
                 i32 = _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r][0], a0), _mm_maddubs_epi16(hi[r][0], a1)), ones);
             } else {  /* q = lo + 16·hi, bytes 0–15 against a0, 16–31 against a1 */
                 i32 = _mm_add_epi32(
@@ -616,12 +651,24 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     float sd[2 * MCHUNK * MAXG] __attribute__((aligned(32)));
     float qm[2][MAXG] __attribute__((aligned(32)));  /* Q4K: the rows' minimum terms, decoded with their scales;
                                                        * Q5_0 / Q8_0: their scales d (× B32_OFF after the sum) */
+    float q6s[2][bits == Q6K ? 2 * MAXG : 1] __attribute__((aligned(32)));  /* Q6K: d·sc_j per sub-block of 16 */
     __m128 acc[2][MCHUNK];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const uint16_t *sr = s + (size_t)(n + r) * G;
         float *sdr = sd + (size_t)r * MC * G;
         int e = 0;
+        if (bits == Q6K) {  /* the block's d for its eight groups; d·sc_j (exact: fp16 × int8) for the −32 offsets */
+            const uint8_t *wr = w + (size_t)(n + r) * row_bytes;
+            for (int b = 0; b < K / 256; b++) {
+                uint16_t dh;
+                memcpy(&dh, wr + (size_t)b * Q6K_BYTES + 208, 2);
+                const float db = _cvtsh_ss(dh);
+                for (int j = 0; j < 16; j++) q6s[r][b * 16 + j] = db * (float)(int8_t)wr[(size_t)b * Q6K_BYTES + 192 + j];
+                for (int u = 0; u < 8; u++, e++)
+                    for (int m = 0; m < MC; m++) sdr[(size_t)m * G + e] = db * d[(size_t)m * G + e];
+            }
+        }
         if (IS_B32(bits)) {  /* each block's d, one by one (they sit 22 or 34 bytes apart) */
             for (; e < G; e++) {
                 const float sv = qm[r][e] = b32_d(w + (size_t)(n + r) * row_bytes + (size_t)e * B32_BYTES(bits));
@@ -655,8 +702,9 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
     for (; g + 4 <= G; g += 4) {
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : bits == Q4K ? 18
-                                                                             : IS_B32(bits) ? B32_BYTES(bits) : 16);
+            const uint8_t *wg = w + (size_t)(n + r) * row_bytes + (bits == Q6K ? (size_t)g * Q6K_BYTES / 8
+                                    : (size_t)g * (bits == 8 ? GROUP : bits == 6 ? 24 : bits == Q4K ? 18
+                                                   : IS_B32(bits) ? B32_BYTES(bits) : 16));
             _mm_prefetch((const char *)(wg + QPF), _MM_HINT_T0);  /* a line a pass: 4 groups of 4-bit */
             if (bits != 4) _mm_prefetch((const char *)(wg + QPF + 64), _MM_HINT_T0);  /* 6-bit: 96 bytes a pass */
             if (bits == Q80) _mm_prefetch((const char *)(wg + QPF + 128), _MM_HINT_T0);  /* 136 bytes a pass */
@@ -672,12 +720,17 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
         for (int m = 0; m < MC; m++) {  /* the groups' minimum terms: Σ_g mn[n,g] · c[m,g], eight groups per step */
             __m256 mac = _mm256_setzero_ps();
             int h = 0;
+            if (bits == Q6K)  /* Σ_j (d·sc_j)·c16[m, j], c16 = q6k_prep's −32·d[m, j/2]·Σ a (K / 16 a row) */
+                for (; h < K / 16; h += 8)
+                    mac = _mm256_fmadd_ps(_mm256_loadu_ps(q6s[r] + h), _mm256_loadu_ps(c + (size_t)m * (K / 16) + h), mac);
+            else
             for (; h + 8 <= G; h += 8)
                 mac = _mm256_fmadd_ps(bits == Q4K || IS_B32(bits) ? _mm256_load_ps(qm[r] + h)
                                                   : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
                                       _mm256_loadu_ps(c + (size_t)m * G + h), mac);
             float tail = 0.f;
-            for (int t = h; t < G; t++) tail += (IS_B32(bits) ? qm[r][t] : _cvtsh_ss(mr[t])) * c[(size_t)m * G + t];
+            if (bits != Q6K)
+                for (int t = h; t < G; t++) tail += (IS_B32(bits) ? qm[r][t] : _cvtsh_ss(mr[t])) * c[(size_t)m * G + t];
             __m128 v = acc[r][m];
             v = _mm_add_ps(v, _mm_movehl_ps(v, v));
             v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
@@ -707,6 +760,9 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
     } else if (bits == Q80) {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q80, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, Q80, n, K, a, d, c, w, s, mn, y, ldy);
+    } else if (bits == Q6K) {
+        for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, Q6K, n, K, a, d, c, w, s, mn, y, ldy);
+        if (n < N1) rows_avx2(MC, 1, Q6K, n, K, a, d, c, w, s, mn, y, ldy);
     } else {
         for (; n + 2 <= N1; n += 2) rows_avx2(MC, 2, 8, n, K, a, d, c, w, s, mn, y, ldy);
         if (n < N1) rows_avx2(MC, 1, 8, n, K, a, d, c, w, s, mn, y, ldy);
@@ -780,9 +836,9 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
         return -1;
     }
     quantize_x(x, M, K, a, d, c);
+    if (bits == Q6K) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
 #if defined(__AVX512VNNI__)
     if (need_b32) b32_prep(M, K, a, d, bz, dz);
-    if (bits == Q6K) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
     if (bits == Q4K || bits == Q5R) {  /* rows_q4k's / rows_q5r's order of the activations (in place, via a copy) */
         int8_t *t = (int8_t *)malloc((size_t)M * K);
         if (!t) {
@@ -837,7 +893,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     int32_t *bz = (int32_t *)(c + (size_t)M * G);
     float *dz = (float *)(bz + (size_t)M * P16);
     int8_t *a4 = (int8_t *)(dz + (size_t)M * P16);  /* rows_q4k's order of a (the VNNI build) */
-    float *c16 = (float *)(a4 + (((size_t)M * K + 63) & ~(size_t)63));  /* q6k_prep's offsets (the VNNI build) */
+    float *c16 = (float *)(a4 + (((size_t)M * K + 63) & ~(size_t)63));  /* q6k_prep's offsets */
     int8_t *a5 = (int8_t *)(c16 + (size_t)M * (K / 16));  /* rows_q5r's order of a (the VNNI build) */
     int any_b32 = 0, any_q4k = 0, any_q6k = 0, any_q5r = 0;
     for (int sg = 0; sg < W->nseg; sg++)
@@ -846,10 +902,10 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
+        if (any_q6k) q6k_prep(M, K, a, d, c16);
 #if defined(__AVX512VNNI__)
         if (any_b32) b32_prep(M, K, a, d, bz, dz);
         if (any_q4k) q4k_order(M, K, a, a4);
-        if (any_q6k) q6k_prep(M, K, a, d, c16);
         if (any_q5r) q5r_order(M, K, a, a5);
 #endif
     }
@@ -866,7 +922,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
                 const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
                 const int8_t *as = a;
-                const float *cs = c + (size_t)m0 * G;
+                const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #endif
                 rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, cs,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],

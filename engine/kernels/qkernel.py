@@ -42,7 +42,7 @@ VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CP
 GROUP = 32
 Q4K = 41  # qgemm.c's code for GGUF Q4_K blocks read verbatim
 Q50, Q80 = 50, 80  # qgemm.c's codes for GGUF Q5_0 and Q8_0 blocks read verbatim
-Q6K = 61  # qgemm.c's code for GGUF Q6_K blocks read verbatim (q6k_rows.h: the AVX-512 VNNI build only)
+Q6K = 61  # qgemm.c's code for GGUF Q6_K blocks read verbatim (q6k_rows.h's layout; both builds)
 Q5R = 55  # qgemm.c's code for Q5_0 blocks regrouped four to 88 bytes, lossless (q5_runs.h: the VNNI build, K % 128 = 0)
 BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R)  # the formats qgemm.c reads
 Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
@@ -51,7 +51,7 @@ Q4K_BLOCK, Q4K_BYTES = 256, 144  # weights and bytes of one Q4_K block
 BLOCKS = {Q4K: ("Q4_K", Q4K_BLOCK, Q4K_BYTES), Q50: ("Q5_0", GROUP, 22), Q80: ("Q8_0", GROUP, 34),
           Q6K: ("Q6_K", 256, 210), Q5R: ("Q5_0", 128, 88)}
 BLOCK_FMT = {Q4K: "q4k", Q50: "q5_0", Q80: "q8_0", Q6K: "q6_k", Q5R: "q5_0"}  # a GGUF block format's name in reports
-ONLY_ON = {Q6K: "avx512vnni", Q5R: "avx512vnni"}  # formats one build reads (elsewhere: re-quantised / as stored)
+ONLY_ON = {Q5R: "avx512vnni"}  # formats one build reads (elsewhere: as stored)
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -69,8 +69,8 @@ def variant() -> str | None:
 
 
 def reads(bits: int) -> bool:
-    """Whether this CPU's build reads the format (`ONLY_ON`: Q6_K blocks and the regrouped Q5_0 layout Q5R on the
-    AVX-512 VNNI build only)."""
+    """Whether this CPU's build reads the format (`ONLY_ON`: the regrouped Q5_0 layout Q5R on the AVX-512 VNNI build
+    only)."""
     return bits not in ONLY_ON or variant() == ONLY_ON[bits]
 
 

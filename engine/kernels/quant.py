@@ -29,12 +29,12 @@ Formats, W ∈ ℝ^{N×K} (N outputs, K inputs), y = x Wᵀ:
            Q5_0 (its 896-wide rows are not whole Q4_K blocks) with a Q8_0 head. The draft's linear weights
            489 → 376 MiB, its next-token KL to its dense path 0.0033 → 0.0012, its step 13.7 → 11.0 ms (c on the
            quantized path 0.387 → 0.309; docs/log/2026-12-06-gguf-blocks-q5-q8-and-q8k.md)
-    q6_k   (our qgemm kernel's AVX-512 VNNI build only) a GGUF Q6_K tensor's own blocks in the same way:
+    q6_k   (our qgemm kernel, both builds) a GGUF Q6_K tensor's own blocks in the same way:
            (d·sc)·(q − 32) per 16, 6.56 bits a weight — a Q4_K_M file's head, v and half its down projections at
            the GGUF's own values and bytes (docs/log/2026-12-07-q6k-blocks-and-q4k-runs.md)
     int6   (our qgemm kernel only: engine.kernels.qkernel) asymmetric per group of 32 as int4, q ∈ [0, 63];
-           the quantized path's format for GGUF Q6_K tensors where q6_k does not run (the AVX2 build, or no GGUF
-           on disk): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
+           the quantized path's format for GGUF Q6_K tensors where q6_k does not run (no GGUF on disk, or
+           SPECLAB_GGUF_BLOCKS=0): 7 bits a weight with the scales, against 6.56 in the GGUF and 9 as int8 — 0.11 GB less
            a token for the 1.5B target. Its cost in fidelity, measured against the dense path over 2,154
            teacher-forced positions of 12 dev prompts (1.5B, scripts/quant_fidelity.py,
            docs/results/quant-fidelity-qwen-amd-epyc-avx512bf16.json): mean KL 0.0119 → 0.0127, top-1 agreement
@@ -218,7 +218,7 @@ def _block_layer(lin: torch.nn.Linear, names: list[str], blocks) -> tuple[torch.
     the model's); else (None, why) — the caller re-quantises — or (None, None) where the provider has none."""
     from engine.kernels import qkernel
 
-    hits = [n for n in names if n in blocks and qkernel.reads(blocks.bits(n))]  # Q6_K: the VNNI build only
+    hits = [n for n in names if n in blocks and qkernel.reads(blocks.bits(n))]  # a format this build reads
     why = None
     n, k = lin.weight.shape
     rows = sorted({0, n // 3, n // 2, n - 1})

@@ -2,7 +2,7 @@
 path reads where the file is on disk (`make models` keeps it for the peers), so those layers are the GGUF's own
 weights at the GGUF's own bits (engine.kernels.qkernel.QGemmLinear.from_blocks) rather than a re-quantisation of
 their de-quantised values — Q4_K at 4.5 bits a weight where int4 groups take 5, Q5_0 at 5.5 where int8 takes 9, Q8_0
-at 8.5, Q6_K at 6.56 where int6 groups take 7 (Q6_K on the AVX-512 VNNI build only: `qkernel.reads`).
+at 8.5, Q6_K at 6.56 where int6 groups take 7 (on both builds of our qgemm kernel: `qkernel.reads`).
 
     GGUFBlocks(path)            memory-maps the file's tensor data (its header parsed once: provision.gguf_tensors)
     GGUFBlocks(path)(hf_name)   uint8 [N, row bytes]: that tensor's blocks, row by row as the file stores them;

@@ -1,8 +1,8 @@
 """GGUF Q6_K blocks read as they are (engine/kernels/q6k_rows.h, qkernel's q6k_* and block_unpack, quant's block
-layers): the layout is llama.cpp's (gguf-py de-quantises our blocks to the same floats), the AVX-512 VNNI build
-computes x·Ŵᵀ of exactly those weights, batch-invariant, every byte it reads moves the output as the reference
-says, the C layer runs them, a model takes them only where they are its weights, and the AVX2 build (which does not
-read them) refuses the blocks and re-quantises such a tensor to int6."""
+layers): the layout is llama.cpp's (gguf-py de-quantises our blocks to the same floats), the kernel computes x·Ŵᵀ
+of exactly those weights, batch-invariant, every byte it reads moves the output as the reference says, the C layer
+runs them and a model takes them only where they are its weights — on this CPU's build, and the same tests again on
+the AVX2 build (its own loop: qgemm.c's qgroup)."""
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from tests.unit.kernels.test_q50_q80 import _untied_qwen
 from tests.unit.models.test_gguf_blocks import _write_gguf
 
 needs_q6k = pytest.mark.skipif(qkernel.available() is not None or not qkernel.reads(qkernel.Q6K),
-                               reason=f"Q6_K blocks run on the qgemm kernel's AVX-512 VNNI build (this CPU: "
+                               reason=f"Q6_K blocks run on the qgemm kernel (this CPU: "
                                       f"{qkernel.available() or qkernel.variant()})")
 
 
@@ -84,26 +84,20 @@ def test_every_byte_the_kernel_reads_moves_the_output_as_the_reference_says():
         assert torch.allclose(after.float(), want, rtol=0.02, atol=2e-3), off
 
 
-def test_the_avx2_build_refuses_the_blocks_and_a_model_takes_int6_there(tmp_path):
-    """The AVX2 build does not read Q6_K: from_blocks says so in one line, and a model whose GGUF holds a Q6_K
-    tensor gets it re-quantised to int6 (the plan's format) without a note of a mismatch."""
+def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
+    """This module's kernel, byte, model and C-layer tests, run again in a process on the AVX2 build."""
+    (tmp_path / "m").mkdir()
     code = (
-        "import pytest, sys\n"
+        "import sys\n"
         "sys.path.insert(0, '.')\n"
-        "from tests.unit.kernels.test_q50_q80 import _untied_qwen\n"
-        "from tests.unit.models.test_gguf_blocks import _write_gguf\n"
-        "from engine.kernels.quant import quantize_model\n"
-        "from engine.models.gguf_blocks import GGUFBlocks\n"
         "from pathlib import Path\n"
-        "assert not qkernel.reads(qkernel.Q6K)\n"
-        "with pytest.raises(ValueError, match='avx512vnni build only'):\n"
-        "    qkernel.QGemmLinear.from_blocks(qkernel.q6k_pack(torch.randn(4, 256)), None, qkernel.Q6K)\n"
-        "model = _untied_qwen()\n"
-        f"p = Path({str(tmp_path)!r}) / 'm.gguf'\n"
-        "name = 'model.layers.0.mlp.down_proj.weight'\n"
-        "_write_gguf(p, model, [name], bits={name: qkernel.Q6K})\n"
-        "report = quantize_model(model, 'int4', gguf_blocks=GGUFBlocks(p))\n"
-        "assert model.model.layers[0].mlp.down_proj.fmt == 'int4' and not report.notes, report.notes\n"
+        "from tests.unit.kernels import test_q6k as t\n"
+        "assert qkernel.reads(qkernel.Q6K)\n"
+        "for n, k in ((40, 512), (7, 1536), (3, 8960)):\n"
+        "    t.test_the_kernel_computes_x_times_the_blocks_weights(n, k)\n"
+        "t.test_every_byte_the_kernel_reads_moves_the_output_as_the_reference_says()\n"
+        f"t.test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(Path({str(tmp_path / 'm')!r}))\n"
+        "t.test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do()\n"
         "print('ok')\n")
     run_on_the_avx2_build(code, tmp_path)
 
