@@ -222,7 +222,6 @@ static void q6k_prep(int M, int K, const int8_t *a, const float *d, float *c16) 
         }
 }
 
-
 #if defined(__AVX512VNNI__)
 /* VPF: software prefetch this many bytes ahead in the weight rows, for rows of at most VPF_ROW bytes (pf below).
  * Why: rows of a few hundred bytes (4-bit, K = 576 … 1536: 288–768 B) come one after another, each with its own
@@ -733,17 +732,17 @@ static inline __attribute__((always_inline)) void rows_avx2(const int MC, const 
         for (int m = 0; m < MC; m++) {  /* the groups' minimum terms: Σ_g mn[n,g] · c[m,g], eight groups per step */
             __m256 mac = _mm256_setzero_ps();
             int h = 0;
-            if (bits == Q6K)  /* Σ_j (d·sc_j)·c16[m, j], c16 = q6k_prep's −32·d[m, j/2]·Σ a (K / 16 a row) */
+            float tail = 0.f;
+            if (bits == Q6K) {  /* Σ_j (d·sc_j)·c16[m, j], c16 = q6k_prep's −32·d[m, j/2]·Σ a (K / 16 a row) */
                 for (; h < K / 16; h += 8)
                     mac = _mm256_fmadd_ps(_mm256_loadu_ps(q6s[r] + h), _mm256_loadu_ps(c + (size_t)m * (K / 16) + h), mac);
-            else
-            for (; h + 8 <= G; h += 8)
-                mac = _mm256_fmadd_ps(bits == Q4K || IS_B32(bits) ? _mm256_load_ps(qm[r] + h)
-                                                  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
-                                      _mm256_loadu_ps(c + (size_t)m * G + h), mac);
-            float tail = 0.f;
-            if (bits != Q6K)
+            } else {
+                for (; h + 8 <= G; h += 8)
+                    mac = _mm256_fmadd_ps(bits == Q4K || IS_B32(bits) ? _mm256_load_ps(qm[r] + h)
+                                                      : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mr + h))),
+                                          _mm256_loadu_ps(c + (size_t)m * G + h), mac);
                 for (int t = h; t < G; t++) tail += (IS_B32(bits) ? qm[r][t] : _cvtsh_ss(mr[t])) * c[(size_t)m * G + t];
+            }
             __m128 v = acc[r][m];
             v = _mm_add_ps(v, _mm_movehl_ps(v, v));
             v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
