@@ -10,10 +10,11 @@ is kept (the minimum is what a loaded 2-core machine lets through least disturbe
     torch4    aten._weight_int4pack_mm_for_cpu (int4, groups of 32)
     torch8    aten._weight_int8pack_mm (int8 per row)
     qgemm4     our kernel, 4-bit groups of 32 (engine.kernels.qkernel), where the CPU runs it
+    qgemm6     our kernel, 6-bit groups of 32 (int6: what a GGUF's Q6_K tensors become without their blocks)
     qgemm8     our kernel, 8-bit groups of 32
-    q4k, q5_0, q8_0, q6_k   our kernel on GGUF Q4_K (K % 256 = 0), Q5_0, Q8_0 and Q6_K (K % 256 = 0, the
-               AVX-512 VNNI build) blocks as a GGUF stores them (the quantized path's formats where the model's GGUF
-               is on disk; plain encoders of the same weights)
+    q4k, q5_0, q8_0, q6_k   our kernel on GGUF Q4_K (K % 256 = 0), Q5_0, Q8_0 and Q6_K (K % 256 = 0) blocks as a
+               GGUF stores them (the quantized path's formats where the model's GGUF is on disk; plain encoders of
+               the same weights)
 
 Reported: ms per call, GB/s of weight bytes read, and each kernel's time relative to bf16.
 """
@@ -47,6 +48,7 @@ def kernels_for(weight: torch.Tensor) -> dict[str, tuple[torch.nn.Module, float]
         out["bgemv"] = (fast, 2.0 * n * k)
     if qkernel.available() is None:
         out["qgemm4"] = (qkernel.QGemmLinear(weight, None, 4), 0.5 * n * k + 4.0 * n * k / 32)
+        out["qgemm6"] = (qkernel.QGemmLinear(weight, None, 6), 0.75 * n * k + 4.0 * n * k / 32)
         out["qgemm8"] = (qkernel.QGemmLinear(weight, None, 8), 1.0 * n * k + 4.0 * n * k / 32)
         blocks = [(qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack)]
         if k % qkernel.BLOCKS[qkernel.Q4K][1] == 0:

@@ -28,6 +28,8 @@ def test_the_gguf_block_formats_are_in_it_where_our_kernel_runs():
     assert "q4k" not in kernels_for(torch.randn(16, 96)) and "q5_0" in kernels_for(torch.randn(16, 96))
     layer, nbytes = kernels_for(torch.randn(16, 256))["q5_0"]
     assert nbytes == 16 * 256 // 32 * 22 and layer.fmt == "q5_0"
+    layer, nbytes = kernels_for(torch.randn(16, 256))["qgemm6"]  # int6, the Q6_K blocks' stand-in without the file
+    assert layer.fmt == "int6" and nbytes == sum(t.numel() * t.element_size() for t in layer.buffers())
     assert ("q6_k" in names) == qkernel.reads(qkernel.Q6K)  # both builds read Q6_K
     if "q6_k" in names:
         layer, nbytes = kernels_for(torch.randn(16, 256))["q6_k"]
