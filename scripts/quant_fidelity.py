@@ -7,8 +7,8 @@ KL(dense ‖ arm) per position and the share of positions whose top token agrees
                                       the AVX2 build's, every format's activations per 32)
 
 Arms (`--arms`, all by default): `quantized` (each linear at its GGUF type's format: the GGUF's own Q4_K, Q5_0,
-Q8_0 and — on the AVX-512 VNNI build — Q6_K blocks where the file is on disk), `quantized-q6k-int6` (that, with the
-Q6_K tensors re-quantised to int6 groups: the mapping before Q6_K was read as stored, and the AVX2 build's),
+Q8_0 and Q6_K blocks where the file is on disk), `quantized-q6k-int6` (that, with the Q6_K tensors re-quantised to
+int6 groups: the mapping before Q6_K was read as stored),
 `quantized-requant` (every block re-quantised instead — Q4_K to int4 groups, Q5_0 and Q8_0 to int8 groups, Q6_K to
 int6 — SPECLAB_GGUF_BLOCKS=0: the mapping before they were read as stored; the 1.5B's record of 2026-12-06 names it
 `quantized-int4-requant`), `quantized-q6k-int8` (that, with the Q6_K tensors at int8: the mapping before int6),

@@ -565,9 +565,10 @@ static inline __attribute__((always_inline)) void qgroup(const int MC, const int
         }
         /* Q6K: q6k_rows.h's layout; group g is (half h, quarter j = g4) of block g / 8, q ≤ 63. Four multiplies a
          * group (int6 takes six), more unpacking. Measured with the AVX2 build on a Zen 4 (no AVX2-only CPU at hand),
-         * against int6 on the same weights: in cache, one thread, 1.09–1.14× int6's time at M = 1 and 0.88–0.98× at
-         * M = 4; from memory, two threads, 1.09–1.16× and 0.89–1.07× (the 1.5B's head, 8960 → 1536). j a constant
-         * (variable shifts instead: 1.09× slower) and the setup's scales in vectors (scalar: 28 % of a row's time). */
+         * against int6 on the same weights, the 1.5B's shapes, two threads: 1.18–1.25× int6's time at M = 1 and
+         * 0.88–1.18× at M = 4 (docs/results/kernels-qwen-avx2build-amd-epyc-avx512bf16.json, q6_k against qgemm6).
+         * j a constant (variable shifts instead: 1.09× slower by hand) and the setup's scales in vectors (scalar: 28 %
+         * of a row's time by hand). */
         if (bits == Q6K) {
             const uint8_t *blk = wr + (size_t)(g / 8) * Q6K_BYTES;
             const int h = (g % 8) / 4, j = g4;

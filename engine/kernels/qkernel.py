@@ -387,7 +387,8 @@ class QGemmLinear(torch.nn.Module):
     @classmethod
     def from_blocks(cls, blocks: torch.Tensor, bias: torch.Tensor | None, bits: int = Q4K) -> "QGemmLinear":
         """The layer of a GGUF tensor's blocks, read as they are (no scales of ours: `s` and `mn` are empty):
-        Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], Q6K [N, K/256·210] (where `reads` it), uint8."""
+        Q4K [N, K/256·144], Q50 [N, K/32·22], Q80 [N, K/32·34], Q6K [N, K/256·210], uint8 (a format this build
+        `reads`; Q50 rows of whole groups of four blocks are regrouped to Q5R where the build reads that)."""
         if bits not in BLOCKS:
             raise ValueError(f"GGUF blocks are Q4K, Q50, Q80 or Q6K, not {bits}")
         name, per, size = BLOCKS[bits]
