@@ -361,6 +361,8 @@ COVERED = "tested in "  # reason prefix: the module's behaviour is asserted in t
 # in tests/system/cli/. Package __init__ files are exempt (re-exports and docstrings).
 UNIT_TEST_EXEMPT: dict[str, str] = {
     "engine.paths": "constants only (repository paths)",
+    "engine.kernels.block_codecs": COVERED + "tests/unit/kernels/test_q4k.py, test_q50_q80.py, test_q6k.py (each layout "
+                                   "against gguf-py's de-quantiser, the regrouped Q5_0 and back)",
     "engine.offline.oracles": "the three oracle names and the accepted-length bound: tested with advise, tests/unit/offline/test_advise.py",
     "engine.config": COVERED + "tests/system/train/test_dpace.py (flags from dataclasses) and every CLI test",
     "engine.metrics": COVERED + "tests/system/cli/test_cli.py (the one metric vocabulary) and every bench test",
