@@ -4,10 +4,12 @@ one before and one after a run, say so after the fact.
     s0 = sample(); …run…; report = busy_between(s0, sample())
 
 From /proc/stat's aggregate `cpu` line (jiffies since boot: user nice system idle iowait irq softirq
-steal …) and /proc/self/stat's utime + stime (this process's own jiffies, all its threads):
+steal …) and /proc/<pid>/stat's utime + stime + cutime + cstime for this process and every process below it
+(its own jiffies, all threads, with those of the children it started: a peer engine's server, vLLM's engine
+core — reaped children are in cutime + cstime, live ones are read where they run):
 
     busy     = Δ(total − idle − iowait)            jiffies any process kept a core busy
-    own      = Δ(utime + stime)                    jiffies of this process
+    own      = Δ(Σ over our process tree of utime + stime + cutime + cstime)
     others   = max(0, busy − own) ÷ (Δt · HZ)      cores held by other processes on average
     busy flag: others ≥ OTHERS_LIMIT (half a core)
 
@@ -17,8 +19,8 @@ With busy 980 and own 950 → others = 0.03 cores: a quiet machine.
 
 Why counters, not the load average alone: the 1-minute load average lags a minute and counts our own
 threads; the counters split ours from the others' exactly over the run's own interval. The load
-average is recorded too, as a second witness. Child processes (a peer engine's server) are not ours
-by this count: in a peers run their cores show as others'.
+average is recorded too, as a second witness. Why the whole tree: a peers run's llama-server worked
+0.75 cores of a quiet machine and the run was flagged busy when only our own process tree counted.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class CpuSample:
     t: float  # time.monotonic() seconds
     busy: int  # jiffies all cores were busy since boot (total − idle − iowait)
     total: int  # all jiffies since boot, every core
-    own: int  # this process's utime + stime jiffies
+    own: int  # jiffies of this process and the processes below it (utime + stime + cutime + cstime)
     loadavg: float | None  # 1-minute load average (None where /proc/loadavg is missing)
 
 
@@ -51,7 +53,7 @@ class BusyReport:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"rule": f"busy when other processes held ≥ {OTHERS_LIMIT} cores on average "
-                                       "(/proc/stat busy jiffies − this process's, over the run)"}
+                                       "(/proc/stat busy jiffies − those of this process and its children, over the run)"}
 
     def line(self) -> str:
         state = "BUSY: another process held a core" if self.busy else "quiet"
@@ -70,10 +72,43 @@ def parse_stat(text: str) -> tuple[int, int]:
     raise ValueError("/proc/stat has no aggregate 'cpu' line")
 
 
-def parse_self_stat(text: str) -> int:
-    """utime + stime jiffies from /proc/<pid>/stat (fields 14 and 15; the name in parentheses may hold spaces)."""
+def parse_tree_stat(text: str) -> tuple[int, int]:
+    """(parent pid, utime + stime + cutime + cstime) from /proc/<pid>/stat (fields 4 and 14–17)."""
     rest = text[text.rindex(")") + 2:].split()
-    return int(rest[11]) + int(rest[12])  # fields 14, 15 counted from 1, the first two (pid, name) cut off
+    return int(rest[1]), sum(int(x) for x in rest[11:15])
+
+
+def tree_jiffies(stats: dict[int, str], root: int) -> int:
+    """Jiffies of `root` and every process below it, from {pid: /proc/<pid>/stat text} (a stat that does not
+    parse is a process that exited while we read: left out)."""
+    parent, own = {}, {}
+    for pid, text in stats.items():
+        try:
+            parent[pid], own[pid] = parse_tree_stat(text)
+        except (ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, pp in parent.items():
+        children.setdefault(pp, []).append(pid)
+    total, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += own.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def _process_stats() -> dict[int, str]:
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            text = _read(f"/proc/{entry.name}/stat")
+            if text is not None:
+                out[int(entry.name)] = text
+    return out
 
 
 def _read(path: str) -> str | None:
@@ -86,12 +121,13 @@ def _read(path: str) -> str | None:
 
 def sample() -> CpuSample | None:
     """Now's counters, or None where /proc is missing (not Linux): nothing can be said then."""
-    stat, own = _read("/proc/stat"), _read("/proc/self/stat")
-    if stat is None or own is None:
+    stat = _read("/proc/stat")
+    if stat is None or _read("/proc/self/stat") is None:
         return None
     busy, total = parse_stat(stat)
     la = _read("/proc/loadavg")
-    return CpuSample(time.monotonic(), busy, total, parse_self_stat(own), float(la.split()[0]) if la else None)
+    own = tree_jiffies(_process_stats(), os.getpid())
+    return CpuSample(time.monotonic(), busy, total, own, float(la.split()[0]) if la else None)
 
 
 def busy_between(a: CpuSample | None, b: CpuSample | None, hz: int | None = None,

@@ -168,7 +168,7 @@ def cmd_peers(a) -> int:
     for name, line in result["failed"].items():
         print(f"left out: {line}")
     report = busy.busy_between(s0, busy.sample())
-    result["busy"] = report.to_dict() if report is not None else None  # peer servers' cores count as others here
+    result["busy"] = report.to_dict() if report is not None else None  # peer servers are our children: their cores are ours
     from engine.bench.peers import ar_ratio
 
     result["target_check"] = {"vllm": target_check(result["rows"], peer="vllm"),
