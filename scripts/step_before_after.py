@@ -11,6 +11,7 @@ Runs per round, in this order (so drift in the machine falls on every arm alike)
               its kernels did not cover, so the layout change is compared like with like
     after-spin-default  this tree, neither variable set (libgomp spins 300,000 iterations before sleeping)
     after-passive       this tree, OMP_WAIT_POLICY=PASSIVE (workers sleep at once)
+    after-no-amx        this tree with SPECLAB_BGEMV=bgemv: the dense products on vdpbf16ps, not the AMX tiles
 
 The knobs are read when libgomp loads, which is why each arm is its own process. The summary is the median
 step (ms) per arm and weights path over rounds, and each arm's ratio to `before` (and to `after`).
@@ -35,8 +36,9 @@ ARMS = {
     "after-torch-dense": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_DENSE_KERNEL": "torch"}, False),
     "after-spin-default": ({}, False),
     "after-passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
+    "after-no-amx": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_BGEMV": "bgemv"}, False),
 }
-CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL")
+CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL", "SPECLAB_BGEMV")
 
 
 def _run(arm: str, worktree: Path, out: Path, weights: str, threads: int, target: str | None = None,

@@ -173,12 +173,113 @@ static inline void rest(int M, int N, int K, const uint16_t *x, const uint16_t *
     for (int n = K <= SHORTK ? N : N / RB * RB; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
 }
 
+#ifdef __AMX_BF16__
+/* The AMX build (bgemv-amx: Intel Sapphire Rapids and newer): every weight row's product on the tiles. TDPBF16PS
+ * C[16, mc] += A[16, 32] · B[32, mc] takes 16 weight rows × 32 inputs as A, straight from W's own row-major rows
+ * (a tile row is 64 bytes of one weight row; stride K), and the activations as B, packed once a call into pairs
+ * xp[k/32][p][m][2] = x[m][k + 2p .. k + 2p + 1] (per chunk of AMX_M rows). C[n][m] depends on weight row n and
+ * activation row m alone, accumulated over k in order (one float32 per output), so every M gives the same bits and
+ * a verify equals its one-row steps, within this build (its bits are not the vdpbf16ps build's).
+ * Why: the vdpbf16ps blocks read 25–30 GB/s at one activation row but 18–19 at four (the 1.5B's head, its MLP
+ * rows of 1536), while the tiles read ~29–30 at one to four (measured 2026-12-07 on a 2-core Xeon with AMX, hand
+ * harness, best of 5 interleaved: head 16.84 → 15.49 ms at M = 1, 25.09 → 15.72 at M = 4). The tile state needs
+ * the kernel's permission (arch_prctl XTILEDATA), asked for when the library loads: speclab_amx_ok() says whether
+ * it was granted, and without it this build computes as the vdpbf16ps one does. */
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX_M 16 /* activation rows a pass: the tiles' 16 float32 columns */
+static int amx_ok;
+__attribute__((constructor)) static void amx_request(void) {
+    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+int speclab_amx_ok(void) { return amx_ok; }
+
+struct amx_cfg { uint8_t palette, start; uint8_t pad[14]; uint16_t colsb[16]; uint8_t rows[16]; };
+static __thread int amx_cols; /* the mc this thread's tiles are configured for (0: not this call's) */
+
+/* tmm0 B (16 pairs × mc), tmm1 A (16 weight rows × 32), tmm2 C (16 × mc float32) */
+static inline void amx_config(int mc) {
+    if (amx_cols == mc) return;
+    struct amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = 16; c.colsb[0] = (uint16_t)(mc * 4);
+    c.rows[1] = 16; c.colsb[1] = 64;
+    c.rows[2] = 16; c.colsb[2] = (uint16_t)(mc * 4);
+    _tile_loadconfig(&c);
+    amx_cols = mc;
+}
+
+static inline int amx_takes(int N) { return amx_ok && N >= 16; }
+
+/* x [M, K] → xp: per chunk of AMX_M rows (offset m0·K), [K/32][16][mc][2] */
+static void amx_pack(int M, int K, const uint16_t *x, uint16_t *xp) {
+    for (int m0 = 0; m0 < M; m0 += AMX_M) {
+        const int mc = M - m0 < AMX_M ? M - m0 : AMX_M;
+        uint16_t *o = xp + (size_t)m0 * K;
+        for (int kp = 0; kp < K / 2; kp++)
+            for (int m = 0; m < mc; m++) {
+                const uint32_t pair = *(const uint32_t *)(x + (size_t)(m0 + m) * K + 2 * kp);
+                *(uint32_t *)(o + ((size_t)kp * mc + m) * 2) = pair;
+            }
+    }
+}
+
+/* weight rows 16i … 16i+15 against every activation row */
+static void amx_unit(int i, int M, int N, int K, const uint16_t *xp, const uint16_t *w, const uint16_t *b,
+                     uint16_t *y) {
+    float c[16 * AMX_M];
+    const uint16_t *wr = w + (size_t)i * 16 * K;
+    for (int m0 = 0; m0 < M; m0 += AMX_M) {
+        const int mc = M - m0 < AMX_M ? M - m0 : AMX_M;
+        const uint16_t *xc = xp + (size_t)m0 * K;
+        amx_config(mc);
+        _tile_zero(2);
+        for (int k = 0; k < K; k += 32) {
+            _tile_loadd(0, xc + (size_t)k * mc, mc * 4);
+            _tile_loadd(1, wr + k, K * 2);
+            _tile_dpbf16ps(2, 1, 0);
+        }
+        _tile_stored(2, c, mc * 4);
+        for (int r = 0; r < 16; r++)
+            for (int m = 0; m < mc; m++) {
+                float v = c[r * mc + m];
+                if (b) v += bf16_to_f32(b[i * 16 + r]);
+                y[(size_t)(m0 + m) * N + i * 16 + r] = f32_to_bf16(v);
+            }
+    }
+}
+
+static void amx_rest(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y) {
+    for (int n = N / 16 * 16; n < N; n++) rows_block(1, n, M, K, x, w, b, y, N);
+}
+#else
+static inline int amx_takes(int N) { (void)N; return 0; }
+#endif
+
 /* speclab_bgemv's product inside an OpenMP parallel region (engine/kernels/fused_layer.h; bf16 products need
- * no widened copy, so `unused` is): the units shared out as speclab_bgemv shares them, then a barrier. */
-static void par_gemv(int M, int N, int K, const uint16_t *x, float *unused, const void *wh, const uint16_t *b,
+ * no widened copy, so `scratch` holds only the AMX build's packed activations, 2·M·K bytes): the units shared out
+ * as speclab_bgemv shares them, then a barrier. */
+static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, const void *wh, const uint16_t *b,
                      uint16_t *y) {
     const uint16_t *w = (const uint16_t *)wh;
-    (void)unused;
+#ifdef __AMX_BF16__
+    if (amx_takes(N)) {
+        uint16_t *xp = (uint16_t *)scratch;
+#pragma omp single
+        amx_pack(M, K, x, xp);
+        amx_cols = 0; /* another library's tiles may have run on this thread since */
+        const int n = N / 16;
+#pragma omp for schedule(static) nowait
+        for (int i = 0; i < n; i++) amx_unit(i, M, N, K, xp, w, b, y);
+#pragma omp single nowait
+        amx_rest(M, N, K, x, w, b, y);
+#pragma omp barrier
+        return;
+    }
+#endif
+    (void)scratch;
     const int n = units(N, K);
 #pragma omp for schedule(static) nowait
     for (int i = 0; i < n; i++) unit(i, M, N, K, x, w, b, y);
@@ -196,6 +297,23 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
     /* a small weight (the 0.5B draft's key / value projections: 0.2 MB) is not worth waking a second thread:
      * under OMP_WAIT_POLICY=PASSIVE each parallel region costs ~50 µs of wake-up here */
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
+#ifdef __AMX_BF16__
+    if (amx_takes(N)) {
+        uint16_t *xp = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * K);
+        if (!xp) return 2;
+        amx_pack(M, K, x, xp);
+        const int n = N / 16;
+#pragma omp parallel num_threads(threads)
+        {
+            amx_cols = 0;
+#pragma omp for schedule(static)
+            for (int i = 0; i < n; i++) amx_unit(i, M, N, K, xp, w, b, y);
+        }
+        amx_rest(M, N, K, x, w, b, y);
+        free(xp);
+        return 0;
+    }
+#endif
     const int n = units(N, K);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int i = 0; i < n; i++) unit(i, M, N, K, x, w, b, y);

@@ -44,22 +44,24 @@ MAX_ROWS = 64  # a verify of up to 63 drafts; a longer forward is a prefill (tor
 _lib = None
 _why: str | None = None
 _built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
-_variant: str | None = None  # the build loaded: 'bgemv' (AVX-512 BF16) or 'bgemv-avx2'
+_variant: str | None = None  # the build loaded: 'bgemv-amx' (AMX tiles), 'bgemv' (AVX-512 BF16) or 'bgemv-avx2'
+_amx_refused: str | None = None  # why the AMX build was passed over on this machine (the kernel refused the tiles)
 
 
-def variant() -> str | None:
-    """The build this CPU runs ('bgemv', 'bgemv-avx2'), or None. SPECLAB_BGEMV=<build> forces one (tests)."""
+def variant(skip: tuple[str, ...] = ()) -> str | None:
+    """The build this CPU runs ('bgemv-amx', 'bgemv', 'bgemv-avx2'), or None. SPECLAB_BGEMV=<build> forces one
+    (tests)."""
     flags = cpu_flags()
     forced = os.environ.get("SPECLAB_BGEMV")
     for name, need in VARIANTS.items():
-        if forced in (None, "", name) and all(f in flags for f in need):
+        if name not in skip and forced in (None, "", name) and all(f in flags for f in need):
             return name
     return None
 
 
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (opted out, CPU flags, no compiler)."""
-    global _lib, _why, _built, _variant
+    global _lib, _why, _built, _variant, _amx_refused
     if _lib is not None or _why is not None:
         return _why
     if os.environ.get("SPECLAB_DENSE_KERNEL", "auto") == "torch":
@@ -71,21 +73,38 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_BGEMV'))}"
         return _why
     try:
-        path, _built = library(BUILDS[name])
-        _lib = load_library(path, {
-            "speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
-            "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
-                                                                          ctypes.c_void_p, ctypes.c_int],
-            **fused.ARGTYPES})
-        _variant = name
+        lib, how = _open(name)
+        if name == "bgemv-amx" and not lib.speclab_amx_ok():
+            # the CPU lists AMX but the OS did not grant the tile state (arch_prctl): the next build runs
+            _amx_refused = "the OS refused the AMX tile state (arch_prctl XTILEDATA); the AVX-512 BF16 build runs"
+            name = variant(skip=("bgemv-amx",))
+            if name is None:
+                _why = _amx_refused
+                return _why
+            lib, how = _open(name)
+        _lib, _built, _variant = lib, how, name
     except OSError as e:
         _why = str(e).splitlines()[0]
     return _why
 
 
+def _open(name: str) -> tuple[ctypes.CDLL, str]:
+    path, how = library(BUILDS[name])
+    fns = {"speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
+           "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
+                                                                         ctypes.c_void_p, ctypes.c_int],
+           **fused.ARGTYPES}
+    if name == "bgemv-amx":
+        fns["speclab_amx_ok"] = []
+    return load_library(path, fns), how
+
+
 def loaded_variant() -> str | None:
-    """The build `available()` loaded, else None."""
-    return _variant if _lib is not None else None
+    """The build `available()` loaded ('bgemv (AMX refused by the OS)' where the AMX build was passed over), else
+    None."""
+    if _lib is None:
+        return None
+    return f"{_variant} (AMX refused by the OS)" if _amx_refused and _variant != "bgemv-amx" else _variant
 
 
 def built() -> str | None:

@@ -61,6 +61,10 @@ BUILDS = {b.name: b for b in (
                 ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma")),
     KernelBuild("qgemm-avx2", "qgemm.c", ("avx2", "f16c", "fma"), ("-mavx2", "-mf16c", "-mfma")),
+    KernelBuild("bgemv-amx", "bf16_kernels.c",
+                ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "fma", "amx_tile", "amx_bf16"),
+                ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mamx-tile",
+                 "-mamx-bf16")),  # the products on AMX tiles, the rest as bgemv (bf16_kernels.c's __AMX_BF16__ part)
     KernelBuild("bgemv", "bf16_kernels.c", ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "fma"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma")),  # fma: attn_row.h
     KernelBuild("bgemv-avx2", "bf16_kernels_avx2.c", ("avx2", "fma"), ("-mavx2", "-mfma")),

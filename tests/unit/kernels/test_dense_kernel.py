@@ -52,16 +52,17 @@ def test_rows_are_bit_identical_whatever_the_batch_and_threads(k):
     # randn data a reordered sum rounds to the same bf16 nearly always, and such a test could not fail)
     torch.manual_seed(k)
     w = torch.randn(131, k)
-    x = torch.randn(13, k)
+    x = torch.randn(20, k)
     spots = torch.tensor([0, 20, 37, 70, 101, 250])
     x[:, spots] = 1.0
     for n in range(131):
         i, j = spots[torch.randperm(len(spots))[:2]]
         w[n, i], w[n, j] = 2.0 ** 16, -(2.0 ** 16)
     w, x = w.to(torch.bfloat16), x.to(torch.bfloat16)
-    one_by_one = torch.cat([bgemv(x[i:i + 1], w) for i in range(13)])
+    one_by_one = torch.cat([bgemv(x[i:i + 1], w) for i in range(20)])
     assert torch.equal(one_by_one, bgemv(x, w))
-    for m in (2, 3, 4, 5, 6, 7):  # every verify size's own passes (rows of 3 and 2 short; 2 and 1 in blocks)
+    for m in (2, 3, 4, 5, 6, 7, 16, 17):  # every verify size's own passes (rows of 3 and 2 short; 2 and 1 in
+        # blocks; the AMX build's 16 rows a pass and one more)
         assert torch.equal(one_by_one[:m], bgemv(x[:m], w)), m
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -154,8 +155,13 @@ def test_attention_is_causal_grouped_and_row_by_row():
 def test_the_build_is_chosen_by_the_cpu_flags(monkeypatch):
     monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
     avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512 | {"avx512_bf16", "amx_tile", "amx_bf16"})
+    assert dense_kernel.variant() == "bgemv-amx"  # the tiles where the CPU has them
+    assert dense_kernel.variant(skip=("bgemv-amx",)) == "bgemv"
+    monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512 | {"avx512_bf16", "amx_tile"})
+    assert dense_kernel.variant() == "bgemv"  # vdpbf16ps where the CPU has it (tiles without bf16 products: not)
     monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512 | {"avx512_bf16"})
-    assert dense_kernel.variant() == "bgemv"  # vdpbf16ps where the CPU has it
+    assert dense_kernel.variant() == "bgemv"
     monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: avx512)
     assert dense_kernel.variant() == "bgemv-avx2"  # AVX-512 without BF16 (Zen 3 class, Skylake-SP): widen + FMA
     monkeypatch.setattr(dense_kernel, "cpu_flags", lambda: {"avx2"})
@@ -214,3 +220,31 @@ def test_the_softmax_weights_are_the_logistic_of_a_score_gap(delta):
         half_step = 2.0 ** (math.frexp(want)[1] - 9)  # half a bf16 step at want: the output's own rounding
         assert abs(got - want) <= half_step + 1e-6 * want, (got, want)
     assert bool((out[2:] == 0).all())
+
+
+@pytest.mark.skipif("bgemv-amx" not in RUNNABLE, reason="AMX tiles: this CPU has no amx_tile + amx_bf16")
+def test_where_the_os_refuses_the_tiles_the_avx512_build_runs_and_says_so(monkeypatch, build):
+    if build != "bgemv-amx":
+        pytest.skip("once, on the AMX build")
+    real = dense_kernel._open
+
+    class Refused:  # the AMX library as an OS without the tile state leaves it: speclab_amx_ok() = 0
+        def __init__(self, lib):
+            self.lib = lib
+
+        def __getattr__(self, name):
+            return (lambda: 0) if name == "speclab_amx_ok" else getattr(self.lib, name)
+
+    monkeypatch.setattr(dense_kernel, "_open", lambda name: (Refused(real(name)[0]), "cache") if name == "bgemv-amx"
+                        else real(name))
+    monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
+    for name in ("_lib", "_why", "_variant", "_amx_refused"):
+        monkeypatch.setattr(dense_kernel, name, None)
+    assert dense_kernel.available() is None
+    assert dense_kernel.loaded_variant() == "bgemv (AMX refused by the OS)"
+    x, w = torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(32, 64, dtype=torch.bfloat16)
+    assert torch.allclose(bgemv(x, w).float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
+    monkeypatch.setenv("SPECLAB_BGEMV", "bgemv-amx")  # forced onto the refused build: nothing else to run
+    for name in ("_lib", "_why", "_variant", "_amx_refused"):
+        monkeypatch.setattr(dense_kernel, name, None)
+    assert "refused the AMX tile state" in dense_kernel.available()
