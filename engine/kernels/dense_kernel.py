@@ -22,8 +22,10 @@ speculative decoding on the dense path reproduces its autoregressive output bit 
 quantized path. A forward of more than MAX_ROWS rows (a prefill, shared by every run of a prompt) runs
 torch's GEMM, which is compute-bound and fast there.
 
-Where it runs: a CPU with avx512f + avx512bw + avx512_bf16 (AMD Zen 4, Intel Cooper Lake and newer) runs
-bf16_kernels.c (vdpbf16ps); a CPU with AVX2 + FMA only runs bf16_kernels_avx2.c (each bf16 widened exactly to
+Where it runs: a CPU with AMX tiles (amx_tile + amx_bf16: Intel Sapphire Rapids and newer) runs bf16_kernels.c's
+AMX build (bgemv-amx: every product on TDPBF16PS, ~29–30 GB/s at one to four activation rows where vdpbf16ps
+falls to 18–19 at four; where the OS refuses the tile state the AVX-512 build runs and the report says so); a CPU
+with avx512f + avx512bw + avx512_bf16 (AMD Zen 4, Intel Cooper Lake and newer) runs bf16_kernels.c (vdpbf16ps); a CPU with AVX2 + FMA only runs bf16_kernels_avx2.c (each bf16 widened exactly to
 float32 in registers, then FMAs; torch's own bf16 GEMV there is ~4× slower than its fp32 one). Both need a C
 compiler (or the install step's build). Elsewhere, or with SPECLAB_DENSE_KERNEL=torch, the dense path is torch's.
 """
