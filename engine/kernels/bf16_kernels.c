@@ -289,6 +289,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 }
 
 #include "fused_layer.h"
+#include "read_probe.h"
 
 /* 0 on success; 1 for a shape it does not take (K not a multiple of 32). */
 int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,

@@ -216,6 +216,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *xf, const vo
 }
 
 #include "fused_layer.h"
+#include "read_probe.h"
 
 /* 0 on success; 1 for a shape it does not take (K not a multiple of 32, as the AVX-512 build); 2 out of memory. */
 int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y,

@@ -95,10 +95,24 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
     fns = {"speclab_bgemv": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int],
            "speclab_attn": [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3 + [ctypes.c_longlong, ctypes.c_float,
                                                                          ctypes.c_void_p, ctypes.c_int],
+           "speclab_read": [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_void_p],
            **fused.ARGTYPES}
     if name == "bgemv-amx":
         fns["speclab_amx_ok"] = []
     return load_library(path, fns), how
+
+
+def read_words(buf: torch.Tensor, streams: int, threads: int) -> int:
+    """The sum of `buf`'s bytes read as 64-bit words, each thread's share as `streams` runs side by side
+    (read_probe.h: the bandwidth probe's own read; call `available()` first). Raises ValueError for a size the
+    loop does not take (a multiple of 64 · streams · threads bytes)."""
+    if not buf.is_contiguous() or buf.device.type != "cpu":
+        raise ValueError("read_words: a contiguous CPU tensor")
+    nbytes = buf.numel() * buf.element_size()
+    out = ctypes.c_uint64(0)
+    if nbytes % 8 or _lib.speclab_read(buf.data_ptr(), nbytes // 8, streams, threads, ctypes.byref(out)):
+        raise ValueError(f"read_words: {nbytes} bytes is not a multiple of 64 · {streams} streams · {threads} threads")
+    return out.value
 
 
 def loaded_variant() -> str | None:

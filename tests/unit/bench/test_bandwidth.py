@@ -64,3 +64,22 @@ def test_a_held_buffer_is_read_as_given_and_a_wrong_size_refused(monkeypatch):
     assert made == [cfg]  # without one, the probe makes its own
     with pytest.raises(ValueError, match="holds 2048 bytes"):
         bandwidth.measure(cfg, torch.ones(512))
+
+
+def test_the_faster_of_the_two_reads_is_the_bandwidth_and_both_are_recorded(monkeypatch):
+    """A read that keeps more lines in flight (read_probe.h) sets the roofline where it is faster; where it is
+    slower, torch's sum does; either way the file holds both."""
+    import time
+
+    cfg = BandwidthConfig(nbytes=4 * 2**20, threads=1, repeats=3, warmup=0)
+    monkeypatch.setattr(bandwidth, "_runs_read", lambda x, threads: (lambda: time.sleep(0.05)))
+    slow = bandwidth.measure(cfg)
+    assert set(slow.arms) == {"torch", "runs"} and slow.arms["runs"] < 4 * 2**20 / 0.05 / 1e9 * 1.01
+    assert slow.gb_per_s == slow.arms["torch"] > slow.arms["runs"]
+    monkeypatch.setattr(bandwidth, "_runs_read", lambda x, threads: (lambda: None))
+    fast = bandwidth.measure(cfg)
+    assert fast.gb_per_s == fast.arms["runs"] > fast.arms["torch"]
+    assert "runs side by side" in fast.to_dict()["method"] and fast.to_dict()["arms"]["runs"] > 0
+    monkeypatch.setattr(bandwidth, "_runs_read", lambda x, threads: None)  # no C kernel here: the sum alone
+    alone = bandwidth.measure(cfg)
+    assert set(alone.arms) == {"torch"} and "x.sum()" in alone.to_dict()["method"]

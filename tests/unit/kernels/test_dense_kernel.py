@@ -248,3 +248,14 @@ def test_where_the_os_refuses_the_tiles_the_avx512_build_runs_and_says_so(monkey
     for name in ("_lib", "_why", "_variant", "_amx_refused"):
         monkeypatch.setattr(dense_kernel, name, None)
     assert "refused the AMX tile state" in dense_kernel.available()
+
+
+@needs_kernel
+@pytest.mark.parametrize("streams,threads", [(1, 1), (8, 2), (16, 2), (3, 2)])
+def test_the_probes_read_takes_every_word_once(streams, threads):
+    """read_probe.h: each word of the buffer summed exactly once, however the shares split into runs."""
+    n = 64 * 8 * 3 * 16 * 2  # 64-byte lines for every (runs, threads) above
+    buf = torch.randint(0, 2**40, (n,), dtype=torch.int64)
+    assert dense_kernel.read_words(buf, streams, threads) == int(buf.sum()) % 2**64
+    with pytest.raises(ValueError, match="not a multiple of 64"):
+        dense_kernel.read_words(buf[:-1], streams, threads)
