@@ -185,6 +185,7 @@ static inline void rest(int M, int N, int K, const uint16_t *x, const uint16_t *
  * harness, best of 5 interleaved: head 16.84 → 15.49 ms at M = 1, 25.09 → 15.72 at M = 4). The tile state needs
  * the kernel's permission (arch_prctl XTILEDATA), asked for when the library loads: speclab_amx_ok() says whether
  * it was granted, and without it this build computes as the vdpbf16ps one does. */
+#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -266,9 +267,22 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     const uint16_t *w = (const uint16_t *)wh;
 #ifdef __AMX_BF16__
     if (amx_takes(N)) {
-        uint16_t *xp = (uint16_t *)scratch;
+        /* one activation row is its own packing ([K/32][16][1][2] is x's order); more rows: each thread packs its
+         * own copy (no barrier before the products) where the scratch holds one a thread (6·M·K bytes ≥ 2·M·K a
+         * thread for up to 3 threads), else one shared copy behind a barrier */
+        const uint16_t *xp = x;
+        if (M > 1) {
+            const int nt = omp_get_num_threads();
+            if (nt <= 3) {
+                uint16_t *own = (uint16_t *)scratch + (size_t)omp_get_thread_num() * M * K;
+                amx_pack(M, K, x, own);
+                xp = own;
+            } else {
 #pragma omp single
-        amx_pack(M, K, x, xp);
+                amx_pack(M, K, x, (uint16_t *)scratch);
+                xp = (const uint16_t *)scratch;
+            }
+        }
         amx_cols = 0; /* another library's tiles may have run on this thread since */
         const int n = N / 16;
 #pragma omp for schedule(static) nowait
@@ -300,9 +314,9 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
 #ifdef __AMX_BF16__
     if (amx_takes(N)) {
-        uint16_t *xp = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * K);
+        uint16_t *xp = M == 1 ? (uint16_t *)x : (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * K);
         if (!xp) return 2;
-        amx_pack(M, K, x, xp);
+        if (M > 1) amx_pack(M, K, x, xp);
         const int n = N / 16;
 #pragma omp parallel num_threads(threads)
         {
@@ -311,7 +325,7 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
             for (int i = 0; i < n; i++) amx_unit(i, M, N, K, xp, w, b, y);
         }
         amx_rest(M, N, K, x, w, b, y);
-        free(xp);
+        if (M > 1) free(xp);
         return 0;
     }
 #endif
