@@ -313,19 +313,12 @@ int speclab_bgemv(int M, int N, int K, const uint16_t *x, const uint16_t *w, con
      * under OMP_WAIT_POLICY=PASSIVE each parallel region costs ~50 µs of wake-up here */
     if ((long long)N * K * 2 < (1LL << 20)) threads = 1;
 #ifdef __AMX_BF16__
-    if (amx_takes(N)) {
-        uint16_t *xp = M == 1 ? (uint16_t *)x : (uint16_t *)malloc(sizeof(uint16_t) * (size_t)M * K);
-        if (!xp) return 2;
-        if (M > 1) amx_pack(M, K, x, xp);
-        const int n = N / 16;
+    if (amx_takes(N)) { /* par_gemv's tiles, in a region of their own (its scratch: packed activations only) */
+        float *scratch = M == 1 ? NULL : (float *)malloc(sizeof(float) * FL_SCRATCH_FLOATS(M, K));
+        if (M > 1 && !scratch) return 2;
 #pragma omp parallel num_threads(threads)
-        {
-            amx_cols = 0;
-#pragma omp for schedule(static)
-            for (int i = 0; i < n; i++) amx_unit(i, M, N, K, xp, w, b, y);
-        }
-        amx_rest(M, N, K, x, w, b, y);
-        if (M > 1) free(xp);
+        par_gemv(M, N, K, x, scratch, w, b, y);
+        free(scratch);
         return 0;
     }
 #endif

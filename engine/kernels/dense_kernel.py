@@ -76,17 +76,26 @@ def available() -> str | None:
         return _why
     try:
         lib, how = _open(name)
-        if name == "bgemv-amx" and not lib.speclab_amx_ok():
-            # the CPU lists AMX but the OS did not grant the tile state (arch_prctl): the next build runs
-            _amx_refused = "the OS refused the AMX tile state (arch_prctl XTILEDATA); the AVX-512 BF16 build runs"
-            name = variant(skip=("bgemv-amx",))
-            if name is None:
-                _why = _amx_refused
-                return _why
-            lib, how = _open(name)
-        _lib, _built, _variant = lib, how, name
     except OSError as e:
         _why = str(e).splitlines()[0]
+        if name != "bgemv-amx":
+            return _why
+        lib = None  # a compiler that does not know the tile instructions: the AVX-512 build, as below
+        _amx_refused = f"the AMX build failed ({_why}); the AVX-512 BF16 build runs"
+    if name == "bgemv-amx" and (lib is None or not lib.speclab_amx_ok()):
+        # or the CPU lists AMX but the OS did not grant the tile state (arch_prctl): the next build runs
+        _amx_refused = _amx_refused or "the OS refused the AMX tile state (arch_prctl XTILEDATA); the AVX-512 BF16 build runs"
+        name = variant(skip=("bgemv-amx",))
+        if name is None:
+            _why = _amx_refused
+            return _why
+        try:
+            lib, how = _open(name)
+        except OSError as e:
+            _why = str(e).splitlines()[0]
+            return _why
+        _why = None
+    _lib, _built, _variant = lib, how, name
     return _why
 
 
@@ -116,11 +125,10 @@ def read_words(buf: torch.Tensor, streams: int, threads: int) -> int:
 
 
 def loaded_variant() -> str | None:
-    """The build `available()` loaded ('bgemv (AMX refused by the OS)' where the AMX build was passed over), else
-    None."""
+    """The build `available()` loaded ('bgemv (AMX passed over: why)' where the AMX build was), else None."""
     if _lib is None:
         return None
-    return f"{_variant} (AMX refused by the OS)" if _amx_refused and _variant != "bgemv-amx" else _variant
+    return f"{_variant} (AMX passed over: {_amx_refused})" if _amx_refused and _variant != "bgemv-amx" else _variant
 
 
 def built() -> str | None:

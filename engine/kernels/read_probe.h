@@ -13,15 +13,16 @@
 #ifndef SPECLAB_READ_PROBE_H
 #define SPECLAB_READ_PROBE_H
 #include <stdint.h>
-#include <omp.h>
 
 int speclab_read(const uint64_t *p, long long nwords, int streams, int threads, uint64_t *out) {
     if (streams < 1 || streams > 64 || threads < 1 || nwords < 1 || nwords % (8LL * streams * threads)) return 1;
     uint64_t total = 0;
     const long long share = nwords / threads, run = share / streams;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-        const uint64_t *q = p + (long long)omp_get_thread_num() * share;
+    /* shares handed out by a loop, not by thread number: were fewer threads granted, every word is still read
+     * (a share left unread would make the read look faster than the memory is) */
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+    for (int t = 0; t < threads; t++) {
+        const uint64_t *q = p + (long long)t * share;
         uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (long long i = 0; i < run; i += 8)
             for (int s = 0; s < streams; s++) {

@@ -241,7 +241,7 @@ def test_where_the_os_refuses_the_tiles_the_avx512_build_runs_and_says_so(monkey
     for name in ("_lib", "_why", "_variant", "_amx_refused"):
         monkeypatch.setattr(dense_kernel, name, None)
     assert dense_kernel.available() is None
-    assert dense_kernel.loaded_variant() == "bgemv (AMX refused by the OS)"
+    assert dense_kernel.loaded_variant().startswith("bgemv (AMX passed over: the OS refused the AMX tile state")
     x, w = torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(32, 64, dtype=torch.bfloat16)
     assert torch.allclose(bgemv(x, w).float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
     monkeypatch.setenv("SPECLAB_BGEMV", "bgemv-amx")  # forced onto the refused build: nothing else to run
@@ -259,3 +259,22 @@ def test_the_probes_read_takes_every_word_once(streams, threads):
     assert dense_kernel.read_words(buf, streams, threads) == int(buf.sum()) % 2**64
     with pytest.raises(ValueError, match="not a multiple of 64"):
         dense_kernel.read_words(buf[:-1], streams, threads)
+
+
+@pytest.mark.skipif("bgemv-amx" not in RUNNABLE, reason="AMX tiles: this CPU has no amx_tile + amx_bf16")
+def test_where_the_amx_build_cannot_be_compiled_the_avx512_build_runs_and_says_why(monkeypatch, build):
+    if build != "bgemv-amx":
+        pytest.skip("once, on the AMX build")
+    real = dense_kernel._open
+
+    def no_amx_compiler(name):
+        if name == "bgemv-amx":
+            raise OSError("compiling bf16_kernels.c (bgemv-amx) failed: ['cc: error: unrecognized option -mamx-tile']")
+        return real(name)
+
+    monkeypatch.setattr(dense_kernel, "_open", no_amx_compiler)
+    monkeypatch.delenv("SPECLAB_BGEMV", raising=False)
+    for name in ("_lib", "_why", "_variant", "_amx_refused"):
+        monkeypatch.setattr(dense_kernel, name, None)
+    assert dense_kernel.available() is None
+    assert dense_kernel.loaded_variant().startswith("bgemv (AMX passed over: the AMX build failed (compiling")
