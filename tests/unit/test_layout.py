@@ -368,7 +368,6 @@ UNIT_TEST_EXEMPT: dict[str, str] = {
     "engine.metrics": COVERED + "tests/system/cli/test_cli.py (the one metric vocabulary) and every bench test",
     "engine.run": COVERED + "tests/unit/trace/test_format.py and tests/unit/offline/ (requests → traces)",
     "engine.models.load": COVERED + "tests/unit/models/test_provision.py and tests/unit/test_decode.py",
-    "engine.core.sampling": COVERED + "tests/unit/verify/test_token.py (filters, inverse CDF) and the χ² tests",
     "engine.models.smollm": "loads the real SmolLM2 pair: tests/system/smollm/test_smollm.py",
     "engine.models.tiny": "test fixtures' own builders (tests/conftest.py); the byte target in tests/unit/drafters/test_block.py",
     "engine.drafters.base": "the drafter protocol (no logic beyond the keep() callback shape)",
