@@ -82,12 +82,13 @@ class _LeanStep(torch.nn.Module):
     """The one-call decoder's direct step (engine.kernels.fast_decoder.step) as a module, so that forward hooks (the
     bench's model-time clock, engine.bench.runner) time it as model time, as they time the decoder's own calls."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, with_head=None) -> None:
         super().__init__()
         self.fn = fn
+        self.with_head = with_head  # fast_decoder.step_head: the final norm and the head in the same C call, or None
 
-    def forward(self, ids: torch.Tensor, cache, start: int) -> torch.Tensor | None:
-        return self.fn(ids, cache, start)
+    def forward(self, ids: torch.Tensor, cache, start: int, head: bool = False):
+        return self.with_head(ids, cache, start) if head else self.fn(ids, cache, start)
 
 
 def _lean_step(model) -> _LeanStep | None:
@@ -96,7 +97,7 @@ def _lean_step(model) -> _LeanStep | None:
         return None
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     fn = getattr(decoder, "_speclab_step", None)
-    return None if fn is None else _LeanStep(fn)
+    return None if fn is None else _LeanStep(fn, getattr(decoder, "_speclab_step_head", None))
 
 
 class HFModel(TargetBase):
@@ -231,8 +232,16 @@ class HFModel(TargetBase):
         path without hidden states is the causal LM's own forward; otherwise decoder + `head`. A plain forward
         (one row, positions after the cache, no mask) on a model whose decoder runs in one C call
         (engine.kernels.fast_decoder) takes that call directly and then `head`: the same bits, without the
-        causal LM's and the decoder's module calls (~0.3 ms of a small model's ~8 ms step)."""
+        causal LM's and the decoder's module calls (~0.3 ms of a small model's ~8 ms step); where the decoder has a
+        tail (fast_decoder.step_head), the final norm and the head run in that call too."""
         lean = self.lean_step
+        if (lean is not None and lean.with_head is not None and self.vocab_subset is None and position_ids is None
+                and attention_mask is None):
+            got = lean(ids.to(self.device), self.cache, self.length, head=True)
+            if got is not None:  # the layers, the final norm and the head in one C call: the bits of the two below
+                self.length += ids.shape[1]
+                self.last_hidden = got[0][0].float() if want_hidden else None
+                return got[1].float()
         if lean is not None and position_ids is None and attention_mask is None:
             h = lean(ids.to(self.device), self.cache, self.length)
             if h is not None:

@@ -3,7 +3,10 @@ the rope tables in torch, then every layer — norm, q|k|v, rope, the cache appe
 OpenMP parallel region, then the final norm.
 
     use_fast_decoder(model) -> bool   route the decoder's short forwards there when every layer has the one-call
-                                      C layer (engine.kernels.fast_layer); True when it did
+                                      C layer (engine.kernels.fast_layer); True when it did. Where the final norm
+                                      is an RMS norm and the head a bias-free product of the same library, the
+                                      final norm becomes the C norm on every path, and `step_head` runs the
+                                      layers, that norm and the head in one call
 
 Why (profiled, SmolLM2-135M dense on a 2-core Zen 1): with the layer in one C call each, a step still spent ~5 ms
 of ~24 ms in Python — 30 layers' module calls, guards, cache bookkeeping and ctypes argument conversion, and the
@@ -48,7 +51,54 @@ def use_fast_decoder(model: torch.nn.Module) -> bool:
     decoder._speclab_slow = decoder.forward
     decoder.forward = types.MethodType(_decoder_forward, decoder)
     decoder._speclab_step = types.MethodType(step, decoder)
+    tail = _tail(model, decoder, fs[0])
+    if tail is not None:
+        # every path's final norm is then the tail's (the C norm's bits), so a step through the modules and one
+        # through speclab_decoder_head agree bit for bit
+        norm = decoder.norm
+        norm.forward = types.MethodType(_c_norm, norm)
+        decoder._speclab_tail = tail
+        decoder._speclab_step_head = types.MethodType(step_head, decoder)
     return True
+
+
+def _c_norm(self, x: torch.Tensor) -> torch.Tensor:
+    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[-1] % 8:
+        return type(self).forward(self, x)
+    return fused.rms(self._speclab_lib, x, self.weight, self.variance_epsilon)
+
+
+def _tail(model, decoder, f0: dict):
+    """(fused.Tail, what it points into) where the decoder's final norm is an RMS norm of bf16 weights and the output
+    embedding a bias-free product of the layers' own library — the dense kernel's patched bf16 nn.Linear, or a
+    quantized QGemmLinear; else None (the step then calls the head after the decoder, as before)."""
+    norm = getattr(decoder, "norm", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    w = getattr(norm, "weight", None)
+    if (head is None or w is None or "forward" in norm.__dict__ or not hasattr(norm, "variance_epsilon")
+            or w.dtype != torch.bfloat16 or w.shape != (f0["one"].D,) or getattr(head, "bias", None) is not None):
+        return None
+    mod, keep = f0["mod"], [w.detach().contiguous()]
+    if mod is dense_kernel and isinstance(head, torch.nn.Linear) and "forward" in head.__dict__:
+        hw = head.weight.detach()
+        if hw.dtype != torch.bfloat16 or not hw.is_contiguous() or hw.shape[1] != f0["one"].D:
+            return None
+        keep.append(hw)
+        handle = hw.data_ptr()
+    elif mod is not dense_kernel and type(head).__name__ == "QGemmLinear" and head.in_features == f0["one"].D:
+        if not all(t.is_contiguous() for t in (head.q, head.s, head.mn)):
+            return None
+        qw = fused.QWeight.of([(head.out_features, head.bits, head.q, head.s, head.mn)])
+        keep += [head.q, head.s, head.mn, qw]
+        handle = ctypes.addressof(qw)
+    else:
+        return None
+    if not hasattr(mod._lib, "speclab_decoder_head"):
+        return None
+    norm._speclab_lib = mod._lib
+    tail = fused.Tail(nw=keep[0].data_ptr(), eps=float(norm.variance_epsilon), V=int(head.weight.shape[0])
+                      if mod is dense_kernel else int(head.out_features), w=handle)
+    return tail, keep
 
 
 def _output(hidden: torch.Tensor, cache):
@@ -153,17 +203,35 @@ def step(self, ids: torch.Tensor, cache, start: int) -> torch.Tensor | None:
     return _run(self, ids, got[0], got[1], start, None)
 
 
-def _run(self, ids: torch.Tensor, lays, ptrs, past: int, pos: torch.Tensor | None) -> torch.Tensor | None:
-    """Embedding, rope, every layer in one C call, the cache's lengths advanced, the final norm: [1, q, D]; None
-    (nothing advanced) when the embedding or the rope tables are not bf16."""
+def step_head(self, ids: torch.Tensor, cache, start: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`step` with the final norm and the output embedding in the same C call (fused.decoder_head): (normed states
+    [1, q, D], logits [1, q, V] bf16), the bits of `step` then the head's own forward; None where `step` declines."""
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        return None
+    got = _cache_rooms(self, cache, ids.shape[1])
+    if got is None or got[2] != start:
+        return None
+    return _run(self, ids, got[0], got[1], start, None, head=True)
+
+
+def _run(self, ids: torch.Tensor, lays, ptrs, past: int, pos: torch.Tensor | None, head: bool = False):
+    """Embedding, rope, every layer in one C call, the cache's lengths advanced, the final norm: [1, q, D] (with
+    `head`: and the logits [1, q, V], the norm and the head in the same call); None (nothing advanced) when the
+    embedding or the rope tables are not bf16."""
     q = ids.shape[1]
     h = self.embed_tokens(ids)
     cos, sin = _rope(self, h, past, q, pos)
     if h.dtype != torch.bfloat16 or cos.dtype != torch.bfloat16:
         return None
     hd = self._speclab_fs[0]["one"].hd
-    out = fused.decoder(self._speclab_fs[0]["mod"]._lib, self._speclab_lys, ptrs, h.reshape(q, -1).contiguous(),
-                        cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(), past)
+    args = (self._speclab_fs[0]["mod"]._lib, self._speclab_lys, ptrs, h.reshape(q, -1).contiguous(),
+            cos.reshape(q, hd).contiguous(), sin.reshape(q, hd).contiguous(), past)
+    if head:
+        normed, logits = fused.decoder_head(*args, self._speclab_tail[0])
+        for lay in lays:
+            lay.advance(q)
+        return normed.view(1, q, -1), logits.view(1, q, -1)
+    out = fused.decoder(*args)
     for lay in lays:
         lay.advance(q)
     return self.norm(out.view(1, q, -1))

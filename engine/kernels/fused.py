@@ -10,6 +10,10 @@ builds (weights: bf16 [N, K] arrays) or qgemm (weights: `QWeight`, up to three p
     layer(lib, ly, x, cos, sin, k, v, past) -> out              the whole layer in one call: the two above, the
                                       cache append into k, v [1, nkv, cap, hd] at row `past`, and the attention
     decoder(lib, lys, ks, vs, x, cos, sin, past) -> out         every layer in one call (engine.kernels.fast_decoder)
+    Tail(...)                         the C struct fl_tail: the final norm and the output embedding's handle
+    decoder_head(lib, lys, ptrs, x, cos, sin, past, tail) -> (normed, logits)   every layer, the final norm and
+                                      the head's product in one call
+    rms(lib, x, weight, eps) -> out   the final norm alone, with the bits decoder_head gives it
     attention_split(lib, q, k, v, past, nkv, scale, threads) -> out   the AVX-512 builds' attention on its own
                                       (attn_split.h; None on a build without it): what their layers run
 
@@ -29,6 +33,8 @@ ARGTYPES = {
     "speclab_layer_out": [_I, _I, _P, _P, _I, _P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _I],
     "speclab_layer": [_P, _I, _P, _P, _P, _P, _P, ctypes.c_longlong, _I, _P, _I],
     "speclab_decoder": [_I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _P, _I],
+    "speclab_decoder_head": [_I, _P, _P, _P, _P, _I, _P, _P, _P, _I, _P, _P, _P, _P, _I],
+    "speclab_rms": [_I, _I, _P, _P, _F, _P],
 }
 
 
@@ -122,6 +128,39 @@ def decoder(lib, lys, ptrs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torc
     if rc != 0:
         raise RuntimeError(f"speclab_decoder refused {n} layers, M={m} past={past} (rc {rc})")
     return out
+
+
+class Tail(ctypes.Structure):
+    """fused_layer.h's `struct fl_tail`: the decoder's final norm (weight, eps) and the output embedding's product
+    (V rows; a weight handle of the layers' library, no bias)."""
+
+    _fields_ = [("nw", _P), ("eps", _F), ("V", _I), ("w", _P)]
+
+
+def decoder_head(lib, lys, ptrs: tuple, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, past: int,
+                 tail: Tail) -> tuple[torch.Tensor, torch.Tensor]:
+    """`decoder`, then in the same call the final norm and the head: (normed states [M, D], logits [M, V]), both
+    bf16 — the bits of `decoder`, `rms` and the library's own product (speclab_bgemv / speclab_qgemm) in turn."""
+    kp, vp, hs = ptrs
+    n, m = len(kp), x.shape[0]
+    out, normed = torch.empty_like(x), torch.empty_like(x)
+    logits = torch.empty(m, tail.V, dtype=torch.bfloat16)
+    rc = lib.speclab_decoder_head(n, lys, kp, vp, hs, m, x.data_ptr(), cos.data_ptr(), sin.data_ptr(), past,
+                                  out.data_ptr(), ctypes.byref(tail), normed.data_ptr(), logits.data_ptr(),
+                                  torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"speclab_decoder_head refused {n} layers, M={m} past={past} V={tail.V} (rc {rc})")
+    return normed, logits
+
+
+def rms(lib, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., D] bf16 → bf16(w · bf16(x / sqrt(mean(x²) + eps))) row by row, as the C layers and the decoder's
+    tail compute their norms (transformers' RMSNorm up to the order of the sum of squares)."""
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty_like(x2)
+    if lib.speclab_rms(x2.shape[0], x2.shape[1], x2.data_ptr(), weight.data_ptr(), eps, out.data_ptr()) != 0:
+        raise RuntimeError(f"speclab_rms refused D={x2.shape[1]}")
+    return out.view(x.shape)
 
 
 def attention_split(lib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int, scale: float,

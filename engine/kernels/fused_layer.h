@@ -279,19 +279,33 @@ int speclab_layer(const struct fl_layer *ly, int M, const uint16_t *x, const uin
     return 0;
 }
 
+/* What follows the last layer in speclab_decoder_head: the decoder's final norm (weight nw [D], eps) and the output
+ * embedding's product, W [V, D] a weight handle of this build, no bias (engine/kernels/fused.py's Tail). */
+struct fl_tail {
+    const uint16_t *nw;
+    float eps;
+    int V;
+    const void *w;
+};
+
 /* The decoder's nl layers one after another in one call and one parallel region: x [M, D] in, out [M, D] the
  * last layer's output (before the final norm). Layer l's constant part lys[l], its cache buffers kc[l], vc[l]
  * (head stride hs[l]); every layer shaped as lys[0] and `past` rows cached in each. Each layer is exactly
- * speclab_layer's work, so the bits are those of nl speclab_layer calls. */
-int speclab_decoder(int nl, const struct fl_layer *const *lys, uint16_t *const *kc, uint16_t *const *vc,
-                    const long long *hs, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn, int past,
-                    uint16_t *out, int threads) {
+ * speclab_layer's work, so the bits are those of nl speclab_layer calls. With a tail, the same region goes on:
+ * normed [M, D] = rms(out)·nw (fl_rms_row, speclab_rms's bits) and logits [M, V] = normed·Wᵀ (par_gemv, the
+ * bits of this build's own product: speclab_bgemv / speclab_qgemm). Why: after the layers a step left the final
+ * norm (~7 torch ops) and the head's call to Python, ~0.3 ms of SmolLM2-135M's ~7 ms quantized step on a 2-core
+ * Xeon, most of it cache misses of code and data the weights' stream had just evicted. */
+static int fl_decoder(int nl, const struct fl_layer *const *lys, uint16_t *const *kc, uint16_t *const *vc,
+                      const long long *hs, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn, int past,
+                      uint16_t *out, const struct fl_tail *tail, uint16_t *normed, uint16_t *logits, int threads) {
     if (nl < 1) return 1;
     for (int l = 0; l < nl; l++) {
         const struct fl_layer *a = lys[l], *z = lys[0];
         if (fl_bad(a, M, past) || a->D != z->D || a->nq != z->nq || a->nkv != z->nkv || a->hd != z->hd || a->I != z->I)
             return 1;
     }
+    if (tail && (tail->V < 1 || !tail->nw || !tail->w || !normed || !logits)) return 1;
     if (threads < 1) threads = 1;
     struct fl_bufs b;
     char *mem = fl_alloc(lys[0], M, past + M, threads, &b);
@@ -302,12 +316,43 @@ int speclab_decoder(int nl, const struct fl_layer *const *lys, uint16_t *const *
     }
     /* layer l reads `in` and writes `dst`, alternating so the last layer writes `out` */
     uint16_t *bufs[2] = {ping, out};
+    const int D = lys[0]->D;
 #pragma omp parallel num_threads(threads)
-    for (int l = 0; l < nl; l++) {
-        const uint16_t *in = l == 0 ? x : bufs[(nl - l + 1) % 2];
-        fl_layer_body(lys[l], &b, M, in, cs, sn, kc[l], vc[l], hs[l], past, bufs[(nl - l) % 2]);
+    {
+        for (int l = 0; l < nl; l++) {
+            const uint16_t *in = l == 0 ? x : bufs[(nl - l + 1) % 2];
+            fl_layer_body(lys[l], &b, M, in, cs, sn, kc[l], vc[l], hs[l], past, bufs[(nl - l) % 2]);
+        }
+        if (tail) { /* the last layer ended on a barrier: `out` is complete */
+#pragma omp for schedule(static)
+            for (int m = 0; m < M; m++) fl_rms_row(D, out + (size_t)m * D, tail->nw, tail->eps, normed + (size_t)m * D);
+            par_gemv(M, tail->V, D, normed, b.scratch, tail->w, NULL, logits);
+        }
     }
     free(mem), free(ping);
+    return 0;
+}
+
+int speclab_decoder(int nl, const struct fl_layer *const *lys, uint16_t *const *kc, uint16_t *const *vc,
+                    const long long *hs, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn, int past,
+                    uint16_t *out, int threads) {
+    return fl_decoder(nl, lys, kc, vc, hs, M, x, cs, sn, past, out, NULL, NULL, NULL, threads);
+}
+
+/* speclab_decoder, then the tail above in the same region: normed [M, D] and logits [M, V] out as well. */
+int speclab_decoder_head(int nl, const struct fl_layer *const *lys, uint16_t *const *kc, uint16_t *const *vc,
+                         const long long *hs, int M, const uint16_t *x, const uint16_t *cs, const uint16_t *sn,
+                         int past, uint16_t *out, const struct fl_tail *tail, uint16_t *normed, uint16_t *logits,
+                         int threads) {
+    if (!tail) return 1;
+    return fl_decoder(nl, lys, kc, vc, hs, M, x, cs, sn, past, out, tail, normed, logits, threads);
+}
+
+/* The decoder's final norm alone, row by row (the bits of the tail's): out [M, D] = rms(x)·w. 0, or 1 for a D
+ * that is not a multiple of 8. */
+int speclab_rms(int M, int D, const uint16_t *x, const uint16_t *w, float eps, uint16_t *out) {
+    if (M < 0 || D < 8 || D % 8) return 1;
+    for (int m = 0; m < M; m++) fl_rms_row(D, x + (size_t)m * D, w, eps, out + (size_t)m * D);
     return 0;
 }
 #endif

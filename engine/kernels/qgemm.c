@@ -34,6 +34,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -926,10 +927,14 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         const int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
         int col = 0;
         for (int sg = 0; sg < W->nseg; sg++) {
-            const int n = W->rows[sg], nb = (n + 63) / 64;
-#pragma omp for schedule(static) nowait
-            for (int bk = 0; bk < nb; bk++) {
-                const int n0 = bk * 64, n1 = n0 + 64 < n ? n0 + 64 : n;
+            /* each thread its own run of rows, cut at multiples of 16 and read in blocks of 64. Why not blocks of 64
+             * shared out: SmolLM2's 576-row products are 9 blocks, 5 : 4 between two threads (hand harness, its
+             * 30 layers' 8-bit products: ~2 % faster evenly cut). Each row is computed alone, so the bits are the same */
+            const int n = W->rows[sg], nt = omp_get_num_threads(), t = omp_get_thread_num(), u16 = (n + 15) / 16;
+            const int r0 = (int)((long long)u16 * t / nt) * 16, r1e = (int)((long long)u16 * (t + 1) / nt) * 16;
+            const int r1 = r1e < n ? r1e : n;
+            for (int n0 = r0; n0 < r1; n0 += 64) {
+                const int n1 = n0 + 64 < r1 ? n0 + 64 : r1;
 #if defined(__AVX512VNNI__)
                 const int8_t *as = W->bits[sg] == Q4K ? a4 : W->bits[sg] == Q5R ? a5 : a;
                 const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;

@@ -27,8 +27,9 @@ pytestmark = pytest.mark.skipif(dense_kernel.available() is not None,
 def counted(monkeypatch):
     """The decoder calls made, as the row counts they took."""
     calls = []
-    real = fused.decoder
+    real, real_head = fused.decoder, fused.decoder_head
     monkeypatch.setattr(fused, "decoder", lambda *a: calls.append(a[3].shape[0]) or real(*a))
+    monkeypatch.setattr(fused, "decoder_head", lambda *a: calls.append(a[3].shape[0]) or real_head(*a))
     return calls
 
 
@@ -189,19 +190,24 @@ def test_an_engine_lm_steps_through_the_direct_call_with_the_module_paths_bits(k
         model = _wide(kind)
         use_dense_kernel(model)
     lm = HFModel(model)
-    assert lm.lean_step is not None
-    direct = []
-    inner = lm.lean_step.fn
+    assert lm.lean_step is not None and lm.lean_step.with_head is not None  # its head joins the decoder's call
+    direct, heads = [], []
+    inner, inner_head = lm.lean_step.fn, lm.lean_step.with_head
     lm.lean_step.fn = lambda *a: direct.append(a[0].shape[1]) or inner(*a)
+    lm.lean_step.with_head = lambda *a: heads.append(a[0].shape[1]) or inner_head(*a)
     ids = torch.randint(0, 96, (1, 44), generator=torch.Generator().manual_seed(14))
     lean = _engine_steps(lm, ids)
-    assert direct == [1, 1, 1, 3] and counted == [1, 1, 1, 3]  # every short forward, the prefill on the long path
+    # every short forward took the layers, the final norm and the head in one call; the prefill the long path
+    assert heads == [1, 1, 1, 3] and direct == [] and counted == [1, 1, 1, 3]
+    lm.lean_step.with_head = None
+    without_head = _engine_steps(lm, ids)
+    assert direct == [1, 1, 1, 3] and counted == [1, 1, 1, 3] * 2  # the decoder's call, then the head's own
     step = lm.lean_step
     lm.lean_step = None
     plain = _engine_steps(lm, ids)
     lm.lean_step = step
-    assert counted == [1, 1, 1, 3] * 2 and direct == [1, 1, 1, 3]  # the module path runs the same C call
-    assert torch.equal(lean, plain)
+    assert counted == [1, 1, 1, 3] * 3 and direct == [1, 1, 1, 3]  # the module path runs the decoder's C call
+    assert torch.equal(lean, without_head) and torch.equal(lean, plain)
 
 
 def test_the_direct_step_declines_a_cache_it_does_not_follow_and_the_lm_falls_back():
@@ -214,13 +220,15 @@ def test_the_direct_step_declines_a_cache_it_does_not_follow_and_the_lm_falls_ba
     with torch.inference_mode():
         lm.prefill(ids[0, :40].tolist())
         assert lm.lean_step(ids[:, 40:41], lm.cache, 39) is None  # the cache holds 40 rows, not 39
+        assert lm.lean_step(ids[:, 40:41], lm.cache, 39, head=True) is None
         assert lm.cache.get_seq_length() == 40
         h = lm.lean_step(ids[:, 40:41], lm.cache, 40)
     assert h.shape == (1, 1, 128) and lm.cache.get_seq_length() == 41 and lm.length == 40
     lm.cache.crop(-1)  # the direct call leaves the wrapper's bookkeeping to its caller
     taken = []
-    inner = lm.lean_step.fn
+    inner, inner_head = lm.lean_step.fn, lm.lean_step.with_head
     lm.lean_step.fn = lambda *a: taken.append(a[2]) or inner(*a)
+    lm.lean_step.with_head = lambda *a: taken.append(a[2]) or inner_head(*a)
     a = lm.forward_ids(ids[:, 40:41], position_ids=torch.tensor([[40]]))  # explicit positions: the module path
     assert taken == [] and lm.length == 41 and lm.cache.get_seq_length() == 41
     lm.crop(40)
@@ -246,3 +254,30 @@ def test_the_rope_table_rows_are_the_rotary_embeddings_own_values():
             want = dec.rotary_emb(h.expand(1, 2, 128), position_ids=torch.tensor([[p, p + 1]]))
             assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
     assert dec._speclab_rope[0].shape[1] >= 9003
+
+
+def test_the_final_norm_on_every_path_is_the_c_norm_and_close_to_transformers():
+    """With a tail, the decoder's final norm module computes fused.rms (the tail's bits) on every path; it stays
+    within a bf16 rounding step of transformers' own RMSNorm (only the order of the sum of squares differs)."""
+    model = _wide("llama")
+    use_dense_kernel(model)
+    dec = model.get_decoder()
+    assert getattr(dec, "_speclab_tail", None) is not None
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(3)).bfloat16()
+    with torch.inference_mode():
+        ours = dec.norm(x)
+        theirs = type(dec.norm).forward(dec.norm, x)
+    assert torch.equal(ours, fused.rms(dense_kernel._lib, x, dec.norm.weight, dec.norm.variance_epsilon))
+    assert torch.allclose(ours.float(), theirs.float(), rtol=2 ** -7, atol=1e-3)
+
+
+def test_a_head_with_a_bias_keeps_its_own_call():
+    model = _wide("qwen2")
+    head = model.get_output_embeddings()
+    head.bias = torch.nn.Parameter(torch.zeros(head.out_features, dtype=torch.bfloat16))
+    use_dense_kernel(model)
+    dec = model.get_decoder()
+    assert getattr(dec, "_speclab_tail", None) is None and "forward" not in dec.norm.__dict__
+    from engine.core.lm import HFModel
+
+    assert HFModel(model).lean_step.with_head is None
