@@ -99,10 +99,16 @@ def main() -> None:
     from engine.kernels.kernel_build import cpu_flags  # noqa: E402
     from engine.models.load import machine_description, software_versions  # noqa: E402
 
-    rec = {"kind": "step-before-after", "before": a.before, "target": a.target or "overhead's default",
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+
+    # both arms as commits: a name such as HEAD means nothing once the tree moves on, and the "after" arm is the
+    # working tree, which may hold changes not yet committed
+    head, dirty = git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    rec = {"kind": "step-before-after", "before": git("rev-parse", "--short", a.before) or a.before,
+           "target": a.target or "overhead's default",
            "context": a.context if a.context is not None else "overhead's default",
-           "after": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                   text=True).stdout.strip(),
+           "after": head + (" + uncommitted changes" if dirty else ""),
            "summary": summary, "runs": runs, "threads": a.threads, "machine": machine_description(),
            "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma"))),
            "software": software_versions(),

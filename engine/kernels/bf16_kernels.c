@@ -231,9 +231,10 @@ static void amx_pack(int M, int K, const uint16_t *x, uint16_t *xp) {
  * the 16·K contiguous weights after these, NULL at the end of the thread's share) are prefetched into L2, a few
  * lines an iteration. Why: a tile load reads 16 rows of 64 bytes, 16 short streams the hardware prefetchers follow
  * badly at SmolLM2's rows of 576 (1152 bytes); with the block after it requested ahead the reads are one stream.
- * Measured M = 1, 2 threads, this Xeon (hand harness, SmolLM2-135M's 30 layers' products and its head, best of
- * 15, three runs): layers 24–26 → 27–29 GB/s, head 23–25 → 29–31 (the read probe 30–31); L2 (T1) beat L1 (T0)
- * and one unit ahead beat two. */
+ * Measured M = 1, 2 threads, a 2-core Xeon with AMX (hand harness, SmolLM2-135M's 30 layers' products and its
+ * head run back to back, best of 15, three runs): layers 24–26 → 27–29 GB/s, head 23–25 → 29–31 (the read probe
+ * 30–31); L2 (T1) beat L1 (T0), one unit ahead beat two, NTA fell to a third. In the engine (with amx_unit1 below):
+ * SmolLM2's one-token step 0.921×, the 1.5B's 0.998× (docs/log/2026-12-07-amx-prefetch-and-one-call-step.md). */
 static inline __attribute__((always_inline)) void amx_unit_m(const int ONE, int i, int M, int N, int K,
         const uint16_t *xp, const uint16_t *w, const uint16_t *b, uint16_t *y, const char *nx) {
     if (ONE) M = 1;

@@ -63,7 +63,10 @@ def use_fast_decoder(model: torch.nn.Module) -> bool:
 
 
 def _c_norm(self, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[-1] % 8:
+    """The final norm as the tail computes it (fused.rms); transformers' own where that does not apply: another
+    dtype or device, or a forward that needs gradients (the C norm has none)."""
+    if (x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[-1] % 8
+            or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
         return type(self).forward(self, x)
     return fused.rms(self._speclab_lib, x, self.weight, self.variance_epsilon)
 
