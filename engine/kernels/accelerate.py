@@ -138,6 +138,7 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
             path = f"speclab qgemm ({qkernel.variant()})"
             why = "our weight-only kernel" + ("" if len(ours) == len(layers) else
                                                f" ({len(layers) - len(ours)} layers on torch's: their shape)")
+            why += _step_note(model)
             return KernelReport(weights, dev, dt, path, why, qkernel.built(), len(layers), q)
         why = "kernel='torch' asked" if kernel == "torch" else f"our qgemm kernel does not run here: {qkernel.available()}"
         return KernelReport(weights, dev, dt, "torch int4/int8", why, None, len(layers), q)
@@ -152,10 +153,18 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
             use_fast_decoder(model)  # where every layer is one C call: a step's layers in one call (same bits)
             return KernelReport(weights, dev, dt, "speclab bgemv", f"our bf16 kernel ({dense_kernel.loaded_variant()} "
                                 f"build) for forwards of ≤ "
-                                f"{dense_kernel.MAX_ROWS} rows (torch's GEMM beyond)", dense_kernel.built(), n)
+                                f"{dense_kernel.MAX_ROWS} rows (torch's GEMM beyond){_step_note(model)}",
+                                dense_kernel.built(), n)
         why = dense_kernel.available() or "no linear layer fits the kernel (bf16, contiguous, K % 32 = 0)"
         return KernelReport(weights, dev, dt, "torch bf16", why)
     return KernelReport(weights, dev, dt, "torch", f"{dt}: torch's own kernels")
+
+
+def _step_note(model: torch.nn.Module) -> str:
+    from engine.kernels.fast_decoder import one_call
+
+    what = one_call(model)
+    return f"; a decode step's {what} in one C call" if what else ""
 
 
 def status() -> list[str]:

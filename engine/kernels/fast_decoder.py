@@ -7,6 +7,7 @@ OpenMP parallel region, then the final norm.
                                       is an RMS norm and the head a bias-free product of the same library, the
                                       final norm becomes the C norm on every path, and `step_head` runs the
                                       layers, that norm and the head in one call
+    one_call(model) -> str            what a step runs in one C call (the kernel report says it)
 
 Why (profiled, SmolLM2-135M dense on a 2-core Zen 1): with the layer in one C call each, a step still spent ~5 ms
 of ~24 ms in Python — 30 layers' module calls, guards, cache bookkeeping and ctypes argument conversion, and the
@@ -60,6 +61,15 @@ def use_fast_decoder(model: torch.nn.Module) -> bool:
         decoder._speclab_tail = tail
         decoder._speclab_step_head = types.MethodType(step_head, decoder)
     return True
+
+
+def one_call(model: torch.nn.Module) -> str:
+    """What a decode step of `model` runs in one C call, for its kernel report: 'layers, final norm and head',
+    'layers', or '' (the layers' own calls)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    if getattr(decoder, "_speclab_step", None) is None:
+        return ""
+    return "layers, final norm and head" if getattr(decoder, "_speclab_tail", None) is not None else "layers"
 
 
 def _c_norm(self, x: torch.Tensor) -> torch.Tensor:

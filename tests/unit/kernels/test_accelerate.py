@@ -112,3 +112,17 @@ def test_auto_loads_a_quantized_model_in_bf16_where_our_kernel_takes_it(tmp_path
     draft = load_mod.load_model(str(tmp_path), "auto", "cpu", role="draft", target=dense, weights="int4")
     assert draft.lm.dtype == torch.float32
     assert load_mod.load_model(str(tmp_path), "fp32", "cpu", weights="int4").lm.dtype == torch.float32  # asked
+
+
+def test_the_report_says_what_a_step_runs_in_one_call():
+    from engine.kernels.fast_decoder import one_call
+    from tests.unit.kernels.test_fused import _wide
+
+    if dense_kernel.available() is not None:
+        pytest.skip(f"dense kernel: {dense_kernel.available()}")
+    m = _wide("llama")
+    r = accelerate(m)
+    assert one_call(m) == "layers, final norm and head"
+    assert r.why.endswith("; a decode step's layers, final norm and head in one C call")
+    tiny = tiny_llama(0).to(torch.bfloat16)  # too narrow for the one-call layer: the report says nothing of it
+    assert one_call(tiny) == "" and "one C call" not in accelerate(tiny).why
