@@ -235,14 +235,13 @@ class HFModel(TargetBase):
         causal LM's and the decoder's module calls (~0.3 ms of a small model's ~8 ms step); where the decoder has a
         tail (fast_decoder.step_head), the final norm and the head run in that call too."""
         lean = self.lean_step
-        if (lean is not None and lean.with_head is not None and self.vocab_subset is None and position_ids is None
-                and attention_mask is None):
-            got = lean(ids.to(self.device), self.cache, self.length, head=True)
-            if got is not None:  # the layers, the final norm and the head in one C call: the bits of the two below
-                self.length += ids.shape[1]
-                self.last_hidden = got[0][0].float() if want_hidden else None
-                return got[1].float()
         if lean is not None and position_ids is None and attention_mask is None:
+            if lean.with_head is not None and self.vocab_subset is None:
+                got = lean(ids.to(self.device), self.cache, self.length, head=True)
+                if got is not None:  # the layers, the final norm and the head in one C call: the bits of the below
+                    self.length += ids.shape[1]
+                    self.last_hidden = got[0][0].float() if want_hidden else None
+                    return got[1].float()
             h = lean(ids.to(self.device), self.cache, self.length)
             if h is not None:
                 self.length += ids.shape[1]

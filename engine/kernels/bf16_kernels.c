@@ -293,11 +293,11 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         /* one activation row is its own packing ([K/32][16][1][2] is x's order); more rows: each thread packs its
          * own copy (no barrier before the products) where the scratch holds one a thread (6·M·K bytes ≥ 2·M·K a
          * thread for up to 3 threads), else one shared copy behind a barrier */
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         const uint16_t *xp = x;
         if (M > 1) {
-            const int nt = omp_get_num_threads();
             if (nt <= 3) {
-                uint16_t *own = (uint16_t *)scratch + (size_t)omp_get_thread_num() * M * K;
+                uint16_t *own = (uint16_t *)scratch + (size_t)t * M * K;
                 amx_pack(M, K, x, own);
                 xp = own;
             } else {
@@ -309,7 +309,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         amx_cols = 0; /* another library's tiles may have run on this thread since */
         /* the units shared out as schedule(static) shares them (one contiguous run a thread), so each knows the
          * next unit of its own share to prefetch */
-        const int n = N / 16, nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int n = N / 16;
         const int lo = (int)((long long)n * t / nt), hi = (int)((long long)n * (t + 1) / nt);
         for (int i = lo; i < hi; i++) {
             const char *nx = i + 1 < hi ? (const char *)(w + (size_t)(i + 1) * 16 * K) : NULL;

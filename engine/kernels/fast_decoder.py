@@ -78,7 +78,7 @@ def _c_norm(self, x: torch.Tensor) -> torch.Tensor:
     if (x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[-1] % 8
             or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
         return type(self).forward(self, x)
-    return fused.rms(self._speclab_lib, x, self.weight, self.variance_epsilon)
+    return fused.rms(self._speclab_mod._lib, x, self.weight, self.variance_epsilon)
 
 
 def _tail(model, decoder, f0: dict):
@@ -89,16 +89,17 @@ def _tail(model, decoder, f0: dict):
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     w = getattr(norm, "weight", None)
     if (head is None or w is None or "forward" in norm.__dict__ or not hasattr(norm, "variance_epsilon")
-            or w.dtype != torch.bfloat16 or w.shape != (f0["one"].D,) or getattr(head, "bias", None) is not None):
+            or w.dtype != torch.bfloat16 or w.shape != (f0["one"].D,) or getattr(head, "bias", None) is not None
+            or getattr(head, "in_features", None) != f0["one"].D):
         return None
     mod, keep = f0["mod"], [w.detach().contiguous()]
     if mod is dense_kernel and isinstance(head, torch.nn.Linear) and "forward" in head.__dict__:
         hw = head.weight.detach()
-        if hw.dtype != torch.bfloat16 or not hw.is_contiguous() or hw.shape[1] != f0["one"].D:
+        if hw.dtype != torch.bfloat16 or not hw.is_contiguous():
             return None
         keep.append(hw)
         handle = hw.data_ptr()
-    elif mod is not dense_kernel and type(head).__name__ == "QGemmLinear" and head.in_features == f0["one"].D:
+    elif mod is not dense_kernel and type(head).__name__ == "QGemmLinear":
         if not all(t.is_contiguous() for t in (head.q, head.s, head.mn)):
             return None
         qw = fused.QWeight.of([(head.out_features, head.bits, head.q, head.s, head.mn)])
@@ -108,10 +109,8 @@ def _tail(model, decoder, f0: dict):
         return None
     if not hasattr(mod._lib, "speclab_decoder_head"):
         return None
-    norm._speclab_lib = mod._lib
-    tail = fused.Tail(nw=keep[0].data_ptr(), eps=float(norm.variance_epsilon), V=int(head.weight.shape[0])
-                      if mod is dense_kernel else int(head.out_features), w=handle)
-    return tail, keep
+    norm._speclab_mod = mod  # the module, its library looked up at each call (as the layers' callers do)
+    return fused.Tail(nw=keep[0].data_ptr(), eps=float(norm.variance_epsilon), V=int(head.out_features), w=handle), keep
 
 
 def _output(hidden: torch.Tensor, cache):

@@ -281,3 +281,14 @@ def test_a_head_with_a_bias_keeps_its_own_call():
     from engine.core.lm import HFModel
 
     assert HFModel(model).lean_step.with_head is None
+
+
+def test_a_forward_that_needs_gradients_keeps_transformers_norm():
+    model = _wide("llama")
+    use_dense_kernel(model)
+    norm = model.get_decoder().norm
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(4)).bfloat16().requires_grad_()
+    y = norm(x)
+    assert y.grad_fn is not None  # transformers' ops, differentiable; the C norm would have none
+    with torch.no_grad():
+        assert torch.equal(y, type(norm).forward(norm, x))
