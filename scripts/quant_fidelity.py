@@ -79,7 +79,7 @@ def main() -> int:
     for arm in arms:
         saved = quant.GGUF_INT6, quant.GGUF_INT8, os.environ.get("SPECLAB_GGUF_BLOCKS"), dict(qkernel.ONLY_ON)
         if arm == "quantized-q6k-int6":  # no build reads Q6_K blocks: the plan's int6 for those tensors
-            qkernel.ONLY_ON[qkernel.Q6K] = "none"
+            qkernel.ONLY_ON[qkernel.Q6K] = ()
         if arm == "quantized-q6k-int8":  # the plan as it was: Q6_K among the 8-bit types
             quant.GGUF_INT6, quant.GGUF_INT8 = (), saved[1] + saved[0]
         if arm in ("quantized-requant", "quantized-q6k-int8"):  # the GGUF's blocks re-quantised, not read as stored

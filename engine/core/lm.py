@@ -169,6 +169,9 @@ class HFModel(TargetBase):
 
             return _SubsetHead(head.weight[ids].detach(), kernel=kernel_of(self.model) != "torch")
         if isinstance(head, qkernel.QGemmLinear) and head.bits in qkernel.BLOCK_FMT:  # a GGUF's own blocks: their rows
+            if head.bits in qkernel.TILED.values():  # rows regrouped in sixteens: the GGUF's rows, re-tiled if they fit
+                return qkernel.QGemmLinear.from_blocks(qkernel.as_gguf_blocks(head.q, head.bits)[ids.cpu()], None,
+                                                       qkernel.BASE[head.bits])
             return qkernel.QGemmLinear.from_blocks(head.q[ids.cpu()], None, head.bits)
         return quantized_linear(head.weight[ids].detach(), None, head.fmt, head.act_dtype)
 

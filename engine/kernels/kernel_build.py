@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 class KernelBuild:
     """One shared library: a C source compiled with ISA flags, run where the CPU has `needs`."""
 
-    name: str  # the build's name: 'qgemm-avx512vnni', 'qgemm-avx2', 'bgemv', 'bgemv-avx2'
+    name: str  # the build's name: 'qgemm-amx', 'qgemm-avx512vnni', 'qgemm-avx2', 'bgemv', 'bgemv-avx2'
     source: str  # file name beside this module
     needs: tuple[str, ...]  # /proc/cpuinfo flags the code executes (checked at run time, not at build)
     cflags: tuple[str, ...]  # the ISA flags the compiler needs to emit that code
@@ -57,6 +57,10 @@ class KernelBuild:
 
 
 BUILDS = {b.name: b for b in (
+    KernelBuild("qgemm-amx", "qgemm.c",
+                ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma", "amx_tile", "amx_int8"),
+                ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma", "-mamx-tile",
+                 "-mamx-int8")),  # the VNNI build, and Q4_K on AMX int8 tiles (qgemm.c's __AMX_INT8__ part: qtiles.h)
     KernelBuild("qgemm-avx512vnni", "qgemm.c",
                 ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma")),

@@ -58,21 +58,31 @@
 #define Q6K 61 /* GGUF Q6_K blocks verbatim (q6k_rows.h's layout; both builds); K a multiple of 256 */
 #define Q6K_BYTES 210
 #define Q5R 55 /* GGUF Q5_0 blocks regrouped four to 88 bytes (q5_runs.h; the VNNI build only); K a multiple of 128 */
+#define Q4KT 43 /* GGUF Q4_K blocks regrouped sixteen rows at a time (qtiles.h; the AMX build only); K % 256 = 0, N % 16 = 0 */
+#define Q6KT 63 /* GGUF Q6_K blocks regrouped likewise (qtiles.h; the AMX build only) */
+#define IS_Q6(bits) ((bits) == Q6K || (bits) == Q6KT) /* c holds q6k_prep's offsets for these */
+#define IS_TILED(bits) ((bits) == Q4KT || (bits) == Q6KT) /* rows in sixteens (N % 16 = 0) */
 #define Q6K_OK(K) ((K) % 256 == 0)
 #if defined(__AVX512VNNI__)
 #define Q5R_OK(K) ((K) % 128 == 0)
 #else
 #define Q5R_OK(K) 0
 #endif
+#if defined(__AMX_INT8__)
+#define Q4KT_OK(K) ((K) % 256 == 0)
+#else
+#define Q4KT_OK(K) 0
+#endif
 #define B32_BYTES(bits) ((bits) == Q50 ? 22 : 34) /* one Q5_0 / Q8_0 block: 32 weights */
 #define B32_OFF(bits) ((bits) == Q50 ? -16.f : -128.f) /* its minimum term per unit of d */
 #define IS_B32(bits) ((bits) == Q50 || (bits) == Q80)
 #define ROW_BYTES(bits, K) ((bits) == 4 ? (size_t)(K) / 2 : (bits) == 6 ? (size_t)(K) / 4 * 3 \
-                            : (bits) == Q4K ? (size_t)(K) / 256 * 144 : (bits) == Q6K ? (size_t)(K) / 256 * 210 \
+                            : ((bits) == Q4K || (bits) == Q4KT) ? (size_t)(K) / 256 * 144 : IS_Q6(bits) ? (size_t)(K) / 256 * 210 \
                             : (bits) == Q5R ? (size_t)(K) / 128 * 88 \
                             : IS_B32(bits) ? (size_t)(K) / GROUP * B32_BYTES(bits) : (size_t)(K))
 #define BITS_OK(bits, K) ((bits) == 4 || (bits) == 6 || (bits) == 8 || IS_B32(bits) || ((bits) == Q4K && (K) % 256 == 0) \
-                          || ((bits) == Q6K && Q6K_OK(K)) || ((bits) == Q5R && Q5R_OK(K)))
+                          || ((bits) == Q6K && Q6K_OK(K)) || ((bits) == Q5R && Q5R_OK(K)) \
+                          || (IS_TILED(bits) && Q4KT_OK(K)))
 
 /* The fp16 scale d of a Q5_0 / Q8_0 block (its first two bytes; blocks are not 2-byte aligned in a row). */
 static inline float b32_d(const uint8_t *blk) {
@@ -522,6 +532,9 @@ static inline __attribute__((always_inline)) void rows_b32(const int MC, const i
 
 #include "q6k_rows.h"
 #include "q5_runs.h"
+#if defined(__AMX_INT8__)
+#include "qtiles.h"
+#endif
 
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
@@ -806,6 +819,16 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         MC_CASES(rows_q5r, N0, N1, K, a, d, c, w, y, ldy)
         return;
     }
+#if defined(__AMX_INT8__)
+    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h), sixteen rows a unit: N0 and N1 are multiples of 16 */
+        MC_CASES(rows_q4kt_mc, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        return;
+    }
+    if (bits == Q6KT) {  /* Q6_K on the tiles likewise; c holds q6k_prep's offsets */
+        MC_CASES(rows_q6kt_mc, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        return;
+    }
+#endif
     if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
         if (bits == Q50) MC_CASES(rows_b32, Q50, N0, N1, K, a, bz, dz, w, y, ldy)
         else MC_CASES(rows_b32, Q80, N0, N1, K, a, bz, dz, w, y, ldy)
@@ -831,11 +854,11 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
 /* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ; returns 0, or −1 on a bad shape or allocation failure. */
 int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_t *w, const uint16_t *s,
                   const uint16_t *mn, uint16_t *y, int nthreads) {
-    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1) return -1;
+    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1 || (IS_TILED(bits) && N % 16)) return -1;
     int G = K / GROUP;
     const size_t P16 = (size_t)(G + 1) / 2 * 16;  /* b32_prep's lanes a row */
     int8_t *a = (int8_t *)malloc((size_t)M * K);
-    const size_t CW = bits == Q6K ? (size_t)K / 16 : (size_t)G;  /* c's width: Q6_K's offsets per 16 (q6k_prep) */
+    const size_t CW = IS_Q6(bits) ? (size_t)K / 16 : (size_t)G;  /* c's width: Q6_K's offsets per 16 (q6k_prep) */
     float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * CW);
     int32_t *bz = NULL;
     float *dz = NULL;
@@ -850,7 +873,7 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
         return -1;
     }
     quantize_x(x, M, K, a, d, c);
-    if (bits == Q6K) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
+    if (IS_Q6(bits)) q6k_prep(M, K, a, d, c);  /* c's per-group sums are not read by Q6_K rows */
 #if defined(__AVX512VNNI__)
     if (need_b32) b32_prep(M, K, a, d, bz, dz);
     if (bits == Q4K || bits == Q5R) {  /* rows_q4k's / rows_q5r's order of the activations (in place, via a copy) */
@@ -911,7 +934,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     int8_t *a5 = (int8_t *)(c16 + (size_t)M * (K / 16));  /* rows_q5r's order of a (the VNNI build) */
     int any_b32 = 0, any_q4k = 0, any_q6k = 0, any_q5r = 0;
     for (int sg = 0; sg < W->nseg; sg++)
-        any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= W->bits[sg] == Q6K,
+        any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= IS_Q6(W->bits[sg]),
             any_q5r |= W->bits[sg] == Q5R;
 #pragma omp single
     {
@@ -937,10 +960,10 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
                 const int n1 = n0 + 64 < r1 ? n0 + 64 : r1;
 #if defined(__AVX512VNNI__)
                 const int8_t *as = W->bits[sg] == Q4K ? a4 : W->bits[sg] == Q5R ? a5 : a;
-                const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
+                const float *cs = IS_Q6(W->bits[sg]) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
                 const int8_t *as = a;
-                const float *cs = W->bits[sg] == Q6K ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
+                const float *cs = IS_Q6(W->bits[sg]) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #endif
                 rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, cs,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
@@ -971,7 +994,7 @@ static inline void dequant32(uint16_t *o, const uint8_t *q, float s, float m) {
  * rows in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a short prompt). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
-    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1) return -1;
+    if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1 || (IS_TILED(bits) && N % 16)) return -1;
     const int G = K / GROUP;
     const size_t row_bytes = ROW_BYTES(bits, K);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -979,7 +1002,16 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
         const uint8_t *wr = w + (size_t)n * row_bytes;
         uint16_t *o = out + (size_t)n * K;
         float qs[MAXG], qm[MAXG];
-        if (bits == Q4K) {  /* llama.cpp's dequantize_row_q4_K: d·sc·q − dmin·m in float32 */
+#if defined(__AMX_INT8__)
+        uint8_t row[MAXG / 8 * 210];
+        if (IS_TILED(bits)) {  /* the row's blocks as the GGUF stores them, then as Q4K / Q6K below */
+            for (int b = 0; b < K / 256; b++)
+                if (bits == Q4KT) q4kt_block(w, K, n, b, row + (size_t)b * 144);
+                else q6kt_block(w, K, n, b, row + (size_t)b * 210);
+            wr = row;
+        }
+#endif
+        if (bits == Q4K || bits == Q4KT) {  /* llama.cpp's dequantize_row_q4_K: d·sc·q − dmin·m in float32 */
             q4k_scales(wr, G, qs, qm);
             for (int g = 0; g < G; g++) {
                 uint8_t q[32];
@@ -989,7 +1021,7 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
             }
             continue;
         }
-        if (bits == Q6K) {  /* llama.cpp's dequantize_row_q6_K: (d·sc)·(q − 32) in float32 (q6k_rows.h's layout) */
+        if (IS_Q6(bits)) {  /* llama.cpp's dequantize_row_q6_K: (d·sc)·(q − 32) in float32 (q6k_rows.h's layout) */
             for (int b = 0; b < K / 256; b++) {
                 const uint8_t *blk = wr + (size_t)b * 210;
                 uint16_t dh;

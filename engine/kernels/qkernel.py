@@ -1,9 +1,11 @@
 """Our own weight-only quantized matmul (engine/kernels/qgemm.c) for x86 CPUs: built once with the system C
-compiler by the install step (engine.kernels.kernel_build; else once into the user cache), an AVX-512 VNNI
-build where the CPU has it, else an AVX2 build, called through ctypes on tensors' raw memory.
+compiler by the install step (engine.kernels.kernel_build; else once into the user cache): an AMX build where
+the CPU has AMX int8 tiles (the VNNI build's code, and Q4_K blocks on the tiles), else an AVX-512 VNNI build,
+else an AVX2 build, called through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
-    variant() -> str                  'avx512vnni' | 'avx2' (SPECLAB_QGEMM=avx2 forces the AVX2 build)
+    variant() -> str                  'amx' | 'avx512vnni' | 'avx2' (SPECLAB_QGEMM=<build> forces one)
+    tiles() -> bool                   whether Q4_K and Q6_K run on AMX tiles here (the AMX build, tile state granted)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
     QGemmLinear.from_blocks(blocks, bias, bits)   a GGUF tensor's own blocks, read as the file stores them
@@ -35,19 +37,23 @@ import torch
 from engine.kernels.dense_kernel import long_linear
 from engine.kernels import fused
 from engine.kernels.block_codecs import (  # noqa: F401 (the codecs are read through this module too)
-    BLOCK_FMT, BLOCKS, GROUP, Q4K, Q4K_BLOCK, Q4K_BYTES, Q5R, Q6K, Q50, Q80, as_gguf_blocks, block_unpack, q4k_codes,
-    q4k_pack, q4k_unpack, q5r_pack, q6k_pack, q6k_unpack, q50_pack, q50_unpack, q80_pack, q80_unpack)
+    BLOCK_FMT, BLOCKS, GROUP, Q4K, Q4K_BLOCK, Q4K_BYTES, Q4KT, Q5R, Q6K, Q6KT, Q50, Q80, as_gguf_blocks, block_unpack,
+    q4k_codes, q4k_pack, q4k_unpack, q4kt_pack, q5r_pack, q6k_pack, q6k_unpack, q6kt_pack, q50_pack, q50_unpack,
+    q80_pack, q80_unpack)
 from engine.kernels.kernel_build import BUILDS, cpu_flags, library, load_library  # cpu_flags: tests stub it here
 
 SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
-BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R)  # the formats qgemm.c reads
-ONLY_ON = {Q5R: "avx512vnni"}  # formats one build reads (elsewhere: as stored)
+BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R, Q4KT, Q6KT)  # the formats qgemm.c reads
+ONLY_ON = {Q5R: ("avx512vnni", "amx"), Q4KT: ("amx",), Q6KT: ("amx",)}  # layouts only some builds read (elsewhere: as stored)
+BASE = {Q5R: Q50, Q4KT: Q4K, Q6KT: Q6K}  # a regrouped layout → the GGUF format it holds
+TILED = {Q4K: Q4KT, Q6K: Q6KT}  # a GGUF format → its layout on the AMX tiles (rows in sixteens)
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
 _built: str | None = None  # where the loaded library came from: 'installed' (pip install) or 'cache'
+_fallback: str | None = None  # why the AMX build was passed over for the VNNI build (it did not compile here)
 
 
 def variant() -> str | None:
@@ -55,20 +61,30 @@ def variant() -> str | None:
     flags = cpu_flags()
     forced = os.environ.get("SPECLAB_QGEMM")
     for name, (need, _) in VARIANTS.items():
+        if name == "amx" and _fallback:
+            continue
         if (forced in (None, "", name)) and all(f in flags for f in need):
             return name
     return None
 
 
 def reads(bits: int) -> bool:
-    """Whether this CPU's build reads the format (`ONLY_ON`: the regrouped Q5_0 layout Q5R on the AVX-512 VNNI build
-    only)."""
-    return bits not in ONLY_ON or variant() == ONLY_ON[bits]
+    """Whether this CPU's build reads the format (`ONLY_ON`: the regrouped Q5_0 layout Q5R on the AVX-512 VNNI and
+    AMX builds; the tile layouts Q4KT and Q6KT on the AMX build where the OS granted the tiles)."""
+    if bits not in ONLY_ON:
+        return True
+    return variant() in ONLY_ON[bits] and (bits not in TILED.values() or tiles())
+
+
+def tiles() -> bool:
+    """Whether Q4_K and Q6_K blocks run on AMX tiles here: the AMX build loaded and the tile state granted
+    (arch_prctl)."""
+    return variant() == "amx" and available() is None and bool(_lib.speclab_amx_ok())
 
 
 def available() -> str | None:
     """None when the kernel runs on this machine; else the reason (missing CPU flags, no compiler)."""
-    global _lib, _why, _built
+    global _lib, _why, _built, _fallback
     if _lib is not None or _why is not None:
         return _why
     if os.environ.get("SPECLAB_NO_QGEMM"):
@@ -80,13 +96,25 @@ def available() -> str | None:
         _why = f"this CPU lacks {', '.join(missing) or 'the forced build ' + str(os.environ.get('SPECLAB_QGEMM'))}"
         return _why
     try:
-        path, _built = library(BUILDS[f"qgemm-{name}"])
-        _lib = load_library(path, {
-            "speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
-            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int], **fused.ARGTYPES})
+        _lib, _built = _open(name)
     except OSError as e:
         _why = str(e).splitlines()[0]
+        if name == "amx":  # a compiler without the tile instructions: the VNNI build, which reads every format but Q4KT
+            try:
+                _lib, _built = _open("avx512vnni")
+                _why, _fallback = None, f"the AMX build failed ({_why}); the AVX-512 VNNI build runs"
+            except OSError as e2:
+                _why = str(e2).splitlines()[0]
     return _why
+
+
+def _open(name: str) -> tuple[ctypes.CDLL, str]:
+    path, how = library(BUILDS[f"qgemm-{name}"])
+    fns = {"speclab_qgemm": [ctypes.c_int] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int],
+           "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int], **fused.ARGTYPES}
+    if name == "amx":
+        fns["speclab_amx_ok"] = []
+    return load_library(path, fns), how
 
 
 def built() -> str | None:
@@ -182,7 +210,7 @@ def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) 
 # and the de-quantise + widen costs ~40 ms per 8960×1536 weight on top — measured on a 2-core Zen 1, K = 1536,
 # N = 8960: M = 75 qgemm 38.5 ms against 66.7 ms de-quantised, M = 300 152 against 168 (docs/log/
 # 2026-12-06-quantized-prefill-on-avx2.md). AVX-512 VNNI: bf16 GEMM where bf16 is native, past 64 rows.
-DENSE_ROWS = {"avx512vnni": 64, "avx2": None}
+DENSE_ROWS = {"amx": 64, "avx512vnni": 64, "avx2": None}
 
 
 def dense_rows() -> int | None:
@@ -220,11 +248,14 @@ class QGemmLinear(torch.nn.Module):
             raise ValueError(f"GGUF blocks are Q4K, Q50, Q80 or Q6K, not {bits}")
         name, per, size = BLOCKS[bits]
         if not reads(bits):
-            raise ValueError(f"{name} blocks are read by the {ONLY_ON[bits]} build only; this CPU runs {variant()}")
+            raise ValueError(f"{name} blocks are read by the {' or '.join(ONLY_ON[bits])} build only; this CPU runs "
+                             f"{variant()}")
         if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % size or blocks.shape[1] == 0:
             raise ValueError(f"{name} blocks must be uint8 [N, K/{per}·{size}], got {tuple(blocks.shape)} {blocks.dtype}")
         if bits == Q50 and reads(Q5R) and blocks.shape[1] % (4 * size) == 0:  # four blocks a step (q5_runs.h)
             blocks, bits = q5r_pack(blocks), Q5R
+        elif bits in TILED and blocks.shape[0] % 16 == 0 and reads(TILED[bits]):  # sixteen rows a unit on the tiles
+            blocks, bits = (q4kt_pack if bits == Q4K else q6kt_pack)(blocks), TILED[bits]
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
         return cls(None, bias, bits, packed=(blocks.contiguous(), empty, empty.clone()))
 

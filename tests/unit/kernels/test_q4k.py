@@ -46,18 +46,23 @@ def test_rows_that_are_not_whole_blocks_are_refused():
 
 
 @needs_kernel
-@pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960)])
+@pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960), (48, 512)])
 def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
+    """Rows in sixteens go on the AMX tiles where this machine has them (Q4KT, the same bytes regrouped), else as
+    stored; either way the product is x·Ŵᵀ of the blocks' own weights."""
     w = _weights(n, k, seed=k)
-    lin = qkernel.QGemmLinear.from_blocks(qkernel.q4k_pack(w), None)
+    b = qkernel.q4k_pack(w)
+    lin = qkernel.QGemmLinear.from_blocks(b, None)
     assert lin.fmt == "q4k" and (lin.out_features, lin.in_features) == (n, k)
+    assert lin.bits == (qkernel.Q4KT if n % 16 == 0 and qkernel.tiles() else qkernel.Q4K)
+    assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), b)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 144  # 4.5 bits a weight
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
-    ref = x.float() @ qkernel.q4k_unpack(lin.q).T
+    ref = x.float() @ qkernel.q4k_unpack(b).T
     assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
     # a one-row step (its own specialised body) and every chunk size give each row the same bits
     assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))
-    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, qkernel.Q4K), qkernel.q4k_unpack(lin.q).bfloat16())
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, lin.bits), qkernel.q4k_unpack(b).bfloat16())
 
 
 @needs_kernel
@@ -109,11 +114,10 @@ def test_a_model_takes_a_ggufs_blocks_only_where_they_are_its_weights(tmp_path):
     assert "q4k (QGemmLinear)" in report.summary()
     for name in q4k[:-1]:  # the layers read the file's own weights
         lin = model.get_submodule(name.rsplit(".", 1)[0])
-        assert torch.equal(qkernel.q4k_unpack(lin.q).to(torch.bfloat16),
-                           qkernel.q4k_unpack(GGUFBlocks(tmp_path / "m.gguf")(name)).to(torch.bfloat16))
+        assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), GGUFBlocks(tmp_path / "m.gguf")(name))
     lin = model.get_submodule("model.layers.0.mlp.gate_proj")  # a q4k layer against its dense weights
     h = torch.randn(3, 256).to(torch.bfloat16)
-    want = h.float() @ qkernel.q4k_unpack(lin.q).T
+    want = h.float() @ lin.dequantized().T
     assert ((lin(h).float() - want).abs().max() / want.abs().max()) < 0.02
     with torch.inference_mode():
         assert torch.isfinite(model(x).logits).all()
@@ -140,4 +144,5 @@ def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp
     use_rowwise(model)
     check_c_layer_against_lean(model, 9)
     segs = model.model.layers[0]._speclab_mm["qkv"].parts[0]
-    assert [s[1] for s in segs] == [qkernel.Q4K, qkernel.Q4K, 6]
+    q4k = qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K  # q and k on the AMX tiles where this machine has them
+    assert [s[1] for s in segs] == [q4k, q4k, 6]

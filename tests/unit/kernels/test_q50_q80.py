@@ -108,7 +108,7 @@ def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
         "        assert lin.bits == bits  # Q5_0 stays as stored: the regrouped layout is the VNNI build's\n"
         "import pytest\n"
         "assert not qkernel.reads(qkernel.Q5R)\n"
-        "with pytest.raises(ValueError, match='Q5_0 blocks are read by the avx512vnni build only; this CPU runs avx2'):\n"
+        "with pytest.raises(ValueError, match='Q5_0 blocks are read by the avx512vnni or amx build only; this CPU runs avx2'):\n"
         "    qkernel.QGemmLinear.from_blocks(qkernel.q5r_pack(qkernel.q50_pack(torch.randn(4, 128))), None, qkernel.Q5R)\n"
         "print('ok')\n")
     run_on_the_avx2_build(code, tmp_path)

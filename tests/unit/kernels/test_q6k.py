@@ -43,19 +43,23 @@ def test_our_blocks_are_llama_cpps_layout():
 
 
 @needs_q6k
-@pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960)])
+@pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960), (32, 512)])
 def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
+    """Rows in sixteens go on the AMX tiles where this machine has them (Q6KT), else as stored."""
     w = _weights(n, k, seed=k)
-    lin = qkernel.QGemmLinear.from_blocks(qkernel.q6k_pack(w), None, qkernel.Q6K)
+    b = qkernel.q6k_pack(w)
+    lin = qkernel.QGemmLinear.from_blocks(b, None, qkernel.Q6K)
     assert lin.fmt == "q6_k" and (lin.out_features, lin.in_features) == (n, k)
+    assert lin.bits == (qkernel.Q6KT if n % 16 == 0 and qkernel.tiles() else qkernel.Q6K)
+    assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), b)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 210  # 6.5625 bits a weight
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
-    ref = x.float() @ qkernel.block_unpack(lin.q, qkernel.Q6K).T
+    ref = x.float() @ qkernel.block_unpack(b, qkernel.Q6K).T
     assert ((lin(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
     # a one-row step (its own specialised body) and every chunk size give each row the same bits
     assert torch.equal(torch.cat([lin(x[i:i + 1]) for i in range(9)]), lin(x))
-    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, qkernel.Q6K),
-                       qkernel.block_unpack(lin.q, qkernel.Q6K).bfloat16())
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, lin.bits),
+                       qkernel.block_unpack(b, qkernel.Q6K).bfloat16())
 
 
 @needs_q6k
@@ -119,13 +123,17 @@ def test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(tmp_path):
     assert kinds["model.layers.1.mlp.down_proj"] == "int4"  # its file rows are not the model's: re-quantised
     assert any("re-quantised for model.layers.1.mlp.down_proj.weight" in n for n in report.notes)
     for name in [n for n in fmt if n != "model.layers.1.mlp.down_proj.weight"]:
-        assert torch.equal(model.get_submodule(name.rsplit(".", 1)[0]).q, src(name))  # the file's own blocks
-    ids = torch.tensor([3, 7, 50, 95])  # a reduced head cut from the blocks keeps their rows
+        lin = model.get_submodule(name.rsplit(".", 1)[0])
+        assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), src(name))  # the file's own blocks
+    # a reduced head cut from the blocks keeps their rows (sixteen of them: on the AMX tiles where the head is, so
+    # the same kernel and the same bits)
+    ids = torch.tensor([3, 7, 50, 95, 1, 2, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14])
     from engine.core.lm import HFModel
 
     head = model.get_output_embeddings()
     sub = HFModel(model, name="tiny", vocab_subset=ids)._subset_head(ids)
-    assert sub.fmt == "q6_k" and torch.equal(sub.q, head.q[ids])
+    assert sub.fmt == "q6_k" and sub.bits == head.bits
+    assert torch.equal(qkernel.as_gguf_blocks(sub.q, sub.bits), qkernel.as_gguf_blocks(head.q, head.bits)[ids])
     h = torch.randn(2, 256).to(torch.bfloat16)
     assert torch.equal(sub(h), head(h)[:, ids])
 
@@ -145,4 +153,6 @@ def test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do():
         setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear.from_blocks(pack(lin.weight.float()), lin.bias, bits))
     use_rowwise(model)
     check_c_layer_against_lean(model, 4)
-    assert [s[1] for s in model.model.layers[0]._speclab_mm["qkv"].parts[0]] == [qkernel.Q4K, qkernel.Q4K, qkernel.Q6K]
+    q4k = qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K  # q and k on the AMX tiles where this machine has them
+    q6k = qkernel.Q6KT if qkernel.tiles() else qkernel.Q6K
+    assert [s[1] for s in model.model.layers[0]._speclab_mm["qkv"].parts[0]] == [q4k, q4k, q6k]

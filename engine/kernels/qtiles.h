@@ -1,0 +1,284 @@
+/* GGUF Q4_K weights on AMX int8 tiles: the AMX build of qgemm.c (included there, under __AMX_INT8__; its GROUP,
+ * MCHUNK, f32_to_bf16; quantize_x's a, d and c).
+ *
+ * Q4KT (a layout, not a format): a Q4_K tensor's blocks regrouped sixteen rows at a time without loss (N % 16 = 0;
+ * qkernel.q4kt_pack). Per unit u of rows 16u … 16u+15 and block b of 256 inputs, 2304 bytes (16 × 144):
+ *     head  dwords [4][16]: for each row, its block's d | dmin, then the three code words w0, w1, w2 (q4k_block's)
+ *     runs  [4][8][16][4] bytes: for each run r of 32 nibble bytes (groups 2r and 2r+1: low and high nibbles), for
+ *           k4 = 0 … 7, the run's bytes 4·k4 … 4·k4+3 of each of the sixteen rows
+ * so a run's 512 bytes `& 0x0f` are group 2r's weights and `& 0xf0` group 2r+1's times 16, each already in the
+ * layout of a tile's B operand (K/4 rows of N × 4 bytes): TDPBSUD takes the activations as A (M rows × 32 signed
+ * bytes of one group) and the weights as B (unsigned), C[m][n] = Σ_k a[m,k]·q[n,k], one tile op a group.
+ *
+ * Then  y[m,n] = Σ_g ( C_g[m][n]·(S_g[n]·d[m,g]) + Mn_g[n]·c[m,g] )  with S_g = d·sc_g (÷16 for an odd g, whose q
+ * came ×16: a power of two, so the same products) and Mn_g = −dmin·m_g, in 16 float32 lanes over the unit's rows
+ * n. Per unit and block: the sixteen rows' scales decoded at once (a lane a row), per run eight loads, sixteen
+ * ANDs and stores, two tile loads of B and two of A, two TDPBSUD; per activation row and group a conversion,
+ * a multiply and two FMAs — where the VNNI build (rows_q4k) takes per row and block the scale decoding and per
+ * activation row four vpdpbusd, conversions, permutes and FMAs, so its cost grows with M and this one barely.
+ * Every y[m,n] takes the same operations in the same order whatever M is: batch-invariant within this build (its
+ * bits are not rows_q4k's).
+ */
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define Q4KT_UNIT 2304 /* bytes of one unit's block: 16 rows × 144 */
+#ifndef Q4KT_PF
+#define Q4KT_PF 4608
+#endif
+
+static int amx_ok;
+__attribute__((constructor)) static void amx_request(void) {
+    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+int speclab_amx_ok(void) { return amx_ok; }
+
+struct amxq_cfg { uint8_t palette, start; uint8_t pad[14]; uint16_t colsb[16]; uint8_t rows[16]; };
+
+/* tmm0 … tmm3: C (mc × 16 int32; two runs' groups in flight); tmm4, tmm5: A (mc × 32 bytes, one group); tmm6, tmm7:
+ * B (8 × 64 bytes). Loaded at every call: the dense AMX library configures the same tiles its own way on the same
+ * threads. */
+static inline void amxq_config(int mc, int kb) {
+    struct amxq_cfg cf;
+    memset(&cf, 0, sizeof cf);
+    cf.palette = 1;
+    for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)mc, cf.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)mc, cf.colsb[t] = (uint16_t)kb;  /* kb inputs a product */
+    for (int t = 6; t < 8; t++) cf.rows[t] = (uint8_t)(kb / 4), cf.colsb[t] = 64;
+    _tile_loadconfig(&cf);
+}
+
+/* The sixteen rows' scales S_g (odd g ÷ 16) and minimum terms Mn_g of one block, a lane a row. */
+static inline void q4kt_scales(const uint8_t *hd, __m512 S[8], __m512 Mn[8]) {
+    const __m512i dd = _mm512_loadu_si512((const void *)hd);
+    const __m512i w0 = _mm512_loadu_si512((const void *)(hd + 64)), w1 = _mm512_loadu_si512((const void *)(hd + 128));
+    const __m512i w2 = _mm512_loadu_si512((const void *)(hd + 192));
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    const __m512 ndmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15), m48 = _mm512_set1_epi32(48);
+    const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(0.0625f));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {  /* llama.cpp's get_scale_min_k4: j < 4 six bits of w0 / w1; j ≥ 4 w2's nibbles, w0 / w1's tops */
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j), m63);
+        const __m512i mc = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j), m63);
+        const __m512i sh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), m15),
+                                           _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 2), m48));
+        const __m512i mh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), m15),
+                                           _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 2), m48));
+        S[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), (j & 1) ? d16 : d);
+        Mn[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(mc), ndmin);
+        S[4 + j] = _mm512_mul_ps(_mm512_cvtepi32_ps(sh), (j & 1) ? d16 : d);
+        Mn[4 + j] = _mm512_mul_ps(_mm512_cvtepi32_ps(mh), ndmin);
+    }
+}
+
+/* Store C tiles H, H+1 (a constant pair: 0 or 2) into cb[0], cb[1]. */
+static inline __attribute__((always_inline)) void q4kt_store(const int H, int32_t cb[2][256]) {
+    if (H == 0) {
+        _tile_stored(0, cb[0], 64); _tile_stored(1, cb[1], 64);
+    } else {
+        _tile_stored(2, cb[0], 64); _tile_stored(3, cb[1], 64);
+    }
+}
+
+/* A run's two groups g, g+1 (stored C in cb) into the accumulators: acc[m] += C[m]·(S·d[m,g]) + Mn·c[m,g]. */
+static inline __attribute__((always_inline)) void q4kt_fold(const int MC, const __m512 *S, const __m512 *Mn, int g,
+        int G, const float *d, const float *c, int32_t cb[2][256], __m512 *acc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb[h] + 16 * m)));
+            acc[m] = _mm512_fmadd_ps(v, _mm512_mul_ps(S[h], _mm512_set1_ps(d[(size_t)m * G + g + h])), acc[m]);
+            acc[m] = _mm512_fmadd_ps(Mn[h], _mm512_set1_ps(c[(size_t)m * G + g + h]), acc[m]);
+        }
+}
+
+/* A run's two products into C tiles H, H+1 (H = 0 or 2, a constant): B from the unpacked weights (bl, bh), A from
+ * the activations (a0, a1: the inputs they take, rows K apart). */
+static inline __attribute__((always_inline)) void q4kt_issue(const int H, const uint8_t *bl, const uint8_t *bh,
+        const int8_t *a0, const int8_t *a1, int K) {
+    _tile_loadd(6, bl, 64);
+    _tile_loadd(7, bh, 64);
+    _tile_loadd(4, a0, K);
+    _tile_loadd(5, a1, K);
+    if (H == 0) {
+        _tile_zero(0); _tile_zero(1);
+        _tile_dpbsud(0, 4, 6); _tile_dpbsud(1, 5, 7);
+    } else {
+        _tile_zero(2); _tile_zero(3);
+        _tile_dpbsud(2, 4, 6); _tile_dpbsud(3, 5, 7);
+    }
+}
+
+/* Run t of a unit (block t / 4, its groups 2(t mod 4) and +1): the nibbles into buf (low, high), and its scales. */
+static inline __attribute__((always_inline)) void q4kt_unpack(const uint8_t *wu, int t, uint8_t buf[2][512],
+        __m512 *S, __m512 *Mn, __m512 bS[8], __m512 bM[8]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8((char)0xf0);
+    const uint8_t *blk = wu + (size_t)(t >> 2) * Q4KT_UNIT;
+    if ((t & 3) == 0) q4kt_scales(blk, bS, bM);
+    const uint8_t *run = blk + 256 + 512 * (t & 3);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        if (Q4KT_PF) _mm_prefetch((const char *)(run + 64 * i + Q4KT_PF), _MM_HINT_T0);
+        const __m512i p = _mm512_loadu_si512((const void *)(run + 64 * i));
+        _mm512_store_si512((void *)(buf[0] + 64 * i), _mm512_and_si512(p, low4));
+        _mm512_store_si512((void *)(buf[1] + 64 * i), _mm512_and_si512(p, high4));
+    }
+    S[0] = bS[2 * (t & 3)], S[1] = bS[2 * (t & 3) + 1], Mn[0] = bM[2 * (t & 3)], Mn[1] = bM[2 * (t & 3) + 1];
+}
+
+/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC activation rows (a, d, c of those rows, quantize_x's natural order).
+ * Software-pipelined over a unit's runs t: at step t, run t−1's C tiles are stored, run t+1's nibbles unpacked, run
+ * t's products issued, then run t−1 folded — so a tile product, its store and the stores feeding a tile load each
+ * have other work beside them (one run at a time waited on each: ~2× slower; M = 1, 8960 × 1536 from cache). */
+static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int u0, int u1, int K, const int8_t *a,
+        const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, T = K / 256 * 4;
+    uint8_t buf[2][2][512] __attribute__((aligned(64)));  /* [run parity][low, high] */
+    int32_t cb[2][256] __attribute__((aligned(64)));
+    amxq_config(MC, 32);
+    for (int u = u0; u < u1; u++) {
+        const uint8_t *wu = w + (size_t)u * (K / 256) * Q4KT_UNIT;
+        __m512 acc[16], bS[8], bM[8], S[4][2], Mn[4][2];  /* runs' scales by t mod 4: t − 1, t and t + 1 live at once */
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+        q4kt_unpack(wu, 0, buf[0], S[0], Mn[0], bS, bM);
+        for (int t = 0; t < T; t++) {
+            if (t > 0) {
+                if (t & 1) q4kt_store(0, cb);
+                else q4kt_store(2, cb);
+            }
+            if (t + 1 < T) q4kt_unpack(wu, t + 1, buf[(t + 1) & 1], S[(t + 1) & 3], Mn[(t + 1) & 3], bS, bM);
+            const int8_t *a0 = a + (size_t)2 * t * GROUP, *a1 = a0 + GROUP;
+            if (t & 1) q4kt_issue(2, buf[1][0], buf[1][1], a0, a1, K);
+            else q4kt_issue(0, buf[0][0], buf[0][1], a0, a1, K);
+            if (t > 0) q4kt_fold(MC, S[(t - 1) & 3], Mn[(t - 1) & 3], 2 * (t - 1), G, d, c, cb, acc);
+        }
+        /* the unit's last run (T even: tiles 2, 3) */
+        q4kt_store(2, cb);
+        q4kt_fold(MC, S[(T - 1) & 3], Mn[(T - 1) & 3], 2 * (T - 1), G, d, c, cb, acc);
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) {
+            float o[16] __attribute__((aligned(64)));
+            _mm512_store_ps(o, acc[m]);
+            for (int n = 0; n < 16; n++) y[(size_t)m * ldy + 16 * u + n] = f32_to_bf16(o[n]);
+        }
+    }
+}
+
+/* Q6KT: Q6_K blocks (q6k_rows.h's format: Ŵ = (d·sc_j)·(q − 32) per sub-block j of 16) regrouped sixteen rows at a
+ * time (qkernel.q6kt_pack), per unit and block 3360 bytes (16 × 210):
+ *     d [16] fp16 | sc [16 sub-blocks][16 rows] int8 | ql [8 pairs][4][16][4]: sub-block 2p's q & 15 low, 2p+1's high
+ *     | qh [4][4][16][4]: sub-block 4r+s's q >> 4 at bits 2s, 2s+1
+ * each 256-byte part in a tile's B order. A run is a pair of sub-blocks (one group of activations): q = low nibble |
+ * its top bits moved to bits 4–5, a K = 16 product each, and
+ *     y[m,n] = Σ_j W_j[n]·(C_j[m][n]·d[m, j/2] + c16[m, j]),  W_j = d·sc_j (exact: fp16 × int8),
+ * c16 q6k_prep's −32 offsets — the same two terms as rows_q6k, in 16 lanes over the unit's rows. */
+#define Q6KT_UNIT 3360
+
+/* Run t of a unit (block t / 8, sub-blocks 2p and 2p+1, p = t mod 8): its q into buf (one 256-byte B each) and W. */
+static inline __attribute__((always_inline)) void q6kt_unpack(const uint8_t *wu, int t, uint8_t buf[2][512],
+        __m512 *W) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(0x30);
+    const uint8_t *blk = wu + (size_t)(t >> 3) * Q6KT_UNIT;
+    const int p = t & 7, s0 = 2 * (p & 1);  /* the pair's top bits: s0, s0 + 1 of qh part p / 2 */
+    const uint8_t *ql = blk + 288 + 256 * p, *qh = blk + 2336 + 256 * (p >> 1);
+    if (Q4KT_PF) _mm_prefetch((const char *)(ql + Q4KT_PF), _MM_HINT_T0), _mm_prefetch((const char *)(ql + Q4KT_PF + 64), _MM_HINT_T0),
+                 _mm_prefetch((const char *)(ql + Q4KT_PF + 128), _MM_HINT_T0), _mm_prefetch((const char *)(ql + Q4KT_PF + 192), _MM_HINT_T0);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * i)), h = _mm512_loadu_si512((const void *)(qh + 64 * i));
+        /* bits 2s, 2s+1 to 4, 5: s = 0 shift left 4, 1 left 2, 2 none, 3 right 2 (16-bit shifts; the mask keeps a byte's own) */
+        const __m512i h0 = s0 == 0 ? _mm512_slli_epi16(h, 4) : h;
+        const __m512i h1 = s0 == 0 ? _mm512_slli_epi16(h, 2) : _mm512_srli_epi16(h, 2);
+        /* (A & 0x0f) | (B & 0x30): ternary 0xF8, A | (B & C), over (A & 0x0f, B, 0x30) */
+        _mm512_store_si512((void *)(buf[0] + 64 * i), _mm512_ternarylogic_epi32(_mm512_and_si512(l, low4), h0, top, 0xF8));
+        _mm512_store_si512((void *)(buf[1] + 64 * i),
+                           _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), h1, top, 0xF8));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    W[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 32 + 32 * p)))));
+    W[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 48 + 32 * p)))));
+}
+
+/* A run's two sub-blocks j, j+1 (global, group j/2) from cb into the accumulators. */
+static inline __attribute__((always_inline)) void q6kt_fold(const int MC, const __m512 *W, int j, int G, int J,
+        const float *d, const float *c16, int32_t cb[2][256], __m512 *acc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb[h] + 16 * m)));
+            const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(d[(size_t)m * G + j / 2]),
+                                             _mm512_set1_ps(c16[(size_t)m * J + j + h]));
+            acc[m] = _mm512_fmadd_ps(t, W[h], acc[m]);
+        }
+}
+
+/* Units u0 … u1−1 for MC activation rows (a, d of those rows; c16 q6k_prep's offsets), pipelined as rows_q4kt_mc. */
+static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int u0, int u1, int K, const int8_t *a,
+        const float *d, const float *c16, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, J = K / 16, T = K / 256 * 8;
+    uint8_t buf[2][2][512] __attribute__((aligned(64)));
+    int32_t cb[2][256] __attribute__((aligned(64)));
+    amxq_config(MC, 16);
+    for (int u = u0; u < u1; u++) {
+        const uint8_t *wu = w + (size_t)u * (K / 256) * Q6KT_UNIT;
+        __m512 acc[16], W[4][2];
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+        q6kt_unpack(wu, 0, buf[0], W[0]);
+        for (int t = 0; t < T; t++) {
+            if (t > 0) {
+                if (t & 1) q4kt_store(0, cb);
+                else q4kt_store(2, cb);
+            }
+            if (t + 1 < T) q6kt_unpack(wu, t + 1, buf[(t + 1) & 1], W[(t + 1) & 3]);
+            const int8_t *a0 = a + (size_t)32 * t, *a1 = a0 + 16;  /* sub-blocks 2t, 2t+1 */
+            if (t & 1) q4kt_issue(2, buf[1][0], buf[1][1], a0, a1, K);
+            else q4kt_issue(0, buf[0][0], buf[0][1], a0, a1, K);
+            if (t > 0) q6kt_fold(MC, W[(t - 1) & 3], 2 * (t - 1), G, J, d, c16, cb, acc);
+        }
+        q4kt_store(2, cb);
+        q6kt_fold(MC, W[(T - 1) & 3], 2 * (T - 1), G, J, d, c16, cb, acc);
+#pragma GCC unroll 16
+        for (int m = 0; m < MC; m++) {
+            float o[16] __attribute__((aligned(64)));
+            _mm512_store_ps(o, acc[m]);
+            for (int n = 0; n < 16; n++) y[(size_t)m * ldy + 16 * u + n] = f32_to_bf16(o[n]);
+        }
+    }
+}
+
+/* One Q6_K block of row n as the GGUF stores it, from the Q6KT layout (speclab_dequant's reader). */
+static void q6kt_block(const uint8_t *w, int K, int n, int b, uint8_t out[210]) {
+    const int B = K / 256, u = n / 16, i = n % 16;
+    const uint8_t *blk = w + ((size_t)u * B + b) * Q6KT_UNIT;
+    uint8_t q[256];
+    for (int j = 0; j < 16; j++)
+        for (int e = 0; e < 16; e++) {
+            const size_t at = (size_t)64 * (e / 4) + 4 * i + e % 4;  /* [k4][row][4] */
+            const uint8_t lo = (uint8_t)((blk[288 + 256 * (j / 2) + at] >> (4 * (j & 1))) & 15);
+            const uint8_t hi = (uint8_t)((blk[2336 + 256 * (j / 4) + at] >> (2 * (j % 4))) & 3);
+            q[16 * j + e] = (uint8_t)(lo | hi << 4);
+        }
+    for (int h = 0; h < 2; h++)  /* q6k_rows.h's packing of a half */
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *qq = q + 128 * h;
+            out[64 * h + l] = (uint8_t)((qq[l] & 15) | (qq[l + 64] & 15) << 4);
+            out[64 * h + l + 32] = (uint8_t)((qq[l + 32] & 15) | (qq[l + 96] & 15) << 4);
+            out[128 + 32 * h + l] = (uint8_t)(qq[l] >> 4 | (qq[l + 32] >> 4) << 2 | (qq[l + 64] >> 4) << 4 | (qq[l + 96] >> 4) << 6);
+        }
+    for (int j = 0; j < 16; j++) out[192 + j] = blk[32 + 16 * j + i];
+    memcpy(out + 208, blk + 2 * i, 2);
+}
+
+/* One Q4_K block of row n (its 144 bytes as the GGUF stores them) from the Q4KT layout (speclab_dequant's reader). */
+static void q4kt_block(const uint8_t *w, int K, int n, int b, uint8_t out[144]) {
+    const int B = K / 256, u = n / 16, i = n % 16;
+    const uint8_t *blk = w + ((size_t)u * B + b) * Q4KT_UNIT;
+    for (int t = 0; t < 4; t++) memcpy(out + 4 * t, blk + 64 * t + 4 * i, 4);
+    for (int r = 0; r < 4; r++)
+        for (int k4 = 0; k4 < 8; k4++) memcpy(out + 16 + 32 * r + 4 * k4, blk + 256 + 512 * r + 64 * k4 + 4 * i, 4);
+}
