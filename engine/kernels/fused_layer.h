@@ -38,10 +38,10 @@
 #endif
 #include "bf16.h"
 
-/* par_gemv's scratch, in floats, for an [M, K] input: 6·M·K bytes and a margin (the quantized build keeps its int8
- * activations, their scales, its Q5_0 / Q8_0 lanes, Q4_K's and Q5R's orders of the activations and Q6_K's offsets
- * there, ≤ 5.5·M·K + 190·M + 190 bytes). */
-#define FL_SCRATCH_FLOATS(M, K) ((size_t)(M) * (K) * 3 / 2 + 64 * (size_t)(M) + 64)
+/* par_gemv's scratch, in floats, for an [M, K] input: 10·M·K bytes and a margin (the quantized build keeps its int8
+ * activations, their scales, its Q5_0 / Q8_0 lanes, Q4_K's and Q5R's orders of the activations, Q6_K's offsets and
+ * the AMX build's two tile layouts of the activations there, ≤ 9.5·M·K + 190·M + 254 bytes). */
+#define FL_SCRATCH_FLOATS(M, K) ((size_t)(M) * (K) * 5 / 2 + 64 * (size_t)(M) + 64)
 
 /* One row: out = bf16(w · bf16(x · 1/sqrt(mean(x²) + eps))), transformers' LlamaRMSNorm / Qwen2RMSNorm. The sum of
  * squares runs in row order (one chain: the bits fixed whatever the build); the scaling eight at a time, each lane

@@ -820,7 +820,8 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         return;
     }
 #if defined(__AMX_INT8__)
-    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h), sixteen rows a unit: N0 and N1 are multiples of 16 */
+    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h), sixteen rows a unit: N0 and N1 are multiples of 16; a is
+                          * tile_acts' layout */
         MC_CASES(rows_q4kt_mc, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
@@ -888,9 +889,21 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
         free(t);
     }
 #endif
+#if defined(__AMX_INT8__)
+    if (IS_TILED(bits)) {  /* the activations as the tiles take them (tile_acts: 2·M·K bytes), in place of a */
+        int8_t *t = (int8_t *)malloc((size_t)2 * M * K);
+        if (!t) {
+            free(a); free(d); free(c); free(bz); free(dz);
+            return -1;
+        }
+        tile_acts(bits == Q4KT ? 64 : 32, M, K, a, t);
+        free(a);
+        a = t;
+    }
+#endif
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
-        const int8_t *am = a + (size_t)m0 * K;
+        const int8_t *am = a + (size_t)(IS_TILED(bits) ? 2 : 1) * m0 * K;
         const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * CW;
         const int32_t *bm = bz ? bz + (size_t)m0 * P16 : NULL;
         const float *zm = dz ? dz + (size_t)m0 * P16 : NULL;
@@ -932,10 +945,11 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     int8_t *a4 = (int8_t *)(dz + (size_t)M * P16);  /* rows_q4k's order of a (the VNNI build) */
     float *c16 = (float *)(a4 + (((size_t)M * K + 63) & ~(size_t)63));  /* q6k_prep's offsets */
     int8_t *a5 = (int8_t *)(c16 + (size_t)M * (K / 16));  /* rows_q5r's order of a (the VNNI build) */
-    int any_b32 = 0, any_q4k = 0, any_q6k = 0, any_q5r = 0;
+    int8_t *ax4 = a5 + (((size_t)M * K + 63) & ~(size_t)63), *ax6 = ax4 + (size_t)2 * M * K;  /* tile_acts (AMX build) */
+    int any_b32 = 0, any_q4k = 0, any_q6k = 0, any_q5r = 0, any_q4kt = 0, any_q6kt = 0;
     for (int sg = 0; sg < W->nseg; sg++)
         any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= IS_Q6(W->bits[sg]),
-            any_q5r |= W->bits[sg] == Q5R;
+            any_q5r |= W->bits[sg] == Q5R, any_q4kt |= W->bits[sg] == Q4KT, any_q6kt |= W->bits[sg] == Q6KT;
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
@@ -944,6 +958,12 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         if (any_b32) b32_prep(M, K, a, d, bz, dz);
         if (any_q4k) q4k_order(M, K, a, a4);
         if (any_q5r) q5r_order(M, K, a, a5);
+#endif
+#if defined(__AMX_INT8__)
+        if (any_q4kt) tile_acts(64, M, K, a, ax4);
+        if (any_q6kt) tile_acts(32, M, K, a, ax6);
+#else
+        (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt;
 #endif
     }
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
@@ -959,13 +979,15 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             for (int n0 = r0; n0 < r1; n0 += 64) {
                 const int n1 = n0 + 64 < r1 ? n0 + 64 : r1;
 #if defined(__AVX512VNNI__)
-                const int8_t *as = W->bits[sg] == Q4K ? a4 : W->bits[sg] == Q5R ? a5 : a;
-                const float *cs = IS_Q6(W->bits[sg]) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
+                const int bs = W->bits[sg];
+                const int8_t *as = IS_TILED(bs) ? (bs == Q4KT ? ax4 : ax6) + (size_t)2 * m0 * K
+                                 : (bs == Q4K ? a4 : bs == Q5R ? a5 : a) + (size_t)m0 * K;
+                const float *cs = IS_Q6(bs) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
-                const int8_t *as = a;
+                const int8_t *as = a + (size_t)m0 * K;
                 const float *cs = IS_Q6(W->bits[sg]) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #endif
-                rows(mc, W->bits[sg], n0, n1, K, as + (size_t)m0 * K, d + (size_t)m0 * G, cs,
+                rows(mc, W->bits[sg], n0, n1, K, as, d + (size_t)m0 * G, cs,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
                      y + (size_t)m0 * N + col, N);
             }

@@ -1,28 +1,51 @@
-/* GGUF Q4_K weights on AMX int8 tiles: the AMX build of qgemm.c (included there, under __AMX_INT8__; its GROUP,
- * MCHUNK, f32_to_bf16; quantize_x's a, d and c).
+/* GGUF Q4_K and Q6_K weights on AMX int8 tiles: the AMX build of qgemm.c (included there, under __AMX_INT8__; its
+ * GROUP, MCHUNK, f32_to_bf16; quantize_x's a, d and c; q6k_prep's c16).
  *
  * Q4KT (a layout, not a format): a Q4_K tensor's blocks regrouped sixteen rows at a time without loss (N % 16 = 0;
  * qkernel.q4kt_pack). Per unit u of rows 16u … 16u+15 and block b of 256 inputs, 2304 bytes (16 × 144):
  *     head  dwords [4][16]: for each row, its block's d | dmin, then the three code words w0, w1, w2 (q4k_block's)
  *     runs  [4][8][16][4] bytes: for each run r of 32 nibble bytes (groups 2r and 2r+1: low and high nibbles), for
  *           k4 = 0 … 7, the run's bytes 4·k4 … 4·k4+3 of each of the sixteen rows
- * so a run's 512 bytes `& 0x0f` are group 2r's weights and `& 0xf0` group 2r+1's times 16, each already in the
- * layout of a tile's B operand (K/4 rows of N × 4 bytes): TDPBSUD takes the activations as A (M rows × 32 signed
- * bytes of one group) and the weights as B (unsigned), C[m][n] = Σ_k a[m,k]·q[n,k], one tile op a group.
+ * so a run's 512 bytes `& 0x0f` are group 2r's weights and `& 0xf0` group 2r+1's times 16, each in the layout of a
+ * tile's B operand (K/4 rows of N × 4 bytes); the two stacked are one B of 16 rows, K = 64.
+ *
+ * One TDPBSUD a run: the activations as A (signed) in `tile_acts`' layout — two rows per activation row m, row 2m
+ * group 2r's 32 bytes then 32 zeros, row 2m+1 32 zeros then group 2r+1's — and the run's weights as B (unsigned),
+ * so C[2m+h][n] = Σ_k a[m,k]·q[n,k] over group 2r+h alone, for up to eight activation rows (16 tile rows). A
+ * product of two groups a run with half its multiplies on zeros beat two products of one group: the tile unit's
+ * throughput, not its multiplies, bounded the loop (M = 1, 8960 × 1536 from cache: 0.216 → ~0.19 ms).
  *
  * Then  y[m,n] = Σ_g ( C_g[m][n]·(S_g[n]·d[m,g]) + Mn_g[n]·c[m,g] )  with S_g = d·sc_g (÷16 for an odd g, whose q
  * came ×16: a power of two, so the same products) and Mn_g = −dmin·m_g, in 16 float32 lanes over the unit's rows
  * n. Per unit and block: the sixteen rows' scales decoded at once (a lane a row), per run eight loads, sixteen
- * ANDs and stores, two tile loads of B and two of A, two TDPBSUD; per activation row and group a conversion,
- * a multiply and two FMAs — where the VNNI build (rows_q4k) takes per row and block the scale decoding and per
+ * ANDs and stores, a tile load of B and one of A, one TDPBSUD; per activation row and group a conversion, a
+ * multiply and two FMAs — where the VNNI build (rows_q4k) takes per row and block the scale decoding and per
  * activation row four vpdpbusd, conversions, permutes and FMAs, so its cost grows with M and this one barely.
- * Every y[m,n] takes the same operations in the same order whatever M is: batch-invariant within this build (its
- * bits are not rows_q4k's).
+ *
+ * Q6KT: Q6_K blocks (q6k_rows.h's format: Ŵ = (d·sc_j)·(q − 32) per sub-block j of 16) regrouped likewise
+ * (qkernel.q6kt_pack), per unit and block 3360 bytes (16 × 210):
+ *     d [16] fp16 | sc [16 sub-blocks][16 rows] int8 | ql [8 pairs][4][16][4]: sub-block 2p's q & 15 low, 2p+1's high
+ *     | qh [4][4][16][4]: sub-block 4r+s's q >> 4 at bits 2s, 2s+1
+ * each 256-byte part in a tile's B order. A run is a pair of sub-blocks (one group of activations): q = low nibble |
+ * its top bits moved to bits 4–5, one K = 32 product (A rows 2m, 2m+1: the sub-blocks' 16 bytes each beside 16
+ * zeros), and
+ *     y[m,n] = Σ_j W_j[n]·(C_j[m][n]·d[m, j/2] + c16[m, j]),  W_j = d·sc_j (exact: fp16 × int8),
+ * c16 q6k_prep's −32 offsets — the same two terms as rows_q6k, in 16 lanes over the unit's rows.
+ *
+ * Both loops are software-pipelined over a unit's runs t (four C tiles, a run each): at step t, run t−2's C tile is
+ * stored, run t+1's weights unpacked, run t's product issued, then run t−2 folded into the accumulators — so a tile
+ * product, its store and the stores feeding a tile load each have other work beside them (one run at a time
+ * waited on each: ~2× slower). Every y[m,n] takes the same operations in the same order whatever M is:
+ * batch-invariant within this build (its bits are not rows_q4k's / rows_q6k's).
  */
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define Q4KT_UNIT 2304 /* bytes of one unit's block: 16 rows × 144 */
+#define Q6KT_UNIT 3360 /* 16 rows × 210 */
+/* Q4KT_PF: software prefetch this many bytes ahead in a unit's weights. Why: measured M = 1, 2 threads, 90 copies of
+ * an 8960 × 1536 Q4_K weight read in turn (0.70 GB, from memory; the AMX Xeon, its read probe ~20 GB/s then): 15.9
+ * GB/s without, 19.4–20.0 at 2304, 4608 and 9216 bytes ahead (hand harness). */
 #ifndef Q4KT_PF
 #define Q4KT_PF 4608
 #endif
@@ -35,17 +58,37 @@ int speclab_amx_ok(void) { return amx_ok; }
 
 struct amxq_cfg { uint8_t palette, start; uint8_t pad[14]; uint16_t colsb[16]; uint8_t rows[16]; };
 
-/* tmm0 … tmm3: C (mc × 16 int32; two runs' groups in flight); tmm4, tmm5: A (mc × 32 bytes, one group); tmm6, tmm7:
- * B (8 × 64 bytes). Loaded at every call: the dense AMX library configures the same tiles its own way on the same
+/* tmm0 … tmm3: C (2·mc × 16 int32, a run each); tmm4, tmm5: A (2·mc rows of kb bytes); tmm6, tmm7: B (kb / 4 rows
+ * of 64 bytes). Loaded at every call: the dense AMX library configures the same tiles its own way on the same
  * threads. */
 static inline void amxq_config(int mc, int kb) {
     struct amxq_cfg cf;
     memset(&cf, 0, sizeof cf);
     cf.palette = 1;
-    for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)mc, cf.colsb[t] = 64;
-    for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)mc, cf.colsb[t] = (uint16_t)kb;  /* kb inputs a product */
+    for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = (uint16_t)kb;
     for (int t = 6; t < 8; t++) cf.rows[t] = (uint8_t)(kb / 4), cf.colsb[t] = 64;
     _tile_loadconfig(&cf);
+}
+
+/* The activations as the tiles take them (A per run, `kb` bytes a row: 64 for Q4KT, 32 for Q6KT), per chunk of
+ * MCHUNK rows starting at 2·m0·K bytes: for each run of kb inputs, 2·mc rows — row 2m its first half then zeros,
+ * row 2m+1 zeros then its second half. 2·M·K bytes. */
+static void tile_acts(int kb, int M, int K, const int8_t *a, int8_t *ax) {
+    const int hb = kb / 2;
+    for (int m0 = 0; m0 < M; m0 += MCHUNK) {
+        const int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
+        int8_t *o = ax + (size_t)2 * m0 * K;
+        for (int r = 0; r < K / kb; r++)
+            for (int m = 0; m < mc; m++) {
+                const int8_t *src = a + (size_t)(m0 + m) * K + (size_t)r * kb;
+                int8_t *row = o + ((size_t)r * 2 * mc + 2 * m) * kb;
+                memcpy(row, src, hb);
+                memset(row + hb, 0, hb);
+                memset(row + kb, 0, hb);
+                memcpy(row + kb + hb, src + hb, hb);
+            }
+    }
 }
 
 /* The sixteen rows' scales S_g (odd g ÷ 16) and minimum terms Mn_g of one block, a lane a row. */
@@ -72,48 +115,37 @@ static inline void q4kt_scales(const uint8_t *hd, __m512 S[8], __m512 Mn[8]) {
     }
 }
 
-/* Store C tiles H, H+1 (a constant pair: 0 or 2) into cb[0], cb[1]. */
-static inline __attribute__((always_inline)) void q4kt_store(const int H, int32_t cb[2][256]) {
-    if (H == 0) {
-        _tile_stored(0, cb[0], 64); _tile_stored(1, cb[1], 64);
+/* Run t's product into C tile t mod 4: B from the unpacked weights, A from tile_acts' rows (2·mc·kb bytes a run). */
+static inline __attribute__((always_inline)) void qt_issue(int t, const uint8_t *bw, const int8_t *ar, int kb) {
+    if (t & 1) {
+        _tile_loadd(7, bw, 64);
+        _tile_loadd(5, ar, kb);
     } else {
-        _tile_stored(2, cb[0], 64); _tile_stored(3, cb[1], 64);
+        _tile_loadd(6, bw, 64);
+        _tile_loadd(4, ar, kb);
+    }
+    switch (t & 3) {
+        case 0: _tile_zero(0); _tile_dpbsud(0, 4, 6); break;
+        case 1: _tile_zero(1); _tile_dpbsud(1, 5, 7); break;
+        case 2: _tile_zero(2); _tile_dpbsud(2, 4, 6); break;
+        default: _tile_zero(3); _tile_dpbsud(3, 5, 7); break;
     }
 }
 
-/* A run's two groups g, g+1 (stored C in cb) into the accumulators: acc[m] += C[m]·(S·d[m,g]) + Mn·c[m,g]. */
-static inline __attribute__((always_inline)) void q4kt_fold(const int MC, const __m512 *S, const __m512 *Mn, int g,
-        int G, const float *d, const float *c, int32_t cb[2][256], __m512 *acc) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-#pragma GCC unroll 16
-        for (int m = 0; m < MC; m++) {
-            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb[h] + 16 * m)));
-            acc[m] = _mm512_fmadd_ps(v, _mm512_mul_ps(S[h], _mm512_set1_ps(d[(size_t)m * G + g + h])), acc[m]);
-            acc[m] = _mm512_fmadd_ps(Mn[h], _mm512_set1_ps(c[(size_t)m * G + g + h]), acc[m]);
-        }
-}
-
-/* A run's two products into C tiles H, H+1 (H = 0 or 2, a constant): B from the unpacked weights (bl, bh), A from
- * the activations (a0, a1: the inputs they take, rows K apart). */
-static inline __attribute__((always_inline)) void q4kt_issue(const int H, const uint8_t *bl, const uint8_t *bh,
-        const int8_t *a0, const int8_t *a1, int K) {
-    _tile_loadd(6, bl, 64);
-    _tile_loadd(7, bh, 64);
-    _tile_loadd(4, a0, K);
-    _tile_loadd(5, a1, K);
-    if (H == 0) {
-        _tile_zero(0); _tile_zero(1);
-        _tile_dpbsud(0, 4, 6); _tile_dpbsud(1, 5, 7);
-    } else {
-        _tile_zero(2); _tile_zero(3);
-        _tile_dpbsud(2, 4, 6); _tile_dpbsud(3, 5, 7);
+/* Run t's C tile (t mod 4) into cb (2·mc rows of 16 int32). */
+static inline __attribute__((always_inline)) void qt_store(int t, int32_t *cb) {
+    switch (t & 3) {
+        case 0: _tile_stored(0, cb, 64); break;
+        case 1: _tile_stored(1, cb, 64); break;
+        case 2: _tile_stored(2, cb, 64); break;
+        default: _tile_stored(3, cb, 64); break;
     }
 }
 
-/* Run t of a unit (block t / 4, its groups 2(t mod 4) and +1): the nibbles into buf (low, high), and its scales. */
-static inline __attribute__((always_inline)) void q4kt_unpack(const uint8_t *wu, int t, uint8_t buf[2][512],
-        __m512 *S, __m512 *Mn, __m512 bS[8], __m512 bM[8]) {
+/* Q4KT run t of a unit (block t / 4, groups 2(t mod 4) and +1): the nibbles into bw (low: rows 0–7, high: 8–15) and
+ * the run's scales (the block's decoded at its first run). */
+static inline __attribute__((always_inline)) void q4kt_unpack(const uint8_t *wu, int t, uint8_t *bw, __m512 *S,
+        __m512 *Mn, __m512 bS[8], __m512 bM[8]) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8((char)0xf0);
     const uint8_t *blk = wu + (size_t)(t >> 2) * Q4KT_UNIT;
     if ((t & 3) == 0) q4kt_scales(blk, bS, bM);
@@ -122,79 +154,74 @@ static inline __attribute__((always_inline)) void q4kt_unpack(const uint8_t *wu,
     for (int i = 0; i < 8; i++) {
         if (Q4KT_PF) _mm_prefetch((const char *)(run + 64 * i + Q4KT_PF), _MM_HINT_T0);
         const __m512i p = _mm512_loadu_si512((const void *)(run + 64 * i));
-        _mm512_store_si512((void *)(buf[0] + 64 * i), _mm512_and_si512(p, low4));
-        _mm512_store_si512((void *)(buf[1] + 64 * i), _mm512_and_si512(p, high4));
+        _mm512_store_si512((void *)(bw + 64 * i), _mm512_and_si512(p, low4));
+        _mm512_store_si512((void *)(bw + 512 + 64 * i), _mm512_and_si512(p, high4));
     }
     S[0] = bS[2 * (t & 3)], S[1] = bS[2 * (t & 3) + 1], Mn[0] = bM[2 * (t & 3)], Mn[1] = bM[2 * (t & 3) + 1];
 }
 
-/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC activation rows (a, d, c of those rows, quantize_x's natural order).
- * Software-pipelined over a unit's runs t: at step t, run t−1's C tiles are stored, run t+1's nibbles unpacked, run
- * t's products issued, then run t−1 folded — so a tile product, its store and the stores feeding a tile load each
- * have other work beside them (one run at a time waited on each: ~2× slower; M = 1, 8960 × 1536 from cache). */
-static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int u0, int u1, int K, const int8_t *a,
-        const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
-    const int G = K / GROUP, T = K / 256 * 4;
-    uint8_t buf[2][2][512] __attribute__((aligned(64)));  /* [run parity][low, high] */
-    int32_t cb[2][256] __attribute__((aligned(64)));
-    amxq_config(MC, 32);
-    for (int u = u0; u < u1; u++) {
-        const uint8_t *wu = w + (size_t)u * (K / 256) * Q4KT_UNIT;
-        __m512 acc[16], bS[8], bM[8], S[4][2], Mn[4][2];  /* runs' scales by t mod 4: t − 1, t and t + 1 live at once */
-#pragma GCC unroll 16
-        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-        q4kt_unpack(wu, 0, buf[0], S[0], Mn[0], bS, bM);
-        for (int t = 0; t < T; t++) {
-            if (t > 0) {
-                if (t & 1) q4kt_store(0, cb);
-                else q4kt_store(2, cb);
-            }
-            if (t + 1 < T) q4kt_unpack(wu, t + 1, buf[(t + 1) & 1], S[(t + 1) & 3], Mn[(t + 1) & 3], bS, bM);
-            const int8_t *a0 = a + (size_t)2 * t * GROUP, *a1 = a0 + GROUP;
-            if (t & 1) q4kt_issue(2, buf[1][0], buf[1][1], a0, a1, K);
-            else q4kt_issue(0, buf[0][0], buf[0][1], a0, a1, K);
-            if (t > 0) q4kt_fold(MC, S[(t - 1) & 3], Mn[(t - 1) & 3], 2 * (t - 1), G, d, c, cb, acc);
+/* A Q4KT run's groups g, g+1 (C rows 2m, 2m+1 in cb) into the accumulators: acc[m] += C·(S·d[m,g]) + Mn·c[m,g]. */
+static inline __attribute__((always_inline)) void q4kt_fold(const int MC, const __m512 *S, const __m512 *Mn, int g,
+        int G, const float *d, const float *c, const int32_t *cb, __m512 *acc) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 16 * (2 * m + h))));
+            acc[m] = _mm512_fmadd_ps(v, _mm512_mul_ps(S[h], _mm512_set1_ps(d[(size_t)m * G + g + h])), acc[m]);
+            acc[m] = _mm512_fmadd_ps(Mn[h], _mm512_set1_ps(c[(size_t)m * G + g + h]), acc[m]);
         }
-        /* the unit's last run (T even: tiles 2, 3) */
-        q4kt_store(2, cb);
-        q4kt_fold(MC, S[(T - 1) & 3], Mn[(T - 1) & 3], 2 * (T - 1), G, d, c, cb, acc);
-#pragma GCC unroll 16
-        for (int m = 0; m < MC; m++) {
-            float o[16] __attribute__((aligned(64)));
-            _mm512_store_ps(o, acc[m]);
-            for (int n = 0; n < 16; n++) y[(size_t)m * ldy + 16 * u + n] = f32_to_bf16(o[n]);
-        }
+}
+
+/* The unit's sums rounded into y's sixteen columns 16u … 16u+15. */
+static inline __attribute__((always_inline)) void qt_out(const int MC, int u, const __m512 *acc, uint16_t *y, int ldy) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++) {
+        float o[16] __attribute__((aligned(64)));
+        _mm512_store_ps(o, acc[m]);
+        for (int n = 0; n < 16; n++) y[(size_t)m * ldy + 16 * u + n] = f32_to_bf16(o[n]);
     }
 }
 
-/* Q6KT: Q6_K blocks (q6k_rows.h's format: Ŵ = (d·sc_j)·(q − 32) per sub-block j of 16) regrouped sixteen rows at a
- * time (qkernel.q6kt_pack), per unit and block 3360 bytes (16 × 210):
- *     d [16] fp16 | sc [16 sub-blocks][16 rows] int8 | ql [8 pairs][4][16][4]: sub-block 2p's q & 15 low, 2p+1's high
- *     | qh [4][4][16][4]: sub-block 4r+s's q >> 4 at bits 2s, 2s+1
- * each 256-byte part in a tile's B order. A run is a pair of sub-blocks (one group of activations): q = low nibble |
- * its top bits moved to bits 4–5, a K = 16 product each, and
- *     y[m,n] = Σ_j W_j[n]·(C_j[m][n]·d[m, j/2] + c16[m, j]),  W_j = d·sc_j (exact: fp16 × int8),
- * c16 q6k_prep's −32 offsets — the same two terms as rows_q6k, in 16 lanes over the unit's rows. */
-#define Q6KT_UNIT 3360
+/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC ≤ 8 activation rows: ax their tile_acts(64) rows, d and c quantize_x's. */
+static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
+        const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, T = K / 256 * 4;
+    uint8_t bw[2][1024] __attribute__((aligned(64)));
+    int32_t cb[16 * 16] __attribute__((aligned(64)));
+    amxq_config(MC, 64);
+    for (int u = u0; u < u1; u++) {
+        const uint8_t *wu = w + (size_t)u * (K / 256) * Q4KT_UNIT;
+        __m512 acc[8], bS[8], bM[8], S[4][2], Mn[4][2];  /* runs' scales by t mod 4: t − 2 … t + 1 live at once */
+#pragma GCC unroll 8
+        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+        q4kt_unpack(wu, 0, bw[0], S[0], Mn[0], bS, bM);
+        for (int t = 0; t < T + 2; t++) {
+            if (t >= 2) qt_store(t - 2, cb);
+            if (t + 1 < T) q4kt_unpack(wu, t + 1, bw[(t + 1) & 1], S[(t + 1) & 3], Mn[(t + 1) & 3], bS, bM);
+            if (t < T) qt_issue(t, bw[t & 1], ax + (size_t)t * 2 * MC * 64, 64);
+            if (t >= 2) q4kt_fold(MC, S[(t - 2) & 3], Mn[(t - 2) & 3], 2 * (t - 2), G, d, c, cb, acc);
+        }
+        qt_out(MC, u, acc, y, ldy);
+    }
+}
 
-/* Run t of a unit (block t / 8, sub-blocks 2p and 2p+1, p = t mod 8): its q into buf (one 256-byte B each) and W. */
-static inline __attribute__((always_inline)) void q6kt_unpack(const uint8_t *wu, int t, uint8_t buf[2][512],
-        __m512 *W) {
+/* Q6KT run t of a unit (block t / 8, sub-blocks 2p and 2p+1, p = t mod 8): its q into bw (rows 0–3, 4–7) and W. */
+static inline __attribute__((always_inline)) void q6kt_unpack(const uint8_t *wu, int t, uint8_t *bw, __m512 *W) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(0x30);
     const uint8_t *blk = wu + (size_t)(t >> 3) * Q6KT_UNIT;
     const int p = t & 7, s0 = 2 * (p & 1);  /* the pair's top bits: s0, s0 + 1 of qh part p / 2 */
     const uint8_t *ql = blk + 288 + 256 * p, *qh = blk + 2336 + 256 * (p >> 1);
-    if (Q4KT_PF) _mm_prefetch((const char *)(ql + Q4KT_PF), _MM_HINT_T0), _mm_prefetch((const char *)(ql + Q4KT_PF + 64), _MM_HINT_T0),
-                 _mm_prefetch((const char *)(ql + Q4KT_PF + 128), _MM_HINT_T0), _mm_prefetch((const char *)(ql + Q4KT_PF + 192), _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
+        if (Q4KT_PF) _mm_prefetch((const char *)(ql + 64 * i + Q4KT_PF), _MM_HINT_T0);
         const __m512i l = _mm512_loadu_si512((const void *)(ql + 64 * i)), h = _mm512_loadu_si512((const void *)(qh + 64 * i));
         /* bits 2s, 2s+1 to 4, 5: s = 0 shift left 4, 1 left 2, 2 none, 3 right 2 (16-bit shifts; the mask keeps a byte's own) */
         const __m512i h0 = s0 == 0 ? _mm512_slli_epi16(h, 4) : h;
         const __m512i h1 = s0 == 0 ? _mm512_slli_epi16(h, 2) : _mm512_srli_epi16(h, 2);
         /* (A & 0x0f) | (B & 0x30): ternary 0xF8, A | (B & C), over (A & 0x0f, B, 0x30) */
-        _mm512_store_si512((void *)(buf[0] + 64 * i), _mm512_ternarylogic_epi32(_mm512_and_si512(l, low4), h0, top, 0xF8));
-        _mm512_store_si512((void *)(buf[1] + 64 * i),
+        _mm512_store_si512((void *)(bw + 64 * i), _mm512_ternarylogic_epi32(_mm512_and_si512(l, low4), h0, top, 0xF8));
+        _mm512_store_si512((void *)(bw + 256 + 64 * i),
                            _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), h1, top, 0xF8));
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
@@ -202,52 +229,40 @@ static inline __attribute__((always_inline)) void q6kt_unpack(const uint8_t *wu,
     W[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 48 + 32 * p)))));
 }
 
-/* A run's two sub-blocks j, j+1 (global, group j/2) from cb into the accumulators. */
+/* A Q6KT run's sub-blocks j, j+1 (global; group j/2; C rows 2m, 2m+1 in cb) into the accumulators. */
 static inline __attribute__((always_inline)) void q6kt_fold(const int MC, const __m512 *W, int j, int G, int J,
-        const float *d, const float *c16, int32_t cb[2][256], __m512 *acc) {
+        const float *d, const float *c16, const int32_t *cb, __m512 *acc) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MC; m++)
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-#pragma GCC unroll 16
-        for (int m = 0; m < MC; m++) {
-            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb[h] + 16 * m)));
+        for (int h = 0; h < 2; h++) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 16 * (2 * m + h))));
             const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(d[(size_t)m * G + j / 2]),
                                              _mm512_set1_ps(c16[(size_t)m * J + j + h]));
             acc[m] = _mm512_fmadd_ps(t, W[h], acc[m]);
         }
 }
 
-/* Units u0 … u1−1 for MC activation rows (a, d of those rows; c16 q6k_prep's offsets), pipelined as rows_q4kt_mc. */
-static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int u0, int u1, int K, const int8_t *a,
+/* Units u0 … u1−1 for MC ≤ 8 activation rows: ax their tile_acts(32) rows, d quantize_x's, c16 q6k_prep's. */
+static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
         const float *d, const float *c16, const uint8_t *w, uint16_t *y, int ldy) {
     const int G = K / GROUP, J = K / 16, T = K / 256 * 8;
-    uint8_t buf[2][2][512] __attribute__((aligned(64)));
-    int32_t cb[2][256] __attribute__((aligned(64)));
-    amxq_config(MC, 16);
+    uint8_t bw[2][1024] __attribute__((aligned(64)));
+    int32_t cb[16 * 16] __attribute__((aligned(64)));
+    amxq_config(MC, 32);
     for (int u = u0; u < u1; u++) {
         const uint8_t *wu = w + (size_t)u * (K / 256) * Q6KT_UNIT;
-        __m512 acc[16], W[4][2];
-#pragma GCC unroll 16
+        __m512 acc[8], W[4][2];
+#pragma GCC unroll 8
         for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-        q6kt_unpack(wu, 0, buf[0], W[0]);
-        for (int t = 0; t < T; t++) {
-            if (t > 0) {
-                if (t & 1) q4kt_store(0, cb);
-                else q4kt_store(2, cb);
-            }
-            if (t + 1 < T) q6kt_unpack(wu, t + 1, buf[(t + 1) & 1], W[(t + 1) & 3]);
-            const int8_t *a0 = a + (size_t)32 * t, *a1 = a0 + 16;  /* sub-blocks 2t, 2t+1 */
-            if (t & 1) q4kt_issue(2, buf[1][0], buf[1][1], a0, a1, K);
-            else q4kt_issue(0, buf[0][0], buf[0][1], a0, a1, K);
-            if (t > 0) q6kt_fold(MC, W[(t - 1) & 3], 2 * (t - 1), G, J, d, c16, cb, acc);
+        q6kt_unpack(wu, 0, bw[0], W[0]);
+        for (int t = 0; t < T + 2; t++) {
+            if (t >= 2) qt_store(t - 2, cb);
+            if (t + 1 < T) q6kt_unpack(wu, t + 1, bw[(t + 1) & 1], W[(t + 1) & 3]);
+            if (t < T) qt_issue(t, bw[t & 1], ax + (size_t)t * 2 * MC * 32, 32);
+            if (t >= 2) q6kt_fold(MC, W[(t - 2) & 3], 2 * (t - 2), G, J, d, c16, cb, acc);
         }
-        q4kt_store(2, cb);
-        q6kt_fold(MC, W[(T - 1) & 3], 2 * (T - 1), G, J, d, c16, cb, acc);
-#pragma GCC unroll 16
-        for (int m = 0; m < MC; m++) {
-            float o[16] __attribute__((aligned(64)));
-            _mm512_store_ps(o, acc[m]);
-            for (int n = 0; n < 16; n++) y[(size_t)m * ldy + 16 * u + n] = f32_to_bf16(o[n]);
-        }
+        qt_out(MC, u, acc, y, ldy);
     }
 }
 
