@@ -1,0 +1,121 @@
+"""Q4_K and Q6_K blocks on AMX int8 tiles (engine/kernels/qtiles.h, qkernel's q4kt_pack / q6kt_pack, the qgemm-amx
+build): the tile layouts are the GGUF's blocks regrouped without loss, and where this machine has the tiles the
+kernel computes x·Ŵᵀ of exactly those weights — every code it reads decoded right, each row the same bits whatever
+the number of activation rows — and a layer takes the tiles only where its rows come in sixteens."""
+
+import pytest
+import torch
+
+from engine.kernels import qkernel
+
+needs_tiles = pytest.mark.skipif(not qkernel.tiles(), reason="no AMX int8 tiles here (the qgemm-amx build, the tile "
+                                                            f"state granted); this CPU runs {qkernel.variant()}")
+FORMATS = {qkernel.Q4K: (qkernel.q4kt_pack, qkernel.Q4KT, 144), qkernel.Q6K: (qkernel.q6kt_pack, qkernel.Q6KT, 210)}
+
+
+def _random_blocks(bits: int, n: int, k: int, seed: int = 0) -> torch.Tensor:
+    """Blocks of random code bytes (every scale, minimum and quant code drawn at random), with a sane fp16 d (and
+    dmin): a code read from the wrong place or decoded wrong moves the product far beyond rounding."""
+    g = torch.Generator().manual_seed(seed)
+    per = FORMATS[bits][2]
+    b = torch.randint(0, 256, (n, k // 256, per), generator=g, dtype=torch.uint8)
+    d = (torch.rand(n, k // 256, 2, generator=g) * 0.01 + 0.001).to(torch.float16).view(torch.uint8)
+    if bits == qkernel.Q4K:
+        b[..., :4] = d.reshape(n, k // 256, 4)  # d, dmin
+    else:
+        b[..., 208:] = d[..., :2]  # d (the last two bytes)
+    return b.reshape(n, -1).contiguous()
+
+
+@pytest.mark.parametrize("bits", [qkernel.Q4K, qkernel.Q6K])
+def test_the_tile_layouts_are_the_blocks_regrouped(bits):
+    pack, tiled, per = FORMATS[bits]
+    b = _random_blocks(bits, 32, 512, seed=bits)
+    t = pack(b)
+    assert t.shape == b.shape and t.dtype == torch.uint8 and not torch.equal(t, b)
+    assert torch.equal(qkernel.as_gguf_blocks(t, tiled), b)
+    assert torch.equal(qkernel.block_unpack(t, tiled), qkernel.block_unpack(b, bits))
+    units = t.reshape(2, 2, 16 * per)  # [unit, block, bytes]: rows 16u … 16u+15 and block b together
+    if bits == qkernel.Q4K:  # row 5 of unit 1, block 1: its d | dmin is dword 5 of the head; its run 2's bytes 8…11
+        assert torch.equal(units[1, 1, 20:24], b[21, 144:148])
+        assert torch.equal(units[1, 1, 256 + 512 * 2 + 64 * 2 + 20:256 + 512 * 2 + 64 * 2 + 24],
+                           b[21, 144 + 16 + 64 + 8:144 + 16 + 64 + 12])
+    else:  # row 5 of unit 1, block 1: its d; the scale byte of its sub-block 9
+        assert torch.equal(units[1, 1, 10:12], b[21, 210 + 208:210 + 210])
+        assert units[1, 1, 32 + 16 * 9 + 5] == b[21, 210 + 192 + 9]
+    with pytest.raises(ValueError, match="sixteens"):
+        pack(b[:24])
+
+
+@needs_tiles
+@pytest.mark.parametrize("bits", [qkernel.Q4K, qkernel.Q6K])
+@pytest.mark.parametrize("k", [256, 1536])
+def test_the_tiles_compute_x_times_the_blocks_weights_the_same_at_every_row_count(bits, k):
+    b = _random_blocks(bits, 48, k, seed=k + bits)
+    lin = qkernel.QGemmLinear.from_blocks(b, None, bits)
+    assert lin.bits == FORMATS[bits][1] and (lin.out_features, lin.in_features) == (48, k)
+    x = (torch.randn(17, k, generator=torch.Generator().manual_seed(1)) * 2).to(torch.bfloat16)
+    ref = x.float() @ qkernel.block_unpack(b, bits).T
+    y = lin(x)
+    assert ((y.float() - ref).abs().max() / ref.abs().max()) < 0.03  # the activations' int8 rounding, no more
+    # one row (a decode step), chunks of 1 … 8 rows and 17 (three chunks): each row's bits alike
+    for m in (1, 2, 3, 5, 8, 9, 16):
+        assert torch.equal(torch.cat([lin(x[i:i + m]) for i in range(0, 17, m)]), y), m
+    # the blocks as stored, on the VNNI loop of the same build (the same int8 activations, sums in another order):
+    # within two bf16 steps of each value
+    stored = qkernel.qgemm(x, b, lin.s, lin.mn, bits).float()
+    assert torch.allclose(stored, y.float(), rtol=2 ** -7, atol=1e-4 * ref.abs().max().item())
+    assert torch.equal(qkernel.dequant_bf16(lin.q, lin.s, lin.mn, lin.bits), qkernel.dequant_bf16(b, lin.s, lin.mn, bits))
+
+
+@needs_tiles
+@pytest.mark.parametrize("bits,flips", [
+    # Q4_K: d, dmin, sc_0 (six bits of byte 4), m_1 (byte 9), sc_4's top bits (byte 4's bit 7) and its low nibble
+    # (byte 12), m_7's high nibble (byte 15), a low and a high nibble of the last run
+    (qkernel.Q4K, [(0, 0x10), (3, 0x08), (4, 0x04), (9, 0x02), (4, 0x80), (12, 0x02), (15, 0x20), (140, 0x01),
+                   (141, 0x40)]),
+    # Q6_K: a low and a high nibble of ql in each half, each of qh's bit pairs, a scale code, d
+    (qkernel.Q6K, [(3, 0x01), (7, 0x20), (64 + 40, 0x04), (64 + 33, 0x80), (128, 0x01), (129, 0x08), (130, 0x10),
+                   (131, 0x40), (192 + 11, 0x08), (209, 0x04)]),
+])
+def test_every_code_the_tiles_read_moves_the_output_as_the_reference_says(bits, flips):
+    """One code of one row flipped at a time (x picks isolated weights, each a flip touches, so its change shows and
+    the activations quantize exactly): that row's product moves as x·Ŵᵀ of the flipped blocks says, no other row's."""
+    k = 256
+    b = _random_blocks(bits, 16, k, seed=7)
+    x = torch.zeros(2, k)
+    x[0, [0, 3, 5, 33, 40, 66, 71, 99, 130, 168, 180, 220, 225, 252, 253]] = 1.0
+    x[1, [3, 66, 130, 253]] = -1.0
+    x = x.to(torch.bfloat16)
+    before = qkernel.QGemmLinear.from_blocks(b, None, bits)(x)
+    for off, mask in flips:
+        c = b.clone()
+        c[9, off] ^= mask  # one row's code
+        lin = qkernel.QGemmLinear.from_blocks(c, None, bits)
+        assert lin.bits == FORMATS[bits][1]
+        after = lin(x)
+        want = x.float() @ qkernel.block_unpack(c, bits).T
+        assert not torch.equal(before[0, 9], after[0, 9]), off
+        assert torch.equal(torch.cat([before[:, :9], before[:, 10:]], 1), torch.cat([after[:, :9], after[:, 10:]], 1))
+        assert torch.allclose(after.float(), want, rtol=0.01, atol=1e-3 * want.abs().max().item()), off
+
+
+@needs_tiles
+def test_a_tiled_product_of_rows_not_in_sixteens_is_refused():
+    t = qkernel.q4kt_pack(_random_blocks(qkernel.Q4K, 16, 256))
+    x = torch.randn(1, 256).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="refused shape"):
+        qkernel.qgemm(x, t[:8], torch.empty(0, dtype=torch.float16), torch.empty(0, dtype=torch.float16), qkernel.Q4KT)
+
+
+def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch):
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm kernel: {qkernel.available()}")
+    monkeypatch.setattr(qkernel, "tiles", lambda: False)
+    for bits in (qkernel.Q4K, qkernel.Q6K):
+        if not qkernel.reads(bits):
+            continue
+        b = _random_blocks(bits, 32, 256)
+        lin = qkernel.QGemmLinear.from_blocks(b, None, bits)
+        assert lin.bits == bits and torch.equal(lin.q, b)
+    assert not qkernel.reads(qkernel.Q4KT) and not qkernel.reads(qkernel.Q6KT)
