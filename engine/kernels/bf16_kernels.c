@@ -208,7 +208,7 @@ static inline void amx_config(int mc) {
     c.rows[0] = 16; c.colsb[0] = (uint16_t)(mc * 4);
     c.rows[1] = 16; c.colsb[1] = 64;
     c.rows[2] = 16; c.colsb[2] = (uint16_t)(mc * 4);
-    _tile_loadconfig(&c);
+    __asm__ volatile("ldtilecfg %0" ::"m"(c)); /* the whole struct as the operand (see qtiles.h's amxq_config) */
     amx_cols = mc;
 }
 

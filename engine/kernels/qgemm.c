@@ -908,7 +908,8 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
         const int32_t *bm = bz ? bz + (size_t)m0 * P16 : NULL;
         const float *zm = dz ? dz + (size_t)m0 * P16 : NULL;
         uint16_t *ym = y + (size_t)m0 * N;
-        int block = 64;
+        /* blocks of 64 rows; the tile layouts a block of sixteens a thread (their pipeline spans a call's units) */
+        int block = IS_TILED(bits) ? (N / 16 + nthreads - 1) / nthreads * 16 : 64;
         int nb = (N + block - 1) / block;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
         for (int b = 0; b < nb; b++) {
@@ -976,8 +977,10 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             const int n = W->rows[sg], nt = omp_get_num_threads(), t = omp_get_thread_num(), u16 = (n + 15) / 16;
             const int r0 = (int)((long long)u16 * t / nt) * 16, r1e = (int)((long long)u16 * (t + 1) / nt) * 16;
             const int r1 = r1e < n ? r1e : n;
-            for (int n0 = r0; n0 < r1; n0 += 64) {
-                const int n1 = n0 + 64 < r1 ? n0 + 64 : r1;
+            /* the tile layouts' run is one call (its pipeline spans the thread's units); the rest in blocks of 64 */
+            const int step = IS_TILED(W->bits[sg]) ? (r1 > r0 ? r1 - r0 : 1) : 64;
+            for (int n0 = r0; n0 < r1; n0 += step) {
+                const int n1 = n0 + step < r1 ? n0 + step : r1;
 #if defined(__AVX512VNNI__)
                 const int bs = W->bits[sg];
                 const int8_t *as = IS_TILED(bs) ? (bs == Q4KT ? ax4 : ax6) + (size_t)2 * m0 * K
@@ -1012,6 +1015,36 @@ static inline void dequant32(uint16_t *o, const uint8_t *q, float s, float m) {
                                                  _mm_loadl_epi64((const __m128i *)(q + 8 * i))))), mv));
 }
 
+#if defined(__AMX_INT8__)
+/* Rows 16u … 16u+15 of a Q6KT weight as bf16: each run unpacked as the tile loop unpacks it (q6kt_unpack), then
+ * each row's 16 q of a sub-block gathered from the B layout ([k4][row][4]) and (d·sc_j)·(q − 32) rounded once — the
+ * values of the Q6_K loop below, without rebuilding the GGUF's blocks byte by byte (~10× slower for the 1.5B's head). */
+static void q6kt_dequant_unit(const uint8_t *w, int K, int u, uint16_t *out) {
+    uint8_t bw[1024] __attribute__((aligned(64)));
+    float wl[2][16] __attribute__((aligned(64)));
+    const uint8_t *wu = w + (size_t)u * (K / 256) * Q6KT_UNIT;
+    const __m256i off = _mm256_set1_epi32(32);
+    for (int t = 0; t < K / 256 * 8; t++) {
+        __m512 W[2];
+        q6kt_unpack(wu, t, bw, W);
+        _mm512_store_ps(wl[0], W[0]);
+        _mm512_store_ps(wl[1], W[1]);
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 16; i++) {
+                const uint8_t *src = bw + 256 * h + 4 * i;
+                int32_t v[4];
+                for (int k4 = 0; k4 < 4; k4++) memcpy(&v[k4], src + 64 * k4, 4);
+                const __m128i q = _mm_loadu_si128((const __m128i *)v);
+                const __m256 sv = _mm256_set1_ps(wl[h][i]);
+                uint16_t *o = out + (size_t)(16 * u + i) * K + (size_t)(t >> 3) * 256 + 16 * (2 * (t & 7) + h);
+                bf16_store8(o, _mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), off))));
+                bf16_store8(o + 8, _mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)), off))));
+            }
+    }
+}
+#endif
+
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). Q4_K and Q6_K
  * rows in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a short prompt). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
@@ -1019,17 +1052,22 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1 || (IS_TILED(bits) && N % 16)) return -1;
     const int G = K / GROUP;
     const size_t row_bytes = ROW_BYTES(bits, K);
+#if defined(__AMX_INT8__)
+    if (bits == Q6KT) {
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int u = 0; u < N / 16; u++) q6kt_dequant_unit(w, K, u, out);
+        return 0;
+    }
+#endif
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int n = 0; n < N; n++) {
         const uint8_t *wr = w + (size_t)n * row_bytes;
         uint16_t *o = out + (size_t)n * K;
         float qs[MAXG], qm[MAXG];
 #if defined(__AMX_INT8__)
-        uint8_t row[MAXG / 8 * 210];
-        if (IS_TILED(bits)) {  /* the row's blocks as the GGUF stores them, then as Q4K / Q6K below */
-            for (int b = 0; b < K / 256; b++)
-                if (bits == Q4KT) q4kt_block(w, K, n, b, row + (size_t)b * 144);
-                else q6kt_block(w, K, n, b, row + (size_t)b * 210);
+        uint8_t row[MAXG / 8 * 144];
+        if (bits == Q4KT) {  /* the row's blocks as the GGUF stores them, then as Q4K below */
+            for (int b = 0; b < K / 256; b++) q4kt_block(w, K, n, b, row + (size_t)b * 144);
             wr = row;
         }
 #endif

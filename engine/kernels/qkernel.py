@@ -5,7 +5,8 @@ else an AVX2 build, called through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'amx' | 'avx512vnni' | 'avx2' (SPECLAB_QGEMM=<build> forces one)
-    tiles() -> bool                   whether Q4_K and Q6_K run on AMX tiles here (the AMX build, tile state granted)
+    tiles() -> bool                   whether Q4_K and Q6_K can run on AMX tiles here (the AMX build, tile state granted)
+    use_tiles() -> bool               whether layers loaded now take them (SPECLAB_QTILES=1; why not by default: there)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
     QGemmLinear.from_blocks(blocks, bias, bits)   a GGUF tensor's own blocks, read as the file stores them
@@ -77,9 +78,22 @@ def reads(bits: int) -> bool:
 
 
 def tiles() -> bool:
-    """Whether Q4_K and Q6_K blocks run on AMX tiles here: the AMX build loaded and the tile state granted
+    """Whether Q4_K and Q6_K blocks can run on AMX tiles here: the AMX build loaded and the tile state granted
     (arch_prctl)."""
     return variant() == "amx" and available() is None and bool(_lib.speclab_amx_ok())
+
+
+def use_tiles() -> bool:
+    """Whether a layer loaded now takes the tiles: where they can run and SPECLAB_QTILES=1 asks for them.
+
+    Why a choice and not the default: on the AMX Xeon (docs/log/2026-12-07-amx-int8-tiles.md) the tiles make a verify
+    nearly flat — the 1.5B target's five-token forward 1.19× its one-token step against 1.83× on the VNNI loops — but
+    the one-token step itself ~15 % slower (49 against 42 ms at ~27 GB/s), because the loops read most of a 1 GB model
+    from this host's large last-level cache faster than the tiles unpack it. Speculation on the quantized path is
+    held back by the draft's cost (c ≈ 0.29) more than by the verify, so AR decoding, the common case, keeps the VNNI
+    loops. Set it for runs that verify long windows on the quantized path (the choice is made at load: every run of
+    a loaded model — AR and speculative alike — uses the same kernel, so greedy stays exact)."""
+    return os.environ.get("SPECLAB_QTILES", "0") == "1" and tiles()
 
 
 def available() -> str | None:
@@ -254,7 +268,7 @@ class QGemmLinear(torch.nn.Module):
             raise ValueError(f"{name} blocks must be uint8 [N, K/{per}·{size}], got {tuple(blocks.shape)} {blocks.dtype}")
         if bits == Q50 and reads(Q5R) and blocks.shape[1] % (4 * size) == 0:  # four blocks a step (q5_runs.h)
             blocks, bits = q5r_pack(blocks), Q5R
-        elif bits in TILED and blocks.shape[0] % 16 == 0 and reads(TILED[bits]):  # sixteen rows a unit on the tiles
+        elif bits in TILED and blocks.shape[0] % 16 == 0 and use_tiles():  # sixteen rows a unit on the tiles
             blocks, bits = (q4kt_pack if bits == Q4K else q6kt_pack)(blocks), TILED[bits]
         empty = torch.empty(blocks.shape[0], 0, dtype=torch.float16)
         return cls(None, bias, bits, packed=(blocks.contiguous(), empty, empty.clone()))

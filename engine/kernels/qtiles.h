@@ -32,10 +32,10 @@
  *     y[m,n] = Σ_j W_j[n]·(C_j[m][n]·d[m, j/2] + c16[m, j]),  W_j = d·sc_j (exact: fp16 × int8),
  * c16 q6k_prep's −32 offsets — the same two terms as rows_q6k, in 16 lanes over the unit's rows.
  *
- * Both loops are software-pipelined over a unit's runs t (four C tiles, a run each): at step t, run t−2's C tile is
- * stored, run t+1's weights unpacked, run t's product issued, then run t−2 folded into the accumulators — so a tile
- * product, its store and the stores feeding a tile load each have other work beside them (one run at a time
- * waited on each: ~2× slower). Every y[m,n] takes the same operations in the same order whatever M is:
+ * Both loops are software-pipelined over every run s of a call's units (four C tiles, a run each): at step s, run
+ * s−3's C tile is stored, run s+1's weights unpacked, run s's product issued, then run s−3 folded into the
+ * accumulators — so a tile product, its store and the stores feeding a tile load each have other work beside them
+ * (one run at a time waited on each: ~2× slower). Every y[m,n] takes the same operations in the same order whatever M is:
  * batch-invariant within this build (its bits are not rows_q4k's / rows_q6k's).
  */
 #include <sys/syscall.h>
@@ -68,7 +68,9 @@ static inline void amxq_config(int mc, int kb) {
     for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = 64;
     for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = (uint16_t)kb;
     for (int t = 6; t < 8; t++) cf.rows[t] = (uint8_t)(kb / 4), cf.colsb[t] = 64;
-    _tile_loadconfig(&cf);
+    /* the whole 64-byte struct as the operand: GCC's _tile_loadconfig names only its first 8 bytes, so the stores to
+     * the rest could be dropped as dead (they were, once: LDTILECFG then faulted on a config of zeros) */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cf));
 }
 
 /* The activations as the tiles take them (A per run, `kb` bytes a row: 64 for Q4KT, 32 for Q6KT), per chunk of
@@ -183,26 +185,54 @@ static inline __attribute__((always_inline)) void qt_out(const int MC, int u, co
     }
 }
 
-/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC ≤ 8 activation rows: ax their tile_acts(64) rows, d and c quantize_x's. */
+/* QT_LAG: a run's C tile is stored and folded this many steps after its product is issued (four C tiles: at most
+ * three runs in flight beside the one being issued). Why: a fold read back two steps after its product still
+ * waited on it (the tile product's latency; the vector stores feeding the next tile load commit only after the
+ * fold retires). */
+#ifndef QT_LAG
+#define QT_LAG 3
+#endif
+#ifndef QT_READ
+#define QT_READ 2 /* steps between a C tile's store and the vector loads that fold it */
+#endif
+#ifndef QT_AHEAD
+#define QT_AHEAD 2 /* steps between a run's unpacking (vector stores) and its tile load */
+#endif
+
+/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC ≤ 8 activation rows: ax their tile_acts(64) rows, d and c quantize_x's.
+ * One pipeline over every run of every unit (s = (u − u0)·T + t), so no unit waits for its last products: runs are
+ * folded in order, and a unit's sums are rounded out at its last run's fold. */
 static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
         const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
-    const int G = K / GROUP, T = K / 256 * 4;
-    uint8_t bw[2][1024] __attribute__((aligned(64)));
-    int32_t cb[16 * 16] __attribute__((aligned(64)));
+    const int G = K / GROUP, T = K / 256 * 4, TT = (u1 - u0) * T;
+    const size_t unit_bytes = (size_t)(K / 256) * Q4KT_UNIT;
+    uint8_t bw[4][1024] __attribute__((aligned(64)));
+    int32_t cb[4][16 * 16] __attribute__((aligned(64)));
+    __m512 acc[8], bS[8], bM[8], S[8][2], Mn[8][2];  /* runs' scales by s mod 8: s − 5 … s + 2 live at once */
     amxq_config(MC, 64);
-    for (int u = u0; u < u1; u++) {
-        const uint8_t *wu = w + (size_t)u * (K / 256) * Q4KT_UNIT;
-        __m512 acc[8], bS[8], bM[8], S[4][2], Mn[4][2];  /* runs' scales by t mod 4: t − 2 … t + 1 live at once */
 #pragma GCC unroll 8
-        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-        q4kt_unpack(wu, 0, bw[0], S[0], Mn[0], bS, bM);
-        for (int t = 0; t < T + 2; t++) {
-            if (t >= 2) qt_store(t - 2, cb);
-            if (t + 1 < T) q4kt_unpack(wu, t + 1, bw[(t + 1) & 1], S[(t + 1) & 3], Mn[(t + 1) & 3], bS, bM);
-            if (t < T) qt_issue(t, bw[t & 1], ax + (size_t)t * 2 * MC * 64, 64);
-            if (t >= 2) q4kt_fold(MC, S[(t - 2) & 3], Mn[(t - 2) & 3], 2 * (t - 2), G, d, c, cb, acc);
+    for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+    if (TT == 0) return;
+    for (int r = 0; r < QT_AHEAD && r < TT; r++) {
+        const int un = r / T;
+        q4kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], S[r & 7], Mn[r & 7], bS, bM);
+    }
+    for (int s = 0; s < TT + QT_LAG + QT_READ; s++) {
+        if (s >= QT_LAG && s - QT_LAG < TT) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
+        if (s + QT_AHEAD < TT) {
+            const int r = s + QT_AHEAD, un = r / T;
+            q4kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], S[r & 7], Mn[r & 7], bS, bM);
         }
-        qt_out(MC, u, acc, y, ldy);
+        if (s < TT) qt_issue(s, bw[s & 3], ax + (size_t)(s % T) * 2 * MC * 64, 64);
+        if (s >= QT_LAG + QT_READ) {
+            const int f = s - QT_LAG - QT_READ, uf = f / T, t = f - uf * T;
+            q4kt_fold(MC, S[f & 7], Mn[f & 7], 2 * t, G, d, c, cb[f & 3], acc);
+            if (t == T - 1) {
+                qt_out(MC, u0 + uf, acc, y, ldy);
+#pragma GCC unroll 8
+                for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+            }
+        }
     }
 }
 
@@ -243,50 +273,40 @@ static inline __attribute__((always_inline)) void q6kt_fold(const int MC, const 
         }
 }
 
-/* Units u0 … u1−1 for MC ≤ 8 activation rows: ax their tile_acts(32) rows, d quantize_x's, c16 q6k_prep's. */
+/* Units u0 … u1−1 for MC ≤ 8 activation rows: ax their tile_acts(32) rows, d quantize_x's, c16 q6k_prep's;
+ * pipelined as rows_q4kt_mc. */
 static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
         const float *d, const float *c16, const uint8_t *w, uint16_t *y, int ldy) {
-    const int G = K / GROUP, J = K / 16, T = K / 256 * 8;
-    uint8_t bw[2][1024] __attribute__((aligned(64)));
-    int32_t cb[16 * 16] __attribute__((aligned(64)));
+    const int G = K / GROUP, J = K / 16, T = K / 256 * 8, TT = (u1 - u0) * T;
+    const size_t unit_bytes = (size_t)(K / 256) * Q6KT_UNIT;
+    uint8_t bw[4][1024] __attribute__((aligned(64)));
+    int32_t cb[4][16 * 16] __attribute__((aligned(64)));
+    __m512 acc[8], W[8][2];
     amxq_config(MC, 32);
-    for (int u = u0; u < u1; u++) {
-        const uint8_t *wu = w + (size_t)u * (K / 256) * Q6KT_UNIT;
-        __m512 acc[8], W[4][2];
 #pragma GCC unroll 8
-        for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-        q6kt_unpack(wu, 0, bw[0], W[0]);
-        for (int t = 0; t < T + 2; t++) {
-            if (t >= 2) qt_store(t - 2, cb);
-            if (t + 1 < T) q6kt_unpack(wu, t + 1, bw[(t + 1) & 1], W[(t + 1) & 3]);
-            if (t < T) qt_issue(t, bw[t & 1], ax + (size_t)t * 2 * MC * 32, 32);
-            if (t >= 2) q6kt_fold(MC, W[(t - 2) & 3], 2 * (t - 2), G, J, d, c16, cb, acc);
-        }
-        qt_out(MC, u, acc, y, ldy);
+    for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+    if (TT == 0) return;
+    for (int r = 0; r < QT_AHEAD && r < TT; r++) {
+        const int un = r / T;
+        q6kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], W[r & 7]);
     }
-}
-
-/* One Q6_K block of row n as the GGUF stores it, from the Q6KT layout (speclab_dequant's reader). */
-static void q6kt_block(const uint8_t *w, int K, int n, int b, uint8_t out[210]) {
-    const int B = K / 256, u = n / 16, i = n % 16;
-    const uint8_t *blk = w + ((size_t)u * B + b) * Q6KT_UNIT;
-    uint8_t q[256];
-    for (int j = 0; j < 16; j++)
-        for (int e = 0; e < 16; e++) {
-            const size_t at = (size_t)64 * (e / 4) + 4 * i + e % 4;  /* [k4][row][4] */
-            const uint8_t lo = (uint8_t)((blk[288 + 256 * (j / 2) + at] >> (4 * (j & 1))) & 15);
-            const uint8_t hi = (uint8_t)((blk[2336 + 256 * (j / 4) + at] >> (2 * (j % 4))) & 3);
-            q[16 * j + e] = (uint8_t)(lo | hi << 4);
+    for (int s = 0; s < TT + QT_LAG + QT_READ; s++) {
+        if (s >= QT_LAG && s - QT_LAG < TT) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
+        if (s + QT_AHEAD < TT) {
+            const int r = s + QT_AHEAD, un = r / T;
+            q6kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], W[r & 7]);
         }
-    for (int h = 0; h < 2; h++)  /* q6k_rows.h's packing of a half */
-        for (int l = 0; l < 32; l++) {
-            const uint8_t *qq = q + 128 * h;
-            out[64 * h + l] = (uint8_t)((qq[l] & 15) | (qq[l + 64] & 15) << 4);
-            out[64 * h + l + 32] = (uint8_t)((qq[l + 32] & 15) | (qq[l + 96] & 15) << 4);
-            out[128 + 32 * h + l] = (uint8_t)(qq[l] >> 4 | (qq[l + 32] >> 4) << 2 | (qq[l + 64] >> 4) << 4 | (qq[l + 96] >> 4) << 6);
+        if (s < TT) qt_issue(s, bw[s & 3], ax + (size_t)(s % T) * 2 * MC * 32, 32);
+        if (s >= QT_LAG + QT_READ) {
+            const int f = s - QT_LAG - QT_READ, uf = f / T, t = f - uf * T;
+            q6kt_fold(MC, W[f & 7], 2 * t, G, J, d, c16, cb[f & 3], acc);
+            if (t == T - 1) {
+                qt_out(MC, u0 + uf, acc, y, ldy);
+#pragma GCC unroll 8
+                for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+            }
         }
-    for (int j = 0; j < 16; j++) out[192 + j] = blk[32 + 16 * j + i];
-    memcpy(out + 208, blk + 2 * i, 2);
+    }
 }
 
 /* One Q4_K block of row n (its 144 bytes as the GGUF stores them) from the Q4KT layout (speclab_dequant's reader). */

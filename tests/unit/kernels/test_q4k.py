@@ -47,14 +47,17 @@ def test_rows_that_are_not_whole_blocks_are_refused():
 
 @needs_kernel
 @pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960), (48, 512)])
-def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
-    """Rows in sixteens go on the AMX tiles where this machine has them (Q4KT, the same bytes regrouped), else as
-    stored; either way the product is x·Ŵᵀ of the blocks' own weights."""
+@pytest.mark.parametrize("tiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not qkernel.tiles(), reason="no AMX int8 tiles here"))])
+def test_the_kernel_computes_x_times_the_blocks_weights(n, k, tiled, monkeypatch):
+    """With the AMX tiles asked for (SPECLAB_QTILES=1, where this machine has them) rows in sixteens go on them (Q4KT,
+    the same bytes regrouped), else as stored; either way the product is x·Ŵᵀ of the blocks' own weights."""
+    monkeypatch.setenv("SPECLAB_QTILES", "1" if tiled else "0")
     w = _weights(n, k, seed=k)
     b = qkernel.q4k_pack(w)
     lin = qkernel.QGemmLinear.from_blocks(b, None)
     assert lin.fmt == "q4k" and (lin.out_features, lin.in_features) == (n, k)
-    assert lin.bits == (qkernel.Q4KT if n % 16 == 0 and qkernel.tiles() else qkernel.Q4K)
+    assert lin.bits == (qkernel.Q4KT if n % 16 == 0 and tiled else qkernel.Q4K)
     assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), b)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 144  # 4.5 bits a weight
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
@@ -124,7 +127,9 @@ def test_a_model_takes_a_ggufs_blocks_only_where_they_are_its_weights(tmp_path):
 
 
 @needs_kernel
-def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp_path):
+@pytest.mark.parametrize("tiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not qkernel.tiles(), reason="no AMX int8 tiles here"))])
+def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp_path, tiled, monkeypatch):
     """q|k|v with Q4_K q and k and a 6-bit v (a Q4_K_M layer) in the C layer: a verify equals one-row steps, and
     the C layer (its products share one quantization of the activations, Q4_K's rows reading them in their own
     order) gives the logits of the lean layer, whose products are one QGemmLinear call each."""
@@ -133,6 +138,7 @@ def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp
     from engine.models.gguf_blocks import GGUFBlocks
     from tests.unit.kernels.test_fused import check_c_layer_against_lean
 
+    monkeypatch.setenv("SPECLAB_QTILES", "1" if tiled else "0")
     model = _tiny_qwen()
     q4k = [f"model.layers.{i}.{m}.weight" for i in range(2)
            for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj")]
@@ -144,5 +150,5 @@ def test_the_c_layer_runs_q4k_products_batch_invariant_and_as_the_modules_do(tmp
     use_rowwise(model)
     check_c_layer_against_lean(model, 9)
     segs = model.model.layers[0]._speclab_mm["qkv"].parts[0]
-    q4k = qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K  # q and k on the AMX tiles where this machine has them
+    q4k = qkernel.Q4KT if tiled else qkernel.Q4K  # q and k on the AMX tiles when asked for
     assert [s[1] for s in segs] == [q4k, q4k, 6]

@@ -44,13 +44,16 @@ def test_our_blocks_are_llama_cpps_layout():
 
 @needs_q6k
 @pytest.mark.parametrize("n,k", [(40, 512), (7, 1536), (3, 8960), (32, 512)])
-def test_the_kernel_computes_x_times_the_blocks_weights(n, k):
-    """Rows in sixteens go on the AMX tiles where this machine has them (Q6KT), else as stored."""
+@pytest.mark.parametrize("tiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not qkernel.tiles(), reason="no AMX int8 tiles here"))])
+def test_the_kernel_computes_x_times_the_blocks_weights(n, k, tiled, monkeypatch):
+    """With the AMX tiles asked for (where this machine has them) rows in sixteens go on them (Q6KT), else as stored."""
+    monkeypatch.setenv("SPECLAB_QTILES", "1" if tiled else "0")
     w = _weights(n, k, seed=k)
     b = qkernel.q6k_pack(w)
     lin = qkernel.QGemmLinear.from_blocks(b, None, qkernel.Q6K)
     assert lin.fmt == "q6_k" and (lin.out_features, lin.in_features) == (n, k)
-    assert lin.bits == (qkernel.Q6KT if n % 16 == 0 and qkernel.tiles() else qkernel.Q6K)
+    assert lin.bits == (qkernel.Q6KT if n % 16 == 0 and tiled else qkernel.Q6K)
     assert torch.equal(qkernel.as_gguf_blocks(lin.q, lin.bits), b)
     assert sum(t.numel() * t.element_size() for t in lin.buffers()) == n * k // 256 * 210  # 6.5625 bits a weight
     x = (torch.randn(9, k, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
@@ -95,22 +98,27 @@ def test_the_avx2_build_reads_the_blocks_alike(tmp_path):
         "import sys\n"
         "sys.path.insert(0, '.')\n"
         "from pathlib import Path\n"
+        "import pytest\n"
         "from tests.unit.kernels import test_q6k as t\n"
         "assert qkernel.reads(qkernel.Q6K)\n"
+        "mp = pytest.MonkeyPatch()\n"
         "for n, k in ((40, 512), (7, 1536), (3, 8960)):\n"
-        "    t.test_the_kernel_computes_x_times_the_blocks_weights(n, k)\n"
+        "    t.test_the_kernel_computes_x_times_the_blocks_weights(n, k, False, mp)\n"
         "t.test_every_byte_the_kernel_reads_moves_the_output_as_the_reference_says()\n"
-        f"t.test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(Path({str(tmp_path / 'm')!r}))\n"
-        "t.test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do()\n"
+        f"t.test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(Path({str(tmp_path / 'm')!r}), False, mp)\n"
+        "t._c_layer_q6k()\n"
         "print('ok')\n")
     run_on_the_avx2_build(code, tmp_path)
 
 
 @needs_q6k
-def test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(tmp_path):
+@pytest.mark.parametrize("tiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not qkernel.tiles(), reason="no AMX int8 tiles here"))])
+def test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(tmp_path, tiled, monkeypatch):
     from engine.kernels.quant import quantize_model
     from engine.models.gguf_blocks import GGUFBlocks
 
+    monkeypatch.setenv("SPECLAB_QTILES", "1" if tiled else "0")
     model = _untied_qwen()
     fmt = {f"model.layers.{i}.{m}.weight": qkernel.Q6K for i in range(2) for m in ("self_attn.v_proj", "mlp.down_proj")}
     fmt["lm_head.weight"] = qkernel.Q6K
@@ -132,27 +140,44 @@ def test_a_model_takes_q6_k_blocks_only_where_they_are_its_weights(tmp_path):
 
     head = model.get_output_embeddings()
     sub = HFModel(model, name="tiny", vocab_subset=ids)._subset_head(ids)
-    assert sub.fmt == "q6_k" and sub.bits == head.bits
+    assert sub.fmt == "q6_k" and sub.bits == head.bits == (qkernel.Q6KT if tiled else qkernel.Q6K)
     assert torch.equal(qkernel.as_gguf_blocks(sub.q, sub.bits), qkernel.as_gguf_blocks(head.q, head.bits)[ids])
     h = torch.randn(2, 256).to(torch.bfloat16)
     assert torch.equal(sub(h), head(h)[:, ids])
 
 
 @needs_q6k
-def test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do():
+@pytest.mark.parametrize("tiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not qkernel.tiles(), reason="no AMX int8 tiles here"))])
+def test_the_c_layer_runs_q6_k_products_batch_invariant_and_as_the_modules_do(tiled):
     """A Q4_K_M layer's mix — Q4_K q, k, o, gate, up; Q6_K v and down — in the C layer: a verify equals one-row
-    steps, and its logits are the lean layer's (one QGemmLinear call a product)."""
+    steps, and its logits are the lean layer's (one QGemmLinear call a product); on the AMX tiles too, where asked
+    for."""
+    _c_layer_q6k(tiled)
+
+
+def _c_layer_q6k(tiled: bool = False) -> None:
+    """The test above's body (the AVX2 build's run below calls it as it is)."""
+    import os
+
     from engine.kernels.rowwise_attention import use_rowwise
     from tests.unit.kernels.test_fused import check_c_layer_against_lean
     from tests.unit.models.test_gguf_blocks import _tiny_qwen
 
-    model = _tiny_qwen()
-    for name, lin in [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]:
-        parent, _, attr = name.rpartition(".")
-        pack, bits = (qkernel.q6k_pack, qkernel.Q6K) if attr in ("v_proj", "down_proj") else (qkernel.q4k_pack, qkernel.Q4K)
-        setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear.from_blocks(pack(lin.weight.float()), lin.bias, bits))
+    saved = os.environ.get("SPECLAB_QTILES")
+    os.environ["SPECLAB_QTILES"] = "1" if tiled else "0"
+    try:
+        model = _tiny_qwen()
+        for name, lin in [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]:
+            parent, _, attr = name.rpartition(".")
+            pack, bits = (qkernel.q6k_pack, qkernel.Q6K) if attr in ("v_proj", "down_proj") else (qkernel.q4k_pack, qkernel.Q4K)
+            setattr(model.get_submodule(parent), attr, qkernel.QGemmLinear.from_blocks(pack(lin.weight.float()), lin.bias, bits))
+    finally:
+        if saved is None:
+            os.environ.pop("SPECLAB_QTILES")
+        else:
+            os.environ["SPECLAB_QTILES"] = saved
     use_rowwise(model)
     check_c_layer_against_lean(model, 4)
-    q4k = qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K  # q and k on the AMX tiles where this machine has them
-    q6k = qkernel.Q6KT if qkernel.tiles() else qkernel.Q6K
+    q4k, q6k = (qkernel.Q4KT, qkernel.Q6KT) if tiled else (qkernel.Q4K, qkernel.Q6K)
     assert [s[1] for s in model.model.layers[0]._speclab_mm["qkv"].parts[0]] == [q4k, q4k, q6k]

@@ -10,6 +10,11 @@ from engine.kernels import qkernel
 
 needs_tiles = pytest.mark.skipif(not qkernel.tiles(), reason="no AMX int8 tiles here (the qgemm-amx build, the tile "
                                                             f"state granted); this CPU runs {qkernel.variant()}")
+@pytest.fixture(autouse=True)
+def _ask_for_the_tiles(monkeypatch):
+    monkeypatch.setenv("SPECLAB_QTILES", "1")  # layers take the tiles only when asked (qkernel.use_tiles)
+
+
 FORMATS = {qkernel.Q4K: (qkernel.q4kt_pack, qkernel.Q4KT, 144), qkernel.Q6K: (qkernel.q6kt_pack, qkernel.Q6KT, 210)}
 
 
@@ -108,14 +113,20 @@ def test_a_tiled_product_of_rows_not_in_sixteens_is_refused():
         qkernel.qgemm(x, t[:8], torch.empty(0, dtype=torch.float16), torch.empty(0, dtype=torch.float16), qkernel.Q4KT)
 
 
-def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch):
+@pytest.mark.parametrize("why", ["not asked", "no tiles"])
+def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch, why):
+    """Not asked for (SPECLAB_QTILES unset: the default), or asked for where the tiles cannot run: as stored."""
     if qkernel.available() is not None:
         pytest.skip(f"qgemm kernel: {qkernel.available()}")
-    monkeypatch.setattr(qkernel, "tiles", lambda: False)
+    if why == "not asked":
+        monkeypatch.delenv("SPECLAB_QTILES")
+    else:
+        monkeypatch.setattr(qkernel, "tiles", lambda: False)
     for bits in (qkernel.Q4K, qkernel.Q6K):
         if not qkernel.reads(bits):
             continue
         b = _random_blocks(bits, 32, 256)
         lin = qkernel.QGemmLinear.from_blocks(b, None, bits)
         assert lin.bits == bits and torch.equal(lin.q, b)
-    assert not qkernel.reads(qkernel.Q4KT) and not qkernel.reads(qkernel.Q6KT)
+    if why == "no tiles":
+        assert not qkernel.reads(qkernel.Q4KT) and not qkernel.reads(qkernel.Q6KT)
