@@ -12,7 +12,7 @@ Runs per round, in this order (so drift in the machine falls on every arm alike)
     after-spin-default  this tree, neither variable set (libgomp spins 300,000 iterations before sleeping)
     after-passive       this tree, OMP_WAIT_POLICY=PASSIVE (workers sleep at once)
     after-no-amx        this tree with SPECLAB_BGEMV=bgemv: the dense products on vdpbf16ps, not the AMX tiles
-    after-no-tiles      this tree with SPECLAB_QGEMM=avx512vnni: the quantized products on the VNNI loops, not AMX int8
+    after-qtiles        this tree with SPECLAB_QTILES=1: the Q4_K / Q6_K products on AMX int8 tiles (qkernel.use_tiles)
 
 The knobs are read when libgomp loads, which is why each arm is its own process. The summary is the median
 step (ms) per arm and weights path over rounds, and each arm's ratio to `before` (and to `after`).
@@ -38,7 +38,7 @@ ARMS = {
     "after-spin-default": ({}, False),
     "after-passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
     "after-no-amx": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_BGEMV": "bgemv"}, False),
-    "after-no-tiles": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_QGEMM": "avx512vnni"}, False),
+    "after-qtiles": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_QTILES": "1"}, False),
 }
 CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL", "SPECLAB_BGEMV")
 
