@@ -234,6 +234,7 @@ static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int
             }
         }
     }
+    _tile_release();  /* the tiles back to their init state: a context switch then saves none of their 8 KB */
 }
 
 /* Q6KT run t of a unit (block t / 8, sub-blocks 2p and 2p+1, p = t mod 8): its q into bw (rows 0–3, 4–7) and W. */
@@ -307,6 +308,7 @@ static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int
             }
         }
     }
+    _tile_release();  /* the tiles back to their init state: a context switch then saves none of their 8 KB */
 }
 
 /* One Q4_K block of row n (its 144 bytes as the GGUF stores them) from the Q4KT layout (speclab_dequant's reader). */
