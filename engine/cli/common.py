@@ -13,6 +13,7 @@ Lists are comma-separated: `--temperatures 0,0.7`, `--threads 1,2` where a comma
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from engine.paths import SPEC_BENCH_DEV
@@ -150,9 +151,16 @@ def set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
+# Environment switches that change which kernel runs (so a recorded command without them would not reproduce it).
+KERNEL_SWITCHES = ("SPECLAB_QTILES", "SPECLAB_QGEMM", "SPECLAB_NO_QGEMM", "SPECLAB_BGEMV", "SPECLAB_DENSE_KERNEL",
+                   "SPECLAB_GGUF_BLOCKS")
+
+
 def command_line(prog: str = "python -m engine") -> str:
     """The command as typed, for result files and trace headers (arguments shell-quoted where they need it,
-    so an empty value such as `--vllm ''` survives a copy and paste)."""
+    so an empty value such as `--vllm ''` survives a copy and paste), after the kernel switches set in the
+    environment (`SPECLAB_QTILES=1 python -m engine …`)."""
     import shlex
 
-    return " ".join([prog, *(shlex.quote(a) for a in sys.argv[1:])])
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in KERNEL_SWITCHES if os.environ.get(k)]
+    return " ".join([*env, prog, *(shlex.quote(a) for a in sys.argv[1:])])

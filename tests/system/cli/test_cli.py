@@ -190,5 +190,11 @@ def test_the_recorded_command_line_survives_a_copy_and_paste(monkeypatch):
 
     argv = ["engine", "peers", "--speclab-quantized", "", "--vllm", "ar,draft:2", "--note", "two words"]
     monkeypatch.setattr("sys.argv", argv)
+    for k in ("SPECLAB_QTILES", "SPECLAB_QGEMM", "SPECLAB_NO_QGEMM", "SPECLAB_BGEMV", "SPECLAB_DENSE_KERNEL",
+              "SPECLAB_GGUF_BLOCKS"):
+        monkeypatch.delenv(k, raising=False)
     line = command_line()
     assert shlex.split(line)[3:] == argv[1:]
+    # a kernel switch set in the environment goes in front, so the line re-runs the same kernels
+    monkeypatch.setenv("SPECLAB_QTILES", "1")
+    assert shlex.split(command_line())[:4] == ["SPECLAB_QTILES=1", "python", "-m", "engine"]
