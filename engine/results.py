@@ -126,6 +126,8 @@ def _tasks(labels: set) -> str:
 def _regime(d: dict, tasks: str, weights: str = "dense") -> str:
     dtype = DTYPES.get(d.get("dtype"), d.get("dtype") or "dtype ?")
     path = "" if weights == "dense" else f" · {weights} weights"  # the quantized fast path is its own regime
+    if weights != "dense" and str(d.get("command", "")).startswith("SPECLAB_QTILES=1 "):
+        path += " on AMX int8 tiles (SPECLAB_QTILES=1)"  # a kernel the user must ask for: its own regime too
     return f"{dtype}{path} · {machine_summary(d.get('machine'))} · {tasks}"
 
 

@@ -160,6 +160,22 @@ def test_a_bench_on_two_weights_paths_is_two_regimes(tmp_path):
     assert {r.config: r.speedup for r in runs[1].rows} == {"ar": 1.0, "fixed:2": 0.9}
 
 
+def test_a_quantized_run_on_the_amx_tiles_is_its_own_regime(tmp_path):
+    """A run that asked for the AMX int8 tiles (its recorded command starts with SPECLAB_QTILES=1) is labelled so:
+    the headline must not credit the default quantized path with a kernel the user has to ask for."""
+    d = tmp_path / "results"
+    d.mkdir()
+    rows = [{**bench_row(c, 0.0, s), "weights": "quantized"} for c, s in [("ar", 1.0), ("fixed:2", 1.2)]]
+    base = {"target": "qwen2.5-coder-1.5b", "draft": "qwen2.5-coder-0.5b", "dtype": "bfloat16", "machine": MACHINE,
+            "config": {"max_new_tokens": 64}, "rows": rows, "weights": ["quantized"]}
+    write(d, "bench-a.json", {**base, "command": "python -m engine bench --weights quantized"})
+    write(d, "bench-b.json", {**base, "command": "SPECLAB_QTILES=1 python -m engine bench --weights quantized"})
+    runs, _ = rs.read_all(d)
+    assert sorted(r.regime for r in runs) == sorted([
+        "bf16 · quantized weights · AMD EPYC, avx512_bf16 · all tasks",
+        "bf16 · quantized weights on AMX int8 tiles (SPECLAB_QTILES=1) · AMD EPYC, avx512_bf16 · all tasks"])
+
+
 def test_the_headline_says_plain_ar_where_nothing_beats_it(tmp_path, rdir):
     """The headline sentence names the best lossless method per pair and regime in words, and "plain AR"
     where no method beats 1.00×; the README carries it (inserted above the results block if it had none)."""
