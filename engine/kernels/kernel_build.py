@@ -60,7 +60,7 @@ BUILDS = {b.name: b for b in (
     KernelBuild("qgemm-amx", "qgemm.c",
                 ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma", "amx_tile", "amx_int8"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma", "-mamx-tile",
-                 "-mamx-int8")),  # the VNNI build, and Q4_K on AMX int8 tiles (qgemm.c's __AMX_INT8__ part: qtiles.h)
+                 "-mamx-int8")),  # the VNNI build, and Q4_K / Q6_K on AMX int8 tiles (qgemm.c's __AMX_INT8__ part: qtiles.h)
     KernelBuild("qgemm-avx512vnni", "qgemm.c",
                 ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"),
                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mf16c", "-mfma")),

@@ -1,7 +1,7 @@
 """Our own weight-only quantized matmul (engine/kernels/qgemm.c) for x86 CPUs: built once with the system C
 compiler by the install step (engine.kernels.kernel_build; else once into the user cache): an AMX build where
-the CPU has AMX int8 tiles (the VNNI build's code, and Q4_K blocks on the tiles), else an AVX-512 VNNI build,
-else an AVX2 build, called through ctypes on tensors' raw memory.
+the CPU has AMX int8 tiles (the VNNI build's code, and Q4_K / Q6_K blocks on the tiles when asked for), else an
+AVX-512 VNNI build, else an AVX2 build, called through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'amx' | 'avx512vnni' | 'avx2' (SPECLAB_QGEMM=<build> forces one)
@@ -87,8 +87,8 @@ def use_tiles() -> bool:
     """Whether a layer loaded now takes the tiles: where they can run and SPECLAB_QTILES=1 asks for them.
 
     Why a choice and not the default: on the AMX Xeon (docs/log/2026-12-07-amx-int8-tiles.md) the tiles make a verify
-    nearly flat — the 1.5B target's five-token forward 1.19× its one-token step against 1.83× on the VNNI loops — but
-    the one-token step itself ~15 % slower (49 against 42 ms at ~27 GB/s), because the loops read most of a 1 GB model
+    nearly flat — the 1.5B target's five-token forward 1.22× its one-token step against 1.82× on the VNNI loops — but
+    the one-token step itself 1.31× slower (interleaved, four rounds), because the loops read much of a 1 GB model
     from this host's large last-level cache faster than the tiles unpack it. Speculation on the quantized path is
     held back by the draft's cost (c ≈ 0.29) more than by the verify, so AR decoding, the common case, keeps the VNNI
     loops. Set it for runs that verify long windows on the quantized path (the choice is made at load: every run of
@@ -113,7 +113,7 @@ def available() -> str | None:
         _lib, _built = _open(name)
     except OSError as e:
         _why = str(e).splitlines()[0]
-        if name == "amx":  # a compiler without the tile instructions: the VNNI build, which reads every format but Q4KT
+        if name == "amx":  # a compiler without the tile instructions: the VNNI build (every format but the tile layouts)
             try:
                 _lib, _built = _open("avx512vnni")
                 _why, _fallback = None, f"the AMX build failed ({_why}); the AVX-512 VNNI build runs"

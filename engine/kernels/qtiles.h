@@ -33,9 +33,10 @@
  * c16 q6k_prep's −32 offsets — the same two terms as rows_q6k, in 16 lanes over the unit's rows.
  *
  * Both loops are software-pipelined over every run s of a call's units (four C tiles, a run each): at step s, run
- * s−3's C tile is stored, run s+1's weights unpacked, run s's product issued, then run s−3 folded into the
- * accumulators — so a tile product, its store and the stores feeding a tile load each have other work beside them
- * (one run at a time waited on each: ~2× slower). Every y[m,n] takes the same operations in the same order whatever M is:
+ * s−QT_LAG's C tile is stored, run s+QT_AHEAD's weights unpacked, run s's product issued, then run s−QT_LAG−QT_READ
+ * folded into the accumulators — so a tile product, its store and the stores feeding a tile load each have other
+ * work beside them (one run at a time waited on each: ~2× slower; a two-step pipeline measured the same as this one
+ * within the host's noise, which does not stall at a unit's end). Every y[m,n] takes the same operations in the same order whatever M is:
  * batch-invariant within this build (its bits are not rows_q4k's / rows_q6k's).
  */
 #include <sys/syscall.h>
@@ -185,10 +186,9 @@ static inline __attribute__((always_inline)) void qt_out(const int MC, int u, co
     }
 }
 
-/* QT_LAG: a run's C tile is stored and folded this many steps after its product is issued (four C tiles: at most
- * three runs in flight beside the one being issued). Why: a fold read back two steps after its product still
- * waited on it (the tile product's latency; the vector stores feeding the next tile load commit only after the
- * fold retires). */
+/* QT_LAG: a run's C tile is stored this many steps after its product is issued (four C tiles: at most three runs in
+ * flight beside the one being issued); QT_READ, QT_AHEAD below. Why steps apart at all: a vector load of a tile just
+ * stored, and a tile load of vector stores just made, each wait for those stores to commit. */
 #ifndef QT_LAG
 #define QT_LAG 3
 #endif
