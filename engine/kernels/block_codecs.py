@@ -102,15 +102,23 @@ def q80_unpack(blocks: torch.Tensor) -> torch.Tensor:
     return (d[..., None] * rest.contiguous().view(torch.int8).float()).reshape(blocks.shape[0], -1)
 
 
-def q6k_unpack(blocks: torch.Tensor) -> torch.Tensor:
-    """Ŵ [N, K] (float32) of Q6_K blocks (q6k_rows.h's layout): (d·sc[i / 16])·(q − 32), d·sc exact in float32."""
+def _q6k_parts(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q [N, B, 256] 0…63 in weight order, scale bytes [N, B, 16], d's bytes [N, B, 2]) of Q6_K blocks."""
     n = blocks.shape[0]
     b = blocks.reshape(n, -1, 210)
     ql, qh = b[..., :128].long().reshape(n, -1, 2, 64), b[..., 128:192].long().reshape(n, -1, 2, 32)
     lo, hi = ql[..., :32], ql[..., 32:]
     q = torch.cat([lo & 15 | (qh & 3) << 4, hi & 15 | (qh >> 2 & 3) << 4,
                    lo >> 4 | (qh >> 4 & 3) << 4, hi >> 4 | (qh >> 6 & 3) << 4], dim=-1)  # [N, B, 2 halves, 128]
-    s = b[..., 208:].contiguous().view(torch.float16).float() * b[..., 192:208].contiguous().view(torch.int8).float()
+    return q.reshape(n, -1, 256), b[..., 192:208].long(), b[..., 208:].long()
+
+
+def q6k_unpack(blocks: torch.Tensor) -> torch.Tensor:
+    """Ŵ [N, K] (float32) of Q6_K blocks (q6k_rows.h's layout): (d·sc[i / 16])·(q − 32), d·sc exact in float32."""
+    n = blocks.shape[0]
+    q, sc, d = _q6k_parts(blocks)
+    s = (d.to(torch.uint8).contiguous().view(torch.float16).float()
+         * sc.to(torch.uint8).view(torch.int8).float())  # [N, B, 16]
     return (s[..., None] * (q.reshape(n, -1, 16, 16) - 32).float()).reshape(n, -1)
 
 
@@ -142,17 +150,6 @@ def _q6k_blocks(q: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> torch.Ten
     qh = q[..., 0, :] >> 4 | (q[..., 1, :] >> 4) << 2 | (q[..., 2, :] >> 4) << 4 | (q[..., 3, :] >> 4) << 6
     parts = [torch.cat(ql, dim=-1).reshape(n, -1, 128), qh.reshape(n, -1, 64), sc.long(), d.long()]
     return torch.cat(parts, dim=-1).to(torch.uint8).reshape(n, -1).contiguous()
-
-
-def _q6k_parts(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q [N, B, 256] 0…63 in weight order, scale bytes [N, B, 16], d's bytes [N, B, 2]) of Q6_K blocks."""
-    n = blocks.shape[0]
-    b = blocks.reshape(n, -1, 210)
-    ql, qh = b[..., :128].long().reshape(n, -1, 2, 64), b[..., 128:192].long().reshape(n, -1, 2, 32)
-    lo, hi = ql[..., :32], ql[..., 32:]
-    q = torch.cat([lo & 15 | (qh & 3) << 4, hi & 15 | (qh >> 2 & 3) << 4,
-                   lo >> 4 | (qh >> 4 & 3) << 4, hi >> 4 | (qh >> 6 & 3) << 4], dim=-1)  # [N, B, 2 halves, 128]
-    return q.reshape(n, -1, 256), b[..., 192:208].long(), b[..., 208:].long()
 
 
 def q5r_pack(blocks: torch.Tensor) -> torch.Tensor:
