@@ -138,6 +138,11 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
             path = f"speclab qgemm ({qkernel.variant()})"
             why = "our weight-only kernel" + ("" if len(ours) == len(layers) else
                                                f" ({len(layers) - len(ours)} layers on torch's: their shape)")
+            tiled = sum(m.bits in qkernel.TILED.values() for m in ours)
+            if tiled:
+                why += f"; {tiled} Q4_K / Q6_K layers on AMX int8 tiles (SPECLAB_QTILES=1)"
+            elif qkernel.tiles() and any(m.bits in qkernel.TILED for m in ours):
+                why += "; Q4_K / Q6_K on the VNNI loops (SPECLAB_QTILES=1 puts them on the AMX tiles: a flatter verify)"
             why += _step_note(model)
             return KernelReport(weights, dev, dt, path, why, qkernel.built(), len(layers), q)
         why = "kernel='torch' asked" if kernel == "torch" else f"our qgemm kernel does not run here: {qkernel.available()}"

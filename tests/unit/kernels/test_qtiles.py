@@ -130,3 +130,25 @@ def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch, why):
         assert lin.bits == bits and torch.equal(lin.q, b)
     if why == "no tiles":
         assert not qkernel.reads(qkernel.Q4KT) and not qkernel.reads(qkernel.Q6KT)
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_the_kernel_report_says_which_layers_run_on_the_tiles(tmp_path, monkeypatch, asked):
+    """The report after loading names the layers on the tiles, or — where the tiles could run but were not asked
+    for — the switch that puts them there."""
+    from engine.kernels.accelerate import accelerate
+    from engine.models.gguf_blocks import GGUFBlocks
+    from tests.unit.models.test_gguf_blocks import _tiny_qwen, _write_gguf
+
+    if not qkernel.tiles():
+        pytest.skip(f"no AMX int8 tiles here; this CPU runs {qkernel.variant()}")
+    monkeypatch.setenv("SPECLAB_QTILES", "1" if asked else "0")
+    model = _tiny_qwen().to(torch.bfloat16)
+    names = [f"model.layers.{i}.mlp.{m}.weight" for i in range(2) for m in ("gate_proj", "up_proj")]
+    _write_gguf(tmp_path / "m.gguf", model, names)
+    r = accelerate(model, "int4", act_dtype=torch.bfloat16, gguf_blocks=GGUFBlocks(tmp_path / "m.gguf"))
+    assert r.path == f"speclab qgemm ({qkernel.variant()})"
+    if asked:
+        assert "4 Q4_K / Q6_K layers on AMX int8 tiles (SPECLAB_QTILES=1)" in r.why
+    else:
+        assert "SPECLAB_QTILES=1 puts them on the AMX tiles" in r.why and "layers on AMX int8 tiles" not in r.why
