@@ -291,7 +291,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 #ifdef __AMX_BF16__
     if (amx_takes(N)) {
         /* one activation row is its own packing ([K/32][16][1][2] is x's order); more rows: each thread packs its
-         * own copy (no barrier before the products) where the scratch holds one a thread (6·M·K bytes ≥ 2·M·K a
+         * own copy (no barrier before the products) where the scratch holds one a thread (10·M·K bytes ≥ 2·M·K a
          * thread for up to 3 threads), else one shared copy behind a barrier */
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         const uint16_t *xp = x;

@@ -822,11 +822,11 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
 #if defined(__AMX_INT8__)
     if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h), sixteen rows a unit: N0 and N1 are multiples of 16; a is
                           * tile_acts' layout */
-        MC_CASES(rows_q4kt_mc, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        MC_CASES(rows_qt_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
     if (bits == Q6KT) {  /* Q6_K on the tiles likewise; c holds q6k_prep's offsets */
-        MC_CASES(rows_q6kt_mc, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        MC_CASES(rows_qt_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
 #endif

@@ -199,44 +199,6 @@ static inline __attribute__((always_inline)) void qt_out(const int MC, int u, co
 #define QT_AHEAD 2 /* steps between a run's unpacking (vector stores) and its tile load */
 #endif
 
-/* Units u0 … u1−1 (rows 16u0 … 16u1−1) for MC ≤ 8 activation rows: ax their tile_acts(64) rows, d and c quantize_x's.
- * One pipeline over every run of every unit (s = (u − u0)·T + t), so no unit waits for its last products: runs are
- * folded in order, and a unit's sums are rounded out at its last run's fold. */
-static inline __attribute__((always_inline)) void rows_q4kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
-        const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
-    const int G = K / GROUP, T = K / 256 * 4, TT = (u1 - u0) * T;
-    const size_t unit_bytes = (size_t)(K / 256) * Q4KT_UNIT;
-    uint8_t bw[4][1024] __attribute__((aligned(64)));
-    int32_t cb[4][16 * 16] __attribute__((aligned(64)));
-    __m512 acc[8], bS[8], bM[8], S[8][2], Mn[8][2];  /* runs' scales by s mod 8: s − 5 … s + 2 live at once */
-    amxq_config(MC, 64);
-#pragma GCC unroll 8
-    for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-    if (TT == 0) return;
-    for (int r = 0; r < QT_AHEAD && r < TT; r++) {
-        const int un = r / T;
-        q4kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], S[r & 7], Mn[r & 7], bS, bM);
-    }
-    for (int s = 0; s < TT + QT_LAG + QT_READ; s++) {
-        if (s >= QT_LAG && s - QT_LAG < TT) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
-        if (s + QT_AHEAD < TT) {
-            const int r = s + QT_AHEAD, un = r / T;
-            q4kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], S[r & 7], Mn[r & 7], bS, bM);
-        }
-        if (s < TT) qt_issue(s, bw[s & 3], ax + (size_t)(s % T) * 2 * MC * 64, 64);
-        if (s >= QT_LAG + QT_READ) {
-            const int f = s - QT_LAG - QT_READ, uf = f / T, t = f - uf * T;
-            q4kt_fold(MC, S[f & 7], Mn[f & 7], 2 * t, G, d, c, cb[f & 3], acc);
-            if (t == T - 1) {
-                qt_out(MC, u0 + uf, acc, y, ldy);
-#pragma GCC unroll 8
-                for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-            }
-        }
-    }
-    _tile_release();  /* the tiles back to their init state: a context switch then saves none of their 8 KB */
-}
-
 /* Q6KT run t of a unit (block t / 8, sub-blocks 2p and 2p+1, p = t mod 8): its q into bw (rows 0–3, 4–7) and W. */
 static inline __attribute__((always_inline)) void q6kt_unpack(const uint8_t *wu, int t, uint8_t *bw, __m512 *W) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(0x30);
@@ -274,33 +236,35 @@ static inline __attribute__((always_inline)) void q6kt_fold(const int MC, const 
         }
 }
 
-/* Units u0 … u1−1 for MC ≤ 8 activation rows: ax their tile_acts(32) rows, d quantize_x's, c16 q6k_prep's;
- * pipelined as rows_q4kt_mc. */
-static inline __attribute__((always_inline)) void rows_q6kt_mc(const int MC, int u0, int u1, int K, const int8_t *ax,
-        const float *d, const float *c16, const uint8_t *w, uint16_t *y, int ldy) {
-    const int G = K / GROUP, J = K / 16, T = K / 256 * 8, TT = (u1 - u0) * T;
-    const size_t unit_bytes = (size_t)(K / 256) * Q6KT_UNIT;
+/* Units u0 … u1−1 (rows 16u0 … 16u1−1) of a Q4KT (Q6 = 0) or Q6KT (Q6 = 1) weight for MC ≤ 8 activation rows: ax
+ * their tile_acts rows (64 or 32 bytes a run), d quantize_x's scales, c its sums (Q4KT) or q6k_prep's offsets (Q6KT).
+ * One pipeline over every run of every unit (s = (u − u0)·T + t), so no unit waits for its last products: runs are
+ * folded in order, and a unit's sums are rounded out at its last run's fold. */
+static inline __attribute__((always_inline)) void rows_qt_mc(const int MC, const int Q6, int u0, int u1, int K,
+        const int8_t *ax, const float *d, const float *c, const uint8_t *w, uint16_t *y, int ldy) {
+    const int G = K / GROUP, J = K / 16, kb = Q6 ? 32 : 64, T = K / 256 * (Q6 ? 8 : 4), TT = (u1 - u0) * T;
+    const size_t unit_bytes = (size_t)(K / 256) * (Q6 ? Q6KT_UNIT : Q4KT_UNIT);
     uint8_t bw[4][1024] __attribute__((aligned(64)));
     int32_t cb[4][16 * 16] __attribute__((aligned(64)));
-    __m512 acc[8], W[8][2];
-    amxq_config(MC, 32);
+    /* runs' scales by s mod 8 (s − 5 … s + 2 live at once): Q4KT's S and Mn, Q6KT's W in S; a Q4KT block's in bS, bM */
+    __m512 acc[8], bS[8], bM[8], S[8][2], Mn[8][2];
+    if (TT == 0) return;
+    amxq_config(MC, kb);
 #pragma GCC unroll 8
     for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-    if (TT == 0) return;
-    for (int r = 0; r < QT_AHEAD && r < TT; r++) {
-        const int un = r / T;
-        q6kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], W[r & 7]);
-    }
-    for (int s = 0; s < TT + QT_LAG + QT_READ; s++) {
+    for (int s = -QT_AHEAD; s < TT + QT_LAG + QT_READ; s++) {  /* s < 0: the first runs unpacked ahead */
         if (s >= QT_LAG && s - QT_LAG < TT) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
         if (s + QT_AHEAD < TT) {
             const int r = s + QT_AHEAD, un = r / T;
-            q6kt_unpack(w + (size_t)(u0 + un) * unit_bytes, r - un * T, bw[r & 3], W[r & 7]);
+            const uint8_t *wu = w + (size_t)(u0 + un) * unit_bytes;
+            if (Q6) q6kt_unpack(wu, r - un * T, bw[r & 3], S[r & 7]);
+            else q4kt_unpack(wu, r - un * T, bw[r & 3], S[r & 7], Mn[r & 7], bS, bM);
         }
-        if (s < TT) qt_issue(s, bw[s & 3], ax + (size_t)(s % T) * 2 * MC * 32, 32);
+        if (s >= 0 && s < TT) qt_issue(s, bw[s & 3], ax + (size_t)(s % T) * 2 * MC * kb, kb);
         if (s >= QT_LAG + QT_READ) {
             const int f = s - QT_LAG - QT_READ, uf = f / T, t = f - uf * T;
-            q6kt_fold(MC, W[f & 7], 2 * t, G, J, d, c16, cb[f & 3], acc);
+            if (Q6) q6kt_fold(MC, S[f & 7], 2 * t, G, J, d, c, cb[f & 3], acc);
+            else q4kt_fold(MC, S[f & 7], Mn[f & 7], 2 * t, G, d, c, cb[f & 3], acc);
             if (t == T - 1) {
                 qt_out(MC, u0 + uf, acc, y, ldy);
 #pragma GCC unroll 8
