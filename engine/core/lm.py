@@ -273,7 +273,13 @@ class HFModel(TargetBase):
         """Cache a prompt without its logits: the decoder only. Nobody reads a prompt's logits, and
         the head over every prompt position is not free — 700 tokens × Qwen's 152k vocabulary is a
         ~160 GFLOP matmul and 0.4 GB of float32 logits, seconds on a CPU."""
-        self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
+        if self.weights == "dense":
+            self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
+        else:  # cached once, never verified: the quantized linears may take their long-forward product
+            from engine.kernels.qkernel import long_forward
+
+            with long_forward():
+                self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
         self.last_hidden = None
         self.prefilled += len(ids)  # tokens cached without logits, ever: a bench prices a draft's catch-ups by it
 

@@ -1006,19 +1006,15 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-/* o[j] = bf16(s·q[j] + m) for j < 32 (q unsigned bytes): the products of the formats below are exact in float32
- * (an fp16 or d·sc times a q of ≤ 8 bits), so this is their scalar loop's value whether or not it was fused. */
-static inline void dequant32(uint16_t *o, const uint8_t *q, float s, float m) {
-    const __m256 sv = _mm256_set1_ps(s), mv = _mm256_set1_ps(m);
-    for (int i = 0; i < 4; i++)
-        bf16_store8(o + 8 * i, _mm256_add_ps(_mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                 _mm_loadl_epi64((const __m128i *)(q + 8 * i))))), mv));
-}
+#include "qcodes.h"
+#if defined(__AVX512VNNI__)
+#include "qpanel.h"
+#endif
 
 #if defined(__AMX_INT8__)
 /* Rows 16u … 16u+15 of a Q6KT weight as bf16: each run unpacked as the tile loop unpacks it (q6kt_unpack), then
  * each row's 16 q of a sub-block gathered from the B layout ([k4][row][4]) and (d·sc_j)·(q − 32) rounded once — the
- * values of the Q6_K loop below, without rebuilding the GGUF's blocks byte by byte (~10× slower for the 1.5B's head). */
+ * values of Q6_K's codes (qcodes.h), without rebuilding the GGUF's blocks byte by byte (~10× slower for the 1.5B's head). */
 static void q6kt_dequant_unit(const uint8_t *w, int K, int u, uint16_t *out) {
     uint8_t bw[1024] __attribute__((aligned(64)));
     float wl[2][16] __attribute__((aligned(64)));
@@ -1045,13 +1041,12 @@ static void q6kt_dequant_unit(const uint8_t *w, int K, int u, uint16_t *out) {
 }
 #endif
 
-/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel). Q4_K and Q6_K
- * rows in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a short prompt). */
+/* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel): each row's codes
+ * (qcodes.h) scaled in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a
+ * short prompt). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1 || (IS_TILED(bits) && N % 16)) return -1;
-    const int G = K / GROUP;
-    const size_t row_bytes = ROW_BYTES(bits, K);
 #if defined(__AMX_INT8__)
     if (bits == Q6KT) {
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -1059,98 +1054,13 @@ int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s,
         return 0;
     }
 #endif
+    const int sub = code_sub(bits);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int n = 0; n < N; n++) {
-        const uint8_t *wr = w + (size_t)n * row_bytes;
-        uint16_t *o = out + (size_t)n * K;
-        float qs[MAXG], qm[MAXG];
-#if defined(__AMX_INT8__)
-        uint8_t row[MAXG / 8 * 144];
-        if (bits == Q4KT) {  /* the row's blocks as the GGUF stores them, then as Q4K below */
-            for (int b = 0; b < K / 256; b++) q4kt_block(w, K, n, b, row + (size_t)b * 144);
-            wr = row;
-        }
-#endif
-        if (bits == Q4K || bits == Q4KT) {  /* llama.cpp's dequantize_row_q4_K: d·sc·q − dmin·m in float32 */
-            q4k_scales(wr, G, qs, qm);
-            for (int g = 0; g < G; g++) {
-                uint8_t q[32];
-                _mm256_storeu_si256((__m256i *)q, _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(
-                    (const __m256i *)(wr + Q4K_NIB(g))), (g & 1) * 4), _mm256_set1_epi8(0x0f)));
-                dequant32(o + (size_t)g * GROUP, q, qs[g], qm[g]);
-            }
-            continue;
-        }
-        if (IS_Q6(bits)) {  /* llama.cpp's dequantize_row_q6_K: (d·sc)·(q − 32) in float32 (q6k_rows.h's layout) */
-            for (int b = 0; b < K / 256; b++) {
-                const uint8_t *blk = wr + (size_t)b * 210;
-                uint16_t dh;
-                memcpy(&dh, blk + 208, 2);
-                const float dd = _cvtsh_ss(dh);
-                for (int i = 0; i < 256; i += 16) {  /* 16 weights of one scale: q as q6k_rows.h unpacks it */
-                    const int h = i / 128, j = i % 128 / 32, l = i % 32;
-                    const __m128i lb = _mm_loadu_si128((const __m128i *)(blk + 64 * h + l + (j & 1) * 32));
-                    const __m128i hb = _mm_loadu_si128((const __m128i *)(blk + 128 + 32 * h + l));
-                    const __m128i nib = _mm_and_si128(j < 2 ? lb : _mm_srli_epi16(lb, 4), _mm_set1_epi8(0x0f));
-                    const __m128i top = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hb, 2 * j), _mm_set1_epi8(3)), 4);
-                    uint8_t q[16];
-                    _mm_storeu_si128((__m128i *)q, _mm_or_si128(nib, top));
-                    const __m256 sv = _mm256_set1_ps(dd * (float)(int8_t)blk[192 + i / 16]);
-                    for (int t = 0; t < 2; t++)  /* (d·sc)·(q − 32): one rounding, as the scalar loop */
-                        bf16_store8(o + (size_t)b * 256 + i + 8 * t, _mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_sub_epi32(
-                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * t))), _mm256_set1_epi32(32)))));
-                }
-            }
-            continue;
-        }
-        if (bits == Q5R) {  /* q5_runs.h's layout: d·(q − 16) = d·q − 16·d, both products exact, as dequantize_row_q5_0 */
-            const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-            const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-            for (int r = 0; r < K / 128; r++) {
-                const uint8_t *q4 = wr + (size_t)r * 88;
-                for (int b = 0; b < 4; b++) {
-                    uint16_t h, fb[2];
-                    memcpy(&h, q4 + 2 * b, 2);
-                    memcpy(&fb[0], q4 + 8 + 2 * b, 2);
-                    memcpy(&fb[1], q4 + 16 + 2 * b, 2);
-                    const __m128i nib = _mm_loadu_si128((const __m128i *)(q4 + 24 + 16 * b));
-                    uint8_t q[32];
-                    for (int t = 0; t < 2; t++) {  /* weights 16t … 16t+15: a nibble, and bit j of fb[t] as 16 */
-                        const __m128i sel = _mm_and_si128(_mm_shuffle_epi8(_mm_cvtsi32_si128(fb[t]), spread), bit);
-                        const __m128i five = _mm_and_si128(_mm_cmpeq_epi8(sel, bit), _mm_set1_epi8(16));
-                        _mm_storeu_si128((__m128i *)(q + 16 * t), _mm_or_si128(
-                            _mm_and_si128(t ? _mm_srli_epi16(nib, 4) : nib, _mm_set1_epi8(0x0f)), five));
-                    }
-                    const float dg = _cvtsh_ss(h);
-                    dequant32(o + (size_t)(4 * r + b) * GROUP, q, dg, -16.f * dg);
-                }
-            }
-            continue;
-        }
-        if (IS_B32(bits)) {  /* llama.cpp's dequantize_row_q5_0 / q8_0: d·(q − 16), d·q in float32 */
-            for (int g = 0; g < G; g++) {
-                const uint8_t *blk = wr + (size_t)g * B32_BYTES(bits);
-                const float dg = b32_d(blk);
-                uint32_t qh;
-                memcpy(&qh, blk + 2, 4);
-                for (int j = 0; j < GROUP; j++) {
-                    const int q = bits == Q80 ? (int)(int8_t)blk[2 + j]
-                                : (int)((j < 16 ? blk[6 + j] & 0x0f : blk[6 + j - 16] >> 4) | ((qh >> j) & 1) << 4) - 16;
-                    o[(size_t)g * GROUP + j] = f32_to_bf16(dg * (float)q);
-                }
-            }
-            continue;
-        }
-        for (int g = 0; g < G; g++) {
-            float sg = _cvtsh_ss(s[(size_t)n * G + g]), mg = _cvtsh_ss(mn[(size_t)n * G + g]);
-            uint8_t q6[32];
-            if (bits == 6) unpack6(wr, K, g, q6);
-            for (int j = 0; j < GROUP; j++) {
-                int q = bits == 4 ? (j < 16 ? wr[(size_t)g * 16 + j] & 0x0f : wr[(size_t)g * 16 + j - 16] >> 4)
-                        : bits == 6 ? q6[j] : wr[(size_t)g * GROUP + j];
-                o[(size_t)g * GROUP + j] = f32_to_bf16(sg * (float)q + mg);
-            }
-        }
+        uint8_t q[MAXG * GROUP];
+        float qs[MAXG * 2], qm[MAXG * 2];
+        row_codes(bits, w, s, mn, n, K, q, qs, qm);
+        dequant_codes(out + (size_t)n * K, q, qs, qm, K, sub);
     }
     return 0;
 }

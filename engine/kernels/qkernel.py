@@ -29,8 +29,10 @@ as q = round(8.2) = 8 and read back as 0.1·8 − 0.3 = 0.5.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -128,6 +130,8 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int], **fused.ARGTYPES}
     if name == "amx":
         fns["speclab_amx_ok"] = []
+    if name in LONG_BUILDS:
+        fns["speclab_qgemm_long"] = fns["speclab_qgemm"]
     return load_library(path, fns), how
 
 
@@ -209,6 +213,23 @@ def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, b
     return y
 
 
+def qgemm_long(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 by the panel product (qpanel.h; a build in LONG_BUILDS): the one-row
+    product's sums in another order, for a forward whose rows are cached once (`long_forward`)."""
+    x = x.contiguous()
+    m, k = x.shape
+    n, kw = _shape(q, s, bits)
+    if k != kw:
+        raise ValueError(f"activations of width {k} against weights of width {kw}")
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    fn = getattr(_lib, "speclab_qgemm_long", None) if _lib is not None else None
+    if fn is None:
+        raise RuntimeError(f"this CPU's qgemm build ({variant()}) has no panel product")
+    if fn(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(), torch.get_num_threads()):
+        raise RuntimeError(f"the panel product refused shape M={m} N={n} K={k} ({BLOCK_FMT.get(bits, bits)})")
+    return y
+
+
 def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
     """Ŵ [N, K] in bf16 on the kernel's side (a long forward's dense GEMM reads it)."""
     n, k = _shape(q, s, bits)
@@ -230,6 +251,45 @@ DENSE_ROWS = {"amx": 64, "avx512vnni": 64, "avx2": None}
 def dense_rows() -> int | None:
     """Rows past which this CPU's build de-quantises for a long forward (`DENSE_ROWS`); None: never."""
     return DENSE_ROWS.get(variant() or "", None)
+
+
+# The panel product (qpanel.h: speclab_qgemm_long), on the builds that have it, for a long forward that only caches
+# (a prompt's prefill, a draft's catch-up: inside `long_forward`). Not batch-invariant against speclab_qgemm (the
+# same sums in another order), so never a verify: a forward outside `long_forward` keeps the one-row product (or the
+# de-quantised GEMM past DENSE_ROWS) as before. PANEL_ROWS per build: (lo, hi) — the panel for lo < rows ≤ hi
+# (hi None: every longer forward; past hi the de-quantised GEMM). Measured 2026-12-07 on a 2-core Xeon with AMX
+# (docs/log/2026-12-07-panel-prefill.md), products alone on the 0.5B's and 1.5B's shapes in every format: against
+# the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×), 1.5–4.1× at 64; against the de-quantised GEMM
+# on AMX bf16 tiles 1.07–1.28× at 64 rows and 0.48–0.90× at 128 (so hi = 64 there); against the AVX-512 bf16 GEMM
+# (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be measured there)
+# 2.3–3.8× at 64 to 512 rows (so no hi). lo = 35: a prefill's rows leave the fused C layers for the layers' own
+# forwards to reach the panel, whose glue costs more than the panel saves below ~36 rows (the 0.5B's prefill per
+# token, one-row product → panel: 4.60 → 6.01 ms at 16 rows, 3.85 → 4.05 at 32, 4.04 → 3.44 at 40).
+LONG_BUILDS = ("avx512vnni", "amx")
+PANEL_ROWS = {"amx": (35, 64), "avx512vnni": (35, None)}
+_long = threading.local()
+
+
+@contextlib.contextmanager
+def long_forward():
+    """Within: a quantized layer's forward of more rows than `PANEL_ROWS` allow takes the panel product (and the fast
+    layers hand such forwards to the layers' own forwards, whose linears take it). For forwards whose outputs are
+    cached once, never verified against one-row steps: HFModel.prefill."""
+    before = getattr(_long, "on", False)
+    _long.on = True
+    try:
+        yield
+    finally:
+        _long.on = before
+
+
+def takes_panel(rows: int, bits: int | None = None) -> bool:
+    """Whether a forward of `rows` rows (of format `bits`; None: any the panel reads) takes the panel product here,
+    now: inside `long_forward`, on a build with it, in its PANEL_ROWS range (`SPECLAB_QPANEL=0`: never)."""
+    if not getattr(_long, "on", False) or bits == Q6KT or os.environ.get("SPECLAB_QPANEL", "1") == "0":
+        return False
+    lo, hi = PANEL_ROWS.get(variant() or "", (None, None))
+    return lo is not None and rows > lo and (hi is None or rows <= hi)
 
 
 class QGemmLinear(torch.nn.Module):
@@ -284,7 +344,9 @@ class QGemmLinear(torch.nn.Module):
         shape, dt = x.shape, x.dtype
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
         with torch.inference_mode():
-            if self.dense_rows is not None and x2.shape[0] > self.dense_rows:  # shared by every run of a prompt: batch invariance is not at stake
+            if takes_panel(x2.shape[0], self.bits):  # a prefill's rows, cached once (not a verify)
+                y = qgemm_long(x2, self.q, self.s, self.mn, self.bits)
+            elif self.dense_rows is not None and x2.shape[0] > self.dense_rows:  # shared by every run of a prompt: batch invariance is not at stake
                 y = long_linear(x2, dequant_bf16(self.q, self.s, self.mn, self.bits))
             else:
                 y = qgemm(x2, self.q, self.s, self.mn, self.bits)
