@@ -123,11 +123,29 @@ def _tasks(labels: set) -> str:
     return "all tasks" if len(labels) >= ALL_TASKS or not labels else ", ".join(sorted(labels))
 
 
+def _switches(command: str) -> list[str]:
+    """The kernel switches a recorded command starts with (`SPECLAB_QTILES=1 python -m engine …`: the environment
+    engine.cli.common.command_line writes before the program)."""
+    out = []
+    for word in command.split():
+        name, eq, _ = word.partition("=")
+        if not eq or not name.startswith(("SPECLAB_", "ONEDNN_")):
+            break
+        out.append(word)
+    return out
+
+
 def _regime(d: dict, tasks: str, weights: str = "dense") -> str:
+    """dtype · weights path · machine · tasks; a run whose command set kernel switches is its own regime too (a
+    kernel the user must ask for, or one switched off for a comparison, is not the default path's figure)."""
     dtype = DTYPES.get(d.get("dtype"), d.get("dtype") or "dtype ?")
     path = "" if weights == "dense" else f" · {weights} weights"  # the quantized fast path is its own regime
-    if weights != "dense" and str(d.get("command", "")).startswith("SPECLAB_QTILES=1 "):
-        path += " on AMX int8 tiles (SPECLAB_QTILES=1)"  # a kernel the user must ask for: its own regime too
+    switches = _switches(str(d.get("command", "")))
+    if weights != "dense" and "SPECLAB_QTILES=1" in switches:
+        path += " on AMX int8 tiles (SPECLAB_QTILES=1)"
+    rest = [w for w in switches if w != "SPECLAB_QTILES=1"]
+    if rest:
+        path += f" · kernels {' '.join(rest)}"
     return f"{dtype}{path} · {machine_summary(d.get('machine'))} · {tasks}"
 
 

@@ -17,7 +17,7 @@ per Spec-Bench task and overall (names: engine.metrics):
     target_calls             verify forwards (prefill excluded)
     wasted_drafts            drafted tokens that were rejected or dropped unverified (trimming rules)
     prefill_share            the target's prompt prefill ÷ wall time (speculation cannot shorten it)
-    draft_catchup_share      the draft model's lazy prefill and catch-ups (tokens × the probe's per-token cost) ÷ wall
+    draft_catchup_share      the draft model's lazy prefill and catch-ups (timed in the run) ÷ wall
 
 The cost ratio c = t(draft forward, 1 token) / t(target forward, 1 token) is measured at the start
 with warm KV caches, and t(k)/t(1) for the target's verify cost. Rows and tables: engine.bench.bench_report. The

@@ -77,15 +77,20 @@ def aggregate(results: list[RunResult], costs: dict[str, Any] | None = None) -> 
 def wall_split(rs: list[RunResult], costs: dict[str, Any] | None) -> dict[str, float | None]:
     """Where a row's wall time went, as shares of it: the target's prompt prefill (timed; speculation cannot
     shorten it, so it bounds the row's speedup: a row with a prefill share s is at most 1/s × AR's rate over
-    the same prompts) and the draft model's catch-ups (its lazy prompt prefill and long catch-ups: the row's
-    draft-prefill tokens priced at the probe's per-token draft prefill; None without that probe, and for HF's
-    runs, whose draft caches are its own). Example: 95.7 s of AR with 33.2 s of prefill → prefill_share 0.35."""
+    the same prompts) and the draft model's catch-ups (its lazy prompt prefill and long catch-ups: the time they
+    took, timed in the run; for runs that did not time them, the row's draft-prefill tokens priced at the probe's
+    per-token draft prefill, which misprices short catch-ups — a prefill's cost per token falls with its length;
+    None without either, and for HF's runs, whose draft caches are its own). Example: 95.7 s of AR with 33.2 s of
+    prefill → prefill_share 0.35."""
     wall, conf = sum(r.wall_s for r in rs), rs[0].config
     if own_drafter(conf):  # a model-free, block or EAGLE drafter: no draft model to catch up
         tp = 0.0
     else:
         tp = probe_ms(costs, "t_draft_prefill_ms") if costs and not conf.startswith("hf:") else float("nan")
-    catch = sum(r.draft_prefill_tokens for r in rs) * tp / 1e3 if math.isfinite(tp) else None
+    if any(getattr(r, "draft_prefill_s", 0.0) > 0 for r in rs):  # timed in the run
+        catch = sum(r.draft_prefill_s for r in rs)
+    else:
+        catch = sum(r.draft_prefill_tokens for r in rs) * tp / 1e3 if math.isfinite(tp) else None
     return {"prefill_share": sum(r.prefill_s for r in rs) / wall if wall > 0 else None,
             "draft_catchup_share": catch / wall if catch is not None and wall > 0 else None}
 

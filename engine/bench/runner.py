@@ -67,6 +67,7 @@ class RunResult:
     # tokens the draft model cached without drafting (its prompt, and catch-ups after autoregressive steps):
     # work AR never does, priced by engine.bench.modelled at the probe's per-token prefill cost
     draft_prefill_tokens: int = 0
+    draft_prefill_s: float = 0.0  # the wall time those catch-ups took, measured (inside wall_s)
 
 
 class _Counter:
@@ -206,7 +207,7 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
                      defer_writes=True)
     calls, drafted, accepted, dropped, prefill_ms = 0, 0, 0, 0, 0.0
     draft_lm = None if spec == "ar" else _forward_lm(draft)
-    prefilled0 = getattr(draft_lm, "prefilled", 0)
+    prefilled0, prefill_s0 = getattr(draft_lm, "prefilled", 0), getattr(draft_lm, "prefill_s", 0.0)
     windows: dict[int, int] = {}
     acc_counts: dict[int, int] = {}
     try:
@@ -224,7 +225,8 @@ def run_ours(spec: str, target, draft, ids: list[int], cfg: DecodeConfig, eos, w
     out = run.output
     return RunResult(spec, cfg.sampling.temperature, "", None, len(out), run.wall_s, calls, drafted, accepted,
                      drafted + dropped, out, dropped, timer.s, prefill_ms / 1e3, windows, accepted_counts=acc_counts,
-                     draft_prefill_tokens=getattr(draft_lm, "prefilled", 0) - prefilled0)
+                     draft_prefill_tokens=getattr(draft_lm, "prefilled", 0) - prefilled0,
+                     draft_prefill_s=getattr(draft_lm, "prefill_s", 0.0) - prefill_s0)
 
 
 def hf_kwargs(cfg: DecodeConfig, x: torch.Tensor, eos) -> dict[str, Any]:

@@ -12,6 +12,8 @@
                                                        (engine.bench.kernels)
     python -m engine kernels --status [--model NAME]   which kernel path each model runs on here, and why
                                                        (engine.kernels.accelerate)
+    python -m engine prefill --model M --weights W     a prefill's ms per token by length and route
+                                                       (engine.bench.prefill)
 """
 
 from __future__ import annotations
@@ -69,6 +71,17 @@ def add_parser(sub) -> None:
     kp.add_argument("--dtype", default="auto", help="with --status --model: fp32, bf16 or auto")
     common.add_out(kp, "write the result as JSON")
     kp.set_defaults(func=cmd_kernels)
+
+    pf = sub.add_parser("prefill", help="a prefill's ms per token by length, on the panel product and the one-row "
+                                        "routes (quantized) and the dense path, interleaved")
+    pf.add_argument("--model", action="append", required=True, metavar="NAME", help="a model (repeatable)")
+    pf.add_argument("--weights", default="quantized", help="comma-separated weights paths: quantized, dense")
+    pf.add_argument("--lengths", default="16,32,64,128,256,1024", help="prompt tokens per prefill")
+    pf.add_argument("--repeats", type=int, default=3)
+    pf.add_argument("--threads", type=int, default=2)
+    pf.add_argument("--dtype", default="auto")
+    common.add_out(pf, "write the result as JSON")
+    pf.set_defaults(func=cmd_prefill)
 
     lb = sub.add_parser("loadbench", help="trace loading speed on synthetic JSONL and Parquet traces")
     lb.add_argument("--steps", default="10000,100000,200000", help="comma-separated step counts")
@@ -206,4 +219,34 @@ def _kernel_status(a) -> int:
     for name in a.model:
         loaded = load_model(name, a.dtype, "cpu", role="model", weights=a.weights)
         print(f"{name}: {loaded.kernels.summary()}")
+    return 0
+
+
+def cmd_prefill(a) -> int:
+    from datetime import datetime, timezone
+
+    from tqdm import tqdm
+
+    from engine.bench import bandwidth
+    from engine.bench.prefill import format_prefill, measure
+    from engine.kernels.quant import check_weights
+    from engine.models.load import load_model, machine_description, software_versions
+    from engine.trace.jsonio import write_json_atomic
+
+    lengths = tuple(common.ints(a.lengths, "--lengths"))
+    paths = [w.strip() for w in a.weights.split(",") if w.strip()]
+    bad = [w for w in paths if check_weights(w)]
+    if bad or not paths or a.repeats < 1 or min(lengths) < 1:
+        raise ValueError(check_weights(bad[0]) if bad else "--weights names no path; --repeats and every length ≥ 1")
+    common.set_threads(a.threads)
+    lms = {f"{m} · {w}": load_model(m, a.dtype, role="model", weights=w).lm for m in a.model for w in paths}
+    probe = bandwidth.measure()
+    with tqdm(total=len(lengths) * a.repeats, desc="prefill rounds") as bar:
+        rows = measure(lms, lengths, a.repeats, progress=bar)
+    print(format_prefill(rows))
+    print(f"(read bandwidth {probe.gb_per_s:.1f} GB/s, {a.threads} threads)")
+    if a.out:
+        write_json_atomic({"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rows": rows,
+                           "threads": a.threads, "bandwidth": probe.to_dict(), "machine": machine_description(),
+                           "software": software_versions(), "command": common.command_line()}, a.out)
     return 0

@@ -22,6 +22,7 @@ so q′ is zero outside V′; verification stays lossless because the target che
 
 from __future__ import annotations
 
+from time import perf_counter  # bound at import: a test that fakes time.perf_counter leaves this clock alone
 from typing import Any
 
 import torch
@@ -109,6 +110,7 @@ class HFModel(TargetBase):
     """
 
     prefilled = 0  # tokens `prefill` has cached over this model's life (a draft's catch-ups, for the bench)
+    prefill_s = 0.0  # wall seconds `prefill` took over this model's life (the bench's measured catch-up time)
 
     def __init__(self, model, name: str = "", vocab_subset: torch.Tensor | None = None,
                  want_hidden: bool = False, subset_adds_prompt: bool = False) -> None:
@@ -273,6 +275,7 @@ class HFModel(TargetBase):
         """Cache a prompt without its logits: the decoder only. Nobody reads a prompt's logits, and
         the head over every prompt position is not free — 700 tokens × Qwen's 152k vocabulary is a
         ~160 GFLOP matmul and 0.4 GB of float32 logits, seconds on a CPU."""
+        t0 = perf_counter()
         if self.weights == "dense":
             self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
         else:  # cached once, never verified: the quantized linears may take their long-forward product
@@ -281,7 +284,8 @@ class HFModel(TargetBase):
             with long_forward():
                 self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
         self.last_hidden = None
-        self.prefilled += len(ids)  # tokens cached without logits, ever: a bench prices a draft's catch-ups by it
+        self.prefilled += len(ids)  # tokens cached without logits, ever: a bench counts a draft's catch-ups by it
+        self.prefill_s += perf_counter() - t0
 
     @torch.inference_mode()
     def extend_batch(self, ids: torch.Tensor) -> torch.Tensor:

@@ -47,7 +47,7 @@ from typing import Callable
 
 import torch
 
-from engine.kernels import dense_kernel, fused, qkernel
+from engine.kernels import dense_kernel, fused
 from engine.kernels.rowwise_attention import _plain_causal, rowwise_attention, use_rowwise
 
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
@@ -164,10 +164,9 @@ def _plain(mask, q: int, kv: int) -> bool:
 
 def _takes(self, hidden_states, attention_mask, cache, position_embeddings) -> bool:
     """Whether the lean forwards take this call: one sequence of ≤ MAX_ROWS bf16 rows after a cached prefix, a
-    plain causal mask, no grad (anything else runs the layer's own transformers forward; so does a prefill whose
-    rows the panel product takes: engine.kernels.qkernel.takes_panel)."""
+    plain causal mask, no grad (anything else runs the layer's own transformers forward)."""
     b, q, _ = hidden_states.shape
-    return not (b != 1 or q > dense_kernel.MAX_ROWS or qkernel.takes_panel(q) or cache is None or position_embeddings is None
+    return not (b != 1 or q > dense_kernel.MAX_ROWS or cache is None or position_embeddings is None
                 or hidden_states.dtype != torch.bfloat16 or torch.is_grad_enabled()
                 or not _plain(attention_mask, q, cache.get_seq_length(self.self_attn.layer_idx) + q))
 

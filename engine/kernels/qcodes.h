@@ -9,9 +9,9 @@
  *     Q5_0 (and Q5R)         q = nibble | fifth<<4 qs = d               qm = −16·d
  *     Q8_0                   q = byte ^ 0x80       qs = d               qm = −128·d
  * Every product qs·q is exact in float32 (an fp16, or d·sc, times at most 8 bits) and so is qm, so qs·q + qm is
- * rounded once whether or not it is fused: the de-quantiser below gives the values of the formats' scalar loops.
- * Two readers: speclab_dequant (bf16 Ŵ for a long forward on a dense GEMM) and, on the VNNI builds, the panel
- * product (qpanel.h), which multiplies the codes themselves.
+ * rounded once whether or not it is fused: the de-quantiser gives the values of the formats' scalar loops.
+ * Two readers: speclab_dequant (bf16 Ŵ for a long forward on a dense GEMM: qgemm.c's dequant_codes) and, on the
+ * VNNI builds, the panel product (qpanel.h), which multiplies the codes themselves.
  */
 
 /* Weights per (qs, qm) pair of a format's codes. */
@@ -104,15 +104,5 @@ static void row_codes(int bits, const uint8_t *w, const uint16_t *s, const uint1
         else if (bits == 4)
             for (int j = 0; j < GROUP; j++) qg[j] = j < 16 ? wr[(size_t)g * 16 + j] & 0x0f : wr[(size_t)g * 16 + j - 16] >> 4;
         else memcpy(qg, wr + (size_t)g * GROUP, GROUP);
-    }
-}
-
-/* o[k] = bf16(qs[i]·q[k] + qm[i]) over a row of codes, eight lanes at a time (the product exact, one rounding). */
-static void dequant_codes(uint16_t *o, const uint8_t *q, const float *qs, const float *qm, int K, int sub) {
-    for (int i = 0; i < K / sub; i++) {
-        const __m256 sv = _mm256_set1_ps(qs[i]), mv = _mm256_set1_ps(qm[i]);
-        for (int t = 0; t < sub; t += 8)
-            bf16_store8(o + (size_t)i * sub + t, _mm256_add_ps(_mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                     _mm_loadl_epi64((const __m128i *)(q + (size_t)i * sub + t))))), mv));
     }
 }

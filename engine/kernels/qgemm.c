@@ -921,6 +921,11 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     return 0;
 }
 
+#include "qcodes.h"
+#if defined(__AVX512VNNI__)
+#include "qpanel.h"
+#endif
+
 /* A quantized product for the fused layer (fused_layer.h): up to three row segments stacked along N, each
  * packed as speclab_qgemm takes it — one segment where every projection of the product has the same bits,
  * one per projection where a GGUF mixes them (a Q6_K v_proj beside Q4_K q and k). */
@@ -967,16 +972,34 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt;
 #endif
     }
+    /* each thread its own run of rows, cut at multiples of 16 and read in blocks of 64. Why not blocks of 64
+     * shared out: SmolLM2's 576-row products are 9 blocks, 5 : 4 between two threads (hand harness, its
+     * 30 layers' 8-bit products: ~2 % faster evenly cut). Each row is computed alone, so the bits are the same */
+#define THREAD_ROWS(n, r0, r1) \
+    const int u16_ = ((n) + 15) / 16, nt_ = omp_get_num_threads(), t_ = omp_get_thread_num(); \
+    const int r0 = (int)((long long)u16_ * t_ / nt_) * 16, r1e_ = (int)((long long)u16_ * (t_ + 1) / nt_) * 16; \
+    const int r1 = r1e_ < (n) ? r1e_ : (n);
+    int paneled[3] = {0, 0, 0};  /* segments this thread's rows of took the panel product (a prefill's, qp_lo) */
+#if defined(__AVX512VNNI__)
+    const int lo = qp_lo;
+    for (int sg = 0, col = 0; lo && sg < W->nseg; col += W->rows[sg], sg++) {
+        const int bs = W->bits[sg];
+        THREAD_ROWS(W->rows[sg], r0, r1)
+        if (bs != Q6KT && M > (IS_Q6(bs) ? 2 * lo + 1 : lo))  /* an allocation failure leaves the rows below */
+            paneled[sg] = !panel_run(bs, W->q[sg], W->s[sg], W->mn[sg], r0, r1, M, K, a, d, IS_Q6(bs) ? c16 : c,
+                                     IS_Q6(bs), y + col, N);
+    }
+#endif
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         const int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
         int col = 0;
         for (int sg = 0; sg < W->nseg; sg++) {
-            /* each thread its own run of rows, cut at multiples of 16 and read in blocks of 64. Why not blocks of 64
-             * shared out: SmolLM2's 576-row products are 9 blocks, 5 : 4 between two threads (hand harness, its
-             * 30 layers' 8-bit products: ~2 % faster evenly cut). Each row is computed alone, so the bits are the same */
-            const int n = W->rows[sg], nt = omp_get_num_threads(), t = omp_get_thread_num(), u16 = (n + 15) / 16;
-            const int r0 = (int)((long long)u16 * t / nt) * 16, r1e = (int)((long long)u16 * (t + 1) / nt) * 16;
-            const int r1 = r1e < n ? r1e : n;
+            const int n = W->rows[sg];
+            THREAD_ROWS(n, r0, r1)
+            if (paneled[sg]) {
+                col += n;
+                continue;
+            }
             /* the tile layouts' run is one call (its pipeline spans the thread's units); the rest in blocks of 64 */
             const int step = IS_TILED(W->bits[sg]) ? (r1 > r0 ? r1 - r0 : 1) : 64;
             for (int n0 = r0; n0 < r1; n0 += step) {
@@ -997,6 +1020,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             col += n;
         }
     }
+#undef THREAD_ROWS
 #pragma omp barrier
     if (b) {
 #pragma omp for schedule(static)
@@ -1006,10 +1030,6 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-#include "qcodes.h"
-#if defined(__AVX512VNNI__)
-#include "qpanel.h"
-#endif
 
 #if defined(__AMX_INT8__)
 /* Rows 16u … 16u+15 of a Q6KT weight as bf16: each run unpacked as the tile loop unpacks it (q6kt_unpack), then
@@ -1040,6 +1060,16 @@ static void q6kt_dequant_unit(const uint8_t *w, int K, int u, uint16_t *out) {
     }
 }
 #endif
+
+/* o[k] = bf16(qs[i]·q[k] + qm[i]) over a row of codes, eight lanes at a time (the product exact, one rounding). */
+static void dequant_codes(uint16_t *o, const uint8_t *q, const float *qs, const float *qm, int K, int sub) {
+    for (int i = 0; i < K / sub; i++) {
+        const __m256 sv = _mm256_set1_ps(qs[i]), mv = _mm256_set1_ps(qm[i]);
+        for (int t = 0; t < sub; t += 8)
+            bf16_store8(o + (size_t)i * sub + t, _mm256_add_ps(_mm256_mul_ps(sv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                                     _mm_loadl_epi64((const __m128i *)(q + (size_t)i * sub + t))))), mv));
+    }
+}
 
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel): each row's codes
  * (qcodes.h) scaled in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a

@@ -132,6 +132,7 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
         fns["speclab_amx_ok"] = []
     if name in LONG_BUILDS:
         fns["speclab_qgemm_long"] = fns["speclab_qgemm"]
+        fns["speclab_long"] = [ctypes.c_int]
     return load_library(path, fns), how
 
 
@@ -253,34 +254,40 @@ def dense_rows() -> int | None:
     return DENSE_ROWS.get(variant() or "", None)
 
 
-# The panel product (qpanel.h: speclab_qgemm_long), on the builds that have it, for a long forward that only caches
-# (a prompt's prefill, a draft's catch-up: inside `long_forward`). Not batch-invariant against speclab_qgemm (the
-# same sums in another order), so never a verify: a forward outside `long_forward` keeps the one-row product (or the
-# de-quantised GEMM past DENSE_ROWS) as before. PANEL_ROWS per build: (lo, hi) — the panel for lo < rows ≤ hi
-# (hi None: every longer forward; past hi the de-quantised GEMM). Measured 2026-12-07 on a 2-core Xeon with AMX
+# The panel product (qpanel.h: speclab_qgemm_long, and par_gemv's panel_run in the fused layers), on the builds that
+# have it, for a long forward that only caches (a prompt's prefill, a draft's catch-up: inside `long_forward`). Not
+# batch-invariant against speclab_qgemm (the same sums in another order), so never a verify: a forward outside
+# `long_forward` keeps the one-row product (or the de-quantised GEMM past DENSE_ROWS) as before. PANEL_ROWS per
+# build: (lo, hi) — the panel for lo < rows ≤ hi (hi None: every longer forward; past hi the de-quantised GEMM);
+# Q6_K (scales per 16) from 2·lo + 2 rows. Measured 2026-12-07 on a 2-core Xeon with AMX
 # (docs/log/2026-12-07-panel-prefill.md), products alone on the 0.5B's and 1.5B's shapes in every format: against
-# the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×), 1.5–4.1× at 64; against the de-quantised GEMM
-# on AMX bf16 tiles 1.07–1.28× at 64 rows and 0.48–0.90× at 128 (so hi = 64 there); against the AVX-512 bf16 GEMM
-# (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be measured there)
-# 2.3–3.8× at 64 to 512 rows (so no hi). lo = 35: a prefill's rows leave the fused C layers for the layers' own
-# forwards to reach the panel, whose glue costs more than the panel saves below ~36 rows (the 0.5B's prefill per
-# token, one-row product → panel: 4.60 → 6.01 ms at 16 rows, 3.85 → 4.05 at 32, 4.04 → 3.44 at 40).
+# the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×; 0.98–1.20× at 32), 1.5–4.1× at 64; against the
+# de-quantised GEMM on AMX bf16 tiles 1.07–1.28× at 64 rows and 0.48–0.90× at 128 (so hi = 64 there); against the
+# AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be
+# measured there) 2.3–3.8× at 64 to 512 rows (so no hi).
 LONG_BUILDS = ("avx512vnni", "amx")
-PANEL_ROWS = {"amx": (35, 64), "avx512vnni": (35, None)}
+PANEL_ROWS = {"amx": (15, 64), "avx512vnni": (15, None)}
 _long = threading.local()
+_long_lock = threading.RLock()  # the C side's switch (speclab_long) is one per library: one prefill at a time
 
 
 @contextlib.contextmanager
 def long_forward():
-    """Within: a quantized layer's forward of more rows than `PANEL_ROWS` allow takes the panel product (and the fast
-    layers hand such forwards to the layers' own forwards, whose linears take it). For forwards whose outputs are
-    cached once, never verified against one-row steps: HFModel.prefill."""
-    before = getattr(_long, "on", False)
-    _long.on = True
-    try:
-        yield
-    finally:
-        _long.on = before
+    """Within: a quantized product of more rows than `PANEL_ROWS` allow takes the panel product — a linear's forward
+    (QGemmLinear.forward) and the fused layers' products alike (speclab_long). For forwards whose outputs are cached
+    once, never verified against one-row steps: HFModel.prefill."""
+    with _long_lock:
+        before = getattr(_long, "on", False)
+        _long.on = True
+        fn = getattr(_lib, "speclab_long", None) if _lib is not None and variant() in LONG_BUILDS else None
+        lo = PANEL_ROWS.get(variant() or "", (None, None))[0]
+        was = fn(lo if lo is not None and os.environ.get("SPECLAB_QPANEL", "1") != "0" else 0) if fn else 0
+        try:
+            yield
+        finally:
+            _long.on = before
+            if fn:
+                fn(was)
 
 
 def takes_panel(rows: int, bits: int | None = None) -> bool:
@@ -289,6 +296,8 @@ def takes_panel(rows: int, bits: int | None = None) -> bool:
     if not getattr(_long, "on", False) or bits == Q6KT or os.environ.get("SPECLAB_QPANEL", "1") == "0":
         return False
     lo, hi = PANEL_ROWS.get(variant() or "", (None, None))
+    if lo is not None and bits == Q6K:  # scales per 16: four products a scale (par_gemv takes the same rows)
+        lo = 2 * lo + 1
     return lo is not None and rows > lo and (hi is None or rows <= hi)
 
 

@@ -1,6 +1,7 @@
 /* The quantized path's long forwards (a prompt's prefill, a draft's catch-up) on the AVX-512 VNNI builds:
  *     speclab_qgemm_long  y[M,N] = x[M,K] · Ŵ[N,K]ᵀ, Ŵ in any format qgemm.c reads but Q6KT
- * Included by qgemm.c (its GROUP, MCHUNK, quantize_x; qcodes.h's row_codes).
+ *     panel_run           the same for a thread's rows inside par_gemv (the fused layers), while speclab_long is set
+ * Included by qgemm.c (its GROUP, MCHUNK, MC_CASES, quantize_x, q6k_prep; qcodes.h's row_codes).
  *
  * Why: speclab_qgemm is a product for one to a few activation rows. Each dword lane of its vpdpbusd holds four
  * inputs of one weight row, so every 64 weights cost one activation row a dot product, an int→float conversion, a
@@ -11,12 +12,23 @@
  * and every activation row then takes, per sub-block i of SUB inputs (32; Q6_K 16), SUB/4 vpdpbusd of the panel's
  * vectors against its own four inputs broadcast, then
  *     acc[m] += float(Σ_k q·a) · (ps_i · d[m, g])  +  pm_i · c[m, i]        (c = d·Σa over the sub-block)
- * — SUB/4 + 4 operations per 16·SUB products, ~6× fewer than the one-row product's, the decode amortised over M.
+ * — SUB/4 + 4 operations per 16·SUB products, ~4× fewer than the one-row product's, the decode amortised over M.
  * The sums are the same terms as speclab_qgemm's in another order (integer sums over a whole sub-block, then
  * float32), so the outputs are not bit-identical to it: this runs where batch invariance is not at stake (a prompt
- * is prefilled once for every run of it), never a verify (QGemmLinear.forward picks by row count).
+ * is prefilled once for every run of it) — only inside qkernel.long_forward (HFModel.prefill), never a verify.
  */
 #define PANEL 16   /* weight rows a panel: one per dword lane */
+
+/* Rows past which par_gemv (the fused layers' quantized products) takes the panel product; 0: never. Set around a
+ * prefill by qkernel.long_forward through speclab_long (which returns the value it replaces), read by every thread
+ * of a product. One value per library, not per call: the lab decodes one sequence at a time (the app's Live
+ * queue), and a verify never runs inside a prefill. */
+static int qp_lo;
+int speclab_long(int lo) {
+    const int before = qp_lo;
+    qp_lo = lo < 0 ? 0 : lo;
+    return before;
+}
 
 /* 16 × 16 dwords transposed in registers: v[r] holds row r's dwords 0…15 before, dword r of every row after. */
 static inline void transpose16(__m512i v[16]) {
@@ -104,8 +116,32 @@ static void panel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *
 #undef PANEL_BODY
 }
 
-/* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ by panels (above); returns 0, or −1 on a bad shape, the Q6KT layout or an
- * allocation failure. */
+/* Rows n0 … n1−1 of one weight (n0 a multiple of 16) against activation rows 0 … M−1 by panels: a thread's share of
+ * a product. a, d: quantize_x's int8 activations (in order) and scales; cm: per row and sub-block, d·Σa (q6_c16 = 0)
+ * or, for Q6_K, q6k_prep's −32·d·Σa (q6_c16 = 1: then qs takes qm's place, qm = −32·qs exactly, the same products).
+ * Its panel buffers are its own (~40·K bytes). Returns 0, or −1 if they could not be allocated (nothing written). */
+static int panel_run(int bits, const uint8_t *w, const uint16_t *s, const uint16_t *mn, int n0, int n1, int M, int K,
+                     const int8_t *a, const float *d, const float *cm, int q6_c16, uint16_t *y, int ldy) {
+    if (n1 <= n0) return 0;
+    const int G = K / GROUP, S = K / code_sub(bits), sub = code_sub(bits);
+    uint8_t *pq = (uint8_t *)aligned_alloc(64, (size_t)PANEL * K), *q16 = (uint8_t *)malloc((size_t)PANEL * K);
+    float *ps = (float *)aligned_alloc(64, sizeof(float) * (size_t)PANEL * S);
+    float *pm = (float *)aligned_alloc(64, sizeof(float) * (size_t)PANEL * S);
+    float *qs = (float *)malloc(sizeof(float) * (size_t)S), *qm = (float *)malloc(sizeof(float) * (size_t)S);
+    const int ok = pq && q16 && ps && pm && qs && qm;
+    for (int n = n0; ok && n < n1; n += PANEL) {
+        const int R = n1 - n < PANEL ? n1 - n : PANEL;
+        panel_pack(bits, w, s, mn, n, R, K, q16, qs, qm, pq, ps, pm);
+        for (int m0 = 0; m0 < M; m0 += MCHUNK)
+            panel_chunk(M - m0 < MCHUNK ? M - m0 : MCHUNK, sub, K, pq, ps, q6_c16 ? ps : pm, a + (size_t)m0 * K,
+                        d + (size_t)m0 * G, cm + (size_t)m0 * S, R, y + (size_t)m0 * ldy + n, ldy);
+    }
+    free(pq); free(q16); free(ps); free(pm); free(qs); free(qm);
+    return ok ? 0 : -1;
+}
+
+/* y[M, N] (bf16) = x[M, K] (bf16) · Ŵᵀ by panels, each thread a run of whole panels; returns 0, or −1 on a bad
+ * shape, the Q6KT layout or an allocation failure. */
 int speclab_qgemm_long(int bits, int M, int N, int K, const uint16_t *x, const uint8_t *w, const uint16_t *s,
                        const uint16_t *mn, uint16_t *y, int nthreads) {
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || M < 1 || N < 1 || bits == Q6KT || (IS_TILED(bits) && N % 16))
@@ -114,43 +150,21 @@ int speclab_qgemm_long(int bits, int M, int N, int K, const uint16_t *x, const u
     int8_t *a = (int8_t *)malloc((size_t)M * K);
     float *d = (float *)malloc(sizeof(float) * (size_t)M * G), *c = (float *)malloc(sizeof(float) * (size_t)M * G);
     float *cs = sub == GROUP ? c : (float *)malloc(sizeof(float) * (size_t)M * S);
-    if (!a || !d || !c || !cs) {
-        free(a); free(d); free(c);
-        if (cs != c) free(cs);
-        return -1;
-    }
-    quantize_x(x, M, K, a, d, c);
-    if (sub != GROUP)  /* c per sub-block: d[m, g] · Σ a over its inputs */
-        for (int m = 0; m < M; m++)
-            for (int i = 0; i < S; i++) {
-                int32_t sum = 0;
-                for (int t = 0; t < sub; t++) sum += a[(size_t)m * K + (size_t)i * sub + t];
-                cs[(size_t)m * S + i] = d[(size_t)m * G + i * sub / GROUP] * (float)sum;
-            }
-    const int NP = (N + PANEL - 1) / PANEL;
-    int fail = 0;
+    int fail = !a || !d || !c || !cs;
+    if (!fail) {
+        quantize_x(x, M, K, a, d, c);
+        if (sub != GROUP) q6k_prep(M, K, a, d, cs);  /* Q6_K: −32·d·Σa per 16 (panel_run's q6_c16) */
+        const int NP = (N + PANEL - 1) / PANEL;
 #pragma omp parallel num_threads(nthreads)
-    {
-        uint8_t *pq = (uint8_t *)aligned_alloc(64, (size_t)PANEL * K), *q16 = (uint8_t *)malloc((size_t)PANEL * K);
-        float *ps = (float *)aligned_alloc(64, sizeof(float) * (size_t)PANEL * S);
-        float *pm = (float *)aligned_alloc(64, sizeof(float) * (size_t)PANEL * S);
-        if (!pq || !q16 || !ps || !pm) {
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const int p0 = (int)((long long)NP * t / nt), p1 = (int)((long long)NP * (t + 1) / nt);
+            const int n1 = p1 * PANEL < N ? p1 * PANEL : N;
+            if (panel_run(bits, w, s, mn, p0 * PANEL, n1, M, K, a, d, cs, sub != GROUP, y, N)) {
 #pragma omp atomic write
-            fail = 1;
-        }
-#pragma omp barrier
-        if (!fail) {
-            float qs[MAXG * 2], qm[MAXG * 2];
-#pragma omp for schedule(static)
-            for (int p = 0; p < NP; p++) {
-                const int n0 = p * PANEL, R = N - n0 < PANEL ? N - n0 : PANEL;
-                panel_pack(bits, w, s, mn, n0, R, K, q16, qs, qm, pq, ps, pm);
-                for (int m0 = 0; m0 < M; m0 += MCHUNK)
-                    panel_chunk(M - m0 < MCHUNK ? M - m0 : MCHUNK, sub, K, pq, ps, pm, a + (size_t)m0 * K,
-                                d + (size_t)m0 * G, cs + (size_t)m0 * S, R, y + (size_t)m0 * N + n0, N);
+                fail = 1;
             }
         }
-        free(pq); free(q16); free(ps); free(pm);
     }
     free(a); free(d); free(c);
     if (cs != c) free(cs);

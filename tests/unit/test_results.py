@@ -170,10 +170,13 @@ def test_a_quantized_run_on_the_amx_tiles_is_its_own_regime(tmp_path):
             "config": {"max_new_tokens": 64}, "rows": rows, "weights": ["quantized"]}
     write(d, "bench-a.json", {**base, "command": "python -m engine bench --weights quantized"})
     write(d, "bench-b.json", {**base, "command": "SPECLAB_QTILES=1 python -m engine bench --weights quantized"})
+    # a switch turned off for a comparison (the panel product: the routes before it) is its own regime too
+    write(d, "bench-c.json", {**base, "command": "SPECLAB_QPANEL=0 python -m engine bench --weights quantized"})
     runs, _ = rs.read_all(d)
     assert sorted(r.regime for r in runs) == sorted([
         "bf16 · quantized weights · AMD EPYC, avx512_bf16 · all tasks",
-        "bf16 · quantized weights on AMX int8 tiles (SPECLAB_QTILES=1) · AMD EPYC, avx512_bf16 · all tasks"])
+        "bf16 · quantized weights on AMX int8 tiles (SPECLAB_QTILES=1) · AMD EPYC, avx512_bf16 · all tasks",
+        "bf16 · quantized weights · kernels SPECLAB_QPANEL=0 · AMD EPYC, avx512_bf16 · all tasks"])
 
 
 def test_the_headline_says_plain_ar_where_nothing_beats_it(tmp_path, rdir):

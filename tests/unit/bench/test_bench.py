@@ -24,7 +24,8 @@ def test_bench_counts_dropped_drafts(pair):
 
 def test_bench_counts_the_drafts_prompt_prefill_and_ar_none(pair):
     """A drafting run's draft caches the prompt (all but the token it extends with logits) once; an AR run and
-    a window that never drafts make the draft cache nothing: what the modelled speedup prices as catch-up."""
+    a window that never drafts make the draft cache nothing: what the modelled speedup prices as catch-up, and the
+    time it took."""
     from engine.bench.runner import run_ours
     from engine.decode import DecodeConfig
 
@@ -34,6 +35,7 @@ def test_bench_counts_the_drafts_prompt_prefill_and_ar_none(pair):
     fixed = run_ours("fixed:2", target, draft, prompt, cfg, ())
     ar = run_ours("ar", target, draft, prompt, cfg, ())
     assert fixed.draft_prefill_tokens == len(prompt) - 1 and ar.draft_prefill_tokens == 0
+    assert 0 < fixed.draft_prefill_s < fixed.wall_s and ar.draft_prefill_s == 0.0  # and timed, inside the run
 
 
 def test_interrupted_bench_leaves_interrupted_traces(pair, tmp_path):

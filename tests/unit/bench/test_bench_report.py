@@ -21,8 +21,9 @@ def test_aggregate_ratio_of_means():
 
 
 def test_rows_split_their_wall_time_into_prefill_and_draft_catch_up():
-    """prefill_share = Σ prefill_s ÷ Σ wall_s; draft_catchup_share = Σ draft-prefill tokens × t_prefill ÷ Σ wall_s
-    (None without a probe); AR catches nothing up; the table shows both."""
+    """prefill_share = Σ prefill_s ÷ Σ wall_s; draft_catchup_share = Σ timed draft prefill ÷ Σ wall_s, or for runs
+    that did not time it Σ draft-prefill tokens × t_prefill ÷ Σ wall_s (None without a probe); AR catches nothing up;
+    the table shows both."""
     costs = {**COSTS, "t_draft_prefill_ms": 2.0, "c": 0.1, "verify_growth": {1: 1.0}}
     ar = RunResult("ar", 0.0, "rag", 1, 10, 4.0, 10, windows={0: 10}, prefill_s=1.0)
     fixed = RunResult("fixed:1", 0.0, "rag", 1, 10, 3.0, 5, drafted=5, accepted=5, draft_calls=5, windows={1: 5},
@@ -35,3 +36,10 @@ def test_rows_split_their_wall_time_into_prefill_and_draft_catch_up():
     table = format_table({"rows": list(rows.values()), "costs": {**costs, "t_target_ms": {1: 100.0}},
                           "greedy_mismatches": []})
     assert "| 40 % · 20 % |" in table and "| 25 % · 0 % |" in table
+    # runs that timed their catch-ups: the measured seconds, not the probe's price (which a short catch-up defeats)
+    timed = RunResult("fixed:1", 0.0, "rag", 1, 10, 3.0, 5, drafted=5, accepted=5, draft_calls=5, windows={1: 5},
+                      prefill_s=1.2, draft_prefill_tokens=300, draft_prefill_s=0.9)
+    row = [r for r in aggregate([ar, timed], costs) if r["task"] == "overall" and r["config"] == "fixed:1"][0]
+    assert row["draft_catchup_share"] == pytest.approx(0.9 / 3.0)
+    assert [r for r in aggregate([ar, timed], COSTS) if r["config"] == "fixed:1"][0]["draft_catchup_share"] == \
+        pytest.approx(0.3)  # no probe needed when timed

@@ -108,28 +108,35 @@ def test_only_a_long_forward_takes_the_panel(monkeypatch):
     assert not qkernel.takes_panel(20, qkernel.Q6KT)
 
 
-def test_a_quantized_prefill_takes_the_panel_and_decodes_on(monkeypatch):
-    """HFModel.prefill on the quantized path runs inside `long_forward`: the fast layers hand its rows to the layers'
-    own forwards, whose linears take the panel; the next step's logits are those of a one-row-product prefill within
-    the int8 activations' rounding."""
+def test_a_quantized_prefill_takes_the_panel_in_the_fused_layers(monkeypatch):
+    """HFModel.prefill on the quantized path runs inside `long_forward`, which sets the library's switch for the fused
+    layers' products (speclab_long) and restores it after; the prefill's cache then differs from a one-row-product
+    prefill's only by the int8 sums' order: its keys within rounding (not to the bit), and the next step's logits."""
+    import transformers
+
     from engine.core.lm import HFModel
     from engine.kernels.fast_layer import use_fast_layers
     from tests.unit.kernels.test_fast_layer import _quantized
 
     monkeypatch.setitem(qkernel.PANEL_ROWS, qkernel.variant(), (8, None))
-    calls = []
-    real = qkernel.qgemm_long
-    monkeypatch.setattr(qkernel, "qgemm_long", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    switch, real = [], qkernel._lib.speclab_long
+    monkeypatch.setattr(qkernel._lib, "speclab_long", lambda lo: switch.append(lo) or real(lo))
+    cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
     ids = torch.randint(0, 96, (30,), generator=torch.Generator().manual_seed(4)).tolist()
-    logits = {}
+    logits, keys = {}, {}
     for panel in ("1", "0"):
         monkeypatch.setenv("SPECLAB_QPANEL", panel)
-        model = _quantized(False)
+        torch.manual_seed(0)
+        model = _quantized(False, transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval())
         assert use_fast_layers(model) == 2
         model.speclab_weights = "quantized"
         lm = HFModel(model)
         lm.prefill(ids[:-1])
+        keys[panel] = torch.cat([layer.keys.clone() for layer in lm.cache.layers])
         logits[panel] = lm.extend(ids[-1:])[-1]
-    assert calls and set(calls) == {29}  # every linear of the prefill, none of the one-token step
+    assert switch == [8, 0, 0, 0]  # set for the prefill and restored; with SPECLAB_QPANEL=0 never set
+    assert not torch.equal(keys["1"], keys["0"])  # the prefill's products took the other order of the sums
+    assert (keys["1"] - keys["0"]).abs().max() < 0.05 * keys["0"].abs().max()
     ref = logits["0"]
     assert (logits["1"] - ref).abs().max() < 0.05 * ref.abs().max()

@@ -1,0 +1,87 @@
+"""A prefill's cost per token, by length and by route: `python -m engine prefill`.
+
+A prompt's prefill and a draft's catch-up cache tokens without logits (`HFModel.prefill`). On the quantized path
+their products take the panel product (engine/kernels/qpanel.h) inside `qkernel.long_forward`; with
+`SPECLAB_QPANEL=0` they take the routes they had before it — the one-row product up to `DENSE_ROWS` rows (the fused
+C layers' up to 64), the de-quantised GEMM past it. For each model and weights path, this times `prefill` of L
+tokens on an empty cache, per token, for every arm (quantized: `panel` and `one-row`; dense: `dense`), interleaved
+round by round and the best of `repeats` kept, at each L. Why per length: a draft's catch-ups are 9…64 tokens,
+a Spec-Bench prompt 40…1,500, and each range has its own route.
+
+    measure(lms, lengths, repeats) -> list[dict]   rows {model, weights, arm, tokens, ms_per_token, vs_one_row}
+    format_prefill(rows) -> str                    a markdown table: ms a token per arm, and one-row ÷ panel
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Any
+
+ARMS = {"dense": ("dense",), "quantized": ("panel", "one-row")}  # a weights path → the routes timed on it
+
+
+@contextmanager
+def _route(arm: str):
+    """The panel product on (`panel`, the default) or off (`one-row`: SPECLAB_QPANEL=0) for the calls within."""
+    before = os.environ.get("SPECLAB_QPANEL")
+    if arm == "one-row":
+        os.environ["SPECLAB_QPANEL"] = "0"
+    else:
+        os.environ.pop("SPECLAB_QPANEL", None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPECLAB_QPANEL", None)
+        else:
+            os.environ["SPECLAB_QPANEL"] = before
+
+
+def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids: list[int] | None = None,
+            progress=None) -> list[dict[str, Any]]:
+    """Rows per (model label, arm, L): ms per token of `lm.prefill(ids[:L])` on an empty cache, the best of
+    `repeats` rounds, every arm of every model once per round (interleaved). `lms`: label → HFModel (its
+    `weights` picks the arms); `ids`: the tokens fed (default: a fixed run of ordinary ids)."""
+    if repeats < 1 or not lengths or min(lengths) < 1:
+        raise ValueError("prefill: repeats must be ≥ 1 and every length ≥ 1")
+    ids = list(ids) if ids is not None else [(1000 + 37 * i) % 30000 + 100 for i in range(max(lengths))]
+    if len(ids) < max(lengths):
+        raise ValueError(f"prefill: {len(ids)} ids for a length of {max(lengths)}")
+    best: dict[tuple[str, str, int], float] = {}
+    for L in lengths:
+        for _ in range(repeats):
+            for label, lm in lms.items():
+                for arm in ARMS["dense" if lm.weights == "dense" else "quantized"]:
+                    with _route(arm):
+                        lm.reset()
+                        t = time.perf_counter()
+                        lm.prefill(ids[:L])
+                        dt = time.perf_counter() - t
+                    key = (label, arm, L)
+                    best[key] = min(best.get(key, float("inf")), dt)
+            if progress is not None:
+                progress.update(1)
+        for lm in lms.values():
+            lm.reset()
+    rows = []
+    for (label, arm, L), dt in best.items():
+        base = best.get((label, "one-row", L))
+        rows.append({"model": label, "weights": lms[label].weights, "arm": arm, "tokens": L,
+                     "ms_per_token": 1e3 * dt / L, "vs_one_row": None if base is None else base / dt})
+    return rows
+
+
+def format_prefill(rows: list[dict[str, Any]]) -> str:
+    """| model | tokens | ms a token per arm … | one-row ÷ panel |"""
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    lines = ["| model | tokens | " + " | ".join(f"{a} ms/token" for a in arms) + " | one-row ÷ panel |",
+             "|---|---|" + "---|" * (len(arms) + 1)]
+    for model, L in dict.fromkeys((r["model"], r["tokens"]) for r in rows):
+        cells = {r["arm"]: r for r in rows if (r["model"], r["tokens"]) == (model, L)}
+        ratio = cells.get("panel", {}).get("vs_one_row")
+        lines.append(f"| {model} | {L} | " + " | ".join(f"{cells[a]['ms_per_token']:.3f}" if a in cells else "–"
+                                                      for a in arms)
+                     + f" | {'–' if ratio is None else f'{ratio:.2f}×'} |")
+    return "\n".join(lines)
