@@ -43,10 +43,14 @@ def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids
             progress=None) -> list[dict[str, Any]]:
     """Rows per (model label, arm, L): ms per token of `lm.prefill(ids[:L])` on an empty cache, the best of
     `repeats` rounds, every arm of every model once per round (interleaved). `lms`: label → HFModel (its
-    `weights` picks the arms); `ids`: the tokens fed (default: a fixed run of ordinary ids)."""
+    `weights` picks the arms); `ids`: the tokens fed (default: a fixed run of ordinary ids in every vocabulary)."""
     if repeats < 1 or not lengths or min(lengths) < 1:
         raise ValueError("prefill: repeats must be ≥ 1 and every length ≥ 1")
-    ids = list(ids) if ids is not None else [(1000 + 37 * i) % 30000 + 100 for i in range(max(lengths))]
+    if ids is None:  # ordinary ids inside every model's vocabulary, no long repeats
+        v = min(int(getattr(lm, "vocab_size", 151936)) for lm in lms.values())
+        base = min(100, v // 4)
+        span = max(1, min(30000, v - base - 1))
+        ids = [base + (1000 + 37 * i) % span for i in range(max(lengths))]
     if len(ids) < max(lengths):
         raise ValueError(f"prefill: {len(ids)} ids for a length of {max(lengths)}")
     best: dict[tuple[str, str, int], float] = {}

@@ -262,9 +262,10 @@ def dense_rows() -> int | None:
 # Q6_K (scales per 16) from 2·lo + 2 rows. Measured 2026-12-07 on a 2-core Xeon with AMX
 # (docs/log/2026-12-07-panel-prefill.md), products alone on the 0.5B's and 1.5B's shapes in every format: against
 # the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×; 0.98–1.20× at 32), 1.5–4.1× at 64; against the
-# de-quantised GEMM on AMX bf16 tiles 1.07–1.28× at 64 rows and 0.48–0.90× at 128 (so hi = 64 there); against the
-# AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be
-# measured there) 2.3–3.8× at 64 to 512 rows (so no hi).
+# de-quantised GEMM on AMX bf16 tiles 0.83–1.28× at 64 rows (Q6_K the 0.83), 0.66–0.96× at 128, 0.48–0.67× at
+# 256 (so hi = 64 there); against the AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for
+# the VNNI build's Zen 4, to be measured there) 2.6–3.8× at 64 to 512 rows (so no hi). The fused layers' products
+# (≤ 64 rows) take lo alone: hi must stay ≥ 64.
 LONG_BUILDS = ("avx512vnni", "amx")
 PANEL_ROWS = {"amx": (15, 64), "avx512vnni": (15, None)}
 _long = threading.local()

@@ -186,15 +186,19 @@ def test_the_recorded_command_line_survives_a_copy_and_paste(monkeypatch):
     """Empty values and spaces are shell-quoted: `--vllm ''` must not swallow the next flag when re-run."""
     import shlex
 
-    from engine.cli.common import command_line
+    from engine.cli.common import KERNEL_SWITCHES, command_line
 
     argv = ["engine", "peers", "--speclab-quantized", "", "--vllm", "ar,draft:2", "--note", "two words"]
     monkeypatch.setattr("sys.argv", argv)
-    for k in ("SPECLAB_QTILES", "SPECLAB_QGEMM", "SPECLAB_NO_QGEMM", "SPECLAB_BGEMV", "SPECLAB_DENSE_KERNEL",
-              "SPECLAB_GGUF_BLOCKS"):
+    for k in KERNEL_SWITCHES:
         monkeypatch.delenv(k, raising=False)
     line = command_line()
     assert shlex.split(line)[3:] == argv[1:]
     # a kernel switch set in the environment goes in front, so the line re-runs the same kernels
     monkeypatch.setenv("SPECLAB_QTILES", "1")
     assert shlex.split(command_line())[:4] == ["SPECLAB_QTILES=1", "python", "-m", "engine"]
+    # the panel product switched off, and torch's GEMMs capped (a stand-in for another CPU): both in front too
+    monkeypatch.setenv("SPECLAB_QPANEL", "0")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert shlex.split(command_line())[:5] == ["SPECLAB_QTILES=1", "SPECLAB_QPANEL=0",
+                                               "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16", "python", "-m"]
