@@ -17,6 +17,7 @@ sweeps, probes, cost curves) are listed with the reason they are not tabulated.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,28 +124,15 @@ def _tasks(labels: set) -> str:
     return "all tasks" if len(labels) >= ALL_TASKS or not labels else ", ".join(sorted(labels))
 
 
-def _switches(command: str) -> list[str]:
-    """The kernel switches a recorded command starts with (`SPECLAB_QTILES=1 python -m engine …`: the environment
-    engine.cli.common.command_line writes before the program)."""
-    out = []
-    for word in command.split():
-        name, eq, _ = word.partition("=")
-        if not eq or not name.startswith(("SPECLAB_", "ONEDNN_")):
-            break
-        out.append(word)
-    return out
-
-
 def _regime(d: dict, tasks: str, weights: str = "dense") -> str:
-    """dtype · weights path · machine · tasks; a run whose command set kernel switches is its own regime too (a
-    kernel the user must ask for, or one switched off for a comparison, is not the default path's figure)."""
+    """dtype · weights path · machine · tasks; a run recorded with kernel switches in front (`SPECLAB_QTILES=1
+    python -m engine …`) is its own regime: an opt-in kernel, or a default one switched off, is not the default's."""
     dtype = DTYPES.get(d.get("dtype"), d.get("dtype") or "dtype ?")
     path = "" if weights == "dense" else f" · {weights} weights"  # the quantized fast path is its own regime
-    switches = _switches(str(d.get("command", "")))
+    switches = re.match(r"((?:(?:SPECLAB|ONEDNN)_\w+=\S+ )*)", str(d.get("command", ""))).group(1).split()
     if weights != "dense" and "SPECLAB_QTILES=1" in switches:
         path += " on AMX int8 tiles (SPECLAB_QTILES=1)"
-    rest = [w for w in switches if w != "SPECLAB_QTILES=1"]
-    if rest:
+    if rest := [w for w in switches if w != "SPECLAB_QTILES=1"]:
         path += f" · kernels {' '.join(rest)}"
     return f"{dtype}{path} · {machine_summary(d.get('machine'))} · {tasks}"
 
@@ -294,14 +282,12 @@ NOT_METHODS = ("AR", "oracle (hindsight)", "HF generate (no draft)")
 
 
 def headline(runs: list[Run], all_tasks_only: bool = False) -> list[tuple[str, Entry]]:
-    """Per table with a recorded machine: the best deployable method greedy and at T = 0.7 ("for"
-    names which; one line when it is the same entry). The oracle is hindsight, AR and HF's generate
-    without a draft are baselines, PACER's ablations are not methods. `all_tasks_only` (the README's): tables on
-    every task, and not a comparison arm that switched a default kernel off or capped it (" · kernels …" regimes;
-    an opt-in kernel, such as the AMX tiles, stays)."""
+    """Per table with a recorded machine: the best deployable method greedy and at T = 0.7 (one line when the
+    same entry); the oracle, AR, HF's generate without a draft and PACER's ablations are not methods.
+    `all_tasks_only` (the README's): tables on every task, not comparison arms (" · kernels …" regimes)."""
     out = []
     for (_, regime), es in groups(runs).items():
-        if "not recorded" in regime or (all_tasks_only and (not regime.endswith("all tasks") or " · kernels " in regime)):
+        if "not recorded" in regime or (all_tasks_only and (" · kernels " in regime or not regime.endswith("all tasks"))):
             continue
         cand = [e for e in es if e.method not in NOT_METHODS and not e.method.startswith("PACER ablation")]
         g = max((e for e in cand if e.greedy), key=lambda e: e.greedy.speedup, default=None)
@@ -324,9 +310,8 @@ def _best_words(e: Entry | None, warm: bool) -> str:
 
 
 def headline_sentences(runs: list[Run], all_tasks_only: bool = False) -> list[str]:
-    """One sentence per pair and regime of `headline`: the best lossless method greedy and at T = 0.7, in
-    words, "plain AR" where nothing beats the run's own autoregressive decoding. (Every method tabulated is
-    lossless: the oracle, the baselines and PACER's ablations are not candidates, as in `headline`.)"""
+    """One sentence per pair and regime of `headline`: its best lossless method greedy and at T = 0.7 in words,
+    "plain AR" where nothing beats the run's own autoregressive decoding (the candidates are `headline`'s)."""
     best: dict[tuple[str, str], dict[str, Entry]] = {}
     for label, e in headline(runs, all_tasks_only):
         slot = best.setdefault((e.run.pair, e.run.regime), {})
