@@ -1030,7 +1030,6 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-
 #if defined(__AMX_INT8__)
 /* Rows 16u … 16u+15 of a Q6KT weight as bf16: each run unpacked as the tile loop unpacks it (q6kt_unpack), then
  * each row's 16 q of a sub-block gathered from the B layout ([k4][row][4]) and (d·sc_j)·(q − 32) rounded once — the
