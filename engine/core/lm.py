@@ -22,6 +22,7 @@ so q′ is zero outside V′; verification stays lossless because the target che
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from time import perf_counter  # bound at import: a test that fakes time.perf_counter leaves this clock alone
 from typing import Any
 
@@ -275,14 +276,12 @@ class HFModel(TargetBase):
         """Cache a prompt without its logits: the decoder only. Nobody reads a prompt's logits, and
         the head over every prompt position is not free — 700 tokens × Qwen's 152k vocabulary is a
         ~160 GFLOP matmul and 0.4 GB of float32 logits, seconds on a CPU."""
-        t0 = perf_counter()
-        if self.weights == "dense":
-            self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
-        else:  # cached once, never verified: the quantized linears may take their long-forward product
-            from engine.kernels.qkernel import long_forward
+        from engine.kernels.qkernel import long_forward
 
-            with long_forward():
-                self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
+        t0 = perf_counter()
+        # cached once, never verified: the quantized path's products may take their long-forward product
+        with nullcontext() if self.weights == "dense" else long_forward():
+            self.run_decoder(torch.tensor([ids], dtype=torch.long, device=self.device))
         self.last_hidden = None
         self.prefilled += len(ids)  # tokens cached without logits, ever: a bench counts a draft's catch-ups by it
         self.prefill_s += perf_counter() - t0

@@ -936,6 +936,17 @@ struct qweight {
     const uint16_t *s[3], *mn[3];
 };
 
+/* This thread's rows [r0, r1) of n inside a parallel region: its own run, cut at multiples of 16 (par_gemv reads them
+ * in blocks of 64). Why not blocks of 64 shared out: SmolLM2's 576-row products are 9 blocks, 5 : 4 between two
+ * threads (hand harness, its 30 layers' 8-bit products: ~2 % faster evenly cut). Each row is computed alone, so the
+ * bits are the same. */
+static inline void thread_rows(int n, int *r0, int *r1) {
+    const int u16 = (n + 15) / 16, nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int e = (int)((long long)u16 * (t + 1) / nt) * 16;
+    *r0 = (int)((long long)u16 * t / nt) * 16;
+    *r1 = e < n ? e : n;
+}
+
 /* speclab_qgemm's product inside an OpenMP parallel region: activations quantized once (into `scratch`, which
  * holds FL_SCRATCH_FLOATS(M, K) floats: a, d, c and b32_prep's lanes), blocks of 64 rows shared out per segment,
  * then a barrier; the bias is added after the rounding, in bf16, as QGemmLinear.forward adds it. */
@@ -972,19 +983,13 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt;
 #endif
     }
-    /* each thread its own run of rows, cut at multiples of 16 and read in blocks of 64. Why not blocks of 64
-     * shared out: SmolLM2's 576-row products are 9 blocks, 5 : 4 between two threads (hand harness, its
-     * 30 layers' 8-bit products: ~2 % faster evenly cut). Each row is computed alone, so the bits are the same */
-#define THREAD_ROWS(n, r0, r1) \
-    const int u16_ = ((n) + 15) / 16, nt_ = omp_get_num_threads(), t_ = omp_get_thread_num(); \
-    const int r0 = (int)((long long)u16_ * t_ / nt_) * 16, r1e_ = (int)((long long)u16_ * (t_ + 1) / nt_) * 16; \
-    const int r1 = r1e_ < (n) ? r1e_ : (n);
     int paneled[3] = {0, 0, 0};  /* segments this thread's rows of took the panel product (a prefill's, qp_lo) */
 #if defined(__AVX512VNNI__)
     const int lo = qp_lo;
     for (int sg = 0, col = 0; lo && sg < W->nseg; col += W->rows[sg], sg++) {
         const int bs = W->bits[sg];
-        THREAD_ROWS(W->rows[sg], r0, r1)
+        int r0, r1;
+        thread_rows(W->rows[sg], &r0, &r1);
         if (bs != Q6KT && M > (IS_Q6(bs) ? 2 * lo + 1 : lo))  /* an allocation failure leaves the rows below */
             paneled[sg] = !panel_run(bs, W->q[sg], W->s[sg], W->mn[sg], r0, r1, M, K, a, d, IS_Q6(bs) ? c16 : c,
                                      IS_Q6(bs), y + col, N);
@@ -995,7 +1000,8 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         int col = 0;
         for (int sg = 0; sg < W->nseg; sg++) {
             const int n = W->rows[sg];
-            THREAD_ROWS(n, r0, r1)
+            int r0, r1;
+            thread_rows(n, &r0, &r1);
             if (paneled[sg]) {
                 col += n;
                 continue;
@@ -1020,7 +1026,6 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
             col += n;
         }
     }
-#undef THREAD_ROWS
 #pragma omp barrier
     if (b) {
 #pragma omp for schedule(static)

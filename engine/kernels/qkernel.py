@@ -201,34 +201,31 @@ def unpack(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> tor
     return (qq * s.float()[..., None] + mn.float()[..., None]).reshape(n, G * GROUP)
 
 
-def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
-    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 on the kernel (call `available()` first)."""
-    x = x.contiguous()
-    m, k = x.shape
-    n = _shape(q, s, bits)[0]
-    y = torch.empty(m, n, dtype=torch.bfloat16)
-    rc = _lib.speclab_qgemm(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(),
-                            torch.get_num_threads())
-    if rc != 0:
-        raise RuntimeError(f"qgemm refused shape M={m} N={n} K={k}")
-    return y
-
-
-def qgemm_long(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
-    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 by the panel product (qpanel.h; a build in LONG_BUILDS): the one-row
-    product's sums in another order, for a forward whose rows are cached once (`long_forward`)."""
+def _product(name: str, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """y [M, N] bf16 = x [M, K] bf16 · Ŵᵀ by the library's product `name` (speclab_qgemm / speclab_qgemm_long)."""
     x = x.contiguous()
     m, k = x.shape
     n, kw = _shape(q, s, bits)
     if k != kw:
         raise ValueError(f"activations of width {k} against weights of width {kw}")
-    y = torch.empty(m, n, dtype=torch.bfloat16)
-    fn = getattr(_lib, "speclab_qgemm_long", None) if _lib is not None else None
+    fn = getattr(_lib, name, None) if _lib is not None else None
     if fn is None:
-        raise RuntimeError(f"this CPU's qgemm build ({variant()}) has no panel product")
+        raise RuntimeError(f"this CPU's qgemm build ({variant()}) has no {name}")
+    y = torch.empty(m, n, dtype=torch.bfloat16)
     if fn(bits, m, n, k, x.data_ptr(), q.data_ptr(), s.data_ptr(), mn.data_ptr(), y.data_ptr(), torch.get_num_threads()):
-        raise RuntimeError(f"the panel product refused shape M={m} N={n} K={k} ({BLOCK_FMT.get(bits, bits)})")
+        raise RuntimeError(f"{name} refused shape M={m} N={n} K={k} ({BLOCK_FMT.get(bits, f'{bits}-bit')})")
     return y
+
+
+def qgemm(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 on the kernel (call `available()` first)."""
+    return _product("speclab_qgemm", x, q, s, mn, bits)
+
+
+def qgemm_long(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [M, K] bf16 · Ŵᵀ → [M, N] bf16 by the panel product (qpanel.h; a build in LONG_BUILDS): the one-row
+    product's sums in another order, for a forward whose rows are cached once (`long_forward`)."""
+    return _product("speclab_qgemm_long", x, q, s, mn, bits)
 
 
 def dequant_bf16(q: torch.Tensor, s: torch.Tensor, mn: torch.Tensor, bits: int) -> torch.Tensor:

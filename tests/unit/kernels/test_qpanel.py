@@ -13,17 +13,15 @@ pytestmark = pytest.mark.skipif(qkernel.available() is not None or qkernel.varia
                                 reason=f"no panel product here: qgemm {qkernel.available() or qkernel.variant()}")
 
 
-def _formats(k: int):
-    """{name: layer} of one random weight [N, k] in every format this build reads at width k."""
-    def make(n: int, seed: int):
-        w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
-        out = {f"int{b}": qkernel.QGemmLinear(w, None, b) for b in (4, 6, 8)}
-        for bits, pack in ((qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack),
-                           (qkernel.Q4K, qkernel.q4k_pack), (qkernel.Q6K, qkernel.q6k_pack)):
-            if k % qkernel.BLOCKS[bits][1] == 0:
-                out[qkernel.BLOCK_FMT[bits]] = qkernel.QGemmLinear.from_blocks(pack(w), None, bits)
-        return out
-    return make
+def _formats(k: int, n: int, seed: int) -> dict:
+    """{name: layer} of one random weight [n, k] in every format this build reads at width k."""
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
+    out = {f"int{b}": qkernel.QGemmLinear(w, None, b) for b in (4, 6, 8)}
+    for bits, pack in ((qkernel.Q50, qkernel.q50_pack), (qkernel.Q80, qkernel.q80_pack),
+                       (qkernel.Q4K, qkernel.q4k_pack), (qkernel.Q6K, qkernel.q6k_pack)):
+        if k % qkernel.BLOCKS[bits][1] == 0:
+            out[qkernel.BLOCK_FMT[bits]] = qkernel.QGemmLinear.from_blocks(pack(w), None, bits)
+    return out
 
 
 def _weights(lin) -> torch.Tensor:
@@ -42,7 +40,7 @@ def _int8_activations(x: torch.Tensor):
 # K = 96: three groups (a lone last one, a row tail of 32 in the transpose); 288: nine; 512 and 1536: whole blocks
 @pytest.mark.parametrize("k,n", [(96, 37), (288, 16), (512, 50), (1536, 33)])
 def test_the_panel_computes_x_times_the_stored_weights(k, n):
-    layers = _formats(k)(n, seed=k)
+    layers = _formats(k, n, seed=k)
     x = (torch.randn(40, k, generator=torch.Generator().manual_seed(1)) * 2).to(torch.bfloat16)
     xq = _int8_activations(x)
     assert layers and (k % 256 or qkernel.BLOCK_FMT[qkernel.Q6K] in layers)
@@ -63,16 +61,16 @@ def test_the_panel_computes_x_times_the_stored_weights(k, n):
 
 def test_the_dequantiser_reads_the_same_codes():
     """speclab_dequant and the panel share qcodes.h's row decoder: Ŵ de-quantised is the reference's, every format."""
-    for name, lin in _formats(512)(24, seed=3).items():
+    for name, lin in _formats(512, 24, seed=3).items():
         got = qkernel.dequant_bf16(lin.q, lin.s, lin.mn, lin.bits).float()
         assert torch.equal(got, _weights(lin).to(torch.bfloat16).float()), name
 
 
 def test_a_bad_shape_is_refused():
-    lin = _formats(96)(16, seed=0)["int4"]
+    lin = _formats(96, 16, seed=0)["int4"]
     with pytest.raises(ValueError, match="width 64 against weights of width 96"):
         qkernel.qgemm_long(torch.randn(3, 64).to(torch.bfloat16), lin.q, lin.s, lin.mn, lin.bits)
-    q6 = _formats(256)(16, seed=0)["q6_k"]
+    q6 = _formats(256, 16, seed=0)["q6_k"]
     with pytest.raises(RuntimeError, match="refused shape M=3 N=16 K=256"):  # the tiles' Q6_K layout: not a panel's
         qkernel.qgemm_long(torch.randn(3, 256).to(torch.bfloat16), q6.q, q6.s, q6.mn, qkernel.Q6KT)
 
@@ -81,7 +79,7 @@ def test_only_a_long_forward_takes_the_panel(monkeypatch):
     """Inside `long_forward` and past the build's rows the panel runs; a forward outside it (a verify, however many
     rows) keeps the one-row product; past the panel's rows the de-quantised GEMM as before; SPECLAB_QPANEL=0: off."""
     monkeypatch.setitem(qkernel.PANEL_ROWS, qkernel.variant(), (8, 32))
-    lin = _formats(256)(48, seed=5)["q4k"]
+    lin = _formats(256, 48, seed=5)["q4k"]
     lin.dense_rows = 32
     x = torch.randn(40, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     calls = []
