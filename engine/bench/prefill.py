@@ -4,8 +4,8 @@ A prompt's prefill and a draft's catch-up cache tokens without logits (`HFModel.
 their products take the panel product (engine/kernels/qpanel.h) inside `qkernel.long_forward`; with
 `SPECLAB_QPANEL=0` they take the routes they had before it — the one-row product up to `DENSE_ROWS` rows (the fused
 C layers' up to 64), the de-quantised GEMM past it. For each model and weights path, this times `prefill` of L
-tokens on an empty cache, per token, for every arm (quantized: `panel` and `one-row`; dense: `dense`), interleaved
-round by round and the best of `repeats` kept, at each L. Why per length: a draft's catch-ups are 9…64 tokens,
+tokens on an empty cache, per token, for every arm (quantized: `panel` and `one-row`, and `panel-vnni` where the
+panel runs on AMX tiles; dense: `dense`), interleaved round by round and the best of `repeats` kept, at each L. Why per length: a draft's catch-ups are 9…64 tokens,
 a Spec-Bench prompt 40…1,500, and each range has its own route.
 
     measure(lms, lengths, repeats) -> list[dict]   rows {model, weights, arm, tokens, ms_per_token, vs_one_row}
@@ -20,23 +20,35 @@ from contextlib import contextmanager
 from typing import Any
 
 ARMS = {"dense": ("dense",), "quantized": ("panel", "one-row")}  # a weights path → the routes timed on it
+# The switches each arm sets (every other one of them cleared): `one-row` the routes before the panel; `panel-vnni`
+# (an arm only where the panel's sums run on AMX tiles, qkernel.panel_tiles) the panel on vpdpbusd, the same bits.
+ROUTE_ENV = {"panel": {}, "dense": {}, "one-row": {"SPECLAB_QPANEL": "0"}, "panel-vnni": {"SPECLAB_QPANEL_TILES": "0"}}
+
+
+def arms(weights: str) -> tuple[str, ...]:
+    """The arms timed on a weights path here: the quantized path's panel on vpdpbusd too where it runs on tiles."""
+    if weights == "dense":
+        return ARMS["dense"]
+    from engine.kernels import qkernel
+
+    return ("panel", "panel-vnni", "one-row") if qkernel.panel_tiles() else ARMS["quantized"]
 
 
 @contextmanager
 def _route(arm: str):
-    """The panel product on (`panel`, the default) or off (`one-row`: SPECLAB_QPANEL=0) for the calls within."""
-    before = os.environ.get("SPECLAB_QPANEL")
-    if arm == "one-row":
-        os.environ["SPECLAB_QPANEL"] = "0"
-    else:
-        os.environ.pop("SPECLAB_QPANEL", None)
+    """The switches of `arm` (ROUTE_ENV) set for the calls within, the environment as it was after."""
+    before = {k: os.environ.get(k) for k in ("SPECLAB_QPANEL", "SPECLAB_QPANEL_TILES")}
+    for k in before:
+        os.environ.pop(k, None)
+    os.environ.update(ROUTE_ENV[arm])
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("SPECLAB_QPANEL", None)
-        else:
-            os.environ["SPECLAB_QPANEL"] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids: list[int] | None = None,
@@ -57,7 +69,7 @@ def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids
     for L in lengths:
         for _ in range(repeats):
             for label, lm in lms.items():
-                for arm in ARMS["dense" if lm.weights == "dense" else "quantized"]:
+                for arm in arms(lm.weights):
                     with _route(arm):
                         lm.reset()
                         t = time.perf_counter()

@@ -153,7 +153,7 @@ def set_threads(n: int | None) -> None:
 
 # Environment switches that change which kernel runs (so a recorded command without them would not reproduce it).
 KERNEL_SWITCHES = ("SPECLAB_QTILES", "SPECLAB_QGEMM", "SPECLAB_NO_QGEMM", "SPECLAB_BGEMV", "SPECLAB_DENSE_KERNEL",
-                   "SPECLAB_GGUF_BLOCKS", "SPECLAB_QPANEL", "ONEDNN_MAX_CPU_ISA")
+                   "SPECLAB_GGUF_BLOCKS", "SPECLAB_QPANEL", "SPECLAB_QPANEL_TILES", "ONEDNN_MAX_CPU_ISA")
 
 
 def command_line(prog: str = "python -m engine") -> str:

@@ -130,6 +130,8 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
            "speclab_dequant": [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int], **fused.ARGTYPES}
     if name == "amx":
         fns["speclab_amx_ok"] = []
+        fns["speclab_panel_tiles"] = [ctypes.c_int]
+        fns["speclab_tile_panels"] = []
     if name in LONG_BUILDS:
         fns["speclab_qgemm_long"] = fns["speclab_qgemm"]
         fns["speclab_long"] = [ctypes.c_int]
@@ -256,15 +258,17 @@ def dense_rows() -> int | None:
 # batch-invariant against speclab_qgemm (the same sums in another order), so never a verify: a forward outside
 # `long_forward` keeps the one-row product (or the de-quantised GEMM past DENSE_ROWS) as before. PANEL_ROWS per
 # build: (lo, hi) — the panel for lo < rows ≤ hi (hi None: every longer forward; past hi the de-quantised GEMM);
-# Q6_K (scales per 16) from 2·lo + 2 rows. Measured 2026-12-07 on a 2-core Xeon with AMX
+# Q6_K (scales per 16) from 2·lo + 2 rows to hi / 2. Measured 2026-12-07 on a 2-core Xeon with AMX
 # (docs/log/2026-12-07-panel-prefill.md), products alone on the 0.5B's and 1.5B's shapes in every format: against
 # the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×; 0.98–1.20× at 32), 1.5–4.1× at 64; against the
 # de-quantised GEMM on AMX bf16 tiles 0.83–1.28× at 64 rows (Q6_K the 0.83), 0.66–0.96× at 128, 0.48–0.67× at
-# 256 (so hi = 64 there); against the AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for
+# 256 (so hi = 64 there, until the panel's sums went onto the tiles: 1.03–1.37× the de-quantised GEMM at 128 rows
+# for Q4_K, Q8_0 and Q5_0, 0.75–1.10× at 192; Q6_K, on vpdpbusd still, past 64 0.6–1.0× — docs/log/
+# 2026-12-07-panel-on-tiles.md — so hi = 128, Q6_K's 64); against the AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for
 # the VNNI build's Zen 4, to be measured there) 2.6–3.8× at 64 to 512 rows (so no hi). The fused layers' products
 # (≤ 64 rows) take lo alone: hi must stay ≥ 64.
 LONG_BUILDS = ("avx512vnni", "amx")
-PANEL_ROWS = {"amx": (15, 64), "avx512vnni": (15, None)}
+PANEL_ROWS = {"amx": (15, 128), "avx512vnni": (15, None)}
 _long = threading.local()
 _long_lock = threading.RLock()  # the C side's switch (speclab_long) is one per library: one prefill at a time
 
@@ -280,12 +284,23 @@ def long_forward():
         fn = getattr(_lib, "speclab_long", None) if _lib is not None and variant() in LONG_BUILDS else None
         lo = PANEL_ROWS.get(variant() or "", (None, None))[0]
         was = fn(lo if lo is not None and os.environ.get("SPECLAB_QPANEL", "1") != "0" else 0) if fn else 0
+        tf = getattr(_lib, "speclab_panel_tiles", None) if fn and variant() == "amx" else None
+        tiles_was = tf(int(panel_tiles())) if tf else 1
         try:
             yield
         finally:
             _long.on = before
             if fn:
                 fn(was)
+            if tf:
+                tf(tiles_was)
+
+
+def panel_tiles() -> bool:
+    """Whether the panel product's integer sums run on AMX tiles here (qpanel.h's tpanel_rows: the AMX build with the
+    tile state granted; the formats of groups of 32, Q6_K keeps vpdpbusd). The same bits either way; 1.1–1.4× faster
+    at 64–256 rows (docs/log/2026-12-07-panel-on-tiles.md). `SPECLAB_QPANEL_TILES=0`: vpdpbusd (a comparison arm)."""
+    return tiles() and os.environ.get("SPECLAB_QPANEL_TILES", "1") != "0"
 
 
 def takes_panel(rows: int, bits: int | None = None) -> bool:
@@ -294,8 +309,8 @@ def takes_panel(rows: int, bits: int | None = None) -> bool:
     if not getattr(_long, "on", False) or bits == Q6KT or os.environ.get("SPECLAB_QPANEL", "1") == "0":
         return False
     lo, hi = PANEL_ROWS.get(variant() or "", (None, None))
-    if lo is not None and bits == Q6K:  # scales per 16: four products a scale (par_gemv takes the same rows)
-        lo = 2 * lo + 1
+    if lo is not None and bits == Q6K:  # scales per 16: twice the folds a product (par_gemv takes the same rows)
+        lo, hi = 2 * lo + 1, None if hi is None else hi // 2
     return lo is not None and rows > lo and (hi is None or rows <= hi)
 
 

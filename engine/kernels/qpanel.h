@@ -116,6 +116,71 @@ static void panel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *
 #undef PANEL_BODY
 }
 
+#if defined(__AMX_INT8__)
+/* The AMX build: each sub-block's integer sums Σ_k q·a for TCHUNK activation rows and the panel's sixteen rows in one
+ * TDPBSUD — the packed panel is a tile's B operand as it stands (SUB/4 rows of 16 rows × 4 codes), the activations
+ * are A as quantize_x lays them (rows K bytes apart) — then the fold above, the same operations in the same order:
+ * the same bits as panel_rows (exact int32 sums either way), the vpdpbusd chains gone. Pipelined as qtiles.h's
+ * loops (a C tile stored QT_LAG steps after its product, folded QT_READ after that).
+ * What bounds it is the fold, not the multiplies: per activation row and sub-block a load, a conversion, a multiply
+ * and two FMAs for 16·32 products. Measured (2-core Xeon, 2 threads, the 1.5B's shapes, hand harness
+ * docs/log/2026-12-07-panel-on-tiles.md): 1.1–1.4× panel_rows' time at 64–256 rows in the formats of groups of 32,
+ * its tile products alone ~55 % of the time and its folds alone ~60 % (they overlap little); Q6_K's sub-blocks of
+ * 16 (K = 16 products, twice the folds a product) 0.82–1.0×, so Q6_K keeps panel_rows. */
+#define TCHUNK 16 /* activation rows a tile product: A and C's sixteen tile rows */
+static int qp_tiles = 1;
+/* Whether the AMX build's panel takes the tiles (1, the default) or panel_rows' vpdpbusd (0: a comparison arm);
+ * returns the value it replaces. */
+int speclab_panel_tiles(int on) {
+    const int before = qp_tiles;
+    qp_tiles = on != 0;
+    return before;
+}
+static int qp_tile_panels;
+/* Panels multiplied on the tiles since the library loaded (the tests' evidence that the route ran: its bits are
+ * panel_rows'). */
+int speclab_tile_panels(void) { return __atomic_load_n(&qp_tile_panels, __ATOMIC_RELAXED); }
+
+static inline __attribute__((always_inline)) void tpanel_rows(const int MC, const int SUB, int K, const uint8_t *pq,
+        const float *ps, const float *pm, const int8_t *a, const float *d, const float *c, int R, uint16_t *y, int ldy) {
+    const int G = K / GROUP, S = K / SUB;
+    int32_t cb[4][TCHUNK * 16] __attribute__((aligned(64)));
+    __m512 acc[TCHUNK];
+#pragma GCC unroll 16
+    for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
+    for (int s = 0; s < S + QT_LAG + QT_READ; s++) {
+        if (s >= QT_LAG && s - QT_LAG < S) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
+        if (s < S) qt_issue(s, pq + (size_t)s * (SUB / 4) * 64, a + (size_t)s * SUB, K);
+        if (s >= QT_LAG + QT_READ) {
+            const int f = s - QT_LAG - QT_READ, g = f * SUB / GROUP;
+            const __m512 sv = _mm512_load_ps(ps + (size_t)f * PANEL), mv = _mm512_load_ps(pm + (size_t)f * PANEL);
+            const int32_t *cf = cb[f & 3];
+#pragma GCC unroll 16
+            for (int m = 0; m < MC; m++) {
+                const __m512 t = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cf + 16 * m)));
+                acc[m] = _mm512_fmadd_ps(t, _mm512_mul_ps(sv, _mm512_set1_ps(d[(size_t)m * G + g])), acc[m]);
+                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(c[(size_t)m * S + f]), acc[m]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MC; m++) {
+        float v[PANEL] __attribute__((aligned(64)));
+        _mm512_store_ps(v, acc[m]);
+        for (int r = 0; r < R; r++) y[(size_t)m * ldy + r] = f32_to_bf16(v[r]);
+    }
+}
+
+static void tpanel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *ps, const float *pm, const int8_t *a,
+                         const float *d, const float *c, int R, uint16_t *y, int ldy) {
+#define TP(MC) case MC: if (sub == 16) tpanel_rows(MC, 16, K, pq, ps, pm, a, d, c, R, y, ldy); \
+                        else tpanel_rows(MC, 32, K, pq, ps, pm, a, d, c, R, y, ldy); break;
+    switch (mc) { TP(1) TP(2) TP(3) TP(4) TP(5) TP(6) TP(7) TP(8) TP(9) TP(10) TP(11) TP(12) TP(13) TP(14) TP(15)
+                  default: TP(16) }
+#undef TP
+}
+#endif
+
 /* Rows n0 … n1−1 of one weight (n0 a multiple of 16) against activation rows 0 … M−1 by panels: a thread's share of
  * a product. a, d: quantize_x's int8 activations (in order) and scales; cm: per row and sub-block, d·Σa (q6_c16 = 0)
  * or, for Q6_K, q6k_prep's −32·d·Σa (q6_c16 = 1: then qs takes qm's place, qm = −32·qs exactly, the same products).
@@ -129,13 +194,32 @@ static int panel_run(int bits, const uint8_t *w, const uint16_t *s, const uint16
     float *pm = (float *)aligned_alloc(64, sizeof(float) * (size_t)PANEL * S);
     float *qs = (float *)malloc(sizeof(float) * (size_t)S), *qm = (float *)malloc(sizeof(float) * (size_t)S);
     const int ok = pq && q16 && ps && pm && qs && qm;
+#if defined(__AMX_INT8__)
+    const int tiles = qp_tiles && amx_ok && sub == GROUP;  /* Q6_K's sub-blocks of 16: K = 16 products, slower */
+    int cfg = 0;  /* the tile rows configured (a chunk's), 0: none yet */
+#endif
     for (int n = n0; ok && n < n1; n += PANEL) {
         const int R = n1 - n < PANEL ? n1 - n : PANEL;
         panel_pack(bits, w, s, mn, n, R, K, q16, qs, qm, pq, ps, pm);
+#if defined(__AMX_INT8__)
+        if (tiles) {
+            for (int m0 = 0; m0 < M; m0 += TCHUNK) {
+                const int mc = M - m0 < TCHUNK ? M - m0 : TCHUNK;
+                if (mc != cfg) amx_tiles_config(mc, sub), cfg = mc;
+                tpanel_chunk(mc, sub, K, pq, ps, q6_c16 ? ps : pm, a + (size_t)m0 * K, d + (size_t)m0 * G,
+                             cm + (size_t)m0 * S, R, y + (size_t)m0 * ldy + n, ldy);
+            }
+            __atomic_add_fetch(&qp_tile_panels, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+#endif
         for (int m0 = 0; m0 < M; m0 += MCHUNK)
             panel_chunk(M - m0 < MCHUNK ? M - m0 : MCHUNK, sub, K, pq, ps, q6_c16 ? ps : pm, a + (size_t)m0 * K,
                         d + (size_t)m0 * G, cm + (size_t)m0 * S, R, y + (size_t)m0 * ldy + n, ldy);
     }
+#if defined(__AMX_INT8__)
+    if (cfg) _tile_release();
+#endif
     free(pq); free(q16); free(ps); free(pm); free(qs); free(qm);
     return ok ? 0 : -1;
 }

@@ -59,20 +59,23 @@ int speclab_amx_ok(void) { return amx_ok; }
 
 struct amxq_cfg { uint8_t palette, start; uint8_t pad[14]; uint16_t colsb[16]; uint8_t rows[16]; };
 
-/* tmm0 … tmm3: C (2·mc × 16 int32, a run each); tmm4, tmm5: A (2·mc rows of kb bytes); tmm6, tmm7: B (kb / 4 rows
+/* tmm0 … tmm3: C (crows × 16 int32, a run each); tmm4, tmm5: A (crows rows of kb bytes); tmm6, tmm7: B (kb / 4 rows
  * of 64 bytes). Loaded at every call: the dense AMX library configures the same tiles its own way on the same
  * threads. */
-static inline void amxq_config(int mc, int kb) {
+static inline void amx_tiles_config(int crows, int kb) {
     struct amxq_cfg cf;
     memset(&cf, 0, sizeof cf);
     cf.palette = 1;
-    for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = 64;
-    for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)(2 * mc), cf.colsb[t] = (uint16_t)kb;
+    for (int t = 0; t < 4; t++) cf.rows[t] = (uint8_t)crows, cf.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) cf.rows[t] = (uint8_t)crows, cf.colsb[t] = (uint16_t)kb;
     for (int t = 6; t < 8; t++) cf.rows[t] = (uint8_t)(kb / 4), cf.colsb[t] = 64;
     /* the whole 64-byte struct as the operand: GCC's _tile_loadconfig names only its first 8 bytes, so the stores to
      * the rest could be dropped as dead (they were, once: LDTILECFG then faulted on a config of zeros) */
     __asm__ volatile("ldtilecfg %0" ::"m"(cf));
 }
+
+/* The Q4KT / Q6KT loops' tiles: two tile rows per activation row (tile_acts). */
+static inline void amxq_config(int mc, int kb) { amx_tiles_config(2 * mc, kb); }
 
 /* The activations as the tiles take them (A per run, `kb` bytes a row: 64 for Q4KT, 32 for Q6KT), per chunk of
  * MCHUNK rows starting at 2·m0·K bytes: for each run of kb inputs, 2·mc rows — row 2m its first half then zeros,
@@ -118,14 +121,15 @@ static inline void q4kt_scales(const uint8_t *hd, __m512 S[8], __m512 Mn[8]) {
     }
 }
 
-/* Run t's product into C tile t mod 4: B from the unpacked weights, A from tile_acts' rows (2·mc·kb bytes a run). */
-static inline __attribute__((always_inline)) void qt_issue(int t, const uint8_t *bw, const int8_t *ar, int kb) {
+/* Run t's product into C tile t mod 4: B from the unpacked weights (64 bytes a row), A from rows lda bytes apart
+ * (tile_acts' rows: kb; qpanel.h's activations as quantize_x lays them: K). */
+static inline __attribute__((always_inline)) void qt_issue(int t, const uint8_t *bw, const int8_t *ar, int lda) {
     if (t & 1) {
         _tile_loadd(7, bw, 64);
-        _tile_loadd(5, ar, kb);
+        _tile_loadd(5, ar, lda);
     } else {
         _tile_loadd(6, bw, 64);
-        _tile_loadd(4, ar, kb);
+        _tile_loadd(4, ar, lda);
     }
     switch (t & 3) {
         case 0: _tile_zero(0); _tile_dpbsud(0, 4, 6); break;

@@ -59,6 +59,47 @@ def test_the_panel_computes_x_times_the_stored_weights(k, n):
         assert ((one - y).abs() <= 2 ** -7 * ref.abs() + 2e-5 * scale).all(), name
 
 
+@pytest.mark.skipif(not qkernel.tiles(), reason="no AMX tiles here (the AMX build with the tile state granted)")
+def test_the_panel_on_tiles_gives_the_vpdpbusd_panels_bits():
+    """The AMX build's panel takes its sub-block sums from TDPBSUD (qpanel.h's tpanel_rows) for the formats of groups
+    of 32: exact int32 sums and the same fold, so every output is panel_rows' to the bit — at one row, a tile's
+    sixteen, a tail past them, and five chunks' worth; Q6_K stays on vpdpbusd. The route must run (its counter)."""
+    lib = qkernel._lib
+    x = (torch.randn(40, 1536, generator=torch.Generator().manual_seed(7)) * 2).to(torch.bfloat16)
+    try:
+        for name, lin in _formats(1536, 50, seed=11).items():
+            for m in (1, 16, 17, 40):
+                runs = lib.speclab_tile_panels()
+                lib.speclab_panel_tiles(1)
+                on = qkernel.qgemm_long(x[:m], lin.q, lin.s, lin.mn, lin.bits)
+                took = lib.speclab_tile_panels() - runs
+                lib.speclab_panel_tiles(0)
+                off = qkernel.qgemm_long(x[:m], lin.q, lin.s, lin.mn, lin.bits)
+                assert torch.equal(on, off), (name, m)
+                assert took == (0 if lin.bits == qkernel.Q6K else 4), (name, m, took)  # 50 rows: four panels
+                assert lib.speclab_tile_panels() - runs == took  # and none with the switch off
+    finally:
+        lib.speclab_panel_tiles(1)
+
+
+def test_long_forward_sets_the_tiles_switch_and_restores_it(monkeypatch):
+    """`long_forward` sets the AMX build's panel route from SPECLAB_QPANEL_TILES (default on) and restores it."""
+    if qkernel.variant() != "amx":
+        assert not qkernel.panel_tiles()
+        return
+    seen, real = [], qkernel._lib.speclab_panel_tiles
+    monkeypatch.setattr(qkernel._lib, "speclab_panel_tiles", lambda on: seen.append(on) or real(on))
+    for env, want in ((None, int(qkernel.tiles())), ("0", 0)):
+        if env is None:
+            monkeypatch.delenv("SPECLAB_QPANEL_TILES", raising=False)
+        else:
+            monkeypatch.setenv("SPECLAB_QPANEL_TILES", env)
+        seen.clear()
+        with qkernel.long_forward():
+            assert seen == [want]
+        assert len(seen) == 2 and seen[1] == real(seen[1])  # the value before, put back
+
+
 def test_the_dequantiser_reads_the_same_codes():
     """speclab_dequant and the panel share qcodes.h's row decoder: Ŵ de-quantised is the reference's, every format."""
     for name, lin in _formats(512, 24, seed=3).items():
@@ -104,6 +145,10 @@ def test_only_a_long_forward_takes_the_panel(monkeypatch):
         monkeypatch.delenv("SPECLAB_QPANEL")
     assert route(20) == "qgemm" and not qkernel.takes_panel(20)
     assert not qkernel.takes_panel(20, qkernel.Q6KT)
+    monkeypatch.setitem(qkernel.PANEL_ROWS, qkernel.variant(), (8, 64))
+    with qkernel.long_forward():  # Q6_K (scales per 16): from 2·lo + 2 rows to hi / 2
+        assert [qkernel.takes_panel(r, qkernel.Q6K) for r in (17, 18, 32, 33)] == [False, True, True, False]
+        assert [qkernel.takes_panel(r, qkernel.Q4K) for r in (8, 9, 64, 65)] == [False, True, True, False]
 
 
 def test_a_quantized_prefill_takes_the_panel_in_the_fused_layers(monkeypatch):
