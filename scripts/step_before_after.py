@@ -12,7 +12,9 @@ Runs per round, in this order (so drift in the machine falls on every arm alike)
     after-spin-default  this tree, neither variable set (libgomp spins 300,000 iterations before sleeping)
     after-passive       this tree, OMP_WAIT_POLICY=PASSIVE (workers sleep at once)
     after-no-amx        this tree with SPECLAB_BGEMV=bgemv: the dense products on vdpbf16ps, not the AMX tiles
-    after-qtiles        this tree with SPECLAB_QTILES=1: the Q4_K / Q6_K products on AMX int8 tiles (qkernel.use_tiles)
+    after-qtiles        this tree with SPECLAB_QTILES=1: the Q4_K / Q6_K products in sixteen-row units (qkernel.use_tiles;
+              the default where the AMX build runs since 2026-12-07)
+    after-stored        this tree with SPECLAB_QTILES=0: the Q4_K / Q6_K products on the blocks as stored
     after-vnni-build    this tree with SPECLAB_QGEMM=avx512vnni: the quantized products from the VNNI build, not the AMX one
 
 The knobs are read when libgomp loads, which is why each arm is its own process. The summary is the median
@@ -40,6 +42,7 @@ ARMS = {
     "after-passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
     "after-no-amx": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_BGEMV": "bgemv"}, False),
     "after-qtiles": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_QTILES": "1"}, False),
+    "after-stored": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_QTILES": "0"}, False),
     "after-vnni-build": ({"GOMP_SPINCOUNT": "20000", "SPECLAB_QGEMM": "avx512vnni"}, False),
 }
 CLEARED = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SPECLAB_DENSE_KERNEL", "SPECLAB_BGEMV")

@@ -54,8 +54,9 @@ def _route(arm: str):
 def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids: list[int] | None = None,
             progress=None) -> list[dict[str, Any]]:
     """Rows per (model label, arm, L): ms per token of `lm.prefill(ids[:L])` on an empty cache, the best of
-    `repeats` rounds, every arm of every model once per round (interleaved). `lms`: label → HFModel (its
-    `weights` picks the arms); `ids`: the tokens fed (default: a fixed run of ordinary ids in every vocabulary)."""
+    `repeats` rounds, every arm of every model once per round (interleaved; round r starts at arm r mod arms).
+    `lms`: label → HFModel (its `weights` picks the arms); `ids`: the tokens fed (default: a fixed run of
+    ordinary ids in every vocabulary)."""
     if repeats < 1 or not lengths or min(lengths) < 1:
         raise ValueError("prefill: repeats must be ≥ 1 and every length ≥ 1")
     if ids is None:  # ordinary ids inside every model's vocabulary, no long repeats
@@ -67,9 +68,12 @@ def measure(lms: dict[str, Any], lengths: tuple[int, ...], repeats: int = 3, ids
         raise ValueError(f"prefill: {len(ids)} ids for a length of {max(lengths)}")
     best: dict[tuple[str, str, int], float] = {}
     for L in lengths:
-        for _ in range(repeats):
+        for r in range(repeats):
             for label, lm in lms.items():
-                for arm in arms(lm.weights):
+                order = arms(lm.weights)
+                # each round starts at another arm: the first after a model switch re-warms the caches (this
+                # bench's first recording had `panel` first every round: 0.83–0.95× `one-row` where both took one route)
+                for arm in order[r % len(order):] + order[:r % len(order)]:
                     with _route(arm):
                         lm.reset()
                         t = time.perf_counter()

@@ -140,9 +140,9 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
                                                f" ({len(layers) - len(ours)} layers on torch's: their shape)")
             tiled = sum(m.bits in qkernel.TILED.values() for m in ours)
             if tiled:
-                why += f"; {tiled} Q4_K / Q6_K layers on AMX int8 tiles (SPECLAB_QTILES=1)"
+                why += f"; {tiled} Q4_K / Q6_K layers in sixteen-row units (VNNI lanes to 8 rows, AMX tiles above)"
             elif qkernel.tiles() and any(m.bits in qkernel.TILED for m in ours):
-                why += "; Q4_K / Q6_K on the VNNI loops (SPECLAB_QTILES=1 puts them on the AMX tiles: a flatter verify)"
+                why += "; Q4_K / Q6_K as stored (SPECLAB_QTILES=0; unset, sixteen-row units: a flatter verify)"
             why += _step_note(model)
             return KernelReport(weights, dev, dt, path, why, qkernel.built(), len(layers), q)
         why = "kernel='torch' asked" if kernel == "torch" else f"our qgemm kernel does not run here: {qkernel.available()}"

@@ -534,6 +534,7 @@ static inline __attribute__((always_inline)) void rows_b32(const int MC, const i
 #include "q5_runs.h"
 #if defined(__AMX_INT8__)
 #include "qtiles.h"
+#include "qlanes.h"
 #endif
 
 #else
@@ -797,7 +798,9 @@ static inline __attribute__((always_inline)) void rows_mc(const int MC, int bits
 }
 #endif
 
-static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
+/* lanes: the tile layouts' rows on vpdpbusd lanes (qlanes.h; a in quantize_x's layout) rather than on the tiles (a
+ * in tile_acts' layout); the same bits either way (ql_lanes picks by a product's rows). */
+static void rows(int mc, int bits, int lanes, int N0, int N1, int K, const int8_t *a, const float *d, const float *c,
                  const int32_t *bz, const float *dz, const uint8_t *w, const uint16_t *s, const uint16_t *mn,
                  uint16_t *y, int ldy) {
 #if defined(__AVX512VNNI__)
@@ -820,13 +823,15 @@ static void rows(int mc, int bits, int N0, int N1, int K, const int8_t *a, const
         return;
     }
 #if defined(__AMX_INT8__)
-    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h), sixteen rows a unit: N0 and N1 are multiples of 16; a is
-                          * tile_acts' layout */
-        MC_CASES(rows_qt_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h) or lanes (qlanes.h), sixteen rows a unit: N0 and N1 are
+                          * multiples of 16; a is tile_acts' layout for the tiles */
+        if (lanes) MC_CASES(rows_ql_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        else MC_CASES(rows_qt_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
-    if (bits == Q6KT) {  /* Q6_K on the tiles likewise; c holds q6k_prep's offsets */
-        MC_CASES(rows_qt_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+    if (bits == Q6KT) {  /* Q6_K likewise; c holds q6k_prep's offsets */
+        if (lanes) MC_CASES(rows_ql_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        else MC_CASES(rows_qt_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
 #endif
@@ -890,7 +895,12 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     }
 #endif
 #if defined(__AMX_INT8__)
-    if (IS_TILED(bits)) {  /* the activations as the tiles take them (tile_acts: 2·M·K bytes), in place of a */
+    const int lanes = IS_TILED(bits) && ql_lanes(M);
+#else
+    const int lanes = 0;
+#endif
+#if defined(__AMX_INT8__)
+    if (IS_TILED(bits) && !lanes) {  /* the activations as the tiles take them (tile_acts: 2·M·K bytes), in place of a */
         int8_t *t = (int8_t *)malloc((size_t)2 * M * K);
         if (!t) {
             free(a); free(d); free(c); free(bz); free(dz);
@@ -903,7 +913,7 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
 #endif
     for (int m0 = 0; m0 < M; m0 += MCHUNK) {
         int mc = M - m0 < MCHUNK ? M - m0 : MCHUNK;
-        const int8_t *am = a + (size_t)(IS_TILED(bits) ? 2 : 1) * m0 * K;
+        const int8_t *am = a + (size_t)(IS_TILED(bits) && !lanes ? 2 : 1) * m0 * K;
         const float *dm = d + (size_t)m0 * G, *cm = c + (size_t)m0 * CW;
         const int32_t *bm = bz ? bz + (size_t)m0 * P16 : NULL;
         const float *zm = dz ? dz + (size_t)m0 * P16 : NULL;
@@ -914,7 +924,7 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
 #pragma omp parallel for schedule(static) num_threads(nthreads)
         for (int b = 0; b < nb; b++) {
             int n0 = b * block, n1 = n0 + block < N ? n0 + block : N;
-            rows(mc, bits, n0, n1, K, am, dm, cm, bm, zm, w, s, mn, ym, N);
+            rows(mc, bits, lanes, n0, n1, K, am, dm, cm, bm, zm, w, s, mn, ym, N);
         }
     }
     free(a); free(d); free(c); free(bz); free(dz);
@@ -977,13 +987,18 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         if (any_q5r) q5r_order(M, K, a, a5);
 #endif
 #if defined(__AMX_INT8__)
-        if (any_q4kt) tile_acts(64, M, K, a, ax4);
-        if (any_q6kt) tile_acts(32, M, K, a, ax6);
+        if (any_q4kt && !ql_lanes(M)) tile_acts(64, M, K, a, ax4);
+        if (any_q6kt && !ql_lanes(M)) tile_acts(32, M, K, a, ax6);
 #else
         (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt;
 #endif
     }
     int paneled[3] = {0, 0, 0};  /* segments this thread's rows of took the panel product (a prefill's, qp_lo) */
+#if defined(__AMX_INT8__)
+    const int lanes = ql_lanes(M);  /* the tile layouts' segments on lanes (a), not tiles (ax4, ax6) */
+#else
+    const int lanes = 0;
+#endif
 #if defined(__AVX512VNNI__)
     const int lo = qp_lo;
     for (int sg = 0, col = 0; lo && sg < W->nseg; col += W->rows[sg], sg++) {
@@ -1012,14 +1027,14 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
                 const int n1 = n0 + step < r1 ? n0 + step : r1;
 #if defined(__AVX512VNNI__)
                 const int bs = W->bits[sg];
-                const int8_t *as = IS_TILED(bs) ? (bs == Q4KT ? ax4 : ax6) + (size_t)2 * m0 * K
+                const int8_t *as = IS_TILED(bs) && !lanes ? (bs == Q4KT ? ax4 : ax6) + (size_t)2 * m0 * K
                                  : (bs == Q4K ? a4 : bs == Q5R ? a5 : a) + (size_t)m0 * K;
                 const float *cs = IS_Q6(bs) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #else
                 const int8_t *as = a + (size_t)m0 * K;
                 const float *cs = IS_Q6(W->bits[sg]) ? c16 + (size_t)m0 * (K / 16) : c + (size_t)m0 * G;
 #endif
-                rows(mc, W->bits[sg], n0, n1, K, as, d + (size_t)m0 * G, cs,
+                rows(mc, W->bits[sg], lanes, n0, n1, K, as, d + (size_t)m0 * G, cs,
                      bz + (size_t)m0 * P16, dz + (size_t)m0 * P16, W->q[sg], W->s[sg], W->mn[sg],
                      y + (size_t)m0 * N + col, N);
             }

@@ -6,7 +6,7 @@ AVX-512 VNNI build, else an AVX2 build, called through ctypes on tensors' raw me
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'amx' | 'avx512vnni' | 'avx2' (SPECLAB_QGEMM=<build> forces one)
     tiles() -> bool                   whether Q4_K and Q6_K can run on AMX tiles here (the AMX build, tile state granted)
-    use_tiles() -> bool               whether layers loaded now take them (SPECLAB_QTILES=1; why not by default: there)
+    use_tiles() -> bool               whether layers loaded now take their layouts (the default there; SPECLAB_QTILES=0: not)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
     QGemmLinear.from_blocks(blocks, bias, bits)   a GGUF tensor's own blocks, read as the file stores them
@@ -86,16 +86,17 @@ def tiles() -> bool:
 
 
 def use_tiles() -> bool:
-    """Whether a layer loaded now takes the tiles: where they can run and SPECLAB_QTILES=1 asks for them.
+    """Whether a Q4_K / Q6_K layer loaded now takes the sixteen-row layouts (Q4KT, Q6KT): where the AMX build runs
+    (`tiles()`), unless SPECLAB_QTILES=0 keeps the blocks as stored (rows_q4k / rows_q6k).
 
-    Why a choice and not the default: on the AMX Xeon (docs/log/2026-12-07-amx-int8-tiles.md) the tiles make a verify
-    nearly flat — the 1.5B target's five-token forward 1.22× its one-token step against 1.82× on the VNNI loops — but
-    the one-token step itself 1.31× slower (interleaved, four rounds), because the loops read much of a 1 GB model
-    from this host's large last-level cache faster than the tiles unpack it. Speculation on the quantized path is
-    held back by the draft's cost (c ≈ 0.29) more than by the verify, so AR decoding, the common case, keeps the VNNI
-    loops. Set it for runs that verify long windows on the quantized path (the choice is made at load: every run of
-    a loaded model — AR and speculative alike — uses the same kernel, so greedy stays exact)."""
-    return os.environ.get("SPECLAB_QTILES", "0") == "1" and tiles()
+    Why the default since 2026-12-07 (docs/log/2026-12-07-panel-on-tiles.md): a product of up to eight rows runs
+    there on vpdpbusd lanes (qlanes.h), more rows on the tiles (qtiles.h), the same bits either way; the 1.5B
+    target's one-token step is the stored layout's (47.5–48.2 against 47.5–50.9 ms, two interleaved rounds) and its
+    five-token forward 1.20–1.22× a step against 1.67–1.72×. Before the lanes, the tiles alone made the verify as
+    flat but the step 1.31× slower (docs/log/2026-12-07-amx-int8-tiles.md), and this was an opt-in. The choice is
+    made at load: every run of a loaded model — AR and speculative alike — uses the same kernel, so greedy stays
+    exact."""
+    return os.environ.get("SPECLAB_QTILES", "1") != "0" and tiles()
 
 
 def available() -> str | None:
@@ -132,6 +133,8 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
         fns["speclab_amx_ok"] = []
         fns["speclab_panel_tiles"] = [ctypes.c_int]
         fns["speclab_tile_panels"] = []
+        fns["speclab_qt_lanes"] = [ctypes.c_int]
+        fns["speclab_lane_units"] = []
     if name in LONG_BUILDS:
         fns["speclab_qgemm_long"] = fns["speclab_qgemm"]
         fns["speclab_long"] = [ctypes.c_int]
@@ -258,17 +261,18 @@ def dense_rows() -> int | None:
 # batch-invariant against speclab_qgemm (the same sums in another order), so never a verify: a forward outside
 # `long_forward` keeps the one-row product (or the de-quantised GEMM past DENSE_ROWS) as before. PANEL_ROWS per
 # build: (lo, hi) — the panel for lo < rows ≤ hi (hi None: every longer forward; past hi the de-quantised GEMM);
-# Q6_K (scales per 16) from 2·lo + 2 rows to hi / 2. Measured 2026-12-07 on a 2-core Xeon with AMX
+# Q6_K (scales per 16) from 2·lo + 2 rows. Measured 2026-12-07 on a 2-core Xeon with AMX
 # (docs/log/2026-12-07-panel-prefill.md), products alone on the 0.5B's and 1.5B's shapes in every format: against
 # the one-row product 1.1–2.3× faster at 16 rows (Q6_K 0.68–0.74×; 0.98–1.20× at 32), 1.5–4.1× at 64; against the
 # de-quantised GEMM on AMX bf16 tiles 0.83–1.28× at 64 rows (Q6_K the 0.83), 0.66–0.96× at 128, 0.48–0.67× at
-# 256 (so hi = 64 there, until the panel's sums went onto the tiles: 1.03–1.37× the de-quantised GEMM at 128 rows
-# for Q4_K, Q8_0 and Q5_0, 0.75–1.10× at 192; Q6_K, on vpdpbusd still, past 64 0.6–1.0× — docs/log/
-# 2026-12-07-panel-on-tiles.md — so hi = 128, Q6_K's 64); against the AVX-512 bf16 GEMM (oneDNN capped to AVX512_CORE_BF16 on that Xeon: a proxy for
-# the VNNI build's Zen 4, to be measured there) 2.6–3.8× at 64 to 512 rows (so no hi). The fused layers' products
+# 256 (so hi = 64 there; with the panel's sums on the tiles since, 1.03–1.37× the de-quantised GEMM at 128 rows for
+# a Q4_K, Q8_0 or Q5_0 product alone, whole prefills of 96–128 tokens were level with it — 0.94–1.21×, this host's
+# noise, docs/log/2026-12-07-panel-on-tiles.md — so hi stays 64); against the AVX-512 bf16 GEMM (oneDNN capped to
+# AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be measured there) 2.6–3.8× at 64 to 512
+# rows (so no hi). The fused layers' products
 # (≤ 64 rows) take lo alone: hi must stay ≥ 64.
 LONG_BUILDS = ("avx512vnni", "amx")
-PANEL_ROWS = {"amx": (15, 128), "avx512vnni": (15, None)}
+PANEL_ROWS = {"amx": (15, 64), "avx512vnni": (15, None)}
 _long = threading.local()
 _long_lock = threading.RLock()  # the C side's switch (speclab_long) is one per library: one prefill at a time
 
@@ -309,8 +313,8 @@ def takes_panel(rows: int, bits: int | None = None) -> bool:
     if not getattr(_long, "on", False) or bits == Q6KT or os.environ.get("SPECLAB_QPANEL", "1") == "0":
         return False
     lo, hi = PANEL_ROWS.get(variant() or "", (None, None))
-    if lo is not None and bits == Q6K:  # scales per 16: twice the folds a product (par_gemv takes the same rows)
-        lo, hi = 2 * lo + 1, None if hi is None else hi // 2
+    if lo is not None and bits == Q6K:  # scales per 16: four products a scale (par_gemv takes the same rows)
+        lo = 2 * lo + 1
     return lo is not None and rows > lo and (hi is None or rows <= hi)
 
 

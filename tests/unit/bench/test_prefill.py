@@ -36,7 +36,8 @@ def test_each_quantized_model_runs_both_routes_interleaved_and_the_switch_is_res
     q, d = _LM("quantized", 0.5, 1.5), _LM("dense", 1.0, 1.0)
     rows = measure({"q": q, "d": d}, (4, 8), repeats=2)
     assert os.environ["SPECLAB_QPANEL"] == "1"  # the caller's value back
-    assert q.seen == [(None, 4), ("0", 4)] * 2 + [(None, 8), ("0", 8)] * 2  # panel (switch unset), then one-row
+    # panel (switch unset) and one-row, each round starting at the next arm
+    assert q.seen == [(None, 4), ("0", 4), ("0", 4), (None, 4), (None, 8), ("0", 8), ("0", 8), (None, 8)]
     assert [n for _, n in d.seen] == [4, 4, 8, 8] and q.resets >= 8
     by = {(r["model"], r["arm"], r["tokens"]): r for r in rows}
     assert set(by) == {("q", "panel", 4), ("q", "one-row", 4), ("q", "panel", 8), ("q", "one-row", 8),

@@ -12,7 +12,7 @@ needs_tiles = pytest.mark.skipif(not qkernel.tiles(), reason="no AMX int8 tiles 
                                                             f"state granted); this CPU runs {qkernel.variant()}")
 @pytest.fixture(autouse=True)
 def _ask_for_the_tiles(monkeypatch):
-    monkeypatch.setenv("SPECLAB_QTILES", "1")  # layers take the tiles only when asked (qkernel.use_tiles)
+    monkeypatch.setenv("SPECLAB_QTILES", "1")  # the default where they run; set, as a run may have it unset or 0
 
 
 FORMATS = {qkernel.Q4K: (qkernel.q4kt_pack, qkernel.Q4KT, 144), qkernel.Q6K: (qkernel.q6kt_pack, qkernel.Q6KT, 210)}
@@ -74,6 +74,32 @@ def test_the_tiles_compute_x_times_the_blocks_weights_the_same_at_every_row_coun
 
 
 @needs_tiles
+@pytest.mark.parametrize("bits", [qkernel.Q4K, qkernel.Q6K])
+def test_the_lanes_give_the_tiles_bits_and_run_up_to_their_rows(bits):
+    """The layouts' rows on vpdpbusd lanes (qlanes.h) take the same exact sums and the same fold as the tiles: every
+    output the tiles' bits, at one to eight rows, the lanes running (their counter) only up to `speclab_qt_lanes`."""
+    lib = qkernel._lib
+    b = _random_blocks(bits, 48, 1536, seed=bits + 3)
+    lin = qkernel.QGemmLinear.from_blocks(b, None, bits)
+    x = (torch.randn(8, 1536, generator=torch.Generator().manual_seed(5)) * 2).to(torch.bfloat16)
+    ref = x.float() @ qkernel.block_unpack(b, bits).T
+    before = lib.speclab_qt_lanes(8)
+    try:
+        for m in (1, 2, 3, 4, 5, 8):
+            units = lib.speclab_lane_units()
+            lib.speclab_qt_lanes(8)
+            lanes = lin(x[:m])
+            assert lib.speclab_lane_units() - units == 3  # 48 rows: three units
+            lib.speclab_qt_lanes(m - 1)  # every row count above it: the tiles
+            tiles = lin(x[:m])
+            assert lib.speclab_lane_units() - units == 3, m
+            assert torch.equal(lanes, tiles), m
+            assert ((lanes.float() - ref[:m]).abs().max() / ref.abs().max()) < 0.03
+    finally:
+        lib.speclab_qt_lanes(before)
+
+
+@needs_tiles
 @pytest.mark.parametrize("bits,flips", [
     # Q4_K: d, dmin, sc_0 (six bits of byte 4), m_1 (byte 9), sc_4's top bits (byte 4's bit 7) and its low nibble
     # (byte 12), m_7's high nibble (byte 15), a low and a high nibble of the last run
@@ -92,17 +118,24 @@ def test_every_code_the_tiles_read_moves_the_output_as_the_reference_says(bits, 
     x[0, [0, 3, 5, 33, 40, 66, 71, 99, 130, 168, 180, 220, 225, 252, 253]] = 1.0
     x[1, [3, 66, 130, 253]] = -1.0
     x = x.to(torch.bfloat16)
-    before = qkernel.QGemmLinear.from_blocks(b, None, bits)(x)
-    for off, mask in flips:
-        c = b.clone()
-        c[9, off] ^= mask  # one row's code
-        lin = qkernel.QGemmLinear.from_blocks(c, None, bits)
-        assert lin.bits == FORMATS[bits][1]
-        after = lin(x)
-        want = x.float() @ qkernel.block_unpack(c, bits).T
-        assert not torch.equal(before[0, 9], after[0, 9]), off
-        assert torch.equal(torch.cat([before[:, :9], before[:, 10:]], 1), torch.cat([after[:, :9], after[:, 10:]], 1))
-        assert torch.allclose(after.float(), want, rtol=0.01, atol=1e-3 * want.abs().max().item()), off
+    was = qkernel._lib.speclab_qt_lanes(8)
+    try:
+        for lanes in (8, 0):  # the two rows on the lanes, then on the tiles
+            qkernel._lib.speclab_qt_lanes(lanes)
+            before = qkernel.QGemmLinear.from_blocks(b, None, bits)(x)
+            for off, mask in flips:
+                c = b.clone()
+                c[9, off] ^= mask  # one row's code
+                lin = qkernel.QGemmLinear.from_blocks(c, None, bits)
+                assert lin.bits == FORMATS[bits][1]
+                after = lin(x)
+                want = x.float() @ qkernel.block_unpack(c, bits).T
+                assert not torch.equal(before[0, 9], after[0, 9]), (lanes, off)
+                assert torch.equal(torch.cat([before[:, :9], before[:, 10:]], 1),
+                                   torch.cat([after[:, :9], after[:, 10:]], 1))
+                assert torch.allclose(after.float(), want, rtol=0.01, atol=1e-3 * want.abs().max().item()), (lanes, off)
+    finally:
+        qkernel._lib.speclab_qt_lanes(was)
 
 
 @needs_tiles
@@ -113,13 +146,21 @@ def test_a_tiled_product_of_rows_not_in_sixteens_is_refused():
         qkernel.qgemm(x, t[:8], torch.empty(0, dtype=torch.float16), torch.empty(0, dtype=torch.float16), qkernel.Q4KT)
 
 
-@pytest.mark.parametrize("why", ["not asked", "no tiles"])
+def test_the_units_are_the_default_where_the_amx_build_runs(monkeypatch):
+    monkeypatch.delenv("SPECLAB_QTILES")
+    b = _random_blocks(qkernel.Q4K, 32, 256)
+    lin = qkernel.QGemmLinear.from_blocks(b, None, qkernel.Q4K)
+    assert qkernel.use_tiles() == qkernel.tiles()
+    assert lin.bits == (qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K)
+
+
+@pytest.mark.parametrize("why", ["switched off", "no tiles"])
 def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch, why):
-    """Not asked for (SPECLAB_QTILES unset: the default), or asked for where the tiles cannot run: as stored."""
+    """Switched off (SPECLAB_QTILES=0), or where the AMX build cannot run: as stored."""
     if qkernel.available() is not None:
         pytest.skip(f"qgemm kernel: {qkernel.available()}")
-    if why == "not asked":
-        monkeypatch.delenv("SPECLAB_QTILES")
+    if why == "switched off":
+        monkeypatch.setenv("SPECLAB_QTILES", "0")
     else:
         monkeypatch.setattr(qkernel, "tiles", lambda: False)
     for bits in (qkernel.Q4K, qkernel.Q6K):
@@ -134,8 +175,8 @@ def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch, why):
 
 @pytest.mark.parametrize("asked", [True, False])
 def test_the_kernel_report_says_which_layers_run_on_the_tiles(tmp_path, monkeypatch, asked):
-    """The report after loading names the layers on the tiles, or — where the tiles could run but were not asked
-    for — the switch that puts them there."""
+    """The report after loading names the layers in sixteen-row units (the default where the AMX build runs), or —
+    switched off there — the switch and what the units give."""
     from engine.kernels.accelerate import accelerate
     from engine.models.gguf_blocks import GGUFBlocks
     from tests.unit.models.test_gguf_blocks import _tiny_qwen, _write_gguf
@@ -149,6 +190,7 @@ def test_the_kernel_report_says_which_layers_run_on_the_tiles(tmp_path, monkeypa
     r = accelerate(model, "int4", act_dtype=torch.bfloat16, gguf_blocks=GGUFBlocks(tmp_path / "m.gguf"))
     assert r.path == f"speclab qgemm ({qkernel.variant()})"
     if asked:
-        assert "4 Q4_K / Q6_K layers on AMX int8 tiles (SPECLAB_QTILES=1)" in r.why
+        assert "4 Q4_K / Q6_K layers in sixteen-row units (VNNI lanes to 8 rows, AMX tiles above)" in r.why
     else:
-        assert "SPECLAB_QTILES=1 puts them on the AMX tiles" in r.why and "layers on AMX int8 tiles" not in r.why
+        assert "as stored (SPECLAB_QTILES=0; unset, sixteen-row units: a flatter verify)" in r.why
+        assert "layers in sixteen-row units" not in r.why
