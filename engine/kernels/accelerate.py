@@ -140,8 +140,9 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
                                                f" ({len(layers) - len(ours)} layers on torch's: their shape)")
             tiled = sum(m.bits in qkernel.TILED.values() for m in ours)
             if tiled:
-                why += f"; {tiled} Q4_K / Q6_K layers in sixteen-row units (VNNI lanes to 8 rows, AMX tiles above)"
-            elif qkernel.tiles() and any(m.bits in qkernel.TILED for m in ours):
+                why += (f"; {tiled} Q4_K / Q6_K layers in sixteen-row units (VNNI lanes"
+                        + (" to 8 rows, AMX tiles above)" if qkernel.tiles() else ")"))
+            elif qkernel.variant() in qkernel.ONLY_ON[qkernel.Q4KT] and any(m.bits in qkernel.TILED for m in ours):
                 why += "; Q4_K / Q6_K as stored (SPECLAB_QTILES=0; unset, sixteen-row units: a flatter verify)"
             why += _step_note(model)
             return KernelReport(weights, dev, dt, path, why, qkernel.built(), len(layers), q)

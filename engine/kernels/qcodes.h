@@ -23,7 +23,7 @@ static void row_codes(int bits, const uint8_t *w, const uint16_t *s, const uint1
                       float *qs, float *qm) {
     const int G = K / GROUP;
     const uint8_t *wr = w + (size_t)n * ROW_BYTES(bits, K);
-#if defined(__AMX_INT8__)
+#if defined(__AVX512VNNI__)
     uint8_t row[MAXG / 8 * 144];
     if (bits == Q4KT) {  /* the row's blocks as the GGUF stores them, then as Q4K below */
         for (int b = 0; b < K / 256; b++) q4kt_block(w, K, n, b, row + (size_t)b * 144);

@@ -68,7 +68,7 @@
 #else
 #define Q5R_OK(K) 0
 #endif
-#if defined(__AMX_INT8__)
+#if defined(__AVX512VNNI__)
 #define Q4KT_OK(K) ((K) % 256 == 0)
 #else
 #define Q4KT_OK(K) 0
@@ -532,10 +532,8 @@ static inline __attribute__((always_inline)) void rows_b32(const int MC, const i
 
 #include "q6k_rows.h"
 #include "q5_runs.h"
-#if defined(__AMX_INT8__)
-#include "qtiles.h"
+#include "qtiles.h" /* the sixteen-row layouts; their tile product on the AMX build only */
 #include "qlanes.h"
-#endif
 
 #else
 /* AVX2 (no integer dot-product instruction): 128-bit steps, one group at a time, R weight rows at once
@@ -822,19 +820,23 @@ static void rows(int mc, int bits, int lanes, int N0, int N1, int K, const int8_
         MC_CASES(rows_q5r, N0, N1, K, a, d, c, w, y, ldy)
         return;
     }
+    if (bits == Q4KT) {  /* Q4_K on the lanes (qlanes.h) or the AMX build's tiles (qtiles.h), sixteen rows a unit: N0
+                          * and N1 are multiples of 16; a is tile_acts' layout for the tiles */
 #if defined(__AMX_INT8__)
-    if (bits == Q4KT) {  /* Q4_K on the tiles (qtiles.h) or lanes (qlanes.h), sixteen rows a unit: N0 and N1 are
-                          * multiples of 16; a is tile_acts' layout for the tiles */
-        if (lanes) MC_CASES(rows_ql_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
-        else MC_CASES(rows_qt_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        if (!lanes) MC_CASES(rows_qt_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        else
+#endif
+        MC_CASES(rows_ql_mc, 0, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
     if (bits == Q6KT) {  /* Q6_K likewise; c holds q6k_prep's offsets */
-        if (lanes) MC_CASES(rows_ql_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
-        else MC_CASES(rows_qt_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+#if defined(__AMX_INT8__)
+        if (!lanes) MC_CASES(rows_qt_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
+        else
+#endif
+        MC_CASES(rows_ql_mc, 1, N0 / 16, N1 / 16, K, a, d, c, w, y, ldy)
         return;
     }
-#endif
     if (IS_B32(bits)) {  /* Q5_0 / Q8_0 rows: their own body (rows_b32), one per format and chunk size */
         if (bits == Q50) MC_CASES(rows_b32, Q50, N0, N1, K, a, bz, dz, w, y, ldy)
         else MC_CASES(rows_b32, Q80, N0, N1, K, a, bz, dz, w, y, ldy)
@@ -895,9 +897,9 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
     }
 #endif
 #if defined(__AMX_INT8__)
-    const int lanes = IS_TILED(bits) && ql_lanes(M);
+    const int lanes = IS_TILED(bits) && (ql_lanes(M) || !amx_ok);
 #else
-    const int lanes = 0;
+    const int lanes = IS_TILED(bits);  /* the VNNI build: the layouts on lanes at every row count (AVX2: refused above) */
 #endif
 #if defined(__AMX_INT8__)
     if (IS_TILED(bits) && !lanes) {  /* the activations as the tiles take them (tile_acts: 2·M·K bytes), in place of a */
@@ -977,6 +979,11 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     for (int sg = 0; sg < W->nseg; sg++)
         any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= IS_Q6(W->bits[sg]),
             any_q5r |= W->bits[sg] == Q5R, any_q4kt |= W->bits[sg] == Q4KT, any_q6kt |= W->bits[sg] == Q6KT;
+#if defined(__AMX_INT8__)
+    const int lanes = ql_lanes(M) || !amx_ok;  /* the tile layouts' segments on lanes (a), not tiles (ax4, ax6) */
+#else
+    const int lanes = 1;  /* the VNNI build's layouts: lanes only (the AVX2 build has none) */
+#endif
 #pragma omp single
     {
         quantize_x(x, M, K, a, d, c);
@@ -987,18 +994,13 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
         if (any_q5r) q5r_order(M, K, a, a5);
 #endif
 #if defined(__AMX_INT8__)
-        if (any_q4kt && !ql_lanes(M)) tile_acts(64, M, K, a, ax4);
-        if (any_q6kt && !ql_lanes(M)) tile_acts(32, M, K, a, ax6);
+        if (any_q4kt && !lanes) tile_acts(64, M, K, a, ax4);
+        if (any_q6kt && !lanes) tile_acts(32, M, K, a, ax6);
 #else
-        (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt;
+        (void)ax4, (void)ax6, (void)any_q4kt, (void)any_q6kt, (void)lanes;
 #endif
     }
     int paneled[3] = {0, 0, 0};  /* segments this thread's rows of took the panel product (a prefill's, qp_lo) */
-#if defined(__AMX_INT8__)
-    const int lanes = ql_lanes(M);  /* the tile layouts' segments on lanes (a), not tiles (ax4, ax6) */
-#else
-    const int lanes = 0;
-#endif
 #if defined(__AVX512VNNI__)
     const int lo = qp_lo;
     for (int sg = 0, col = 0; lo && sg < W->nseg; col += W->rows[sg], sg++) {
@@ -1050,7 +1052,7 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
 
 #include "fused_layer.h"
 
-#if defined(__AMX_INT8__)
+#if defined(__AVX512VNNI__)
 /* Rows 16u … 16u+15 of a Q6KT weight as bf16: each run unpacked as the tile loop unpacks it (q6kt_unpack), then
  * each row's 16 q of a sub-block gathered from the B layout ([k4][row][4]) and (d·sc_j)·(q − 32) rounded once — the
  * values of Q6_K's codes (qcodes.h), without rebuilding the GGUF's blocks byte by byte (~10× slower for the 1.5B's head). */
@@ -1090,16 +1092,44 @@ static void dequant_codes(uint16_t *o, const uint8_t *q, const float *qs, const 
     }
 }
 
+#if defined(__AVX512VNNI__)
+/* Rows 16u … 16u+15 of a Q4KT weight as bf16: per block the sixteen rows' scales at once (q4kt_scales), per row and
+ * run its 32 nibble bytes gathered from the B layout, then dequant_codes — the values of row_codes' Q4_K codes (an
+ * odd group's ÷16 scale times its ×16 code: the same exact product), without rebuilding each row's blocks. */
+static void q4kt_dequant_unit(const uint8_t *w, int K, int u, uint16_t *out) {
+    float sl[8][16] __attribute__((aligned(64))), ml[8][16] __attribute__((aligned(64)));
+    const uint8_t *wu = w + (size_t)u * (K / 256) * Q4KT_UNIT;
+    for (int b = 0; b < K / 256; b++) {
+        const uint8_t *blk = wu + (size_t)b * Q4KT_UNIT;
+        __m512 S[8], Mn[8];
+        q4kt_scales(blk, S, Mn);
+        for (int h = 0; h < 8; h++) _mm512_store_ps(sl[h], S[h]), _mm512_store_ps(ml[h], Mn[h]);
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 16; i++) {
+                uint8_t q[32], lo[32], hi[32];
+                for (int k4 = 0; k4 < 8; k4++) memcpy(q + 4 * k4, blk + 256 + 512 * r + 64 * k4 + 4 * i, 4);
+                for (int t = 0; t < 32; t++) lo[t] = q[t] & 0x0f, hi[t] = q[t] & 0xf0;
+                uint16_t *o = out + (size_t)(16 * u + i) * K + (size_t)b * 256 + 64 * r;
+                dequant_codes(o, lo, &sl[2 * r][i], &ml[2 * r][i], GROUP, GROUP);
+                dequant_codes(o + GROUP, hi, &sl[2 * r + 1][i], &ml[2 * r + 1][i], GROUP, GROUP);
+            }
+    }
+}
+#endif
+
 /* Ŵ[N, K] as bf16 (for a long forward — a prefill — that a dense GEMM runs faster than this kernel): each row's codes
  * (qcodes.h) scaled in eight-lane steps (a scalar loop took ~1.5 s for the 1.5B's weights, more than the GEMM of a
  * short prompt). */
 int speclab_dequant(int bits, int N, int K, const uint8_t *w, const uint16_t *s, const uint16_t *mn, uint16_t *out,
                     int nthreads) {
     if (!BITS_OK(bits, K) || K % GROUP || K / GROUP > MAXG || N < 1 || (IS_TILED(bits) && N % 16)) return -1;
-#if defined(__AMX_INT8__)
-    if (bits == Q6KT) {
+#if defined(__AVX512VNNI__)
+    if (IS_TILED(bits)) {
 #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int u = 0; u < N / 16; u++) q6kt_dequant_unit(w, K, u, out);
+        for (int u = 0; u < N / 16; u++) {
+            if (bits == Q6KT) q6kt_dequant_unit(w, K, u, out);
+            else q4kt_dequant_unit(w, K, u, out);
+        }
         return 0;
     }
 #endif

@@ -1,12 +1,13 @@
 """Our own weight-only quantized matmul (engine/kernels/qgemm.c) for x86 CPUs: built once with the system C
 compiler by the install step (engine.kernels.kernel_build; else once into the user cache): an AMX build where
-the CPU has AMX int8 tiles (the VNNI build's code, and Q4_K / Q6_K blocks on the tiles when asked for), else an
-AVX-512 VNNI build, else an AVX2 build, called through ctypes on tensors' raw memory.
+the CPU has AMX int8 tiles (the VNNI build's code, and its Q4_K / Q6_K products of more than eight rows on the
+tiles), else an AVX-512 VNNI build, else an AVX2 build, called through ctypes on tensors' raw memory.
 
     available() -> str | None         None when the kernel can run here, else why not (one line)
     variant() -> str                  'amx' | 'avx512vnni' | 'avx2' (SPECLAB_QGEMM=<build> forces one)
     tiles() -> bool                   whether Q4_K and Q6_K can run on AMX tiles here (the AMX build, tile state granted)
-    use_tiles() -> bool               whether layers loaded now take their layouts (the default there; SPECLAB_QTILES=0: not)
+    use_tiles() -> bool               whether Q4_K / Q6_K layers loaded now take the sixteen-row layouts (the default on
+                                      the AVX-512 builds; SPECLAB_QTILES=0: as stored)
     QGemmLinear(weight, bias, bits)   4-, 6- or 8-bit weights per group of 32 inputs, asymmetric:
                                       Ŵ = s·q + mn with q ∈ 0…2^bits − 1, s and mn fp16 per (row, group)
     QGemmLinear.from_blocks(blocks, bias, bits)   a GGUF tensor's own blocks, read as the file stores them
@@ -49,9 +50,9 @@ SOURCE = Path(__file__).with_name("qgemm.c")
 VARIANTS = {  # build → (CPU flags it needs, compiler flags), the first the CPU has wins (engine.kernels.kernel_build)
     name.split("-", 1)[1]: (b.needs, b.cflags) for name, b in BUILDS.items() if b.source == SOURCE.name}
 BITS = (4, 6, 8, Q4K, Q50, Q80, Q6K, Q5R, Q4KT, Q6KT)  # the formats qgemm.c reads
-ONLY_ON = {Q5R: ("avx512vnni", "amx"), Q4KT: ("amx",), Q6KT: ("amx",)}  # layouts only some builds read (elsewhere: as stored)
+ONLY_ON = {Q5R: ("avx512vnni", "amx"), Q4KT: ("avx512vnni", "amx"), Q6KT: ("avx512vnni", "amx")}  # layouts only some builds read (elsewhere: as stored)
 BASE = {Q5R: Q50, Q4KT: Q4K, Q6KT: Q6K}  # a regrouped layout → the GGUF format it holds
-TILED = {Q4K: Q4KT, Q6K: Q6KT}  # a GGUF format → its layout on the AMX tiles (rows in sixteens)
+TILED = {Q4K: Q4KT, Q6K: Q6KT}  # a GGUF format → its sixteen-row layout (VNNI lanes; AMX tiles past 8 rows)
 MAX_K = GROUP * 512  # qgemm.c's MAXG groups: the widest input a call takes
 _lib = None
 _why: str | None = None
@@ -72,11 +73,12 @@ def variant() -> str | None:
 
 
 def reads(bits: int) -> bool:
-    """Whether this CPU's build reads the format (`ONLY_ON`: the regrouped Q5_0 layout Q5R on the AVX-512 VNNI and
-    AMX builds; the tile layouts Q4KT and Q6KT on the AMX build where the OS granted the tiles)."""
+    """Whether this CPU's build reads the format (`ONLY_ON`: the regrouped layouts Q5R, Q4KT and Q6KT on the AVX-512
+    VNNI and AMX builds — the sixteen-row ones on vpdpbusd lanes, and past eight rows on the AMX tiles where the OS
+    granted them)."""
     if bits not in ONLY_ON:
         return True
-    return variant() in ONLY_ON[bits] and (bits not in TILED.values() or tiles())
+    return variant() in ONLY_ON[bits]
 
 
 def tiles() -> bool:
@@ -86,17 +88,19 @@ def tiles() -> bool:
 
 
 def use_tiles() -> bool:
-    """Whether a Q4_K / Q6_K layer loaded now takes the sixteen-row layouts (Q4KT, Q6KT): where the AMX build runs
-    (`tiles()`), unless SPECLAB_QTILES=0 keeps the blocks as stored (rows_q4k / rows_q6k).
+    """Whether a Q4_K / Q6_K layer loaded now takes the sixteen-row layouts (Q4KT, Q6KT): on the AVX-512 VNNI and AMX
+    builds, unless SPECLAB_QTILES=0 keeps the blocks as stored (rows_q4k / rows_q6k).
 
     Why the default since 2026-12-07 (docs/log/2026-12-07-panel-on-tiles.md): a product of up to eight rows runs
-    there on vpdpbusd lanes (qlanes.h), more rows on the tiles (qtiles.h), the same bits either way; the 1.5B
+    on vpdpbusd lanes (qlanes.h; every row count on the VNNI build), more rows on the AMX tiles (qtiles.h) where
+    they run, the same bits either way; on the AMX Xeon measured, the 1.5B
     target's one-token step is the stored layout's (47.5–48.2 against 47.5–50.9 ms, two interleaved rounds) and its
     five-token forward 1.20–1.22× a step against 1.67–1.72×. Before the lanes, the tiles alone made the verify as
     flat but the step 1.31× slower (docs/log/2026-12-07-amx-int8-tiles.md), and this was an opt-in. The choice is
     made at load: every run of a loaded model — AR and speculative alike — uses the same kernel, so greedy stays
     exact."""
-    return os.environ.get("SPECLAB_QTILES", "1") != "0" and tiles()
+    return (os.environ.get("SPECLAB_QTILES", "1") != "0" and available() is None
+            and variant() in ONLY_ON[Q4KT])
 
 
 def available() -> str | None:

@@ -46,10 +46,41 @@ static inline void transpose16(__m512i v[16]) {
         v[4 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0x88), v[12 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0xdd);
 }
 
+/* A Q4KT unit (rows 16u … 16u+15) as a packed panel: its runs are in the panel's order already — a run's 64-byte
+ * vectors & 0x0f are group 2r's codes, >> 4 group 2r+1's — and its scales a lane a row (q4kt_scales; the odd
+ * groups' ÷16 undone, exactly). The codes and scales row_codes gives each row of the blocks as stored, without
+ * rebuilding each row's blocks (q4kt_block: a panel then cost more than the de-quantised route's whole GEMM). */
+static void q4kt_panel(const uint8_t *w, int K, int u, uint8_t *pq, float *ps, float *pm) {
+    const int B = K / 256;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *wu = w + (size_t)u * B * Q4KT_UNIT;
+    for (int b = 0; b < B; b++) {
+        const uint8_t *blk = wu + (size_t)b * Q4KT_UNIT;
+        __m512 S[8], Mn[8];
+        q4kt_scales(blk, S, Mn);
+        for (int h = 0; h < 8; h++) {
+            _mm512_store_ps(ps + (size_t)(8 * b + h) * PANEL, (h & 1) ? _mm512_mul_ps(S[h], _mm512_set1_ps(16.f)) : S[h]);
+            _mm512_store_ps(pm + (size_t)(8 * b + h) * PANEL, Mn[h]);
+        }
+        for (int r = 0; r < 4; r++)
+            for (int k4 = 0; k4 < 8; k4++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(blk + 256 + 512 * r + 64 * k4));
+                _mm512_store_si512((void *)(pq + ((size_t)64 * b + 16 * r + k4) * 64), _mm512_and_si512(v, low4));
+                _mm512_store_si512((void *)(pq + ((size_t)64 * b + 16 * r + 8 + k4) * 64),
+                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+            }
+    }
+}
+
 /* The panel of rows n0 … n0+R−1 (R ≤ 16; rows past R zero) in its layout above: the rows' codes decoded into
- * q16 [16][K] (row_codes), then each 64-byte column of the sixteen rows transposed at once. */
+ * q16 [16][K] (row_codes), then each 64-byte column of the sixteen rows transposed at once (a Q4KT unit: as it
+ * stands, q4kt_panel). */
 static void panel_pack(int bits, const uint8_t *w, const uint16_t *s, const uint16_t *mn, int n0, int R, int K,
                        uint8_t *q16, float *qs, float *qm, uint8_t *pq, float *ps, float *pm) {
+    if (bits == Q4KT) {  /* n0 is a unit's first row: a product of a tiled layout is cut in sixteens */
+        q4kt_panel(w, K, n0 / 16, pq, ps, pm);
+        return;
+    }
     const int S = K / code_sub(bits);
     for (int r = 0; r < PANEL; r++) {
         if (r < R) {

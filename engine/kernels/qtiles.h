@@ -1,4 +1,5 @@
-/* GGUF Q4_K and Q6_K weights on AMX int8 tiles: the AMX build of qgemm.c (included there, under __AMX_INT8__; its
+/* GGUF Q4_K and Q6_K weights on AMX int8 tiles: the AVX-512 builds of qgemm.c (included there; the layouts and their
+ * unpacking in both, the tile product in the AMX build only, under __AMX_INT8__; its
  * GROUP, MCHUNK, f32_to_bf16; quantize_x's a, d and c; q6k_prep's c16).
  *
  * Q4KT (a layout, not a format): a Q4_K tensor's blocks regrouped sixteen rows at a time without loss (N % 16 = 0;
@@ -39,9 +40,6 @@
  * within the host's noise, which does not stall at a unit's end). Every y[m,n] takes the same operations in the same order whatever M is:
  * batch-invariant within this build (its bits are not rows_q4k's / rows_q6k's).
  */
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #define Q4KT_UNIT 2304 /* bytes of one unit's block: 16 rows × 144 */
 #define Q6KT_UNIT 3360 /* 16 rows × 210 */
 /* Q4KT_PF: software prefetch this many bytes ahead in a unit's weights. Why: measured M = 1, 2 threads, 90 copies of
@@ -50,6 +48,10 @@
 #ifndef Q4KT_PF
 #define Q4KT_PF 4608
 #endif
+
+#if defined(__AMX_INT8__)
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static int amx_ok;
 __attribute__((constructor)) static void amx_request(void) {
@@ -96,6 +98,7 @@ static void tile_acts(int kb, int M, int K, const int8_t *a, int8_t *ax) {
             }
     }
 }
+#endif
 
 /* The sixteen rows' scales S_g (odd g ÷ 16) and minimum terms Mn_g of one block, a lane a row. */
 static inline void q4kt_scales(const uint8_t *hd, __m512 S[8], __m512 Mn[8]) {
@@ -121,6 +124,7 @@ static inline void q4kt_scales(const uint8_t *hd, __m512 S[8], __m512 Mn[8]) {
     }
 }
 
+#if defined(__AMX_INT8__)
 /* Run t's product into C tile t mod 4: B from the unpacked weights (64 bytes a row), A from rows lda bytes apart
  * (tile_acts' rows: kb; qpanel.h's activations as quantize_x lays them: K). */
 static inline __attribute__((always_inline)) void qt_issue(int t, const uint8_t *bw, const int8_t *ar, int lda) {
@@ -148,6 +152,7 @@ static inline __attribute__((always_inline)) void qt_store(int t, int32_t *cb) {
         default: _tile_stored(3, cb, 64); break;
     }
 }
+#endif
 
 /* Q4KT run t of a unit (block t / 4, groups 2(t mod 4) and +1): the nibbles into bw (low: rows 0–7, high: 8–15) and
  * the run's scales (the block's decoded at its first run). */
@@ -240,6 +245,7 @@ static inline __attribute__((always_inline)) void q6kt_fold(const int MC, const 
         }
 }
 
+#if defined(__AMX_INT8__)
 /* Units u0 … u1−1 (rows 16u0 … 16u1−1) of a Q4KT (Q6 = 0) or Q6KT (Q6 = 1) weight for MC ≤ 8 activation rows: ax
  * their tile_acts rows (64 or 32 bytes a run), d quantize_x's scales, c its sums (Q4KT) or q6k_prep's offsets (Q6KT).
  * One pipeline over every run of every unit (s = (u − u0)·T + t), so no unit waits for its last products: runs are
@@ -278,6 +284,7 @@ static inline __attribute__((always_inline)) void rows_qt_mc(const int MC, const
     }
     _tile_release();  /* the tiles back to their init state: a context switch then saves none of their 8 KB */
 }
+#endif
 
 /* One Q4_K block of row n (its 144 bytes as the GGUF stores them) from the Q4KT layout (speclab_dequant's reader). */
 static void q4kt_block(const uint8_t *w, int K, int n, int b, uint8_t out[144]) {

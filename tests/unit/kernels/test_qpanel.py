@@ -100,6 +100,26 @@ def test_long_forward_sets_the_tiles_switch_and_restores_it(monkeypatch):
         assert len(seen) == 2 and seen[1] == real(seen[1])  # the value before, put back
 
 
+@pytest.mark.skipif(qkernel.available() is not None or not qkernel.reads(qkernel.Q4KT),
+                    reason="no sixteen-row layouts on this build")
+def test_a_q4_k_unit_is_a_panel_as_it_stands(monkeypatch):
+    """A Q4_K layer in sixteen-row units (the default on the AVX-512 builds) packs its panels straight from the units
+    (qpanel.h's q4kt_panel), and de-quantises a unit at a time: the bits of the same blocks as stored."""
+    w = torch.randn(48, 512, generator=torch.Generator().manual_seed(8)) * 0.05
+    blocks = qkernel.q4k_pack(w)
+    monkeypatch.setenv("SPECLAB_QTILES", "1")
+    units = qkernel.QGemmLinear.from_blocks(blocks, None, qkernel.Q4K)
+    monkeypatch.setenv("SPECLAB_QTILES", "0")
+    stored = qkernel.QGemmLinear.from_blocks(blocks, None, qkernel.Q4K)
+    assert (units.bits, stored.bits) == (qkernel.Q4KT, qkernel.Q4K)
+    x = (torch.randn(40, 512, generator=torch.Generator().manual_seed(9)) * 2).to(torch.bfloat16)
+    for m in (1, 16, 40):
+        assert torch.equal(qkernel.qgemm_long(x[:m], units.q, units.s, units.mn, units.bits),
+                           qkernel.qgemm_long(x[:m], stored.q, stored.s, stored.mn, stored.bits)), m
+    assert torch.equal(qkernel.dequant_bf16(units.q, units.s, units.mn, units.bits),
+                       qkernel.dequant_bf16(stored.q, stored.s, stored.mn, stored.bits))
+
+
 def test_the_dequantiser_reads_the_same_codes():
     """speclab_dequant and the panel share qcodes.h's row decoder: Ŵ de-quantised is the reference's, every format."""
     for name, lin in _formats(512, 24, seed=3).items():

@@ -99,6 +99,48 @@ def test_the_lanes_give_the_tiles_bits_and_run_up_to_their_rows(bits):
         lib.speclab_qt_lanes(before)
 
 
+_VNNI_CODE = """
+import sys
+import torch
+from safetensors.torch import save_file
+from engine.kernels import qkernel
+from tests.unit.kernels.test_qtiles import _random_blocks
+assert qkernel.variant() == 'avx512vnni' and qkernel.available() is None, qkernel.available()
+out = {}
+for bits in (qkernel.Q4K, qkernel.Q6K):
+    lin = qkernel.QGemmLinear.from_blocks(_random_blocks(bits, 48, 1536, seed=bits + 9), None, bits)
+    assert lin.bits == qkernel.TILED[bits], lin.bits
+    x = (torch.randn(13, 1536, generator=torch.Generator().manual_seed(2)) * 2).to(torch.bfloat16)
+    for m in (1, 5, 13):
+        out[f"{bits}-{m}"] = lin(x[:m]).contiguous()
+save_file(out, sys.argv[1])
+print("ok")
+"""
+
+
+@needs_tiles
+def test_the_vnni_build_reads_the_layouts_on_its_lanes_with_this_builds_bits(tmp_path):
+    """The AVX-512 VNNI build (a Zen 4's: no tiles) reads the sixteen-row layouts too, on its lanes at every row
+    count: in a fresh process forced to it, Q4_K and Q6_K layers take them, and every output is this AMX build's to
+    the bit — at one and five rows (lanes in both) and at thirteen (the tiles here)."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    env = {**os.environ, "SPECLAB_QGEMM": "avx512vnni"}
+    r = subprocess.run([sys.executable, "-c", _VNNI_CODE, str(tmp_path / "y.safetensors")], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=str(qkernel.SOURCE.parents[2]))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    theirs = load_file(tmp_path / "y.safetensors")
+    for bits in (qkernel.Q4K, qkernel.Q6K):
+        lin = qkernel.QGemmLinear.from_blocks(_random_blocks(bits, 48, 1536, seed=bits + 9), None, bits)
+        x = (torch.randn(13, 1536, generator=torch.Generator().manual_seed(2)) * 2).to(torch.bfloat16)
+        for m in (1, 5, 13):
+            assert torch.equal(lin(x[:m]), theirs[f"{bits}-{m}"]), (bits, m)
+
+
 @needs_tiles
 @pytest.mark.parametrize("bits,flips", [
     # Q4_K: d, dmin, sc_0 (six bits of byte 4), m_1 (byte 9), sc_4's top bits (byte 4's bit 7) and its low nibble
@@ -146,30 +188,31 @@ def test_a_tiled_product_of_rows_not_in_sixteens_is_refused():
         qkernel.qgemm(x, t[:8], torch.empty(0, dtype=torch.float16), torch.empty(0, dtype=torch.float16), qkernel.Q4KT)
 
 
-def test_the_units_are_the_default_where_the_amx_build_runs(monkeypatch):
+def test_the_units_are_the_default_on_the_avx512_builds(monkeypatch):
     monkeypatch.delenv("SPECLAB_QTILES")
     b = _random_blocks(qkernel.Q4K, 32, 256)
     lin = qkernel.QGemmLinear.from_blocks(b, None, qkernel.Q4K)
-    assert qkernel.use_tiles() == qkernel.tiles()
-    assert lin.bits == (qkernel.Q4KT if qkernel.tiles() else qkernel.Q4K)
+    on = qkernel.available() is None and qkernel.variant() in ("avx512vnni", "amx")
+    assert qkernel.use_tiles() == on
+    assert lin.bits == (qkernel.Q4KT if on else qkernel.Q4K)
 
 
-@pytest.mark.parametrize("why", ["switched off", "no tiles"])
-def test_without_the_tiles_the_blocks_stay_as_stored(monkeypatch, why):
-    """Switched off (SPECLAB_QTILES=0), or where the AMX build cannot run: as stored."""
+@pytest.mark.parametrize("why", ["switched off", "the AVX2 build"])
+def test_without_the_units_the_blocks_stay_as_stored(monkeypatch, why):
+    """Switched off (SPECLAB_QTILES=0), or on the AVX2 build (no VNNI lanes): as stored."""
     if qkernel.available() is not None:
         pytest.skip(f"qgemm kernel: {qkernel.available()}")
     if why == "switched off":
         monkeypatch.setenv("SPECLAB_QTILES", "0")
     else:
-        monkeypatch.setattr(qkernel, "tiles", lambda: False)
+        monkeypatch.setattr(qkernel, "variant", lambda: "avx2")
     for bits in (qkernel.Q4K, qkernel.Q6K):
         if not qkernel.reads(bits):
             continue
         b = _random_blocks(bits, 32, 256)
         lin = qkernel.QGemmLinear.from_blocks(b, None, bits)
         assert lin.bits == bits and torch.equal(lin.q, b)
-    if why == "no tiles":
+    if why == "the AVX2 build":
         assert not qkernel.reads(qkernel.Q4KT) and not qkernel.reads(qkernel.Q6KT)
 
 
