@@ -1,6 +1,6 @@
-/* GGUF Q4_K and Q6_K weights on AMX int8 tiles: the AVX-512 builds of qgemm.c (included there; the layouts and their
- * unpacking in both, the tile product in the AMX build only, under __AMX_INT8__; its
- * GROUP, MCHUNK, f32_to_bf16; quantize_x's a, d and c; q6k_prep's c16).
+/* GGUF Q4_K and Q6_K weights in sixteen-row units, and on AMX int8 tiles: included by both AVX-512 builds of qgemm.c
+ * (the layouts and their unpacking in both — qlanes.h multiplies them on vpdpbusd lanes — and the tile product in
+ * the AMX build only, under __AMX_INT8__; its GROUP, MCHUNK, f32_to_bf16; quantize_x's a, d and c; q6k_prep's c16).
  *
  * Q4KT (a layout, not a format): a Q4_K tensor's blocks regrouped sixteen rows at a time without loss (N % 16 = 0;
  * qkernel.q4kt_pack). Per unit u of rows 16u … 16u+15 and block b of 256 inputs, 2304 bytes (16 × 144):
