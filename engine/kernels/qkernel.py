@@ -93,9 +93,10 @@ def use_tiles() -> bool:
 
     Why the default since 2026-12-07 (docs/log/2026-12-07-panel-on-tiles.md): a product of up to eight rows runs
     on vpdpbusd lanes (qlanes.h; every row count on the VNNI build), more rows on the AMX tiles (qtiles.h) where
-    they run, the same bits either way; on the AMX Xeon measured, the 1.5B
-    target's one-token step is the stored layout's (47.5–48.2 against 47.5–50.9 ms, two interleaved rounds) and its
-    five-token forward 1.20–1.22× a step against 1.67–1.72×. Before the lanes, the tiles alone made the verify as
+    they run, the same bits either way; on the AMX Xeon measured, the 1.5B target's one-token step is the stored
+    layout's (47.5–48.2 against 47.5–50.9 ms, two interleaved rounds) and its five-token forward 1.20–1.22× a step
+    against 1.67–1.72×; with the VNNI build forced there (the Zen 4's code), the step 1.09× faster and the five-token
+    forward 1.24–1.27× against 1.37–1.48×. Before the lanes, the tiles alone made the verify as
     flat but the step 1.31× slower (docs/log/2026-12-07-amx-int8-tiles.md), and this was an opt-in. The choice is
     made at load: every run of a loaded model — AR and speculative alike — uses the same kernel, so greedy stays
     exact."""
@@ -137,9 +138,9 @@ def _open(name: str) -> tuple[ctypes.CDLL, str]:
         fns["speclab_amx_ok"] = []
         fns["speclab_panel_tiles"] = [ctypes.c_int]
         fns["speclab_tile_panels"] = []
+    if name in LONG_BUILDS:  # the AVX-512 builds: the panel, and the sixteen-row units' lanes
         fns["speclab_qt_lanes"] = [ctypes.c_int]
         fns["speclab_lane_units"] = []
-    if name in LONG_BUILDS:
         fns["speclab_qgemm_long"] = fns["speclab_qgemm"]
         fns["speclab_long"] = [ctypes.c_int]
     return load_library(path, fns), how
@@ -273,8 +274,7 @@ def dense_rows() -> int | None:
 # a Q4_K, Q8_0 or Q5_0 product alone, whole prefills of 96–128 tokens were level with it — 0.94–1.21×, this host's
 # noise, docs/log/2026-12-07-panel-on-tiles.md — so hi stays 64); against the AVX-512 bf16 GEMM (oneDNN capped to
 # AVX512_CORE_BF16 on that Xeon: a proxy for the VNNI build's Zen 4, to be measured there) 2.6–3.8× at 64 to 512
-# rows (so no hi). The fused layers' products
-# (≤ 64 rows) take lo alone: hi must stay ≥ 64.
+# rows (so no hi). The fused layers' products (≤ 64 rows) take lo alone: hi must stay ≥ 64.
 LONG_BUILDS = ("avx512vnni", "amx")
 PANEL_ROWS = {"amx": (15, 64), "avx512vnni": (15, None)}
 _long = threading.local()
@@ -306,8 +306,9 @@ def long_forward():
 
 def panel_tiles() -> bool:
     """Whether the panel product's integer sums run on AMX tiles here (qpanel.h's tpanel_rows: the AMX build with the
-    tile state granted; the formats of groups of 32, Q6_K keeps vpdpbusd). The same bits either way; 1.1–1.4× faster
-    at 64–256 rows (docs/log/2026-12-07-panel-on-tiles.md). `SPECLAB_QPANEL_TILES=0`: vpdpbusd (a comparison arm)."""
+    tile state granted; the formats of groups of 32, Q6_K keeps vpdpbusd). The same bits either way; a product alone
+    1.0–1.4× faster at 64–256 rows, whole prefills of 32–64 tokens 1.03–1.15× (docs/log/2026-12-07-panel-on-tiles.md).
+    `SPECLAB_QPANEL_TILES=0`: vpdpbusd (a comparison arm)."""
     return tiles() and os.environ.get("SPECLAB_QPANEL_TILES", "1") != "0"
 
 

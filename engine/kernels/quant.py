@@ -50,11 +50,12 @@ to int8 per group, integer dot products with AVX-512 VNNI, an AVX2 build elsewhe
 for a dense bf16 GEMV; and it computes each output row the same way whatever the row count, which keeps
 greedy exact. torch's kernels (above) are the fallback where qgemm cannot run. Every quantized kernel's
 cost grows ~linearly in the rows past two, so the verify curve t(k)/t(1) is much steeper than dense
-(`python -m engine costs --weights quantized` measures it) — except on a CPU with AMX int8 tiles, where the qgemm-amx
-build regroups Q4_K and Q6_K weights in sixteen-row units (engine/kernels/qtiles.h) and runs up to eight rows on
-VNNI lanes over the units (qlanes.h), more on the tiles: each unit's weights unpacked once for every row, so a
-verify of five rows costs ~1.2 steps there (qkernel.use_tiles; SPECLAB_QTILES=0 keeps the blocks as stored). Activations run in bf16 where bf16 is native
-(torch's int4 kernel in fp32 is ~25× slower here).
+(`python -m engine costs --weights quantized` measures it) — except for Q4_K and Q6_K on the AVX-512 builds, which
+regroup them in sixteen-row units (engine/kernels/qtiles.h) and multiply a unit's rows in VNNI lanes (qlanes.h;
+past eight rows on the AMX tiles where they run): each unit's weights unpacked once for every activation row, so a
+verify of five rows costs ~1.2 steps on the AMX Xeon measured (qkernel.use_tiles; SPECLAB_QTILES=0 keeps the
+blocks as stored). Activations run in bf16 where bf16 is native (torch's int4 kernel in fp32 is ~25× slower
+here).
 """
 
 from __future__ import annotations
