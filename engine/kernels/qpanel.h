@@ -49,7 +49,8 @@ static inline void transpose16(__m512i v[16]) {
 /* A Q4KT unit (rows 16u … 16u+15) as a packed panel: its runs are in the panel's order already — a run's 64-byte
  * vectors & 0x0f are group 2r's codes, >> 4 group 2r+1's — and its scales a lane a row (q4kt_scales; the odd
  * groups' ÷16 undone, exactly). The codes and scales row_codes gives each row of the blocks as stored, without
- * rebuilding each row's blocks (q4kt_block: a panel then cost more than the de-quantised route's whole GEMM). */
+ * rebuilding each row's blocks through q4kt_block (the units' first end-to-end run, before this: their AR 8 % slower
+ * than the blocks as stored at a level one-token step — docs/log/2026-12-07-panel-on-tiles.md). */
 static void q4kt_panel(const uint8_t *w, int K, int u, uint8_t *pq, float *ps, float *pm) {
     const int B = K / 256;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
@@ -154,10 +155,10 @@ static void panel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *
  * the same bits as panel_rows (exact int32 sums either way), the vpdpbusd chains gone. Pipelined as qtiles.h's
  * loops (a C tile stored QT_LAG steps after its product, folded QT_READ after that).
  * What bounds it is the fold, not the multiplies: per activation row and sub-block a load, a conversion, a multiply
- * and two FMAs for 16·32 products. Measured (2-core Xeon, 2 threads, the 1.5B's shapes, hand harness
- * docs/log/2026-12-07-panel-on-tiles.md): 1.1–1.4× panel_rows' time at 64–256 rows in the formats of groups of 32,
- * its tile products alone ~55 % of the time and its folds alone ~60 % (they overlap little); Q6_K's sub-blocks of
- * 16 (K = 16 products, twice the folds a product) 0.82–1.0×, so Q6_K keeps panel_rows. */
+ * and two FMAs for 16·32 products. Measured (2-core Xeon, 2 threads, the 1.5B's shapes, hand harness,
+ * docs/log/2026-12-07-panel-on-tiles.md): 1.0–1.4× panel_rows' speed at 64–256 rows in the formats of groups of 32,
+ * its tile instructions alone ~56 % of its time and its folds alone ~63 % (they overlap little); Q6_K's sub-blocks
+ * of 16 (K = 16 products, twice the folds a product) 0.82–1.0×, so Q6_K keeps panel_rows (groups of 32 only here). */
 #define TCHUNK 16 /* activation rows a tile product: A and C's sixteen tile rows */
 static int qp_tiles = 1;
 /* Whether the AMX build's panel takes the tiles (1, the default) or panel_rows' vpdpbusd (0: a comparison arm);
@@ -172,25 +173,25 @@ static int qp_tile_panels;
  * panel_rows'). */
 int speclab_tile_panels(void) { return __atomic_load_n(&qp_tile_panels, __ATOMIC_RELAXED); }
 
-static inline __attribute__((always_inline)) void tpanel_rows(const int MC, const int SUB, int K, const uint8_t *pq,
-        const float *ps, const float *pm, const int8_t *a, const float *d, const float *c, int R, uint16_t *y, int ldy) {
-    const int G = K / GROUP, S = K / SUB;
+static inline __attribute__((always_inline)) void tpanel_rows(const int MC, int K, const uint8_t *pq, const float *ps,
+        const float *pm, const int8_t *a, const float *d, const float *c, int R, uint16_t *y, int ldy) {
+    const int G = K / GROUP;  /* groups of 32: a sub-block is a group */
     int32_t cb[4][TCHUNK * 16] __attribute__((aligned(64)));
     __m512 acc[TCHUNK];
 #pragma GCC unroll 16
     for (int m = 0; m < MC; m++) acc[m] = _mm512_setzero_ps();
-    for (int s = 0; s < S + QT_LAG + QT_READ; s++) {
-        if (s >= QT_LAG && s - QT_LAG < S) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
-        if (s < S) qt_issue(s, pq + (size_t)s * (SUB / 4) * 64, a + (size_t)s * SUB, K);
+    for (int s = 0; s < G + QT_LAG + QT_READ; s++) {
+        if (s >= QT_LAG && s - QT_LAG < G) qt_store(s - QT_LAG, cb[(s - QT_LAG) & 3]);
+        if (s < G) qt_issue(s, pq + (size_t)s * (GROUP / 4) * 64, a + (size_t)s * GROUP, K);
         if (s >= QT_LAG + QT_READ) {
-            const int f = s - QT_LAG - QT_READ, g = f * SUB / GROUP;
+            const int f = s - QT_LAG - QT_READ;
             const __m512 sv = _mm512_load_ps(ps + (size_t)f * PANEL), mv = _mm512_load_ps(pm + (size_t)f * PANEL);
             const int32_t *cf = cb[f & 3];
 #pragma GCC unroll 16
             for (int m = 0; m < MC; m++) {
                 const __m512 t = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cf + 16 * m)));
-                acc[m] = _mm512_fmadd_ps(t, _mm512_mul_ps(sv, _mm512_set1_ps(d[(size_t)m * G + g])), acc[m]);
-                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(c[(size_t)m * S + f]), acc[m]);
+                acc[m] = _mm512_fmadd_ps(t, _mm512_mul_ps(sv, _mm512_set1_ps(d[(size_t)m * G + f])), acc[m]);
+                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(c[(size_t)m * G + f]), acc[m]);
             }
         }
     }
@@ -202,10 +203,9 @@ static inline __attribute__((always_inline)) void tpanel_rows(const int MC, cons
     }
 }
 
-static void tpanel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *ps, const float *pm, const int8_t *a,
+static void tpanel_chunk(int mc, int K, const uint8_t *pq, const float *ps, const float *pm, const int8_t *a,
                          const float *d, const float *c, int R, uint16_t *y, int ldy) {
-#define TP(MC) case MC: if (sub == 16) tpanel_rows(MC, 16, K, pq, ps, pm, a, d, c, R, y, ldy); \
-                        else tpanel_rows(MC, 32, K, pq, ps, pm, a, d, c, R, y, ldy); break;
+#define TP(MC) case MC: tpanel_rows(MC, K, pq, ps, pm, a, d, c, R, y, ldy); break;
     switch (mc) { TP(1) TP(2) TP(3) TP(4) TP(5) TP(6) TP(7) TP(8) TP(9) TP(10) TP(11) TP(12) TP(13) TP(14) TP(15)
                   default: TP(16) }
 #undef TP
@@ -236,8 +236,8 @@ static int panel_run(int bits, const uint8_t *w, const uint16_t *s, const uint16
         if (tiles) {
             for (int m0 = 0; m0 < M; m0 += TCHUNK) {
                 const int mc = M - m0 < TCHUNK ? M - m0 : TCHUNK;
-                if (mc != cfg) amx_tiles_config(mc, sub), cfg = mc;
-                tpanel_chunk(mc, sub, K, pq, ps, q6_c16 ? ps : pm, a + (size_t)m0 * K, d + (size_t)m0 * G,
+                if (mc != cfg) amx_tiles_config(mc, GROUP), cfg = mc;
+                tpanel_chunk(mc, K, pq, ps, pm, a + (size_t)m0 * K, d + (size_t)m0 * G,
                              cm + (size_t)m0 * S, R, y + (size_t)m0 * ldy + n, ldy);
             }
             __atomic_add_fetch(&qp_tile_panels, 1, __ATOMIC_RELAXED);
