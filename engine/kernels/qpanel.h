@@ -104,6 +104,25 @@ static void panel_pack(int bits, const uint8_t *w, const uint16_t *s, const uint
         for (int r = 0; r < PANEL; r++) memcpy(pq + ((size_t)k / 4) * 64 + 4 * r, q16 + (size_t)r * K + k, 4);
 }
 
+/* acc += float(t)·(sv·d) + mv·c: one sub-block's integer sums t folded into sixteen rows' accumulators — one order of
+ * operations for panel_rows and tpanel_rows, so their outputs agree to the bit. */
+static inline __attribute__((always_inline)) __m512 panel_fold(__m512 acc, __m512i t, __m512 sv, __m512 mv, float d,
+                                                               float c) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(sv, _mm512_set1_ps(d)), acc);
+    return _mm512_fmadd_ps(mv, _mm512_set1_ps(c), acc);
+}
+
+/* Activation rows 0 … MC−1's accumulators rounded into y's columns 0 … R−1. */
+static inline __attribute__((always_inline)) void panel_out(const int MC, const __m512 *acc, int R, uint16_t *y,
+                                                            int ldy) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MC; m++) {
+        float v[PANEL] __attribute__((aligned(64)));
+        _mm512_store_ps(v, acc[m]);
+        for (int r = 0; r < R; r++) y[(size_t)m * ldy + r] = f32_to_bf16(v[r]);
+    }
+}
+
 /* Activation rows 0 … MC−1 (a, d, c offset to the first) against one packed panel; outputs y[m, n0 + r], r < R. */
 static inline __attribute__((always_inline)) void panel_rows(const int MC, const int SUB, int K, const uint8_t *pq,
         const float *ps, const float *pm, const int8_t *a, const float *d, const float *c, int R, uint16_t *y, int ldy) {
@@ -128,16 +147,10 @@ static inline __attribute__((always_inline)) void panel_rows(const int MC, const
                 memcpy(&a4, am + 4 * j, 4);
                 t = _mm512_dpbusd_epi32(t, wv[j], _mm512_set1_epi32(a4));
             }
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(sv, _mm512_set1_ps(d[(size_t)m * G + g])), acc[m]);
-            acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(c[(size_t)m * S + i]), acc[m]);
+            acc[m] = panel_fold(acc[m], t, sv, mv, d[(size_t)m * G + g], c[(size_t)m * S + i]);
         }
     }
-#pragma GCC unroll 8
-    for (int m = 0; m < MC; m++) {
-        float v[PANEL] __attribute__((aligned(64)));
-        _mm512_store_ps(v, acc[m]);
-        for (int r = 0; r < R; r++) y[(size_t)m * ldy + r] = f32_to_bf16(v[r]);
-    }
+    panel_out(MC, acc, R, y, ldy);
 }
 
 static void panel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *ps, const float *pm, const int8_t *a,
@@ -151,8 +164,8 @@ static void panel_chunk(int mc, int sub, int K, const uint8_t *pq, const float *
 #if defined(__AMX_INT8__)
 /* The AMX build: each sub-block's integer sums Σ_k q·a for TCHUNK activation rows and the panel's sixteen rows in one
  * TDPBSUD — the packed panel is a tile's B operand as it stands (SUB/4 rows of 16 rows × 4 codes), the activations
- * are A as quantize_x lays them (rows K bytes apart) — then the fold above, the same operations in the same order:
- * the same bits as panel_rows (exact int32 sums either way), the vpdpbusd chains gone. Pipelined as qtiles.h's
+ * are A as quantize_x lays them (rows K bytes apart) — then panel_fold: the same bits as panel_rows (exact int32
+ * sums either way), the vpdpbusd chains gone. Pipelined as qtiles.h's
  * loops (a C tile stored QT_LAG steps after its product, folded QT_READ after that).
  * What bounds it is the fold, not the multiplies: per activation row and sub-block a load, a conversion, a multiply
  * and two FMAs for 16·32 products. Measured (2-core Xeon, 2 threads, the 1.5B's shapes, hand harness,
@@ -189,18 +202,12 @@ static inline __attribute__((always_inline)) void tpanel_rows(const int MC, int 
             const int32_t *cf = cb[f & 3];
 #pragma GCC unroll 16
             for (int m = 0; m < MC; m++) {
-                const __m512 t = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cf + 16 * m)));
-                acc[m] = _mm512_fmadd_ps(t, _mm512_mul_ps(sv, _mm512_set1_ps(d[(size_t)m * G + f])), acc[m]);
-                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(c[(size_t)m * G + f]), acc[m]);
+                acc[m] = panel_fold(acc[m], _mm512_load_si512((const void *)(cf + 16 * m)), sv, mv,
+                                    d[(size_t)m * G + f], c[(size_t)m * G + f]);
             }
         }
     }
-#pragma GCC unroll 16
-    for (int m = 0; m < MC; m++) {
-        float v[PANEL] __attribute__((aligned(64)));
-        _mm512_store_ps(v, acc[m]);
-        for (int r = 0; r < R; r++) y[(size_t)m * ldy + r] = f32_to_bf16(v[r]);
-    }
+    panel_out(MC, acc, R, y, ldy);
 }
 
 static void tpanel_chunk(int mc, int K, const uint8_t *pq, const float *ps, const float *pm, const int8_t *a,
