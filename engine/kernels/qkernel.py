@@ -307,7 +307,7 @@ def long_forward():
 def panel_tiles() -> bool:
     """Whether the panel product's integer sums run on AMX tiles here (qpanel.h's tpanel_rows: the AMX build with the
     tile state granted; the formats of groups of 32, Q6_K keeps vpdpbusd). The same bits either way; a product alone
-    1.0–1.4× faster at 64–256 rows, whole prefills of 32–64 tokens 1.03–1.15× (docs/log/2026-12-07-panel-on-tiles.md).
+    1.0–1.4× faster at 64–256 rows, whole prefills of 32–64 tokens 1.08–1.16× (docs/log/2026-12-07-panel-on-tiles.md).
     `SPECLAB_QPANEL_TILES=0`: vpdpbusd (a comparison arm)."""
     return tiles() and os.environ.get("SPECLAB_QPANEL_TILES", "1") != "0"
 
