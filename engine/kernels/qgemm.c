@@ -896,10 +896,10 @@ int speclab_qgemm(int bits, int M, int N, int K, const uint16_t *x, const uint8_
         free(t);
     }
 #endif
-#if defined(__AMX_INT8__)
-    const int lanes = IS_TILED(bits) && (ql_lanes(M) || !amx_ok);
+#if defined(__AVX512VNNI__)
+    const int lanes = IS_TILED(bits) && ql_lanes(M);
 #else
-    const int lanes = IS_TILED(bits);  /* the VNNI build: the layouts on lanes at every row count (AVX2: refused above) */
+    const int lanes = 0;  /* no sixteen-row layouts on the AVX2 build (refused above) */
 #endif
 #if defined(__AMX_INT8__)
     if (IS_TILED(bits) && !lanes) {  /* the activations as the tiles take them (tile_acts: 2·M·K bytes), in place of a */
@@ -979,10 +979,10 @@ static void par_gemv(int M, int N, int K, const uint16_t *x, float *scratch, con
     for (int sg = 0; sg < W->nseg; sg++)
         any_b32 |= IS_B32(W->bits[sg]), any_q4k |= W->bits[sg] == Q4K, any_q6k |= IS_Q6(W->bits[sg]),
             any_q5r |= W->bits[sg] == Q5R, any_q4kt |= W->bits[sg] == Q4KT, any_q6kt |= W->bits[sg] == Q6KT;
-#if defined(__AMX_INT8__)
-    const int lanes = ql_lanes(M) || !amx_ok;  /* the tile layouts' segments on lanes (a), not tiles (ax4, ax6) */
+#if defined(__AVX512VNNI__)
+    const int lanes = ql_lanes(M);  /* the tile layouts' segments on lanes (a), not tiles (ax4, ax6) */
 #else
-    const int lanes = 1;  /* the VNNI build's layouts: lanes only (the AVX2 build has none) */
+    const int lanes = 0;  /* no sixteen-row layouts on the AVX2 build */
 #endif
 #pragma omp single
     {

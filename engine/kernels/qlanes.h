@@ -28,7 +28,16 @@ int speclab_qt_lanes(int rows) {
     ql_rows = rows < 0 ? 0 : rows;
     return before;
 }
-static inline int ql_lanes(int M) { return M <= ql_rows; }
+/* Whether a Q4KT / Q6KT product of M rows runs on the lanes here: up to ql_rows rows on the AMX build (the tiles
+ * above, unless the OS refused the tile state), at every row count on the VNNI build. */
+static inline int ql_lanes(int M) {
+#if defined(__AMX_INT8__)
+    return M <= ql_rows || !amx_ok;
+#else
+    (void)M;
+    return 1;
+#endif
+}
 static int ql_units;
 /* Units multiplied on the lanes since the library loaded (the tests' evidence that the route ran: its bits are the
  * tiles'). */
