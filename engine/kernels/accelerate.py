@@ -123,8 +123,12 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     from engine.kernels.fast_layer import use_dense_kernel, use_fast_layers
     from engine.kernels.rowwise_attention import use_rowwise
 
+    from engine.kernels.rope_table import use_rope_table
+
     p = next(model.parameters())
     dev, dt = p.device.type, _dtype_name(p.dtype)
+    if dev == "cpu":  # every CPU path: a position's cos / sin the same bits in every forward (rope_table's why)
+        use_rope_table(model)
     q = quantize_model(model, weights, gguf_types, act_dtype=act_dtype, kernel=kernel,
                        gguf_blocks=gguf_blocks)  # 'dense': records only
     if weights != "dense":

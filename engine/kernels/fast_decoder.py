@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from engine.kernels import dense_kernel, fast_layer, fused
+from engine.kernels import dense_kernel, fast_layer, fused, rope_table
 
 # SPECLAB_FAST_DECODER=0 keeps the per-layer calls (tests compare the two)
 ENABLED = [os.environ.get("SPECLAB_FAST_DECODER", "1") != "0"]
@@ -249,24 +249,14 @@ def _run(self, ids: torch.Tensor, lays, ptrs, past: int, pos: torch.Tensor | Non
     return self.norm(out.view(1, q, -1))
 
 
-ROPE_TABLE = 4096  # positions a rope table first holds (doubled as needed): 1–2 MB for these models' head sizes
-
-
 def _rope(self, h: torch.Tensor, past: int, q: int, pos: torch.Tensor | None):
-    """cos, sin [1, q, hd] of positions past … past + q − 1. For the default rope (inv_freq fixed) they are rows of
-    a table the model's own rotary embedding computed once for positions 0 … P − 1; every element is
-    cos / sin(position · inv_freq_i) · scaling, computed alone, so a row is the value a call for that position alone
-    returns (tests/unit/kernels/test_fast_decoder.py). Why: the rotary module's eight small ops were ~0.17 ms of a
-    SmolLM2-135M step after the layers' call, a step of ~8–12 ms. Other rope types call the module each time."""
+    """cos, sin [1, q, hd] of positions past … past + q − 1: for the default rope, rows of the table
+    (engine.kernels.rope_table: each position computed once, the bits every other path reads too); other rope types
+    call the module each time. Why a table: the rotary module's eight small ops were ~0.17 ms of a SmolLM2-135M step
+    after the layers' call, a step of ~8–12 ms."""
     rot = self.rotary_emb
-    if getattr(rot, "rope_type", None) != "default":
-        if pos is None:
-            pos = torch.arange(past, past + q, device=h.device).unsqueeze(0)
-        return rot(h, position_ids=pos)
-    table = getattr(self, "_speclab_rope", None)
-    if table is None or table[0].dtype != h.dtype or table[0].shape[1] < past + q:
-        n = max(ROPE_TABLE, 2 * (past + q), table[0].shape[1] if table is not None else 0)
-        with torch.inference_mode():
-            table = rot(h[:, :1].expand(1, n, h.shape[-1]), position_ids=torch.arange(n, device=h.device).unsqueeze(0))
-        self._speclab_rope = table
-    return table[0][:, past:past + q], table[1][:, past:past + q]
+    if pos is None and rope_table.takes(rot):
+        return rope_table.span(rot, past, q, h.dtype, h.device)
+    if pos is None:
+        pos = torch.arange(past, past + q, device=h.device).unsqueeze(0)
+    return rot(h, position_ids=pos)

@@ -47,7 +47,7 @@ from typing import Callable
 
 import torch
 
-from engine.kernels import dense_kernel, fused
+from engine.kernels import dense_kernel, fused, rope_table
 from engine.kernels.rowwise_attention import _plain_causal, rowwise_attention, use_rowwise
 
 PROJECTIONS = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
@@ -336,6 +336,9 @@ def use_fast_layers(model: torch.nn.Module) -> int:
         fused_ = layer._speclab_fused is not None
         layer.forward = types.MethodType(_fused_forward if fused_ else _fast_forward, layer)
         n += 1
+    if n:
+        # the layers' bits are batch-invariant only if their cos / sin are: one table, every forward (rope_table)
+        rope_table.use_rope_table(model)
     return n
 
 

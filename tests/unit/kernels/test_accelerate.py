@@ -6,7 +6,7 @@ import ast
 import pytest
 import torch
 
-from engine.kernels import dense_kernel, qkernel
+from engine.kernels import dense_kernel, qkernel, rope_table
 from engine.kernels.accelerate import KernelReport, accelerate, paths, status
 from engine.core.lm import HFModel
 from engine.kernels.rowwise_attention import NAME
@@ -14,7 +14,8 @@ from tests.conftest import REPO, tiny_llama
 
 # The functions that route a model's forwards onto other code, and the only modules that may call them:
 # accelerate (the switch) and fast_layer (whose use_dense_kernel composes the bf16 path's three parts).
-SWITCHES = {"use_skinny_linears", "use_dense_kernel", "use_fast_layers", "use_rowwise", "quantize_model"}
+SWITCHES = {"use_skinny_linears", "use_dense_kernel", "use_fast_layers", "use_rowwise", "quantize_model",
+            "use_rope_table"}
 MAY_SWITCH = {"engine/kernels/accelerate.py", "engine/kernels/fast_layer.py"}
 
 
@@ -25,7 +26,8 @@ def test_fp32_runs_torch_weight_major_and_the_wrapper_patches_nothing():
     r = accelerate(m)
     n = sum(isinstance(mod, torch.nn.Linear) for mod in m.modules())
     assert r.path.startswith("torch fp32") and r.layers == n and r.build is None
-    assert sum("forward" in mod.__dict__ for mod in m.modules()) == n
+    assert sum("forward" in mod.__dict__ for mod in m.modules()) == n + 1  # the linears and the rope (its table)
+    assert m.model.rotary_emb.forward.__func__ is rope_table._forward
     assert "\n" not in r.summary() and "weights dense on cpu fp32" in r.summary()
 
 

@@ -237,15 +237,19 @@ def test_the_direct_step_declines_a_cache_it_does_not_follow_and_the_lm_falls_ba
     assert torch.equal(a, b)
 
 
-def test_the_rope_table_rows_are_the_rotary_embeddings_own_values():
-    """Every position's cos / sin in the table (including past its first size, where it grows) equal the rotary
-    module's output for that position alone: the table changes no bits."""
+def test_the_fast_decoders_rope_rows_are_the_rotary_modules_own():
+    """Every position's cos / sin the fast decoder reads (including past the table's first size, where it grows)
+    equal the rotary module's output for that position alone, the module on the table as every accelerated model's
+    is (rope_table): a step through speclab_decoder and one through the modules take the same rope bits."""
     import transformers
+
+    from engine.kernels import rope_table
 
     cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=1)  # head_dim 64, rope_theta 1e6
     model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
     dec = model.model
+    assert rope_table.use_rope_table(model)
     h = torch.zeros(1, 1, 128, dtype=torch.bfloat16)
     positions = [0, 1, 7, 4095, 4096, 4097, 9000, 9001]
     with torch.inference_mode():
@@ -253,7 +257,7 @@ def test_the_rope_table_rows_are_the_rotary_embeddings_own_values():
             cos, sin = fast_decoder._rope(dec, h.expand(1, 2, 128), p, 2, None)
             want = dec.rotary_emb(h.expand(1, 2, 128), position_ids=torch.tensor([[p, p + 1]]))
             assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
-    assert dec._speclab_rope[0].shape[1] >= 9003
+    assert dec.rotary_emb._speclab_rope_table["f32"][0].shape[0] >= 9003
 
 
 def test_the_final_norm_on_every_path_is_the_c_norm_and_close_to_transformers():
