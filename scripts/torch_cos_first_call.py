@@ -5,8 +5,9 @@ ulps from the float64 cosine rounded to fp32, per call.
 
     python scripts/torch_cos_first_call.py [--processes 12] [--sleep 0.5]
 
-Seen (torch 2.13.0+cpu with MKL, 2 threads, an AMX Xeon): [2534, 1, 1, 1] in 1 of 12 processes, [1, 1, 1, 1] in the
-rest; with no sleep 0 of 12.
+Seen (torch 2.13.0+cpu with MKL, 2 threads, an AMX Xeon, 2026-12-08): [2534, 1, 1, 1] in 1 of 12 processes, then
+[1, 1, 1, 1] in all of 100 more — rare in plain torch; in the AVX2 build's test process (our kernels' parallel
+regions before it) the first rotary call of a run was off so in 5 of 30 processes.
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ rounded to the model's dtype. Here θ is that same fp32 product, cos θ is evalu
 once to fp32, then scaled in fp32 and rounded to the dtype: transformers' formula with the cosine correctly rounded
 (torch's is within an ulp of it, so bf16 rows agree but at a rounding midpoint).
 
-Why: on torch 2.13 with MKL, a float tensor's cos / sin on two threads returned, on the first call after the
-thread pool had idled, values up to 2,534 ulp off on about half the elements (a plain-torch script: 1 first call
-in 12 fresh processes after a 0.5 s sleep; never on later calls). transformers' rotary module calls them on every
-forward, so a position's cos could take other bits in a prefill than in a later step, and a verify's logits then
-differed from one-row steps' (tests/unit/kernels/test_q6k.py's AVX2 run failed ~1 in 6). With the table each
-position's values are computed once, deterministically, and every forward — a prefill through the decoder's own
-layers, a step, a verify, the fast decoder's — reads the same bits (docs/log/2026-12-08-rope-table.md).
+Why: on torch 2.13 with MKL, a float tensor's cos on two threads returned, on the first call of a fresh process's
+decode, values up to 2,534 ulp off on about half the elements (the AVX2 build's test process: 5 of 30 runs; later
+calls exact to an ulp; scripts/torch_cos_first_call.py saw it in plain torch once in 112 processes). transformers'
+rotary module calls it on every forward, so a position's cos could take other bits in a prefill than in a later
+step, and a verify's logits then differed from one-row steps' (tests/unit/kernels/test_q6k.py's AVX2 run failed ~1 in
+6). With the table each position's values are computed once, deterministically, and every forward — a prefill
+through the decoder's own layers, a step, a verify, the fast decoder's — reads the same bits
+(docs/log/2026-12-08-rope-table.md).
 """
 
 from __future__ import annotations
