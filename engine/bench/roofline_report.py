@@ -66,7 +66,8 @@ def roofline_lines(files: list[Path], machine) -> list[str]:
         if d is None or d.get("kind") != "roofline":
             continue
         for r in d.get("rows", []):
-            out.append(f"| {machine(d.get('machine'))} | {r['model']} | {r['path']} | {size(r['bytes_per_token'])} | "
+            path = f"{r['path']} ({r['build']})" if r.get("build") else r["path"]  # files before it: no build
+            out.append(f"| {machine(d.get('machine'))} | {r['model']} | {path} | {size(r['bytes_per_token'])} | "
                        f"{bandwidth_cell(d)} | {_f(r.get('roofline_tokens_per_s'), '.2f')} | "
                        f"{r['decode_tokens_per_s']:.2f} | {decode_fraction_cell(r)} | "
                        f"{_f(r.get('decode_roofline_fraction_kv'), '.2f')} | "

@@ -150,6 +150,17 @@ def kernel_of(lm) -> str:
     return ", ".join(f"{n} {k}" for k, n in kinds.most_common())
 
 
+def build_of(lm) -> str | None:
+    """The kernel library build the loaded path runs on ('bgemv-amx', 'qgemm-avx512vnni', …), None on torch's: a
+    run with a build forced (SPECLAB_QGEMM / SPECLAB_BGEMV, a proxy for another CPU's code) says so in its rows."""
+    from engine.kernels import dense_kernel, qkernel
+
+    if getattr(lm, "weights", "dense") == "dense":
+        return dense_kernel.loaded_variant() if kernel_of(lm) == "speclab bgemv" else None
+    ours = any(isinstance(m, qkernel.QGemmLinear) for m in lm.model.modules())
+    return f"qgemm-{qkernel.variant()}" if ours and qkernel.variant() else None
+
+
 def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], encode: Callable[[Any, str], list[int]],
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Every (model, path) of `cfg` on `prompts` (engine.trace.prompts.Prompt: `.text`, `.question_id`).
@@ -208,7 +219,7 @@ def run_roofline(cfg: RooflineConfig, prompts: list, load: Callable[..., Any], e
                 tb = bytes_per_token(lm)
                 dtype, weights = PATHS[p]
                 rows.append({"model": model, "path": p, "dtype": str(lm.dtype).replace("torch.", ""),
-                             "weights": weights, "kernel": kernel_of(lm),
+                             "weights": weights, "kernel": kernel_of(lm), "build": build_of(lm),
                              "reduced_head_rows": int(lm.vocab_subset.numel()) if lm.vocab_subset is not None else None,
                              **tb.to_dict(), "runs": runs[p]})
             del loaded, first

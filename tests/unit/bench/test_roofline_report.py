@@ -24,7 +24,10 @@ def test_roofline_and_bench_files_each_get_their_table(tmp_path):
                   "decode_tokens_per_s": 7.2, "decode_roofline_fraction": 0.89, "roofline_fraction": 0.85},
                  {"model": "smollm2-135m", "path": "bf16", "bytes_per_token": 2.69e8, "roofline_tokens_per_s": 92.9,
                   "decode_tokens_per_s": 70.0, "decode_roofline_fraction": 0.75, "decode_roofline_fraction_kv": 0.81,
-                  "roofline_fraction": 0.62}]})
+                  "roofline_fraction": 0.62},
+                 {"model": "smollm2-135m", "path": "quantized", "build": "qgemm-avx512vnni", "bytes_per_token": 1.5e8,
+                  "roofline_tokens_per_s": 166.7, "decode_tokens_per_s": 120.0, "decode_roofline_fraction": 0.72,
+                  "roofline_fraction": 0.5}]})
     bench = write(tmp_path / "bench-mixed.json", {
         "bandwidth_gb_per_s": 10.0, "busy": {"busy": True, "others_cores": 0.95},
         "rows": [{"temperature": 0.0, "task": "overall", "config": "ar", "weights": "dense", "tokens_per_s": 2.8,
@@ -43,6 +46,7 @@ def test_roofline_and_bench_files_each_get_their_table(tmp_path):
     assert ("| <AMD EPYC> | qwen2.5-coder-1.5b | bf16 | 3.090 GB | 25.0 GB/s | 8.09 | 7.20 | 0.89 | – | 0.85 | quiet | "
             "[roofline-amd-epyc.json](results/roofline-amd-epyc.json) |") in lines  # no KV figure recorded: –
     assert "| 70.00 | 0.75 | 0.81 | 0.62 | quiet |" in text
+    assert "| smollm2-135m | quantized (qgemm-avx512vnni) | 0.150 GB |" in text  # the build, where the file records it
     assert "| [bench-mixed.json](results/bench-mixed.json) | dense | `ar` | 2.80 | 10.0 GB/s | 0.86 | busy (0.95 cores) |" in lines
     assert "`fixed:2` | 4.40" in text and "fixed:4" not in text  # AR and the fastest configuration only
     assert "9.00" not in text and "0.60" not in text  # per-task rows and T > 0 stay in the file

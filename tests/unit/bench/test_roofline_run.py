@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 import pytest
+import torch
 
 from engine.bench.bandwidth import BandwidthConfig
 from engine.bench.roofline_run import RooflineConfig, check, format_rows, run_roofline, summarize
@@ -72,6 +73,7 @@ def test_every_model_and_path_is_measured_and_its_fractions_follow_from_its_own_
     fp32, int8 = res["rows"][:2]
     assert int8["bytes_per_token"] < fp32["bytes_per_token"] / 2.5 and fp32["kernel"] == "torch"
     assert "Int8Linear" in int8["kernel"] and fp32["weights"] == "dense" and int8["weights"] == "int8"
+    assert fp32["build"] is None and int8["build"] is None  # torch's kernels: no build of ours
     assert res["config"]["question_ids"] == [1, 2, 3] and res["kind"] == "roofline"
     assert any("read bandwidth" in s for s in said) and any("tiny-b [int8] q3" in s for s in said)
     table = format_rows(res["rows"])
@@ -178,3 +180,25 @@ def test_summarize_pairs_each_run_with_its_probe():
     k = summarize(kv_runs, 0.25e9, 25.0, kv_per_context_token=10**6)
     want = (60 * (0.25e9 + 1029.5e6) / 30e9 + 40 * (0.25e9 + 1019.5e6) / 20e9) / 2
     assert k["decode_roofline_fraction_kv"] == pytest.approx(want)
+
+
+def test_a_row_names_the_build_its_kernels_ran_on(monkeypatch):
+    """A path on our kernels records which build ran it (a forced build — another CPU's code on this one — then
+    shows in the file and on the results page)."""
+    from engine.bench import roofline_run
+    from engine.kernels import dense_kernel, qkernel
+
+    class Lm:
+        def __init__(self, weights, model):
+            self.weights, self.model = weights, model
+
+    monkeypatch.setattr(dense_kernel, "loaded_variant", lambda: "bgemv")
+    dense = torch.nn.Linear(4, 4)
+    dense.speclab_dense_kernel = True
+    assert roofline_run.build_of(Lm("dense", dense)) == "bgemv"
+    dense.speclab_dense_kernel = False
+    assert roofline_run.build_of(Lm("dense", dense)) is None
+    if qkernel.available() is not None:
+        pytest.skip(f"qgemm: {qkernel.available()}")
+    q = torch.nn.Sequential(qkernel.QGemmLinear(torch.randn(32, 64), None, 4))
+    assert roofline_run.build_of(Lm("quantized", q)) == f"qgemm-{qkernel.variant()}"
