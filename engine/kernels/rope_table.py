@@ -51,22 +51,31 @@ def _values(inv_freq: torch.Tensor, scaling: float, n: int) -> tuple[torch.Tenso
 
 def _table(rot: torch.nn.Module, n: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The module's table in `dtype` on `device`, at least n positions long; rebuilt where inv_freq was replaced
-    or changed in place (its pointer, version and dtype are the key)."""
-    key = (rot.inv_freq.data_ptr(), rot.inv_freq._version, rot.inv_freq.dtype, float(rot.attention_scaling))
+    or changed in place (its pointer, version and dtype are the key). The lookup is the per-step path (a few µs)."""
+    inv = rot.inv_freq
+    key = (inv.data_ptr(), inv._version, inv.dtype, rot.attention_scaling)
+    cache = rot.__dict__.get("_speclab_rope_table")
+    if cache is not None and cache["key"] == key:
+        got = cache["cast"].get((dtype, device))
+        if got is not None and got[0].shape[0] >= n:
+            return got
+    return _build(rot, n, dtype, device, key)
+
+
+def _build(rot: torch.nn.Module, n: int, dtype: torch.dtype, device, key) -> tuple[torch.Tensor, torch.Tensor]:
     cache = rot.__dict__.get("_speclab_rope_table")
     if cache is None or cache["key"] != key:
         cache = rot.__dict__["_speclab_rope_table"] = {"key": key, "f32": None, "cast": {}}
-    f32 = cache["f32"]
     # plain tensors even when first asked inside inference_mode: a training forward may save them for backward
     with torch.inference_mode(False), torch.no_grad():
+        f32 = cache["f32"]
         if f32 is None or f32[0].shape[0] < n:
             size = max(FIRST, 2 * n, 0 if f32 is None else f32[0].shape[0])
             f32 = cache["f32"] = _values(rot.inv_freq, float(rot.attention_scaling), size)
             cache["cast"] = {}
-        dev = torch.device(device)
-        got = cache["cast"].get((dtype, dev))
+        got = cache["cast"].get((dtype, device))
         if got is None:
-            got = cache["cast"][(dtype, dev)] = tuple(t.to(dev, dtype) for t in f32)
+            got = cache["cast"][(dtype, device)] = tuple(t.to(device, dtype) for t in f32)
     return got
 
 
