@@ -121,9 +121,8 @@ def accelerate(model: torch.nn.Module, weights: str = "dense", gguf_types: dict[
     from engine.kernels import dense_kernel, qkernel
     from engine.kernels.fast_decoder import use_fast_decoder
     from engine.kernels.fast_layer import use_dense_kernel, use_fast_layers
-    from engine.kernels.rowwise_attention import use_rowwise
-
     from engine.kernels.rope_table import use_rope_table
+    from engine.kernels.rowwise_attention import use_rowwise
 
     p = next(model.parameters())
     dev, dt = p.device.type, _dtype_name(p.dtype)
