@@ -202,3 +202,11 @@ def test_a_row_names_the_build_its_kernels_ran_on(monkeypatch):
         pytest.skip(f"qgemm: {qkernel.available()}")
     q = torch.nn.Sequential(qkernel.QGemmLinear(torch.randn(32, 64), None, 4))
     assert roofline_run.build_of(Lm("quantized", q)) == f"qgemm-{qkernel.variant()}"
+
+
+def test_every_row_records_the_build_of_its_loaded_path(monkeypatch):
+    from engine.bench import roofline_run
+
+    monkeypatch.setattr(roofline_run, "build_of", lambda lm: f"build-of-{lm.weights}")
+    res = run_roofline(TINY, PROMPTS, tiny_load([]), encode, say=lambda s: None)
+    assert [r["build"] for r in res["rows"]] == [f"build-of-{r['weights']}" for r in res["rows"]]
